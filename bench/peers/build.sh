@@ -1,0 +1,89 @@
+#!/usr/bin/env bash
+# Builds the peer harnesses into $BUILD/peers/ (default build/peers/):
+#   mpi_bench   over the MPI found by mpicc (Open MPI here; MPICH works as well)
+#   gloo_bench  over Debian's libgloo (tcp transport)
+# Idempotent: a binary newer than its sources is left alone.
+#
+#   bench/peers/build.sh [--only mpi|gloo] [--force]
+# Environment: BUILD (build folder, default build), MPICC (default mpicc), CXX (default g++).
+set -euo pipefail
+
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+root="$(cd "$here/../.." && pwd)"
+build="${BUILD:-build}"
+[[ "$build" = /* ]] || build="$root/$build"
+out="$build/peers"
+only=""
+force=0
+
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --only) only="${2:?--only needs mpi or gloo}"; shift 2 ;;
+    --force) force=1; shift ;;
+    -h|--help) sed -n '2,9p' "$0"; exit 0 ;;
+    *) echo "build.sh: unknown argument '$1' (try --help)" >&2; exit 2 ;;
+  esac
+done
+case "$only" in ""|mpi|gloo) ;; *) echo "build.sh: --only takes mpi or gloo, not '$only'" >&2; exit 2 ;; esac
+
+want_mpi=1; want_gloo=1
+[ "$only" = gloo ] && want_mpi=0
+[ "$only" = mpi ] && want_gloo=0
+
+mpicc="${MPICC:-mpicc}"
+cxx="${CXX:-g++}"
+missing=()
+if [ $want_mpi = 1 ]; then
+  command -v "$mpicc" >/dev/null 2>&1 || missing+=("openmpi-bin libopenmpi-dev (no '$mpicc' on PATH)")
+  command -v mpirun >/dev/null 2>&1 || missing+=("openmpi-bin (no 'mpirun' on PATH)")
+fi
+if [ $want_gloo = 1 ]; then
+  if ! command -v "$cxx" >/dev/null 2>&1; then
+    missing+=("g++ (no '$cxx' on PATH)")
+  else
+    # Gloo ships no pkg-config file: look for the header and ask the linker for the library.
+    echo '#include <gloo/allreduce.h>' | "$cxx" -std=c++20 -x c++ -fsyntax-only - >/dev/null 2>&1 ||
+      missing+=("libgloo-dev (no <gloo/allreduce.h>)")
+    lib="$("$cxx" -print-file-name=libgloo.so)"
+    [[ "$lib" = /* && -e "$lib" ]] || missing+=("libgloo-dev (no libgloo.so)")
+  fi
+fi
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "build.sh: missing packages:" >&2
+  printf '  %s\n' "${missing[@]}" >&2
+  echo "build.sh: install them with scripts/install-deps.sh (or apt-get install the names above)" >&2
+  exit 1
+fi
+
+mkdir -p "$out"
+common="$here/peer_bench.h"
+
+# up_to_date TARGET SOURCES...: true when TARGET exists and is newer than every source
+up_to_date() {
+  local target="$1"; shift
+  [ $force = 0 ] && [ -x "$target" ] || return 1
+  local s
+  for s in "$@"; do [ "$target" -nt "$s" ] || return 1; done
+}
+
+if [ $want_mpi = 1 ]; then
+  if up_to_date "$out/mpi_bench" "$here/mpi_bench.c" "$common"; then
+    echo "build.sh: $out/mpi_bench is up to date"
+  else
+    echo "build.sh: building $out/mpi_bench ($(mpirun --version 2>/dev/null | head -1))"
+    "$mpicc" -std=c99 -D_POSIX_C_SOURCE=200809L -O2 -Wall -Wextra -o "$out/mpi_bench.tmp" \
+      "$here/mpi_bench.c"
+    mv -f "$out/mpi_bench.tmp" "$out/mpi_bench"
+  fi
+fi
+
+if [ $want_gloo = 1 ]; then
+  if up_to_date "$out/gloo_bench" "$here/gloo_bench.cpp" "$common"; then
+    echo "build.sh: $out/gloo_bench is up to date"
+  else
+    echo "build.sh: building $out/gloo_bench (libgloo $(dpkg-query -W -f='${Version}' libgloo-dev 2>/dev/null || echo '?'))"
+    "$cxx" -std=c++20 -O2 -Wall -Wextra -o "$out/gloo_bench.tmp" "$here/gloo_bench.cpp" \
+      -lgloo -pthread
+    mv -f "$out/gloo_bench.tmp" "$out/gloo_bench"
+  fi
+fi

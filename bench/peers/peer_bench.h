@@ -1,0 +1,515 @@
+/* The part of the peer harnesses (mpi_bench.c, gloo_bench.cpp) that is not about the library
+ * under test: flags, sizes, the per-iteration buffer shift, fill patterns and checks, timing,
+ * and the output, all following nccl-tests (src/common.cu and the per-collective files) so that
+ * their numbers sit next to shoal-bench's line by line.
+ *
+ * A peer provides a PeerOps table (barrier, two tiny reductions over ranks, and "run this
+ * collective once") and calls peer_bench_main(). Plain C99 that also compiles as C++. */
+#ifndef SHOAL_BENCH_PEER_BENCH_H
+#define SHOAL_BENCH_PEER_BENCH_H
+
+#include <getopt.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+typedef enum {
+  COLL_ALL_REDUCE,
+  COLL_ALL_GATHER,
+  COLL_REDUCE_SCATTER,
+  COLL_BROADCAST,
+  COLL_REDUCE,
+  COLL_ALL_TO_ALL,
+  COLL_COUNT_
+} Coll;
+
+static const char* const kCollNames[COLL_COUNT_] = {"all_reduce", "all_gather", "reduce_scatter",
+                                                   "broadcast",  "reduce",     "all_to_all"};
+
+typedef struct {
+  Coll coll;
+  size_t min_bytes, max_bytes, step_bytes, step_factor;
+  int iters, warmup, check, root, average; /* average: 0=rank0 1=avg 2=min 3=max over ranks */
+} BenchOptions;
+
+/* What one size needs, in elements (nccl-tests' getCollByteCount, no 16-byte alignment). */
+typedef struct {
+  size_t send_count, recv_count, param_count, send_inplace_offset, recv_inplace_offset;
+} CollCounts;
+
+/* Where a peer's in-place reduce_scatter leaves this rank's block: nccl-tests expects it at
+ * recvbuf + rank*count, MPI_Reduce_scatter_block(MPI_IN_PLACE) and Gloo's halving-doubling
+ * leave it at the start of the buffer. */
+typedef enum { RS_INPLACE_AT_RANK_OFFSET, RS_INPLACE_AT_START } RsInplaceLayout;
+
+typedef struct {
+  const char* name;          /* "mpi_bench" */
+  const char* library;       /* "Open MPI v4.1.4, ..." */
+  const char* details;       /* transport, algorithm: one line, or NULL */
+  int rank, size;
+  RsInplaceLayout rs_inplace;
+  void* ctx;
+  void (*barrier)(void* ctx);
+  double (*reduce_double)(void* ctx, double v, int op); /* op: 1=sum 2=min 3=max */
+  long long (*sum_ll)(void* ctx, long long v);
+  int (*has_inplace)(void* ctx, Coll c); /* 0: in-place columns print N/A */
+  /* Runs the collective once on count = param_count elements. For in_place, send/recv are
+   * the nccl-tests in-place pointers into the receive buffer. iter lets a peer vary tags. */
+  void (*run)(void* ctx, Coll c, const float* send, float* recv, size_t count, int root,
+              int in_place, int iter);
+  /* Called once per (size, in_place) before timing, e.g. to build a persistent algorithm;
+   * may be NULL. send_base/recv_base are the unshifted buffers. */
+  void (*prepare)(void* ctx, Coll c, float* send_base, float* recv_base, size_t count,
+                  int in_place);
+  /* Whether run() honours a shifted buffer; 0 keeps the pointers at offset 0 (a peer whose
+   * algorithm is bound to its buffers at construction). */
+  int (*can_shift)(void* ctx, Coll c, int in_place);
+} PeerOps;
+
+static inline double pb_now(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static inline int pb_parse_coll(const char* s, Coll* out) {
+  for (int i = 0; i < COLL_COUNT_; i++) {
+    if (strcmp(s, kCollNames[i]) == 0) {
+      *out = (Coll)i;
+      return 1;
+    }
+  }
+  /* nccl-tests' and torch's spellings */
+  if (!strcmp(s, "allreduce")) { *out = COLL_ALL_REDUCE; return 1; }
+  if (!strcmp(s, "allgather")) { *out = COLL_ALL_GATHER; return 1; }
+  if (!strcmp(s, "reducescatter")) { *out = COLL_REDUCE_SCATTER; return 1; }
+  if (!strcmp(s, "alltoall") || !strcmp(s, "all2all")) { *out = COLL_ALL_TO_ALL; return 1; }
+  if (!strcmp(s, "bcast")) { *out = COLL_BROADCAST; return 1; }
+  return 0;
+}
+
+/* nccl-tests' parsesize: a number with an optional K/M/G suffix (powers of 1024). */
+static inline double pb_parse_size(const char* value) {
+  double size;
+  char lit[2] = {0, 0};
+  int n = sscanf(value, "%lf %1s", &size, lit);
+  if (n == 1) return size;
+  if (n != 2) return -1.0;
+  switch (lit[0]) {
+    case 'G': case 'g': return size * 1024.0 * 1024.0 * 1024.0;
+    case 'M': case 'm': return size * 1024.0 * 1024.0;
+    case 'K': case 'k': return size * 1024.0;
+    default: return -1.0;
+  }
+}
+
+static inline void pb_usage(const char* prog, FILE* f) {
+  fprintf(f,
+          "usage: %s COLLECTIVE [options]\n"
+          "  COLLECTIVE: all_reduce all_gather reduce_scatter broadcast reduce all_to_all\n"
+          "  -b,--minbytes N     smallest size (K/M/G suffixes), default 32M\n"
+          "  -e,--maxbytes N     largest size, default 32M\n"
+          "  -f,--stepfactor N   multiply the size by N each step, default 1 (then -i)\n"
+          "  -i,--stepbytes N    add N bytes each step when -f is 1, default 1M\n"
+          "  -n,--iters N        timed iterations per size, default 20\n"
+          "  -w,--warmup_iters N warmup iterations (at max and min size), default 5\n"
+          "  -c,--check 0/1      check results (small-integer fill, exact), default 1\n"
+          "  -d,--datatype float only float\n"
+          "  -o,--op sum         only sum\n"
+          "  -r,--root N         root of broadcast/reduce, default 0\n"
+          "  -a,--average 0..3   time over ranks: 0=rank0 1=avg 2=min 3=max, default 3\n",
+          prog);
+}
+
+/* Parses argv like nccl-tests' all_reduce_perf, with the collective as first argument.
+ * Returns 0 on success, 1 on --help, -1 on error (message printed by rank 0). */
+static inline int pb_parse_args(int argc, char** argv, int rank, BenchOptions* o) {
+  static struct option longopts[] = {
+      {"minbytes", required_argument, 0, 'b'},   {"maxbytes", required_argument, 0, 'e'},
+      {"stepbytes", required_argument, 0, 'i'},  {"stepfactor", required_argument, 0, 'f'},
+      {"iters", required_argument, 0, 'n'},      {"warmup_iters", required_argument, 0, 'w'},
+      {"check", required_argument, 0, 'c'},      {"op", required_argument, 0, 'o'},
+      {"datatype", required_argument, 0, 'd'},   {"root", required_argument, 0, 'r'},
+      {"average", required_argument, 0, 'a'},    {"help", no_argument, 0, 'h'},
+      {0, 0, 0, 0}};
+  o->coll = COLL_ALL_REDUCE;
+  o->min_bytes = o->max_bytes = 32u << 20;
+  o->step_bytes = 1u << 20;
+  o->step_factor = 1;
+  o->iters = 20;
+  o->warmup = 5;
+  o->check = 1;
+  o->root = 0;
+  o->average = 3;
+  if (argc < 2 || argv[1][0] == '-') {
+    if (argc >= 2 && (!strcmp(argv[1], "-h") || !strcmp(argv[1], "--help"))) {
+      if (rank == 0) pb_usage(argv[0], stdout);
+      return 1;
+    }
+    if (rank == 0) pb_usage(argv[0], stderr);
+    return -1;
+  }
+  if (!pb_parse_coll(argv[1], &o->coll)) {
+    if (rank == 0) fprintf(stderr, "%s: unknown collective '%s'\n", argv[0], argv[1]), pb_usage(argv[0], stderr);
+    return -1;
+  }
+  optind = 2;
+  for (;;) {
+    int c = getopt_long(argc, argv, "b:e:i:f:n:w:c:o:d:r:a:h", longopts, NULL);
+    if (c == -1) break;
+    double v;
+    switch (c) {
+      case 'b':
+      case 'e':
+        v = pb_parse_size(optarg);
+        if (v < 0) {
+          if (rank == 0) fprintf(stderr, "invalid size '%s' for -%c\n", optarg, c);
+          return -1;
+        }
+        if (c == 'b') o->min_bytes = (size_t)v; else o->max_bytes = (size_t)v;
+        break;
+      case 'i': o->step_bytes = (size_t)strtoull(optarg, NULL, 0); break;
+      case 'f': o->step_factor = (size_t)strtoull(optarg, NULL, 0); break;
+      case 'n': o->iters = (int)strtol(optarg, NULL, 0); break;
+      case 'w': o->warmup = (int)strtol(optarg, NULL, 0); break;
+      case 'c': o->check = (int)strtol(optarg, NULL, 0); break;
+      case 'r': o->root = (int)strtol(optarg, NULL, 0); break;
+      case 'a': o->average = (int)strtol(optarg, NULL, 0); break;
+      case 'd':
+        if (strcmp(optarg, "float") && strcmp(optarg, "float32") && strcmp(optarg, "f32")) {
+          if (rank == 0) fprintf(stderr, "only -d float is supported (got '%s')\n", optarg);
+          return -1;
+        }
+        break;
+      case 'o':
+        if (strcmp(optarg, "sum")) {
+          if (rank == 0) fprintf(stderr, "only -o sum is supported (got '%s')\n", optarg);
+          return -1;
+        }
+        break;
+      case 'h':
+        if (rank == 0) pb_usage(argv[0], stdout);
+        return 1;
+      default:
+        if (rank == 0) pb_usage(argv[0], stderr);
+        return -1;
+    }
+  }
+  if (optind < argc) {
+    if (rank == 0) fprintf(stderr, "unexpected argument '%s'\n", argv[optind]);
+    return -1;
+  }
+  if (o->min_bytes > o->max_bytes) {
+    if (rank == 0) fprintf(stderr, "invalid sizes: minbytes %zu > maxbytes %zu\n", o->min_bytes, o->max_bytes);
+    return -1;
+  }
+  if (o->iters < 1 || o->warmup < 0 || o->average < 0 || o->average > 3 ||
+      (o->step_factor <= 1 && o->step_bytes == 0)) {
+    if (rank == 0) fprintf(stderr, "invalid -n/-w/-a/-f/-i value\n");
+    return -1;
+  }
+  return 0;
+}
+
+static inline CollCounts pb_counts(Coll c, size_t bytes, int nranks) {
+  size_t count = bytes / sizeof(float), n = (size_t)nranks;
+  CollCounts k;
+  memset(&k, 0, sizeof k);
+  switch (c) {
+    case COLL_ALL_REDUCE:
+    case COLL_BROADCAST:
+    case COLL_REDUCE:
+      k.send_count = k.recv_count = k.param_count = count;
+      break;
+    case COLL_ALL_GATHER:
+      k.send_count = count / n;
+      k.recv_count = (count / n) * n;
+      k.param_count = count / n;
+      k.send_inplace_offset = count / n;
+      break;
+    case COLL_REDUCE_SCATTER:
+      k.send_count = (count / n) * n;
+      k.recv_count = count / n;
+      k.param_count = count / n;
+      k.recv_inplace_offset = count / n;
+      break;
+    case COLL_ALL_TO_ALL:
+      k.send_count = k.recv_count = (count / n) * n;
+      k.param_count = count / n;
+      break;
+    default: break;
+  }
+  return k;
+}
+
+/* nccl-tests' getBw: algbw from the bytes a rank's buffer holds, busbw scaled to what each
+ * link carries in the optimal algorithm. */
+static inline void pb_bw(Coll c, size_t param_count, double sec, int nranks, double* alg,
+                         double* bus) {
+  double n = (double)nranks, bytes = (double)(param_count * sizeof(float));
+  double factor = 1.0;
+  switch (c) {
+    case COLL_ALL_REDUCE: factor = 2.0 * (n - 1) / n; break;
+    case COLL_ALL_GATHER:
+    case COLL_REDUCE_SCATTER:
+    case COLL_ALL_TO_ALL:
+      bytes *= n;
+      factor = (n - 1) / n;
+      break;
+    default: break;
+  }
+  *alg = sec > 0 ? bytes / 1.0e9 / sec : 0.0;
+  *bus = *alg * factor;
+}
+
+/* Fill pattern: small integers, so that a sum over up to ~10^5 ranks is exact in float. Value
+ * of element j (index into the rank's send buffer) on rank r; rep changes it between checks. */
+static inline float pb_val(int r, size_t j, int rep) {
+  return (float)((j * 3u + (size_t)r * 5u + (size_t)rep) % 17u);
+}
+
+static inline void pb_fill(float* p, size_t n, float v) {
+  for (size_t i = 0; i < n; i++) p[i] = v;
+}
+
+typedef struct {
+  const BenchOptions* o;
+  const PeerOps* ops;
+  float *send, *recv, *expected;
+  size_t buf_bytes; /* bytes in each of send and recv */
+  CollCounts k;
+  int errors;       /* (size, mode) pairs with wrong elements, like nccl-tests' errors[] */
+  double bw_sum;
+  int bw_count;
+} PbState;
+
+static inline float* pb_send_ptr(PbState* s, int in_place, size_t shift_bytes) {
+  if (!in_place) return (float*)((char*)s->send + shift_bytes);
+  return (float*)((char*)s->recv + shift_bytes) + s->k.send_inplace_offset * (size_t)s->ops->rank;
+}
+
+static inline float* pb_recv_ptr(PbState* s, int in_place, size_t shift_bytes) {
+  if (!in_place) return (float*)((char*)s->recv + shift_bytes);
+  return (float*)((char*)s->recv + shift_bytes) + s->k.recv_inplace_offset * (size_t)s->ops->rank;
+}
+
+/* nccl-tests' startColl: a different offset into the max-size buffers each iteration, so that
+ * small sizes do not always run hot in cache. */
+static inline void pb_start(PbState* s, int in_place, int iter) {
+  const PeerOps* ops = s->ops;
+  size_t p = s->k.param_count;
+  if (p == 0) return; /* as nccl-tests' alltoall: nothing to move */
+  size_t total = (s->k.send_count > s->k.recv_count ? s->k.send_count : s->k.recv_count) * sizeof(float);
+  size_t steps = total ? s->o->max_bytes / total : 1;
+  if (steps == 0) steps = 1;
+  size_t shift = total * ((size_t)iter % steps);
+  if (ops->can_shift && !ops->can_shift(ops->ctx, s->o->coll, in_place)) shift = 0;
+  ops->run(ops->ctx, s->o->coll, pb_send_ptr(s, in_place, shift), pb_recv_ptr(s, in_place, shift), p,
+           s->o->root, in_place, iter);
+}
+
+/* Writes the input at iteration 0's position, and the expected result of this rank. */
+static inline void pb_init_data(PbState* s, int in_place, int rep) {
+  const int rank = s->ops->rank, n = s->ops->size, root = s->o->root;
+  const size_t p = s->k.param_count;
+  float* send = pb_send_ptr(s, in_place, 0);
+  /* sentinel everywhere a result or an in-place input can land (never a pattern value) */
+  pb_fill(s->recv, s->k.send_count > s->k.recv_count ? s->k.send_count : s->k.recv_count, -1.0f);
+  for (size_t j = 0; j < s->k.send_count; j++) send[j] = pb_val(rank, j, rep);
+  float* e = s->expected;
+  switch (s->o->coll) {
+    case COLL_ALL_REDUCE:
+    case COLL_REDUCE:
+      for (size_t j = 0; j < p; j++) {
+        float v = 0;
+        for (int r = 0; r < n; r++) v += pb_val(r, j, rep);
+        e[j] = v;
+      }
+      break;
+    case COLL_BROADCAST:
+      for (size_t j = 0; j < p; j++) e[j] = pb_val(root, j, rep);
+      break;
+    case COLL_ALL_GATHER:
+      for (int r = 0; r < n; r++)
+        for (size_t j = 0; j < p; j++) e[(size_t)r * p + j] = pb_val(r, j, rep);
+      break;
+    case COLL_REDUCE_SCATTER:
+      for (size_t j = 0; j < p; j++) {
+        float v = 0;
+        for (int r = 0; r < n; r++) v += pb_val(r, (size_t)rank * p + j, rep);
+        e[j] = v;
+      }
+      break;
+    case COLL_ALL_TO_ALL:
+      for (int r = 0; r < n; r++)
+        for (size_t j = 0; j < p; j++) e[(size_t)r * p + j] = pb_val(r, (size_t)rank * p + j, rep);
+      break;
+    default: break;
+  }
+}
+
+/* Counts this rank's wrong elements after one run at iteration 0. */
+static inline long long pb_check(PbState* s, int in_place) {
+  const Coll c = s->o->coll;
+  const int rank = s->ops->rank;
+  size_t n = s->k.recv_count;
+  const float* got = pb_recv_ptr(s, in_place, 0);
+  if (c == COLL_REDUCE && rank != s->o->root) return 0; /* only the root has a result */
+  if (c == COLL_BROADCAST && rank == s->o->root && !in_place && n > 0 && got[0] == -1.0f) {
+    /* MPI_Bcast has one buffer: an out-of-place root sends from its send buffer and leaves
+     * its receive buffer alone (NCCL and Gloo copy it there) */
+    got = pb_send_ptr(s, 0, 0);
+  }
+  if (c == COLL_REDUCE_SCATTER && in_place && s->ops->rs_inplace == RS_INPLACE_AT_START) got = s->recv;
+  long long wrong = 0;
+  for (size_t j = 0; j < n; j++) wrong += (got[j] != s->expected[j]);
+  return wrong;
+}
+
+static inline void pb_format_time(double usec, char* buf, size_t len) {
+  if (usec >= 10000.0) snprintf(buf, len, "%7.0f", usec);
+  else if (usec >= 100.0) snprintf(buf, len, "%7.1f", usec);
+  else snprintf(buf, len, "%7.2f", usec);
+}
+
+/* nccl-tests' BenchTime for one (size, in_place). */
+static inline void pb_bench_time(PbState* s, int in_place) {
+  const PeerOps* ops = s->ops;
+  const BenchOptions* o = s->o;
+  static int rep = 0;
+  if (!ops->has_inplace(ops->ctx, o->coll) && in_place) {
+    if (ops->rank == 0) printf("  %7s  %6s  %6s  %5s", "N/A", "N/A", "N/A", "N/A");
+    return;
+  }
+  if (ops->prepare) ops->prepare(ops->ctx, o->coll, s->send, s->recv, s->k.param_count, in_place);
+  if (o->check) pb_init_data(s, in_place, 99);
+  pb_start(s, in_place, 0); /* sync */
+  ops->barrier(ops->ctx);
+  double t0 = pb_now();
+  for (int it = 0; it < o->iters; it++) pb_start(s, in_place, it);
+  double sec = (pb_now() - t0) / o->iters;
+  if (o->average == 0) {
+    /* rank 0's value: others contribute 0 to a sum */
+    sec = ops->reduce_double(ops->ctx, ops->rank == 0 ? sec : 0.0, 1);
+  } else {
+    sec = ops->reduce_double(ops->ctx, sec, o->average);
+    if (o->average == 1) sec /= ops->size;
+  }
+  double alg, bus;
+  pb_bw(o->coll, s->k.param_count, sec, ops->size, &alg, &bus);
+  ops->barrier(ops->ctx);
+  long long wrong = 0;
+  rep++;
+  if (o->check) {
+    pb_init_data(s, in_place, rep);
+    pb_start(s, in_place, 0);
+    wrong = ops->sum_ll(ops->ctx, pb_check(s, in_place));
+    if (wrong) s->errors++;
+  }
+  char ts[32];
+  pb_format_time(sec * 1e6, ts, sizeof ts);
+  if (ops->rank == 0) {
+    if (o->check) printf("  %7s  %6.2f  %6.2f  %5lld", ts, alg, bus, wrong);
+    else printf("  %7s  %6.2f  %6.2f  %5s", ts, alg, bus, "N/A");
+  }
+  s->bw_sum += bus;
+  s->bw_count++;
+}
+
+static inline const char* pb_redop_name(Coll c) {
+  return (c == COLL_ALL_REDUCE || c == COLL_REDUCE_SCATTER || c == COLL_REDUCE) ? "sum" : "none";
+}
+
+static inline int pb_root_shown(const BenchOptions* o) {
+  return (o->coll == COLL_BROADCAST || o->coll == COLL_REDUCE) ? o->root : -1;
+}
+
+/* Runs the whole sweep; returns the process exit status (nonzero on wrong results). */
+static inline int peer_bench_main(const BenchOptions* o, const PeerOps* ops) {
+  PbState st;
+  memset(&st, 0, sizeof st);
+  st.o = o;
+  st.ops = ops;
+  if (o->root < 0 || o->root >= ops->size) {
+    if (ops->rank == 0) fprintf(stderr, "%s: root %d out of range for %d ranks\n", ops->name, o->root, ops->size);
+    return 2;
+  }
+  /* nccl-tests allocates max_bytes for each of send and recv; offsets stay inside */
+  st.buf_bytes = (o->max_bytes + 63) / 64 * 64;
+  if (st.buf_bytes == 0) st.buf_bytes = 64;
+  void *a = NULL, *b = NULL, *e = NULL;
+  if (posix_memalign(&a, 64, st.buf_bytes) || posix_memalign(&b, 64, st.buf_bytes) ||
+      posix_memalign(&e, 64, st.buf_bytes)) {
+    fprintf(stderr, "%s: rank %d: cannot allocate 3 x %zu bytes\n", ops->name, ops->rank, st.buf_bytes);
+    return 2;
+  }
+  st.send = (float*)a;
+  st.recv = (float*)b;
+  st.expected = (float*)e;
+  /* touch every page now, outside any timing */
+  memset(a, 0, st.buf_bytes);
+  memset(b, 0, st.buf_bytes);
+  memset(e, 0, st.buf_bytes);
+
+  if (ops->rank == 0) {
+    char host[256] = "?";
+    gethostname(host, sizeof host);
+    printf("# %s %s: %d ranks on %s, %s\n", ops->name, kCollNames[o->coll], ops->size, host, ops->library);
+    if (ops->details) printf("# %s\n", ops->details);
+    printf("# minBytes %zu maxBytes %zu step: %zu(%s) warmup iters: %d iters: %d validation: %d "
+           "time: %s over ranks of the per-rank average\n",
+           o->min_bytes, o->max_bytes, o->step_factor > 1 ? o->step_factor : o->step_bytes,
+           o->step_factor > 1 ? "factor" : "bytes", o->warmup, o->iters, o->check,
+           o->average == 0 ? "rank 0" : o->average == 1 ? "mean" : o->average == 2 ? "min" : "max");
+    printf("#\n");
+    printf("# %10s  %12s  %8s  %6s  %6s           out-of-place                       in-place          \n",
+           "", "", "", "", "");
+    printf("# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s %6s  %7s  %6s  %6s %6s\n", "size", "count",
+           "type", "redop", "root", "time", "algbw", "busbw", "#wrong", "time", "algbw", "busbw", "#wrong");
+    printf("# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s  %5s  %7s  %6s  %6s  %5s\n", "(B)", "(elements)",
+           "", "", "", "(us)", "(GB/s)", "(GB/s)", "", "(us)", "(GB/s)", "(GB/s)", "");
+    fflush(stdout);
+  }
+
+  ops->barrier(ops->ctx);
+  /* warmup at the largest and the smallest size, out of place, like nccl-tests' TimeTest */
+  size_t warm_sizes[2] = {o->max_bytes, o->min_bytes};
+  for (int w = 0; w < 2; w++) {
+    st.k = pb_counts(o->coll, warm_sizes[w], ops->size);
+    if (o->warmup > 0 && ops->prepare) ops->prepare(ops->ctx, o->coll, st.send, st.recv, st.k.param_count, 0);
+    for (int it = 0; it < o->warmup; it++) pb_start(&st, 0, it);
+  }
+
+  for (size_t size = o->min_bytes; size <= o->max_bytes;
+       size = o->step_factor > 1 ? size * o->step_factor : size + o->step_bytes) {
+    st.k = pb_counts(o->coll, size, ops->size);
+    size_t shown = (st.k.send_count > st.k.recv_count ? st.k.send_count : st.k.recv_count) * sizeof(float);
+    if (ops->rank == 0)
+      printf("%12zu  %12zu  %8s  %6s  %6i", shown, st.k.param_count, "float", pb_redop_name(o->coll),
+             pb_root_shown(o));
+    pb_bench_time(&st, 0);
+    pb_bench_time(&st, 1);
+    if (ops->rank == 0) {
+      printf("\n");
+      fflush(stdout);
+    }
+    if (size == 0) break; /* -b 0 with a factor would loop forever */
+  }
+
+  int errors = st.errors; /* the same on every rank: it counts globally summed results */
+  if (ops->rank == 0) {
+    printf("# Out of bounds values : %d %s\n", errors, errors ? "FAILED" : "OK");
+    printf("# Avg bus bandwidth    : %g \n", st.bw_count ? st.bw_sum / st.bw_count : 0.0);
+    printf("#\n");
+    fflush(stdout);
+  }
+  free(a);
+  free(b);
+  free(e);
+  return errors ? 1 : 0;
+}
+
+#endif /* SHOAL_BENCH_PEER_BENCH_H */

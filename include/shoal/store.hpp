@@ -1,0 +1,120 @@
+// Key-value stores used for rendezvous. TcpStore speaks the wire protocol of
+// torch.distributed.TCPStore (torch 1.13), so shoal can join a store torchrun's agent hosts.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace shoal {
+
+using Bytes = std::vector<uint8_t>;
+using Milliseconds = std::chrono::milliseconds;
+
+/// A key-value store shared by the ranks of a job. All calls are thread-safe.
+class Store {
+ public:
+  virtual ~Store() = default;
+  /// Sets `key` to `value`, waking every waiter on it.
+  virtual void set(const std::string& key, const Bytes& value) = 0;
+  /// Returns the value of `key`, waiting up to timeout() for it to be set (TimeoutError).
+  virtual Bytes get(const std::string& key) = 0;
+  /// Adds `delta` to the integer stored at `key` (0 if absent) and returns the new value.
+  virtual int64_t add(const std::string& key, int64_t delta) = 0;
+  /// Waits until every key exists (TimeoutError after `timeout`).
+  virtual void wait(const std::vector<std::string>& keys, Milliseconds timeout) = 0;
+  /// True if every key exists, without waiting.
+  virtual bool check(const std::vector<std::string>& keys) = 0;
+  /// Deletes `key`; returns whether it existed.
+  virtual bool remove(const std::string& key) = 0;
+
+  /// Host name of the store's server, if it has one (used to pick the interface that reaches it).
+  virtual std::string host() const { return {}; }
+
+  void wait(const std::vector<std::string>& keys) { wait(keys, timeout_); }
+  void set(const std::string& key, const std::string& value) { set(key, Bytes(value.begin(), value.end())); }
+  std::string get_string(const std::string& key) { auto v = get(key); return {v.begin(), v.end()}; }
+  Milliseconds timeout() const { return timeout_; }
+  void set_timeout(Milliseconds timeout) { timeout_ = timeout; }
+
+  /// Number of communicators created over this store object so far (then incremented).
+  /// Every rank creates its communicators in the same order, so the number scopes their keys.
+  int next_communicator_index() { return communicators_created_++; }
+
+ protected:
+  Milliseconds timeout_{std::chrono::minutes(5)};
+
+ private:
+  std::atomic<int> communicators_created_{0};
+};
+
+/// TCP store. With is_server the object also hosts the store on host:port (port 0 picks one).
+class TcpStore : public Store {
+ public:
+  struct Options {
+    bool is_server = false;
+    Milliseconds timeout{std::chrono::minutes(5)};
+    /// How long a client retries connecting while the server comes up.
+    Milliseconds connect_timeout{std::chrono::minutes(5)};
+  };
+  TcpStore(const std::string& host, uint16_t port, Options options);
+  ~TcpStore() override;
+  void set(const std::string& key, const Bytes& value) override;
+  Bytes get(const std::string& key) override;
+  int64_t add(const std::string& key, int64_t delta) override;
+  void wait(const std::vector<std::string>& keys, Milliseconds timeout) override;
+  bool check(const std::vector<std::string>& keys) override;
+  bool remove(const std::string& key) override;
+  using Store::set;
+  using Store::wait;
+  /// The port the server listens on (useful with port 0).
+  uint16_t port() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+/// A store in one file on a shared file system (or /tmp for one host), guarded by flock.
+class FileStore : public Store {
+ public:
+  explicit FileStore(std::string path, Milliseconds timeout = std::chrono::minutes(5));
+  ~FileStore() override;
+  void set(const std::string& key, const Bytes& value) override;
+  Bytes get(const std::string& key) override;
+  int64_t add(const std::string& key, int64_t delta) override;
+  void wait(const std::vector<std::string>& keys, Milliseconds timeout) override;
+  bool check(const std::vector<std::string>& keys) override;
+  bool remove(const std::string& key) override;
+  using Store::set;
+  using Store::wait;
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
+/// Prepends `prefix + "/"` to every key of an underlying store.
+class PrefixStore : public Store {
+ public:
+  PrefixStore(std::string prefix, std::shared_ptr<Store> base);
+  std::string host() const override { return base_->host(); }
+  void set(const std::string& key, const Bytes& value) override;
+  Bytes get(const std::string& key) override;
+  int64_t add(const std::string& key, int64_t delta) override;
+  void wait(const std::vector<std::string>& keys, Milliseconds timeout) override;
+  bool check(const std::vector<std::string>& keys) override;
+  bool remove(const std::string& key) override;
+  using Store::set;
+  using Store::wait;
+
+ private:
+  std::string key(const std::string& k) const { return prefix_ + "/" + k; }
+  std::string prefix_;
+  std::shared_ptr<Store> base_;
+};
+
+}  // namespace shoal

@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Installs every Debian package shoal needs to build, test and benchmark.
+# Idempotent: packages already present are skipped, and apt runs only when something is missing.
+set -euo pipefail
+
+packages=(
+  build-essential g++ cmake make pkg-config git
+  libgtest-dev libgmock-dev googletest libbenchmark-dev
+  libcli11-dev libfmt-dev nlohmann-json3-dev
+  openmpi-bin libopenmpi-dev      # Open MPI: a launcher we support and a peer we benchmark against
+  libgloo-dev                     # Gloo: a peer we benchmark against
+  python3-torch                   # torchrun: a launcher we support
+  iproute2 procps psmisc
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+
+if [ ${#missing[@]} -eq 0 ]; then
+  echo "install-deps: all ${#packages[@]} packages present"
+  exit 0
+fi
+
+echo "install-deps: installing ${missing[*]}"
+SUDO=""
+[ "$(id -u)" -eq 0 ] || SUDO="sudo"
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -qq
+$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"

@@ -1,0 +1,118 @@
+#include "algorithms/schedule.hpp"
+
+#include <sstream>
+
+namespace shoal::algorithms {
+
+std::string_view to_string(Collective c) {
+  switch (c) {
+    case Collective::all_reduce: return "all_reduce";
+    case Collective::all_gather: return "all_gather";
+    case Collective::reduce_scatter: return "reduce_scatter";
+    case Collective::broadcast: return "broadcast";
+    case Collective::reduce: return "reduce";
+    case Collective::all_to_all: return "all_to_all";
+    case Collective::gather: return "gather";
+    case Collective::scatter: return "scatter";
+    case Collective::barrier: return "barrier";
+    case Collective::send: return "send";
+    case Collective::recv: return "recv";
+  }
+  return "unknown";
+}
+
+uint64_t Chunking::pieces() const { return total == 0 ? 0 : (total + chunk - 1) / chunk; }
+uint64_t Chunking::offset(uint64_t i) const { return i * chunk; }
+uint64_t Chunking::length(uint64_t i) const {
+  uint64_t off = i * chunk;
+  return total - off < chunk ? total - off : chunk;
+}
+
+uint64_t block_begin(uint64_t count, int p, int b) {
+  const uint64_t base = count / static_cast<uint64_t>(p), extra = count % static_cast<uint64_t>(p);
+  const uint64_t ub = static_cast<uint64_t>(b);
+  return ub * base + (ub < extra ? ub : extra);
+}
+
+uint64_t input_bytes(const CollectiveArgs& a) {
+  const uint64_t es = size_of(a.dtype), p = static_cast<uint64_t>(a.size);
+  switch (a.collective) {
+    case Collective::reduce_scatter: case Collective::all_to_all: return a.count * es * p;
+    case Collective::scatter: return a.rank == a.root ? a.count * es * p : 0;
+    case Collective::recv: case Collective::barrier: return 0;
+    case Collective::broadcast: return a.rank == a.root ? a.count * es : 0;
+    default: return a.count * es;
+  }
+}
+
+uint64_t output_bytes(const CollectiveArgs& a) {
+  const uint64_t es = size_of(a.dtype), p = static_cast<uint64_t>(a.size);
+  switch (a.collective) {
+    case Collective::all_gather: case Collective::all_to_all: return a.count * es * p;
+    case Collective::gather: return a.rank == a.root ? a.count * es * p : 0;
+    case Collective::reduce: return a.rank == a.root ? a.count * es : 0;
+    case Collective::send: case Collective::barrier: return 0;
+    default: return a.count * es;
+  }
+}
+
+uint32_t signature(const CollectiveArgs& a) {
+  // FNV-1a over the fields every participant must agree on.
+  uint64_t fields[5] = {static_cast<uint64_t>(a.collective), static_cast<uint64_t>(a.dtype),
+                        static_cast<uint64_t>(a.op), a.count, static_cast<uint64_t>(a.root + 1)};
+  const bool reduces = a.collective == Collective::all_reduce || a.collective == Collective::reduce ||
+                       a.collective == Collective::reduce_scatter;
+  if (!reduces) fields[2] = 0;
+  if (a.collective == Collective::send || a.collective == Collective::recv) {
+    fields[0] = 0xfeed;  // a send and its recv carry the same signature
+    fields[4] = static_cast<uint64_t>(static_cast<uint32_t>(a.tag));
+  }
+  uint32_t h = 2166136261u;
+  for (uint64_t f : fields)
+    for (int i = 0; i < 8; ++i) {
+      h ^= static_cast<uint8_t>(f >> (8 * i));
+      h *= 16777619u;
+    }
+  return h;
+}
+
+std::string Schedule::check(uint64_t in_bytes, uint64_t out_bytes) const {
+  std::ostringstream os;
+  auto fits = [&](const Slice& s, const char* what, size_t i) {
+    uint64_t cap = s.buffer == Buffer::input ? in_bytes : s.buffer == Buffer::output ? out_bytes : scratch_bytes;
+    if (s.offset + s.bytes > cap) {
+      os << "step " << i << ": " << what << " [" << s.offset << ", " << s.offset + s.bytes
+         << ") exceeds its buffer of " << cap << " bytes";
+      return false;
+    }
+    return true;
+  };
+  for (const auto& [before, after] : edges)
+    if (before >= after || after >= steps.size()) {
+      os << "edge " << before << " -> " << after << " does not point forward";
+      return os.str();
+    }
+  for (size_t i = 0; i < steps.size(); ++i) {
+    const Step& s = steps[i];
+    switch (s.kind) {
+      case StepKind::send: if (!fits(s.src, "send source", i)) return os.str(); break;
+      case StepKind::recv: case StepKind::finalize:
+        if (!fits(s.dst, "destination", i)) return os.str();
+        break;
+      case StepKind::reduce:
+        if (!fits(s.dst, "reduce destination", i) || !fits(s.src, "reduce operand", i) ||
+            !fits(s.src2, "reduce operand", i))
+          return os.str();
+        if (s.src.bytes != s.dst.bytes || s.src2.bytes != s.dst.bytes)
+          return "step " + std::to_string(i) + ": reduce operands differ in size";
+        break;
+      case StepKind::copy:
+        if (!fits(s.dst, "copy destination", i) || !fits(s.src, "copy source", i)) return os.str();
+        if (s.src.bytes != s.dst.bytes) return "step " + std::to_string(i) + ": copy sizes differ";
+        break;
+    }
+  }
+  return {};
+}
+
+}  // namespace shoal::algorithms

@@ -1,0 +1,32 @@
+// What a Communicator holds: its place in the job, the store, the topology, the engine.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "algorithms/schedule.hpp"
+#include "comm/engine.hpp"
+#include "comm/topology.hpp"
+#include "shoal/communicator.hpp"
+
+namespace shoal::detail {
+
+class CommImpl {
+ public:
+  CommImpl(std::shared_ptr<Store> store, int rank, int size, const Options& options);
+
+  /// Validates the call (InvalidArgumentError before anything is sent) and queues it.
+  Work submit(algorithms::Collective collective, const void* input, void* output, uint64_t count,
+              DataType dtype, ReduceOp op, int root, int peer = -1, int tag = 0);
+
+  int rank = 0, size = 1;
+  comm::Topology topology;
+  std::string listen_address;
+  std::chrono::milliseconds timeout{0};
+  uint64_t chunk_bytes = 0;
+  uint64_t comm_id = 0;
+  std::shared_ptr<Store> store;
+  std::unique_ptr<comm::Engine> engine;
+};
+
+}  // namespace shoal::detail

@@ -1,0 +1,175 @@
+#include "shoal/communicator.hpp"
+
+#include <random>
+#include <sstream>
+
+#include "comm/comm_impl.hpp"
+#include "core/check.hpp"
+#include "core/config.hpp"
+#include "store/bootstrap.hpp"
+#include "transport/tcp/mesh.hpp"
+
+namespace shoal {
+
+using algorithms::Collective;
+
+namespace detail {
+
+static uint64_t random_id() {
+  std::random_device rd;
+  return (static_cast<uint64_t>(rd()) << 32) ^ rd() ^ 0x5348'4f4c'0000'0000ull;
+}
+
+CommImpl::CommImpl(std::shared_ptr<Store> st, int r, int n, const Options& options)
+    : rank(r), size(n), store(std::move(st)) {
+  SHOAL_CHECK(store != nullptr, InvalidArgument, "Communicator::create needs a store");
+  SHOAL_CHECK(n >= 1, InvalidArgument, "world size must be at least 1, got " << n);
+  SHOAL_CHECK(r >= 0 && r < n, InvalidArgument, "rank " << r << " is outside [0, " << n << ")");
+  log::set_rank(r);
+  timeout = options.timeout.count() > 0 ? options.timeout : config::get_duration("SHOAL_TIMEOUT");
+  chunk_bytes = config::get_bytes("SHOAL_CHUNK_BYTES");
+  SHOAL_CHECK(chunk_bytes > 0, InvalidArgument, "SHOAL_CHUNK_BYTES must be positive");
+  const auto deadline = comm::Clock::now() + timeout;
+  const auto old_timeout = store->timeout();
+  store->set_timeout(timeout);
+  const std::string prefix = "shoal/comm" + std::to_string(store->next_communicator_index());
+  if (r == 0) {
+    comm_id = random_id();
+    store->set(prefix + "/id", std::to_string(comm_id));
+  } else {
+    comm_id = std::stoull(store->get_string(prefix + "/id"));
+  }
+  topology = comm::discover_topology(*store, prefix, r, n);
+  listen_address = transport::tcp::choose_listen_address(topology.num_hosts == 1, store->host());
+  auto fds = transport::tcp::connect_mesh(*store, prefix, r, n, comm_id, listen_address, deadline);
+  store->set_timeout(old_timeout);
+  engine = std::make_unique<comm::Engine>(r, n, comm_id, std::move(fds), timeout);
+  SHOAL_INFO("communicator ready: rank " << r << " of " << n << ", " << topology.num_hosts
+                                         << " host(s), listening on " << listen_address);
+}
+
+Work CommImpl::submit(Collective collective, const void* input, void* output, uint64_t count,
+                      DataType dtype, ReduceOp op, int root, int peer, int tag) {
+  const auto name = algorithms::to_string(collective);
+  SHOAL_CHECK(static_cast<int>(dtype) < kNumDataTypes, InvalidArgument,
+              name << ": invalid data type " << static_cast<int>(dtype));
+  SHOAL_CHECK(static_cast<int>(op) < kNumReduceOps, InvalidArgument,
+              name << ": invalid reduce op " << static_cast<int>(op));
+  const bool rooted = collective == Collective::broadcast || collective == Collective::reduce ||
+                      collective == Collective::gather || collective == Collective::scatter;
+  if (rooted)
+    SHOAL_CHECK(root >= 0 && root < size, InvalidArgument,
+                name << ": root " << root << " is outside [0, " << size << ")");
+  if (collective == Collective::send || collective == Collective::recv) {
+    SHOAL_CHECK(peer >= 0 && peer < size, InvalidArgument,
+                name << ": peer " << peer << " is outside [0, " << size << ")");
+    SHOAL_CHECK(peer != rank, InvalidArgument,
+                name << " to this rank itself (" << rank << ") is not supported: copy the buffer");
+  }
+  SHOAL_CHECK(count <= (uint64_t{1} << 56) / size_of(dtype) / static_cast<uint64_t>(size),
+              InvalidArgument, name << ": count " << count << " is too large");
+  algorithms::CollectiveArgs a;
+  a.collective = collective;
+  a.dtype = dtype;
+  a.op = op;
+  a.count = count;
+  a.root = rooted ? root : -1;
+  a.peer = peer;
+  a.tag = tag;
+  a.rank = rank;
+  a.size = size;
+  a.chunk_bytes = chunk_bytes;
+  a.in_place = input != nullptr && input == output;
+  const uint64_t in_bytes = algorithms::input_bytes(a), out_bytes = algorithms::output_bytes(a);
+  SHOAL_CHECK(in_bytes == 0 || input != nullptr, InvalidArgument,
+              name << ": the input buffer is null but " << in_bytes << " bytes are needed");
+  SHOAL_CHECK(out_bytes == 0 || output != nullptr, InvalidArgument,
+              name << ": the output buffer is null but " << out_bytes << " bytes are needed");
+  comm::OpRequest req;
+  req.args = a;
+  req.input = input;
+  req.output = output;
+  return Work(engine->submit(req));
+}
+
+}  // namespace detail
+
+Communicator::Communicator(std::unique_ptr<detail::CommImpl> impl) : impl_(std::move(impl)) {}
+Communicator::Communicator(Communicator&&) noexcept = default;
+Communicator& Communicator::operator=(Communicator&&) noexcept = default;
+Communicator::~Communicator() = default;
+
+Communicator Communicator::create(std::shared_ptr<Store> store, int rank, int size, const Options& options) {
+  return Communicator(std::make_unique<detail::CommImpl>(std::move(store), rank, size, options));
+}
+
+Communicator Communicator::from_environment(const Options& options) {
+  auto info = bootstrap::detect(bootstrap::process_env());
+  auto timeout = options.timeout.count() > 0 ? options.timeout : config::get_duration("SHOAL_TIMEOUT");
+  auto store = bootstrap::open_store(info, timeout);
+  return create(std::move(store), info.rank, info.size, options);
+}
+
+int Communicator::rank() const { return impl_->rank; }
+int Communicator::size() const { return impl_->size; }
+int Communicator::local_rank() const { return impl_->topology.local_rank; }
+int Communicator::local_size() const { return impl_->topology.local_size; }
+int Communicator::num_hosts() const { return impl_->topology.num_hosts; }
+
+Work Communicator::all_reduce_async(const void* send, void* recv, size_t count, DataType dtype, ReduceOp op) {
+  return impl_->submit(Collective::all_reduce, send, recv, count, dtype, op, -1);
+}
+Work Communicator::all_gather_async(const void* send, void* recv, size_t count, DataType dtype) {
+  return impl_->submit(Collective::all_gather, send, recv, count, dtype, ReduceOp::sum, -1);
+}
+Work Communicator::reduce_scatter_async(const void* send, void* recv, size_t count, DataType dtype, ReduceOp op) {
+  return impl_->submit(Collective::reduce_scatter, send, recv, count, dtype, op, -1);
+}
+Work Communicator::broadcast_async(const void* send, void* recv, size_t count, DataType dtype, int root) {
+  // Only the root's input matters; elsewhere the buffer is the output.
+  return impl_->submit(Collective::broadcast, rank() == root ? send : nullptr, recv, count, dtype,
+                       ReduceOp::sum, root);
+}
+Work Communicator::reduce_async(const void* send, void* recv, size_t count, DataType dtype, ReduceOp op, int root) {
+  return impl_->submit(Collective::reduce, send, rank() == root ? recv : nullptr, count, dtype, op, root);
+}
+Work Communicator::all_to_all_async(const void* send, void* recv, size_t count, DataType dtype) {
+  return impl_->submit(Collective::all_to_all, send, recv, count, dtype, ReduceOp::sum, -1);
+}
+Work Communicator::gather_async(const void* send, void* recv, size_t count, DataType dtype, int root) {
+  return impl_->submit(Collective::gather, send, rank() == root ? recv : nullptr, count, dtype,
+                       ReduceOp::sum, root);
+}
+Work Communicator::scatter_async(const void* send, void* recv, size_t count, DataType dtype, int root) {
+  return impl_->submit(Collective::scatter, rank() == root ? send : nullptr, recv, count, dtype,
+                       ReduceOp::sum, root);
+}
+Work Communicator::barrier_async() {
+  return impl_->submit(Collective::barrier, nullptr, nullptr, 0, DataType::uint8, ReduceOp::sum, -1);
+}
+Work Communicator::send_async(const void* buf, size_t count, DataType dtype, int peer, int tag) {
+  return impl_->submit(Collective::send, buf, nullptr, count, dtype, ReduceOp::sum, -1, peer, tag);
+}
+Work Communicator::recv_async(void* buf, size_t count, DataType dtype, int peer, int tag) {
+  return impl_->submit(Collective::recv, nullptr, buf, count, dtype, ReduceOp::sum, -1, peer, tag);
+}
+
+std::string Communicator::describe() const {
+  std::ostringstream os;
+  os << "rank " << rank() << " of " << size() << " (local " << local_rank() << " of " << local_size()
+     << ", " << num_hosts() << " host(s)), transport tcp on " << impl_->listen_address
+     << ", timeout " << std::chrono::duration<double>(impl_->timeout).count() << " s, chunk "
+     << impl_->chunk_bytes << " B";
+  return os.str();
+}
+
+void Communicator::check_equal(size_t a, size_t b, const char* op) const {
+  SHOAL_CHECK(a == b, InvalidArgument,
+              op << ": buffer sizes do not match (" << a << " vs " << b << " elements)");
+}
+void Communicator::check_divisible(size_t n, const char* op) const {
+  SHOAL_CHECK(n % static_cast<size_t>(size()) == 0, InvalidArgument,
+              op << ": buffer of " << n << " elements does not divide by the " << size() << " ranks");
+}
+
+}  // namespace shoal

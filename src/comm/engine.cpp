@@ -1,0 +1,438 @@
+#include "comm/engine.hpp"
+
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <sstream>
+
+#include "core/check.hpp"
+#include "core/reduce.hpp"
+
+namespace shoal::comm {
+
+using algorithms::Buffer;
+using algorithms::Collective;
+using algorithms::StepKind;
+using transport::FrameKind;
+
+namespace {
+constexpr uint32_t kWakeToken = UINT32_MAX;
+
+std::exception_ptr make_error(ErrorCode code, const std::string& message, int peer) {
+  try {
+    throw_error(code, message, peer);
+  } catch (...) {
+    return std::current_exception();
+  }
+}
+}  // namespace
+
+struct Engine::Op {
+  uint32_t id = 0;
+  OpRequest request;
+  std::shared_ptr<detail::WorkState> work = std::make_shared<detail::WorkState>();
+  FrameKind kind = FrameKind::collective;
+  uint64_t seq = 0;
+  uint32_t signature = 0;
+  algorithms::Schedule schedule;
+  std::string algorithm;
+  // execution state (engine thread)
+  std::vector<uint32_t> remaining;      // unmet dependencies per step
+  std::vector<uint32_t> first_dependent;  // CSR over dependents
+  std::vector<uint32_t> dependents;
+  std::vector<uint32_t> frame_index;    // per send/recv step: its index among frames to/from that peer
+  std::vector<uint8_t> ready;
+  uint32_t steps_done = 0;
+  bool finished = false;
+  Clock::time_point deadline;
+
+  bool is_p2p() const { return kind == FrameKind::p2p; }
+};
+
+Engine::Engine(int rank, int size, uint64_t comm_id, std::vector<int> fds,
+               std::chrono::milliseconds timeout)
+    : rank_(rank), size_(size), comm_id_(comm_id), timeout_(timeout) {
+  next_send_seq_.assign(size, 0);
+  next_recv_seq_.assign(size, 0);
+  send_queue_.resize(size);
+  recv_queue_.resize(size);
+  conns_.resize(size);
+  epoll_fd_ = epoll_create1(EPOLL_CLOEXEC);
+  wake_fd_ = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  SHOAL_CHECK(epoll_fd_ >= 0 && wake_fd_ >= 0, Internal, "epoll/eventfd: " << strerror(errno));
+  epoll_event ev{};
+  ev.events = EPOLLIN;
+  ev.data.u32 = kWakeToken;
+  epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, wake_fd_, &ev);
+  for (int p = 0; p < size; ++p) {
+    if (fds[p] < 0) continue;
+    conns_[p] = std::make_unique<transport::tcp::Connection>(fds[p], p, comm_id, this);
+    epoll_event e{};
+    e.events = EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLET;
+    e.data.u32 = static_cast<uint32_t>(p);
+    epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, fds[p], &e);
+  }
+  thread_ = std::thread([this] { loop(); });
+}
+
+Engine::~Engine() {
+  {
+    std::lock_guard<std::mutex> lock(submit_mutex_);
+    stopping_ = true;
+  }
+  uint64_t one = 1;
+  ssize_t ignored = write(wake_fd_, &one, sizeof one);
+  (void)ignored;
+  if (thread_.joinable()) thread_.join();
+  conns_.clear();
+  close(epoll_fd_);
+  close(wake_fd_);
+}
+
+std::string Engine::last_algorithm() const {
+  std::lock_guard<std::mutex> lock(submit_mutex_);
+  return last_algorithm_;
+}
+
+std::shared_ptr<detail::WorkState> Engine::submit(const OpRequest& request) {
+  auto op = std::make_unique<Op>();
+  op->request = request;
+  const auto& a = request.args;
+  op->kind = (a.collective == Collective::send || a.collective == Collective::recv) ? FrameKind::p2p
+                                                                                   : FrameKind::collective;
+  op->signature = algorithms::signature(a);
+  if (a.count > 0 || a.collective == Collective::barrier)
+    op->schedule = algorithms::build_schedule(a, &op->algorithm);
+  auto work = op->work;
+  {
+    std::lock_guard<std::mutex> lock(submit_mutex_);
+    if (broken_) {
+      work->complete(broken_);
+      return work;
+    }
+    if (stopping_) {
+      work->complete(make_error(ErrorCode::Aborted, "the communicator is being destroyed", -1));
+      return work;
+    }
+    if (a.collective == Collective::send) op->seq = next_send_seq_[a.peer]++;
+    else if (a.collective == Collective::recv) op->seq = next_recv_seq_[a.peer]++;
+    else op->seq = next_collective_seq_++;
+    if (!op->algorithm.empty()) last_algorithm_ = op->algorithm;
+    submitted_.push_back(std::move(op));
+  }
+  uint64_t one = 1;
+  ssize_t ignored = write(wake_fd_, &one, sizeof one);
+  (void)ignored;
+  return work;
+}
+
+std::string Engine::describe(const Op& op) const {
+  const auto& a = op.request.args;
+  std::ostringstream os;
+  os << algorithms::to_string(a.collective) << " #" << op.seq;
+  if (a.collective == Collective::send) os << " to rank " << a.peer;
+  if (a.collective == Collective::recv) os << " from rank " << a.peer;
+  if (a.collective != Collective::barrier) {
+    os << " (" << a.count << " x " << to_string(a.dtype);
+    if (a.collective == Collective::all_reduce || a.collective == Collective::reduce ||
+        a.collective == Collective::reduce_scatter)
+      os << ", " << to_string(a.op);
+    if (a.root >= 0) os << ", root " << a.root;
+    if (op.is_p2p()) os << ", tag " << a.tag;
+    os << ")";
+  }
+  return os.str();
+}
+
+void Engine::admit_new_ops() {
+  std::lock_guard<std::mutex> lock(submit_mutex_);
+  while (!submitted_.empty()) {
+    waiting_.push_back(std::move(submitted_.front()));
+    submitted_.pop_front();
+  }
+}
+
+void Engine::start_ready_ops() {
+  while (!waiting_.empty() && !broken_local_) {
+    Op& next = *waiting_.front();
+    bool ok = running_.empty();
+    if (!ok && next.is_p2p()) {
+      ok = true;
+      for (const auto& r : running_) ok = ok && r->is_p2p();
+    }
+    if (!ok) return;
+    running_.push_back(std::move(waiting_.front()));
+    waiting_.pop_front();
+    start(*running_.back());
+  }
+}
+
+void Engine::start(Op& op) {
+  op.id = next_op_id_++;
+  op.deadline = Clock::now() + timeout_;
+  auto& sch = op.schedule;
+  const size_t n = sch.steps.size();
+  op.remaining.assign(n, 0);
+  op.ready.assign(n, 0);
+  op.frame_index.assign(n, 0);
+  op.first_dependent.assign(n + 1, 0);
+  for (const auto& [before, after] : sch.edges) {
+    ++op.remaining[after];
+    ++op.first_dependent[before + 1];
+  }
+  for (size_t i = 0; i < n; ++i) op.first_dependent[i + 1] += op.first_dependent[i];
+  op.dependents.assign(sch.edges.size(), 0);
+  {
+    std::vector<uint32_t> fill(op.first_dependent.begin(), op.first_dependent.end() - 1);
+    for (const auto& [before, after] : sch.edges) op.dependents[fill[before]++] = after;
+  }
+  if (sch.scratch_bytes > scratch_.size()) scratch_.resize(sch.scratch_bytes);
+  std::vector<uint32_t> sends_to(size_, 0), recvs_from(size_, 0);
+  for (uint32_t i = 0; i < n; ++i) {
+    const auto& st = sch.steps[i];
+    if (st.kind == StepKind::send) {
+      op.frame_index[i] = sends_to[st.peer]++;
+      send_queue_[st.peer].push_back({&op, i});
+    } else if (st.kind == StepKind::recv) {
+      op.frame_index[i] = recvs_from[st.peer]++;
+      recv_queue_[st.peer].push_back({&op, i});
+    }
+  }
+  if (n == 0) {
+    op.finished = true;
+    return;
+  }
+  for (uint32_t i = 0; i < n && !pending_error_; ++i)
+    if (op.remaining[i] == 0) make_ready(op, i);
+}
+
+uint8_t* Engine::resolve(Op& op, const algorithms::Slice& s) {
+  uint8_t* base = nullptr;
+  switch (s.buffer) {
+    case Buffer::input: base = const_cast<uint8_t*>(static_cast<const uint8_t*>(op.request.input)); break;
+    case Buffer::output: base = static_cast<uint8_t*>(op.request.output); break;
+    case Buffer::scratch: base = scratch_.data(); break;
+  }
+  return base ? base + s.offset : nullptr;
+}
+
+void Engine::make_ready(Op& op, uint32_t i) {
+  const auto& st = op.schedule.steps[i];
+  if (st.kind == StepKind::send || st.kind == StepKind::recv) {
+    op.ready[i] = 1;
+    try_post(st.peer);
+  } else {
+    run_local(op, i);
+  }
+}
+
+void Engine::run_local(Op& op, uint32_t i) {
+  const auto& st = op.schedule.steps[i];
+  const auto& a = op.request.args;
+  const uint64_t es = size_of(a.dtype);
+  switch (st.kind) {
+    case StepKind::reduce:
+      if (st.dst.bytes > 0)
+        kernels::reduce(resolve(op, st.dst), resolve(op, st.src), resolve(op, st.src2),
+                        st.dst.bytes / es, a.dtype, a.op);
+      break;
+    case StepKind::copy: {
+      uint8_t* d = resolve(op, st.dst);
+      const uint8_t* s = resolve(op, st.src);
+      if (st.dst.bytes > 0 && d != s) std::memcpy(d, s, st.dst.bytes);
+      break;
+    }
+    case StepKind::finalize:
+      if (st.dst.bytes > 0) kernels::finalize_avg(resolve(op, st.dst), st.dst.bytes / es, a.dtype, a.size);
+      break;
+    default:
+      break;
+  }
+  step_done(op, i);
+}
+
+void Engine::step_done(Op& op, uint32_t i) {
+  ++op.steps_done;
+  for (uint32_t k = op.first_dependent[i]; k < op.first_dependent[i + 1]; ++k) {
+    uint32_t d = op.dependents[k];
+    if (--op.remaining[d] == 0 && !pending_error_) make_ready(op, d);
+  }
+  if (op.steps_done == op.schedule.steps.size()) op.finished = true;
+}
+
+void Engine::try_post(int peer) {
+  auto* conn = conns_[peer].get();
+  bool posted = false;
+  for (auto* q : {&send_queue_[peer], &recv_queue_[peer]}) {
+    while (!q->empty() && q->front().op->ready[q->front().step]) {
+      Op& op = *q->front().op;
+      const uint32_t i = q->front().step;
+      q->pop_front();
+      const auto& st = op.schedule.steps[i];
+      const uint64_t cookie = (static_cast<uint64_t>(op.id) << 32) | i;
+      if (st.kind == StepKind::send) {
+        transport::tcp::SendRequest r;
+        r.header.kind = op.kind;
+        r.header.comm_id = comm_id_;
+        r.header.seq = op.seq;
+        r.header.tag = op.frame_index[i];
+        r.header.signature = op.signature;
+        r.header.length = st.src.bytes;
+        r.data = resolve(op, st.src);
+        r.cookie = cookie;
+        conn->post_send(r);
+      } else {
+        transport::tcp::RecvRequest r;
+        r.kind = op.kind;
+        r.seq = op.seq;
+        r.tag = op.frame_index[i];
+        r.signature = op.signature;
+        r.length = st.dst.bytes;
+        r.dst = resolve(op, st.dst);
+        r.cookie = cookie;
+        conn->post_recv(r);
+      }
+      posted = true;
+    }
+  }
+  if (posted) dirty_.push_back(peer);
+}
+
+Engine::Op* Engine::find_op(uint32_t id) {
+  for (auto& op : running_)
+    if (op->id == id) return op.get();
+  return nullptr;
+}
+
+void Engine::on_send_complete(uint64_t cookie) { completions_.push_back(cookie); }
+void Engine::on_recv_complete(uint64_t cookie) { completions_.push_back(cookie); }
+void Engine::on_connection_error(int culprit, ErrorCode code, const std::string& message) {
+  if (!pending_error_) pending_error_ = PendingError{code, message, culprit};
+}
+
+void Engine::drain() {
+  while (!broken_local_) {
+    if (pending_error_) {
+      PendingError e = *pending_error_;
+      break_comm(e.code, e.message, e.culprit);
+      return;
+    }
+    if (!dirty_.empty()) {
+      std::vector<int> work;
+      work.swap(dirty_);
+      for (int p : work)
+        if (conns_[p]) conns_[p]->progress();
+      continue;
+    }
+    if (!completions_.empty()) {
+      std::vector<uint64_t> work;
+      work.swap(completions_);
+      for (uint64_t c : work) {
+        if (pending_error_) break;
+        if (Op* op = find_op(static_cast<uint32_t>(c >> 32))) step_done(*op, static_cast<uint32_t>(c));
+      }
+      continue;
+    }
+    break;
+  }
+}
+
+void Engine::finish_ops() {
+  while (!running_.empty() && running_.front()->finished) {
+    running_.front()->work->complete();
+    running_.pop_front();
+  }
+}
+
+void Engine::break_comm(ErrorCode code, const std::string& message, int peer) {
+  if (broken_local_) return;
+  broken_local_ = true;
+  SHOAL_INFO("communicator breaks: " << message);
+  for (auto& c : conns_)
+    if (c) {
+      if (c->broken()) c->abandon();
+      else c->send_abort_and_close(code, peer, message);
+    }
+  for (auto& q : send_queue_) q.clear();
+  for (auto& q : recv_queue_) q.clear();
+  completions_.clear();
+  dirty_.clear();
+  const std::string who = "rank " + std::to_string(rank_) + ": ";
+  for (auto& op : running_)
+    op->work->complete(make_error(code, who + describe(*op) + " failed: " + message, peer));
+  running_.clear();
+  std::deque<std::unique_ptr<Op>> queued;
+  {
+    std::lock_guard<std::mutex> lock(submit_mutex_);
+    broken_ = make_error(code, who + "the communicator is unusable after an earlier failure: " + message, peer);
+    queued.swap(submitted_);
+  }
+  for (auto* q : {&waiting_, &queued})
+    for (auto& op : *q)
+      op->work->complete(make_error(code, who + describe(*op) + " was not started: " + message, peer));
+  waiting_.clear();
+}
+
+void Engine::check_timeouts() {
+  if (running_.empty() || broken_local_) return;
+  const auto now = Clock::now();
+  for (auto& op : running_) {
+    if (now < op->deadline) continue;
+    std::ostringstream os;
+    os << describe(*op) << " did not finish within "
+       << std::chrono::duration<double>(timeout_).count() << " s (SHOAL_TIMEOUT)";
+    std::string waiting;
+    for (auto& c : conns_)
+      if (c && (c->expecting())) waiting += "; " + c->describe_state();
+    for (int p = 0; p < size_; ++p)
+      if (!recv_queue_[p].empty()) waiting += "; waiting to receive from rank " + std::to_string(p);
+    os << (waiting.empty() ? "" : waiting)
+       << ". Are all ranks alive and issuing the same calls in the same order?";
+    break_comm(ErrorCode::Timeout, os.str(), -1);
+    return;
+  }
+}
+
+int Engine::next_timeout_ms() const {
+  if (running_.empty()) return -1;
+  auto earliest = running_.front()->deadline;
+  for (const auto& op : running_) earliest = std::min(earliest, op->deadline);
+  auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(earliest - Clock::now()).count() + 1;
+  return ms < 0 ? 0 : static_cast<int>(std::min<int64_t>(ms, 60000));
+}
+
+void Engine::loop() {
+  epoll_event events[64];
+  for (;;) {
+    admit_new_ops();
+    for (;;) {
+      size_t before = running_.size() + waiting_.size();
+      start_ready_ops();
+      drain();
+      finish_ops();
+      if (running_.size() + waiting_.size() == before || waiting_.empty()) break;
+    }
+    check_timeouts();
+    {
+      std::lock_guard<std::mutex> lock(submit_mutex_);
+      if (stopping_ && submitted_.empty() && waiting_.empty() && running_.empty()) break;
+    }
+    int n = epoll_wait(epoll_fd_, events, 64, next_timeout_ms());
+    for (int i = 0; i < n; ++i) {
+      if (events[i].data.u32 == kWakeToken) {
+        uint64_t v;
+        while (read(wake_fd_, &v, sizeof v) > 0) {
+        }
+      } else {
+        dirty_.push_back(static_cast<int>(events[i].data.u32));
+      }
+    }
+  }
+  if (!broken_local_)
+    for (auto& c : conns_)
+      if (c) c->say_goodbye(1000);
+}
+
+}  // namespace shoal::comm

@@ -1,0 +1,115 @@
+// The progress engine of one communicator: a thread that owns the connections (epoll) and
+// executes schedules. Operations start in issue order; a collective starts only when every
+// earlier operation has finished, while send/recv may overlap each other (so a rank can post
+// a send and a receive and wait for both). Completion is signalled in issue order.
+//
+// Any failure (dead peer, mismatch, malformed frame, timeout) breaks the communicator: every
+// pending operation fails with that error, the peers are told (an abort frame) so they fail
+// fast too, and later calls fail at once.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <deque>
+#include <exception>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "algorithms/schedule.hpp"
+#include "comm/work_state.hpp"
+#include "transport/tcp/connection.hpp"
+
+namespace shoal::comm {
+
+using Clock = std::chrono::steady_clock;
+
+struct OpRequest {
+  algorithms::CollectiveArgs args;
+  const void* input = nullptr;
+  void* output = nullptr;
+};
+
+class Engine : public transport::tcp::ConnectionListener {
+ public:
+  /// Takes ownership of `fds` (one per peer, -1 for this rank).
+  Engine(int rank, int size, uint64_t comm_id, std::vector<int> fds, std::chrono::milliseconds timeout);
+  /// Finishes pending operations (bounded by the timeout), says goodbye, stops the thread.
+  ~Engine();
+
+  /// Queues an operation; never blocks on the network.
+  std::shared_ptr<detail::WorkState> submit(const OpRequest& request);
+
+  /// Algorithm the last operation of this kind used (for tools and tests).
+  std::string last_algorithm() const;
+
+ private:
+  struct Op;
+  struct IoSlot {
+    Op* op;
+    uint32_t step;
+  };
+
+  void loop();
+  void admit_new_ops();
+  void start_ready_ops();
+  void start(Op& op);
+  void make_ready(Op& op, uint32_t step);
+  void run_local(Op& op, uint32_t step);
+  void step_done(Op& op, uint32_t step);
+  void try_post(int peer);
+  void finish_ops();
+  void drain();
+  void check_timeouts();
+  int next_timeout_ms() const;
+  void break_comm(ErrorCode code, const std::string& message, int peer);
+  std::string describe(const Op& op) const;
+  Op* find_op(uint32_t id);
+  uint8_t* resolve(Op& op, const algorithms::Slice& s);
+
+  // ConnectionListener: record, handled by drain() on this thread
+  void on_send_complete(uint64_t cookie) override;
+  void on_recv_complete(uint64_t cookie) override;
+  void on_connection_error(int peer, ErrorCode code, const std::string& message) override;
+
+  const int rank_, size_;
+  const uint64_t comm_id_;
+  const std::chrono::milliseconds timeout_;
+  std::vector<std::unique_ptr<transport::tcp::Connection>> conns_;
+  int epoll_fd_ = -1;
+  int wake_fd_ = -1;
+  std::thread thread_;
+
+  // submission (any thread)
+  mutable std::mutex submit_mutex_;
+  std::deque<std::unique_ptr<Op>> submitted_;
+  uint64_t next_collective_seq_ = 0;
+  std::vector<uint64_t> next_send_seq_, next_recv_seq_;
+  bool stopping_ = false;
+  std::exception_ptr broken_;  // set once; later submissions fail with it
+  std::string last_algorithm_;
+
+  // engine thread only
+  std::deque<std::unique_ptr<Op>> waiting_;   // admitted, not started
+  std::deque<std::unique_ptr<Op>> running_;   // started, in issue order
+  std::vector<std::deque<IoSlot>> send_queue_, recv_queue_;
+  std::vector<uint64_t> completions_;         // cookies reported by connections
+  std::vector<int> dirty_;                    // connections to progress
+  std::vector<uint8_t> scratch_;
+  uint32_t next_op_id_ = 1;
+  bool broken_local_ = false;
+  // A connection error is recorded here and handled at the top of the loop, never while an
+  // operation's steps are being walked.
+  struct PendingError {
+    ErrorCode code;
+    std::string message;
+    int culprit;
+  };
+  std::optional<PendingError> pending_error_;
+};
+
+}  // namespace shoal::comm

@@ -1,0 +1,86 @@
+#include "core/config.hpp"
+
+#include <cstdlib>
+#include <cstring>
+
+#include "core/check.hpp"
+
+namespace shoal::config {
+
+const std::vector<Setting>& settings() {
+  static const std::vector<Setting> table = {
+      {"SHOAL_TIMEOUT", "seconds", "300",
+       "bound on every wait: rendezvous, connection set-up and each collective"},
+      {"SHOAL_DEBUG", "enum", "WARN", "log level: WARN, INFO or TRACE (to stderr)"},
+      {"SHOAL_SOCKET_IFNAME", "string", "",
+       "network interface(s) to listen on, comma-separated; default: the one routing to the store"},
+      {"SHOAL_HOST_ID", "string", "",
+       "overrides the host identity used to find ranks on the same host"},
+      {"SHOAL_STORE_ADDR", "string", "",
+       "host:port of the rendezvous store; overrides MASTER_ADDR/MASTER_PORT"},
+      {"SHOAL_STORE_PATH", "string", "",
+       "path of a file store to rendezvous through instead of TCP (shared file system)"},
+      {"SHOAL_CHUNK_BYTES", "bytes", "512K",
+       "pipeline chunk of ring algorithms: reduction of one chunk overlaps the transfer of the next"},
+      {"SHOAL_SOCKET_BUFFER", "bytes", "4M", "SO_SNDBUF/SO_RCVBUF of data connections (0: kernel default)"},
+      {"SHOAL_MAX_FRAME", "bytes", "16G", "largest frame a peer may announce; larger ones are rejected"},
+      {"SHOAL_UNEXPECTED_LIMIT", "bytes", "16M",
+       "bytes buffered per peer for frames that arrive before their receive is posted"},
+      {"SHOAL_CONNECT_RETRY_MS", "int", "5000", "upper bound of the back-off between connection attempts"},
+      {"SHOAL_STORE_EXTERNAL", "int", "0",
+       "1: the store at SHOAL_STORE_ADDR is hosted by another process; every rank connects, none binds"},
+      {"SHOAL_STORE_MAX_VALUE", "bytes", "256M",
+       "largest value the TCP store server accepts (keys: 64K); a larger request closes that client"},
+  };
+  return table;
+}
+
+static const Setting* find(const char* name) {
+  for (const auto& s : settings())
+    if (std::strcmp(s.name, name) == 0) return &s;
+  return nullptr;
+}
+
+std::string get(const char* name) {
+  const Setting* s = find(name);
+  SHOAL_CHECK(s != nullptr, Internal, "setting " << name << " is not declared in config.cpp");
+  const char* v = std::getenv(name);
+  return (v && *v) ? std::string(v) : std::string(s->default_value);
+}
+
+int64_t get_int(const char* name) {
+  std::string v = get(name);
+  char* end = nullptr;
+  long long x = std::strtoll(v.c_str(), &end, 10);
+  SHOAL_CHECK(end && *end == '\0' && !v.empty(), InvalidArgument,
+              name << "='" << v << "' is not an integer");
+  return x;
+}
+
+uint64_t parse_bytes(const std::string& text, const char* what) {
+  char* end = nullptr;
+  double x = std::strtod(text.c_str(), &end);
+  SHOAL_CHECK(end != text.c_str() && x >= 0, InvalidArgument,
+              what << "='" << text << "' is not a size (examples: 4096, 512K, 16M, 2G)");
+  uint64_t mult = 1;
+  std::string suffix(end);
+  if (suffix == "K" || suffix == "k" || suffix == "KB" || suffix == "KiB") mult = 1ull << 10;
+  else if (suffix == "M" || suffix == "m" || suffix == "MB" || suffix == "MiB") mult = 1ull << 20;
+  else if (suffix == "G" || suffix == "g" || suffix == "GB" || suffix == "GiB") mult = 1ull << 30;
+  else SHOAL_CHECK(suffix.empty(), InvalidArgument,
+                   what << "='" << text << "' has an unknown suffix (use K, M or G)");
+  return static_cast<uint64_t>(x * static_cast<double>(mult));
+}
+
+uint64_t get_bytes(const char* name) { return parse_bytes(get(name), name); }
+
+std::chrono::milliseconds get_duration(const char* name) {
+  std::string v = get(name);
+  char* end = nullptr;
+  double s = std::strtod(v.c_str(), &end);
+  SHOAL_CHECK(end && *end == '\0' && !v.empty() && s >= 0, InvalidArgument,
+              name << "='" << v << "' is not a number of seconds");
+  return std::chrono::milliseconds(static_cast<int64_t>(s * 1000.0));
+}
+
+}  // namespace shoal::config

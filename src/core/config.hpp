@@ -1,0 +1,35 @@
+// Every SHOAL_* setting, declared once: name, type, default, one-line doc.
+// Values are read from the environment the first time they are needed.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace shoal::config {
+
+struct Setting {
+  const char* name;
+  const char* type;  // "int", "bytes", "seconds", "string", "enum"
+  const char* default_value;
+  const char* doc;
+};
+
+/// The table of all settings, in the order shoal-info prints them.
+const std::vector<Setting>& settings();
+
+/// Raw value: the environment's if set and non-empty, else the table's default.
+/// Throws InvalidArgumentError for a name missing from the table (a bug).
+std::string get(const char* name);
+/// Parsed values; malformed input raises InvalidArgumentError naming the variable.
+int64_t get_int(const char* name);
+/// Accepts K/M/G suffixes (powers of 1024).
+uint64_t get_bytes(const char* name);
+/// Seconds, fractions allowed ("0.5").
+std::chrono::milliseconds get_duration(const char* name);
+
+/// Parses "64", "4K", "16M", "1G" (powers of 1024); nullopt-like failure throws.
+uint64_t parse_bytes(const std::string& text, const char* what);
+
+}  // namespace shoal::config

@@ -1,0 +1,39 @@
+// PrefixStore: a namespace inside another store ("prefix/key").
+#include "core/check.hpp"
+#include "shoal/store.hpp"
+
+namespace shoal {
+
+PrefixStore::PrefixStore(std::string prefix, std::shared_ptr<Store> base)
+    : prefix_(std::move(prefix)), base_(std::move(base)) {
+  SHOAL_CHECK(base_ != nullptr, InvalidArgument, "PrefixStore '" << prefix_ << "' needs a base store, got null");
+  timeout_ = base_->timeout();
+}
+
+void PrefixStore::set(const std::string& k, const Bytes& value) { base_->set(key(k), value); }
+
+Bytes PrefixStore::get(const std::string& k) {
+  // The base's get waits for its own timeout; honour ours when it was changed.
+  if (timeout_ != base_->timeout()) base_->wait({key(k)}, timeout_);
+  return base_->get(key(k));
+}
+
+int64_t PrefixStore::add(const std::string& k, int64_t delta) { return base_->add(key(k), delta); }
+
+void PrefixStore::wait(const std::vector<std::string>& keys, Milliseconds timeout) {
+  std::vector<std::string> full;
+  full.reserve(keys.size());
+  for (const auto& k : keys) full.push_back(key(k));
+  base_->wait(full, timeout);
+}
+
+bool PrefixStore::check(const std::vector<std::string>& keys) {
+  std::vector<std::string> full;
+  full.reserve(keys.size());
+  for (const auto& k : keys) full.push_back(key(k));
+  return base_->check(full);
+}
+
+bool PrefixStore::remove(const std::string& k) { return base_->remove(key(k)); }
+
+}  // namespace shoal

@@ -1,0 +1,392 @@
+#include "transport/tcp/connection.hpp"
+
+#include <poll.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <sstream>
+
+#include "core/check.hpp"
+#include "core/config.hpp"
+
+namespace shoal::transport::tcp {
+
+namespace {
+constexpr uint64_t kHeaderBytes = sizeof(FrameHeader);
+
+const char* kind_name(FrameKind k) {
+  switch (k) {
+    case FrameKind::collective: return "collective";
+    case FrameKind::p2p: return "send/recv";
+    case FrameKind::goodbye: return "goodbye";
+    case FrameKind::abort: return "abort";
+  }
+  return "unknown";
+}
+}  // namespace
+
+Connection::Connection(int fd, int peer, uint64_t comm_id, ConnectionListener* listener)
+    : fd_(fd), peer_(peer), comm_id_(comm_id), listener_(listener) {
+  max_frame_ = config::get_bytes("SHOAL_MAX_FRAME");
+  unexpected_limit_ = config::get_bytes("SHOAL_UNEXPECTED_LIMIT");
+  eager_limit_ = std::min<uint64_t>(64 * 1024, unexpected_limit_);
+}
+
+Connection::~Connection() {
+  if (fd_ >= 0) close(fd_);
+}
+
+void Connection::post_send(const SendRequest& request) {
+  if (broken_) return;
+  sends_.push_back(request);
+}
+
+std::string Connection::mismatch(const FrameHeader& h, const RecvRequest& r) const {
+  std::ostringstream os;
+  os << "rank " << peer_ << " sent a " << kind_name(h.kind) << " frame (operation #" << h.seq
+     << ", frame " << h.tag << ", " << h.length << " bytes, signature " << std::hex << h.signature
+     << std::dec << ") where this rank expected a " << kind_name(r.kind) << " frame (operation #"
+     << r.seq << ", frame " << r.tag << ", " << r.length << " bytes, signature " << std::hex
+     << r.signature << std::dec << ")";
+  return os.str();
+}
+
+static bool matches(const FrameHeader& h, const RecvRequest& r) {
+  return h.kind == r.kind && h.seq == r.seq && h.tag == r.tag && h.signature == r.signature &&
+         h.length == r.length;
+}
+
+bool Connection::claimed_empty() const {
+  for (const auto& u : unexpected_)
+    if (u.claimed) return false;
+  return true;
+}
+
+void Connection::post_recv(const RecvRequest& request) {
+  if (broken_) return;
+  // An earlier frame may already be here, buffered or parked.
+  for (auto& u : unexpected_) {
+    if (u.claimed) continue;
+    if (!matches(u.header, request)) return fail(ErrorCode::Mismatch, mismatch(u.header, request));
+    u.claimed = true;
+    u.request = request;
+    unexpected_bytes_ -= u.data.size();
+    deliver_claimed_front();
+    return;
+  }
+  if (rx_ == Rx::parked) {
+    if (!matches(hdr_, request)) return fail(ErrorCode::Mismatch, mismatch(hdr_, request));
+    current_ = request;
+    payload_got_ = 0;
+    rx_ = Rx::payload_direct;
+    if (request.length == 0) {
+      rx_ = Rx::header;
+      listener_->on_recv_complete(request.cookie);
+    }
+    return;  // the engine calls progress() on this connection next
+  }
+  posted_.push_back(request);
+}
+
+void Connection::deliver_claimed_front() {
+  // Frames are delivered in arrival order: only a claimed, fully received front entry goes.
+  while (!unexpected_.empty() && unexpected_.front().claimed &&
+         unexpected_.front().received == unexpected_.front().data.size()) {
+    Unexpected& u = unexpected_.front();
+    if (!u.data.empty()) std::memcpy(u.request.dst, u.data.data(), u.data.size());
+    uint64_t cookie = u.request.cookie;
+    unexpected_.pop_front();
+    listener_->on_recv_complete(cookie);
+  }
+}
+
+void Connection::progress() {
+  if (broken_ || in_progress_) return;
+  in_progress_ = true;
+  pump_write();
+  pump_read();
+  in_progress_ = false;
+}
+
+void Connection::pump_write() {
+  while (!broken_ && !sends_.empty()) {
+    SendRequest& s = sends_.front();
+    const uint64_t total = kHeaderBytes + s.header.length;
+    iovec iov[2];
+    int n_iov = 0;
+    if (sent_ < kHeaderBytes) {
+      iov[n_iov++] = {reinterpret_cast<uint8_t*>(&s.header) + sent_, kHeaderBytes - sent_};
+      if (s.header.length > 0) iov[n_iov++] = {const_cast<uint8_t*>(s.data), s.header.length};
+    } else {
+      uint64_t off = sent_ - kHeaderBytes;
+      iov[n_iov++] = {const_cast<uint8_t*>(s.data) + off, s.header.length - off};
+    }
+    msghdr msg{};
+    msg.msg_iov = iov;
+    msg.msg_iovlen = n_iov;
+    ssize_t n = sendmsg(fd_, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      if (errno == EAGAIN || errno == EWOULDBLOCK) { write_blocked_ = true; return; }
+      return fail(ErrorCode::PeerFailure, std::string("connection to rank ") + std::to_string(peer_) +
+                                              " broke while sending (" + strerror(errno) +
+                                              "): rank " + std::to_string(peer_) +
+                                              " probably died; check its log");
+    }
+    write_blocked_ = false;
+    sent_ += static_cast<uint64_t>(n);
+    if (sent_ == total) {
+      uint64_t cookie = s.cookie;
+      bool control = s.header.kind == FrameKind::goodbye || s.header.kind == FrameKind::abort;
+      sends_.pop_front();
+      sent_ = 0;
+      if (!control) listener_->on_send_complete(cookie);
+    }
+  }
+}
+
+void Connection::pump_read() {
+  while (!broken_) {
+    uint8_t* dst = nullptr;
+    uint64_t want = 0;
+    switch (rx_) {
+      case Rx::parked: return;
+      case Rx::header:
+        dst = reinterpret_cast<uint8_t*>(&hdr_) + hdr_got_;
+        want = kHeaderBytes - hdr_got_;
+        break;
+      case Rx::payload_direct:
+        dst = current_.dst + payload_got_;
+        want = current_.length - payload_got_;
+        break;
+      case Rx::payload_unexpected: {
+        Unexpected& u = unexpected_.back();
+        dst = u.data.data() + u.received;
+        want = u.data.size() - u.received;
+        break;
+      }
+      case Rx::payload_abort:
+        dst = reinterpret_cast<uint8_t*>(abort_payload_.data()) + payload_got_;
+        want = abort_payload_.size() - payload_got_;
+        break;
+    }
+    ssize_t n = want == 0 ? 0 : recv(fd_, dst, want, MSG_DONTWAIT);
+    if (want > 0) {
+      if (n == 0) return on_eof();
+      if (n < 0) {
+        if (errno == EINTR) continue;
+        if (errno == EAGAIN || errno == EWOULDBLOCK) return;
+        return fail(ErrorCode::PeerFailure, std::string("connection to rank ") +
+                                                std::to_string(peer_) + " broke (" +
+                                                strerror(errno) + "): rank " +
+                                                std::to_string(peer_) + " probably died");
+      }
+    }
+    const uint64_t got = static_cast<uint64_t>(n);
+    switch (rx_) {
+      case Rx::parked: return;
+      case Rx::header:
+        hdr_got_ += got;
+        if (hdr_got_ == kHeaderBytes) {
+          hdr_got_ = 0;
+          if (!start_frame()) return;
+        }
+        break;
+      case Rx::payload_direct:
+        payload_got_ += got;
+        if (payload_got_ == current_.length) {
+          rx_ = Rx::header;
+          listener_->on_recv_complete(current_.cookie);
+        }
+        break;
+      case Rx::payload_unexpected: {
+        Unexpected& u = unexpected_.back();
+        u.received += got;
+        if (u.received == u.data.size()) {
+          rx_ = Rx::header;
+          deliver_claimed_front();
+        }
+        break;
+      }
+      case Rx::payload_abort:
+        payload_got_ += got;
+        if (payload_got_ == abort_payload_.size()) {
+          // payload: error code (1 byte), culprit rank (int32), message
+          ErrorCode code = ErrorCode::Aborted;
+          int32_t culprit = peer_;
+          std::string text = abort_payload_;
+          if (text.size() >= 5) {
+            uint8_t c = static_cast<uint8_t>(text[0]);
+            if (c <= static_cast<uint8_t>(ErrorCode::Internal)) code = static_cast<ErrorCode>(c);
+            std::memcpy(&culprit, text.data() + 1, 4);
+            text.erase(0, 5);
+          }
+          broken_ = true;
+          listener_->on_connection_error(culprit, code,
+                                         "rank " + std::to_string(peer_) + " failed and reported: " + text);
+          return;
+        }
+        break;
+    }
+  }
+}
+
+bool Connection::start_frame() {
+  if (auto err = validate(hdr_, comm_id_, max_frame_)) {
+    fail(ErrorCode::PeerFailure,
+         "rejected a frame from rank " + std::to_string(peer_) + ": " + *err);
+    return false;
+  }
+  switch (hdr_.kind) {
+    case FrameKind::goodbye:
+      goodbye_ = true;
+      return true;
+    case FrameKind::abort:
+      abort_payload_.assign(std::min<uint64_t>(hdr_.length, 64 * 1024), '\0');
+      if (hdr_.length > abort_payload_.size()) {
+        fail(ErrorCode::PeerFailure, "rank " + std::to_string(peer_) + " sent an oversized abort frame");
+        return false;
+      }
+      payload_got_ = 0;
+      rx_ = Rx::payload_abort;
+      return true;
+    default:
+      break;
+  }
+  if (goodbye_) {
+    fail(ErrorCode::PeerFailure,
+         "rank " + std::to_string(peer_) + " sent data after closing its communicator");
+    return false;
+  }
+  if (!posted_.empty()) {
+    RecvRequest r = posted_.front();
+    if (!matches(hdr_, r)) {
+      fail(ErrorCode::Mismatch, mismatch(hdr_, r));
+      return false;
+    }
+    posted_.pop_front();
+    current_ = r;
+    payload_got_ = 0;
+    if (r.length == 0) {
+      listener_->on_recv_complete(r.cookie);
+      return true;
+    }
+    rx_ = Rx::payload_direct;
+    return true;
+  }
+  // No receive posted: buffer small frames, park on big ones (flow control holds the sender).
+  if (hdr_.length > eager_limit_ || unexpected_bytes_ + hdr_.length > unexpected_limit_) {
+    rx_ = Rx::parked;
+    return false;
+  }
+  Unexpected u;
+  u.header = hdr_;
+  u.data.resize(hdr_.length);
+  unexpected_bytes_ += hdr_.length;
+  unexpected_.push_back(std::move(u));
+  rx_ = hdr_.length == 0 ? Rx::header : Rx::payload_unexpected;
+  return true;
+}
+
+void Connection::on_eof() {
+  if (goodbye_) {
+    if (expecting() || rx_ != Rx::header || hdr_got_ != 0)
+      return fail(ErrorCode::PeerFailure,
+                  "rank " + std::to_string(peer_) +
+                      " closed its communicator while this rank still expects data from it: the "
+                      "ranks issued different sequences of calls");
+    broken_ = true;  // quiet: a clean close with nothing pending
+    return;
+  }
+  fail(ErrorCode::PeerFailure, "rank " + std::to_string(peer_) +
+                                   " closed the connection without saying goodbye: it died or "
+                                   "was killed (check its output; shoal-run names the first rank "
+                                   "that failed)");
+}
+
+void Connection::fail(ErrorCode code, const std::string& message) {
+  if (broken_) return;
+  broken_ = true;
+  listener_->on_connection_error(peer_, code, message);
+}
+
+void Connection::abandon() {
+  broken_ = true;
+  sends_.clear();
+  posted_.clear();
+  unexpected_.clear();
+  rx_ = Rx::parked;
+}
+
+std::string Connection::describe_state() const {
+  std::ostringstream os;
+  os << "rank " << peer_ << ": " << sends_.size() << " sends queued";
+  if (rx_ == Rx::payload_direct)
+    os << ", receiving operation #" << current_.seq << " (" << payload_got_ << " of "
+       << current_.length << " bytes)";
+  if (!posted_.empty())
+    os << ", waiting for operation #" << posted_.front().seq << " frame " << posted_.front().tag;
+  if (rx_ == Rx::parked) os << ", holding a frame of operation #" << hdr_.seq << " for later";
+  return os.str();
+}
+
+static void write_control(int fd, FrameHeader h, const std::string& payload, int deadline_ms) {
+  std::string buf(reinterpret_cast<const char*>(&h), sizeof h);
+  buf += payload;
+  size_t off = 0;
+  auto end = std::chrono::steady_clock::now() + std::chrono::milliseconds(deadline_ms);
+  while (off < buf.size()) {
+    ssize_t n = send(fd, buf.data() + off, buf.size() - off, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (n > 0) { off += static_cast<size_t>(n); continue; }
+    if (n < 0 && (errno == EAGAIN || errno == EINTR)) {
+      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(end - std::chrono::steady_clock::now()).count();
+      if (left <= 0) return;
+      pollfd p{fd, POLLOUT, 0};
+      poll(&p, 1, static_cast<int>(left));
+      continue;
+    }
+    return;
+  }
+}
+
+void Connection::send_abort_and_close(ErrorCode code, int culprit, const std::string& message) {
+  bool mid_frame = !sends_.empty() && sent_ > 0;
+  abandon();
+  if (fd_ < 0) return;
+  if (!mid_frame) {
+    FrameHeader h;
+    h.kind = FrameKind::abort;
+    h.comm_id = comm_id_;
+    std::string payload(1, static_cast<char>(code));
+    int32_t who = culprit;
+    payload.append(reinterpret_cast<const char*>(&who), 4);
+    payload += message.substr(0, 60000);
+    h.length = payload.size();
+    write_control(fd_, h, payload, 100);
+  }
+  shutdown(fd_, SHUT_RDWR);
+}
+
+void Connection::say_goodbye(int deadline_ms) {
+  if (fd_ < 0) return;
+  bool mid_frame = !sends_.empty() && sent_ > 0;
+  bool was_broken = broken_;
+  abandon();
+  if (!was_broken && !mid_frame) {
+    FrameHeader h;
+    h.kind = FrameKind::goodbye;
+    h.comm_id = comm_id_;
+    write_control(fd_, h, {}, deadline_ms);
+  }
+  shutdown(fd_, SHUT_WR);
+  // Drain what the peer still sends so that close() does not reset the connection.
+  char sink[4096];
+  while (recv(fd_, sink, sizeof sink, MSG_DONTWAIT) > 0) {
+  }
+}
+
+}  // namespace shoal::transport::tcp

@@ -1,0 +1,129 @@
+// One TCP connection to one peer: an ordered stream of frames in each direction.
+//
+// Matching rule: frames from a peer are matched to this rank's receives from that peer in the
+// order both were issued (MPI's non-overtaking rule, without wildcards). A frame whose
+// receive is not posted yet is buffered if small (eager) and within SHOAL_UNEXPECTED_LIMIT;
+// otherwise the connection stops reading (the kernel's flow control holds the sender) until
+// the receive is posted, and the payload then lands in the user's buffer with no staging copy.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "shoal/error.hpp"
+#include "transport/frame.hpp"
+
+namespace shoal::transport::tcp {
+
+struct SendRequest {
+  FrameHeader header;
+  const uint8_t* data = nullptr;  // header.length bytes, valid until completion
+  uint64_t cookie = 0;
+};
+
+struct RecvRequest {
+  FrameKind kind = FrameKind::collective;
+  uint64_t seq = 0;
+  uint32_t tag = 0;
+  uint32_t signature = 0;
+  uint64_t length = 0;
+  uint8_t* dst = nullptr;
+  uint64_t cookie = 0;
+};
+
+/// Receives what a connection has to report. Called on the progress thread, never reentrantly
+/// from post_send/post_recv.
+class ConnectionListener {
+ public:
+  virtual ~ConnectionListener() = default;
+  virtual void on_send_complete(uint64_t cookie) = 0;
+  virtual void on_recv_complete(uint64_t cookie) = 0;
+  /// The connection can carry nothing more: `code` and `message` say why (PeerFailure for
+  /// death, Mismatch for a frame that does not match its receive, ...). `culprit` is the rank
+  /// at the origin (the peer itself, or the rank a relayed abort names; -1 if none).
+  virtual void on_connection_error(int culprit, ErrorCode code, const std::string& message) = 0;
+};
+
+class Connection {
+ public:
+  Connection(int fd, int peer, uint64_t comm_id, ConnectionListener* listener);
+  ~Connection();
+  Connection(const Connection&) = delete;
+  Connection& operator=(const Connection&) = delete;
+
+  int fd() const { return fd_; }
+  int peer() const { return peer_; }
+
+  void post_send(const SendRequest& request);
+  void post_recv(const RecvRequest& request);
+
+  /// Moves bytes in both directions as far as the socket allows and reports completions.
+  void progress();
+
+  /// Bytes this connection still expects (posted or bound receives), for diagnostics.
+  bool expecting() const { return !posted_.empty() || rx_ == Rx::payload_direct || !claimed_empty(); }
+  bool received_goodbye() const { return goodbye_; }
+  bool broken() const { return broken_; }
+  std::string describe_state() const;
+
+  /// Drops every request without touching user buffers again; the connection is dead after.
+  void abandon();
+  /// Best effort: tells the peer why this rank stops (an abort frame naming the rank at the
+  /// origin of the failure, or -1), then shuts down.
+  void send_abort_and_close(ErrorCode code, int culprit, const std::string& message);
+  /// Clean close: a goodbye frame, flushed until `deadline_ms` from now, then drain and close.
+  void say_goodbye(int deadline_ms);
+
+ private:
+  enum class Rx { header, payload_direct, payload_unexpected, payload_abort, parked };
+  struct Unexpected {
+    FrameHeader header;
+    std::vector<uint8_t> data;
+    uint64_t received = 0;
+    bool claimed = false;
+    RecvRequest request;  // valid when claimed
+  };
+
+  void pump_read();
+  void pump_write();
+  bool start_frame();  // after a full header; false when parked
+  void finish_unexpected(Unexpected& u);
+  void deliver_claimed_front();
+  bool claimed_empty() const;
+  void fail(ErrorCode code, const std::string& message);
+  void on_eof();
+  std::string mismatch(const FrameHeader& h, const RecvRequest& r) const;
+
+  int fd_;
+  int peer_;
+  uint64_t comm_id_;
+  ConnectionListener* listener_;
+  uint64_t max_frame_;
+  uint64_t eager_limit_;
+  uint64_t unexpected_limit_;
+
+  // sending
+  std::deque<SendRequest> sends_;
+  uint64_t sent_ = 0;  // bytes of the front request (header + payload) already written
+  bool write_blocked_ = false;
+
+  // receiving
+  Rx rx_ = Rx::header;
+  FrameHeader hdr_{};
+  uint64_t hdr_got_ = 0;
+  RecvRequest current_{};           // bound receive while payload_direct
+  uint64_t payload_got_ = 0;
+  std::deque<RecvRequest> posted_;  // receives waiting for their frame
+  std::deque<Unexpected> unexpected_;
+  uint64_t unexpected_bytes_ = 0;
+  std::string abort_payload_;
+
+  bool goodbye_ = false;
+  bool broken_ = false;
+  bool in_progress_ = false;
+};
+
+}  // namespace shoal::transport::tcp

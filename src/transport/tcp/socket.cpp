@@ -1,0 +1,212 @@
+#include "transport/tcp/socket.hpp"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <ifaddrs.h>
+#include <net/if.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <sstream>
+#include <thread>
+
+#include "core/check.hpp"
+#include "core/config.hpp"
+
+namespace shoal::transport::tcp {
+
+static std::string interface_address(const std::string& name) {
+  ifaddrs* list = nullptr;
+  if (getifaddrs(&list) != 0) return {};
+  std::string found;
+  for (ifaddrs* a = list; a; a = a->ifa_next) {
+    if (!a->ifa_addr || a->ifa_addr->sa_family != AF_INET) continue;
+    if (name == a->ifa_name) {
+      char buf[INET_ADDRSTRLEN];
+      inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(a->ifa_addr)->sin_addr, buf, sizeof buf);
+      found = buf;
+      break;
+    }
+  }
+  freeifaddrs(list);
+  return found;
+}
+
+static std::string first_non_loopback() {
+  ifaddrs* list = nullptr;
+  if (getifaddrs(&list) != 0) return {};
+  std::string found;
+  for (ifaddrs* a = list; a && found.empty(); a = a->ifa_next) {
+    if (!a->ifa_addr || a->ifa_addr->sa_family != AF_INET) continue;
+    if ((a->ifa_flags & IFF_UP) == 0 || (a->ifa_flags & IFF_LOOPBACK) != 0) continue;
+    char buf[INET_ADDRSTRLEN];
+    inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(a->ifa_addr)->sin_addr, buf, sizeof buf);
+    found = buf;
+  }
+  freeifaddrs(list);
+  return found;
+}
+
+static bool resolve_ipv4(const std::string& host, in_addr& out) {
+  if (inet_pton(AF_INET, host.c_str(), &out) == 1) return true;
+  addrinfo hints{};
+  hints.ai_family = AF_INET;
+  addrinfo* res = nullptr;
+  if (getaddrinfo(host.c_str(), nullptr, &hints, &res) != 0 || !res) return false;
+  out = reinterpret_cast<sockaddr_in*>(res->ai_addr)->sin_addr;
+  freeaddrinfo(res);
+  return true;
+}
+
+// The local address the kernel would use to reach `host` (a UDP connect sends nothing).
+static std::string route_to(const std::string& host) {
+  in_addr dst{};
+  if (host.empty() || !resolve_ipv4(host, dst)) return {};
+  int fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return {};
+  sockaddr_in sa{};
+  sa.sin_family = AF_INET;
+  sa.sin_port = htons(9);
+  sa.sin_addr = dst;
+  std::string found;
+  if (connect(fd, reinterpret_cast<sockaddr*>(&sa), sizeof sa) == 0) {
+    sockaddr_in me{};
+    socklen_t len = sizeof me;
+    if (getsockname(fd, reinterpret_cast<sockaddr*>(&me), &len) == 0) {
+      char buf[INET_ADDRSTRLEN];
+      inet_ntop(AF_INET, &me.sin_addr, buf, sizeof buf);
+      found = buf;
+    }
+  }
+  close(fd);
+  return found;
+}
+
+std::string choose_listen_address(bool single_host, const std::string& store_host) {
+  std::string ifnames = config::get("SHOAL_SOCKET_IFNAME");
+  if (!ifnames.empty()) {
+    std::stringstream ss(ifnames);
+    std::string name;
+    while (std::getline(ss, name, ',')) {
+      std::string addr = interface_address(name);
+      if (!addr.empty()) return addr;
+    }
+    SHOAL_THROW(InvalidArgument, "SHOAL_SOCKET_IFNAME=" << ifnames
+                                     << " names no interface with an IPv4 address on this host; "
+                                        "list the interfaces with `ip -4 addr`");
+  }
+  if (single_host) return "127.0.0.1";
+  if (std::string a = route_to(store_host); !a.empty() && a != "0.0.0.0") return a;
+  if (std::string a = first_non_loopback(); !a.empty()) return a;
+  return "127.0.0.1";
+}
+
+int listen_on(const std::string& ip, uint16_t& port) {
+  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+  SHOAL_CHECK(fd >= 0, Internal, "socket(): " << strerror(errno));
+  int one = 1;
+  setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+  sockaddr_in sa{};
+  sa.sin_family = AF_INET;
+  sa.sin_port = 0;
+  if (inet_pton(AF_INET, ip.c_str(), &sa.sin_addr) != 1) {
+    close(fd);
+    SHOAL_THROW(InvalidArgument, "cannot listen on '" << ip << "': not an IPv4 address");
+  }
+  if (bind(fd, reinterpret_cast<sockaddr*>(&sa), sizeof sa) != 0 || listen(fd, 1024) != 0) {
+    int e = errno;
+    close(fd);
+    SHOAL_THROW(Internal, "cannot listen on " << ip << ": " << strerror(e));
+  }
+  socklen_t len = sizeof sa;
+  getsockname(fd, reinterpret_cast<sockaddr*>(&sa), &len);
+  port = ntohs(sa.sin_port);
+  return fd;
+}
+
+int connect_with_retry(const std::string& ip, uint16_t port, Clock::time_point deadline,
+                       const std::string& what) {
+  in_addr addr{};
+  SHOAL_CHECK(resolve_ipv4(ip, addr), InvalidArgument, "cannot resolve " << ip << " of " << what);
+  auto backoff = std::chrono::milliseconds(10);
+  const auto max_backoff = std::chrono::milliseconds(config::get_int("SHOAL_CONNECT_RETRY_MS"));
+  std::string last;
+  for (;;) {
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    SHOAL_CHECK(fd >= 0, Internal, "socket(): " << strerror(errno));
+    sockaddr_in sa{};
+    sa.sin_family = AF_INET;
+    sa.sin_port = htons(port);
+    sa.sin_addr = addr;
+    if (connect(fd, reinterpret_cast<sockaddr*>(&sa), sizeof sa) == 0) return fd;
+    last = strerror(errno);
+    close(fd);
+    auto now = Clock::now();
+    if (now >= deadline)
+      SHOAL_THROW(Timeout, "could not connect to " << what << " at " << ip << ":" << port << " ("
+                                                   << last << ") before the timeout; is it running "
+                                                   << "and reachable? (SHOAL_TIMEOUT)");
+    std::this_thread::sleep_for(std::min<Clock::duration>(backoff, deadline - now));
+    backoff = std::min(backoff * 2, max_backoff);
+  }
+}
+
+void configure_data_socket(int fd) {
+  int one = 1;
+  setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+  uint64_t buf = config::get_bytes("SHOAL_SOCKET_BUFFER");
+  if (buf > 0) {
+    int b = static_cast<int>(std::min<uint64_t>(buf, 1u << 30));
+    setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &b, sizeof b);
+    setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &b, sizeof b);
+  }
+  int flags = fcntl(fd, F_GETFL, 0);
+  fcntl(fd, F_SETFL, flags | O_NONBLOCK);
+}
+
+static int ms_until(Clock::time_point deadline) {
+  auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
+  return ms < 0 ? 0 : static_cast<int>(std::min<int64_t>(ms, 1000));
+}
+
+bool write_all(int fd, const void* data, size_t len, Clock::time_point deadline, std::string& error) {
+  const char* p = static_cast<const char*>(data);
+  while (len > 0) {
+    ssize_t n = send(fd, p, len, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (n > 0) { p += n; len -= static_cast<size_t>(n); continue; }
+    if (n < 0 && (errno == EAGAIN || errno == EINTR)) {
+      if (Clock::now() >= deadline) { error = "timed out"; return false; }
+      pollfd pfd{fd, POLLOUT, 0};
+      poll(&pfd, 1, ms_until(deadline));
+      continue;
+    }
+    error = n == 0 ? "connection closed" : strerror(errno);
+    return false;
+  }
+  return true;
+}
+
+bool read_all(int fd, void* data, size_t len, Clock::time_point deadline, std::string& error) {
+  char* p = static_cast<char*>(data);
+  while (len > 0) {
+    ssize_t n = recv(fd, p, len, MSG_DONTWAIT);
+    if (n > 0) { p += n; len -= static_cast<size_t>(n); continue; }
+    if (n < 0 && (errno == EAGAIN || errno == EINTR)) {
+      if (Clock::now() >= deadline) { error = "timed out"; return false; }
+      pollfd pfd{fd, POLLIN, 0};
+      poll(&pfd, 1, ms_until(deadline));
+      continue;
+    }
+    error = n == 0 ? "connection closed by peer" : strerror(errno);
+    return false;
+  }
+  return true;
+}
+
+}  // namespace shoal::transport::tcp
