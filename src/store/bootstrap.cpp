@@ -516,7 +516,9 @@ std::string first_slurm_host(const std::string& nodelist) {
 std::shared_ptr<Store> open_store(const LaunchInfo& info, Milliseconds timeout) {
   std::shared_ptr<Store> base;
   if (!info.file_store_path.empty()) {
-    if (info.file_store_path.rfind(kFallbackDirPrefix, 0) == 0) prepare_fallback(info.file_store_path, timeout);
+    const std::string auto_prefix = fallback_path(info.launcher, "");
+    if (info.file_store_path.rfind(auto_prefix.substr(0, auto_prefix.rfind('/') + 1), 0) == 0)
+      prepare_fallback(info.file_store_path, timeout);  // only the files shoal named itself
     base = std::make_shared<JobFileStore>(std::make_shared<FileStore>(info.file_store_path, timeout), info.size);
   } else {
     SHOAL_CHECK(!info.store_host.empty() && info.store_port > 0 && info.store_port <= 65535, InvalidArgument,

@@ -498,9 +498,8 @@ TEST(OpenStore, StaleFallbackFileFromACrashedJobIsEmptied) {
 }
 
 TEST(OpenStore, ExplicitFileStorePath) {
-  char tmpl[] = "/tmp/shoal_test_bootstrap_XXXXXX";
-  ASSERT_NE(::mkdtemp(tmpl), nullptr);
-  const std::string path = std::string(tmpl) + "/job.store";
+  // Right in /tmp, next to (but not in) the private directory of the automatic files.
+  const std::string path = "/tmp/shoal-" + unique_id() + ".store";
   std::vector<std::thread> ranks;
   std::vector<std::string> seen(2);
   for (int r = 0; r < 2; ++r)
@@ -513,6 +512,6 @@ TEST(OpenStore, ExplicitFileStorePath) {
   for (auto& t : ranks) t.join();
   EXPECT_EQ(seen[0], "11");
   EXPECT_EQ(seen[1], "10");
-  EXPECT_FALSE(std::filesystem::exists(path));
-  std::filesystem::remove_all(tmpl);
+  EXPECT_FALSE(std::filesystem::exists(path)) << "the last rank did not delete " << path;
+  std::filesystem::remove(path);
 }

@@ -132,6 +132,10 @@ void Connection::pump_write() {
     if (n < 0) {
       if (errno == EINTR) continue;
       if (errno == EAGAIN || errno == EWOULDBLOCK) { write_blocked_ = true; return; }
+      const int err = errno;
+      pump_read();  // an abort frame already sent by the peer explains this better than errno
+      if (broken_) return;
+      errno = err;
       return fail(ErrorCode::PeerFailure, std::string("connection to rank ") + std::to_string(peer_) +
                                               " broke while sending (" + strerror(errno) +
                                               "): rank " + std::to_string(peer_) +
@@ -368,7 +372,9 @@ void Connection::send_abort_and_close(ErrorCode code, int culprit, const std::st
     h.length = payload.size();
     write_control(fd_, h, payload, 100);
   }
-  shutdown(fd_, SHUT_RDWR);
+  // Only the write side: the peer can still send (into the void) without a reset, so it reads
+  // the abort frame instead of failing on a broken pipe first.
+  shutdown(fd_, SHUT_WR);
 }
 
 void Connection::say_goodbye(int deadline_ms) {

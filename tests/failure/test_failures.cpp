@@ -1,0 +1,224 @@
+// Failure behaviour with real processes: a peer killed mid-collective, mismatched calls,
+// malformed frames from a fake peer, timeouts, invalid arguments. Each must end in a clear
+// shoal::Error of the right kind, within a bound, on every surviving rank — never a hang.
+#include <gtest/gtest.h>
+#include <sys/socket.h>
+
+#include <cstring>
+#include <sstream>
+#include <thread>
+
+#include "support/processes.hpp"
+#include "comm/topology.hpp"
+#include "support/ranks.hpp"
+#include "transport/frame.hpp"
+#include "transport/tcp/socket.hpp"
+
+namespace shoal::testing {
+namespace {
+
+using namespace std::chrono_literals;
+
+constexpr int kGotExpectedError = 0, kWrongError = 1, kNoError = 2;
+
+// Runs `call` and classifies the outcome; the report carries the message and the time.
+template <class ErrorType, class Call>
+int expect_error(int rank, const ProcessJob& job, Call call) {
+  try {
+    call();
+  } catch (const ErrorType& e) {
+    std::ostringstream os;
+    os << monotonic_seconds() << "\n" << e.peer() << "\n" << e.what();
+    job.report(rank, os.str());
+    return kGotExpectedError;
+  } catch (const std::exception& e) {
+    job.report(rank, std::string("wrong error: ") + e.what());
+    return kWrongError;
+  }
+  job.report(rank, "no error");
+  return kNoError;
+}
+
+double reported_time(const RankResult& r) { return std::stod(r.report.substr(0, r.report.find('\n'))); }
+
+TEST(Failures, KilledPeerMidCollectiveRaisesPeerFailureNamingItOnEverySurvivor) {
+  ProcessJob job(4);
+  const int victim = 2;
+  auto results = job.run([&](int rank, const ProcessJob& j) {
+    Options o;
+    o.timeout = 60s;  // detection must come from the dead socket, far sooner than this
+    Communicator comm = Communicator::create(j.store(), rank, 4, o);
+    std::vector<float> buf(32 << 20, 1.0f);  // 128 MiB: the ring runs for a while
+    comm.barrier();
+    if (rank == victim) {
+      Work w = comm.all_reduce_async(buf.data(), buf.size(), DataType::float32, ReduceOp::sum);
+      std::this_thread::sleep_for(150ms);
+      j.report(rank, std::to_string(monotonic_seconds()));
+      raise(SIGKILL);
+    }
+    return expect_error<PeerFailureError>(rank, j, [&] {
+      for (int i = 0; i < 100; ++i) comm.all_reduce(buf.data(), buf.size(), DataType::float32, ReduceOp::sum);
+    });
+  }, 90s);
+  ASSERT_EQ(results[victim].exit_code, 128 + SIGKILL);
+  const double killed_at = std::stod(results[victim].report);
+  for (int r = 0; r < 4; ++r) {
+    if (r == victim) continue;
+    SCOPED_TRACE("rank " + std::to_string(r) + ": " + results[r].report);
+    ASSERT_EQ(results[r].exit_code, kGotExpectedError);
+    EXPECT_NE(results[r].report.find("rank 2"), std::string::npos) << "the message must name the dead rank";
+    EXPECT_LT(reported_time(results[r]) - killed_at, 5.0) << "detection took too long";
+  }
+}
+
+TEST(Failures, DifferentCountsRaiseMismatch) {
+  ProcessJob job(2);
+  auto results = job.run([&](int rank, const ProcessJob& j) {
+    Options o;
+    o.timeout = 20s;
+    Communicator comm = Communicator::create(j.store(), rank, 2, o);
+    std::vector<float> buf(rank == 0 ? 1000 : 2000, 1.0f);
+    return expect_error<Error>(rank, j, [&] {
+      comm.all_reduce(buf.data(), buf.size(), DataType::float32, ReduceOp::sum);
+    });
+  });
+  bool some_mismatch = false;
+  for (const auto& r : results) {
+    SCOPED_TRACE(r.report);
+    ASSERT_EQ(r.exit_code, kGotExpectedError);
+    some_mismatch |= r.report.find("expected") != std::string::npos;
+  }
+  EXPECT_TRUE(some_mismatch);
+}
+
+TEST(Failures, DifferentCollectivesRaiseMismatchOnBothRanks) {
+  ProcessJob job(2);
+  auto results = job.run([&](int rank, const ProcessJob& j) {
+    Options o;
+    o.timeout = 20s;
+    Communicator comm = Communicator::create(j.store(), rank, 2, o);
+    std::vector<float> in(64, 1.0f), out(128);
+    return expect_error<MismatchError>(rank, j, [&] {
+      if (rank == 0) comm.all_reduce(in.data(), out.data(), 64, DataType::float32, ReduceOp::sum);
+      else comm.all_gather(in.data(), out.data(), 64, DataType::float32);
+    });
+  });
+  for (const auto& r : results) {
+    SCOPED_TRACE(r.report);
+    EXPECT_EQ(r.exit_code, kGotExpectedError);
+  }
+}
+
+TEST(Failures, TimeoutBoundsAWaitForAnAbsentPeer) {
+  ProcessJob job(2);
+  auto results = job.run([&](int rank, const ProcessJob& j) {
+    Options o;
+    o.timeout = 1s;
+    Communicator comm = Communicator::create(j.store(), rank, 2, o);
+    if (rank == 1) {
+      std::this_thread::sleep_for(4s);  // never joins the all_reduce in time
+      return expect_error<Error>(rank, j, [&] { comm.barrier(); });
+    }
+    const double start = monotonic_seconds();
+    int code = expect_error<TimeoutError>(rank, j, [&] {
+      float x = 1;
+      comm.all_reduce(&x, 1, DataType::float32, ReduceOp::sum);
+    });
+    const double took = monotonic_seconds() - start;
+    return code == kGotExpectedError && (took < 0.9 || took > 3.0) ? 7 : code;
+  });
+  SCOPED_TRACE(results[0].report);
+  EXPECT_EQ(results[0].exit_code, kGotExpectedError);
+  EXPECT_NE(results[0].report.find("SHOAL_TIMEOUT"), std::string::npos);
+  EXPECT_EQ(results[1].exit_code, kGotExpectedError) << "the late rank must fail too: " << results[1].report;
+}
+
+// A fake rank 1: speaks the rendezvous and the handshake correctly, then sends `header`.
+void run_fake_peer(Store& store, transport::FrameHeader header, bool fix_comm_id) {
+  store.set("shoal/comm0/host/1", comm::host_identity());
+  const uint64_t id = std::stoull(store.get_string("shoal/comm0/id"));
+  store.set("shoal/comm0/addr/1", "127.0.0.1:1");
+  std::string addr = store.get_string("shoal/comm0/addr/0");
+  auto colon = addr.rfind(':');
+  int fd = transport::tcp::connect_with_retry(addr.substr(0, colon),
+                                              static_cast<uint16_t>(std::stoi(addr.substr(colon + 1))),
+                                              transport::tcp::Clock::now() + 10s, "rank 0");
+  transport::Hello hello;
+  hello.comm_id = id;
+  hello.rank = 1;
+  hello.size = 2;
+  if (fix_comm_id) header.comm_id = id;
+  std::string err;
+  auto deadline = transport::tcp::Clock::now() + 5s;
+  transport::tcp::write_all(fd, &hello, sizeof hello, deadline, err);
+  std::this_thread::sleep_for(100ms);
+  transport::tcp::write_all(fd, &header, sizeof header, deadline, err);
+  std::this_thread::sleep_for(2s);  // keep the connection open: the error must come from the frame
+  close(fd);
+}
+
+struct BadFrame {
+  const char* name;
+  transport::FrameHeader header;
+  bool fix_comm_id;
+  const char* expect_text;
+};
+
+class MalformedFrames : public ::testing::TestWithParam<BadFrame> {};
+
+TEST_P(MalformedFrames, AreRejectedWithAClearError) {
+  const BadFrame& bad = GetParam();
+  auto server = make_server_store();
+  auto fake_store = std::make_shared<TcpStore>("127.0.0.1", server->port(), TcpStore::Options{});
+  std::thread fake([&] { run_fake_peer(*fake_store, bad.header, bad.fix_comm_id); });
+  auto store = std::make_shared<TcpStore>("127.0.0.1", server->port(), TcpStore::Options{});
+  Options o;
+  o.timeout = 10s;
+  Communicator comm = Communicator::create(store, 0, 2, o);
+  std::vector<float> buf(1024, 1.0f);
+  const auto start = std::chrono::steady_clock::now();
+  try {
+    comm.all_reduce(buf.data(), buf.size(), DataType::float32, ReduceOp::sum);
+    ADD_FAILURE() << "no error for " << bad.name;
+  } catch (const PeerFailureError& e) {
+    EXPECT_NE(std::string(e.what()).find(bad.expect_text), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("rank 1"), std::string::npos) << e.what();
+    EXPECT_EQ(e.peer(), 1);
+  }
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 2s) << "a bad frame must be rejected at once";
+  fake.join();
+}
+
+transport::FrameHeader header_with(void (*edit)(transport::FrameHeader&)) {
+  transport::FrameHeader h;
+  h.length = 4096;
+  edit(h);
+  return h;
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Kinds, MalformedFrames,
+    ::testing::Values(
+        BadFrame{"bad_magic", header_with([](transport::FrameHeader& h) { h.magic = 0xdeadbeef; }), true, "magic"},
+        BadFrame{"bad_version", header_with([](transport::FrameHeader& h) { h.version = 99; }), true, "protocol version"},
+        BadFrame{"impossible_length", header_with([](transport::FrameHeader& h) { h.length = ~0ull; }), true, "SHOAL_MAX_FRAME"},
+        BadFrame{"foreign_communicator", header_with([](transport::FrameHeader& h) { h.comm_id = 42; }), false, "communicator"},
+        BadFrame{"unknown_kind", header_with([](transport::FrameHeader& h) { h.kind = static_cast<transport::FrameKind>(77); }), true, "kind"}),
+    [](const auto& info) { return std::string(info.param.name); });
+
+TEST(Failures, InvalidArgumentsFailAtOnceAndLeaveTheCommunicatorUsable) {
+  std::string err = run_ranks(2, [](Communicator& c) {
+    std::vector<float> buf(16, 1.0f);
+    EXPECT_THROW(c.broadcast(buf.data(), buf.size(), DataType::float32, 5), InvalidArgumentError);
+    EXPECT_THROW(c.send(buf.data(), buf.size(), DataType::float32, c.rank()), InvalidArgumentError);
+    EXPECT_THROW(c.all_reduce(nullptr, buf.data(), 4, DataType::float32, ReduceOp::sum), InvalidArgumentError);
+    std::vector<float> odd(15);
+    EXPECT_THROW(c.all_to_all(std::span<float>(odd)), InvalidArgumentError);
+    c.all_reduce(std::span<float>(buf), ReduceOp::sum);  // still works, and still in step
+    EXPECT_EQ(buf[0], 2.0f);
+  });
+  EXPECT_EQ(err, "");
+}
+
+}  // namespace
+}  // namespace shoal::testing
