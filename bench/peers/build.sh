@@ -56,7 +56,9 @@ if [ ${#missing[@]} -gt 0 ]; then
 fi
 
 mkdir -p "$out"
-common="$here/peer_bench.h"
+# the measurement itself, shared with shoal-bench
+driver_dir="$root/tools/bench"
+common="$driver_dir/nccl_tests_driver.h"
 
 # up_to_date TARGET SOURCES...: true when TARGET exists and is newer than every source
 up_to_date() {
@@ -71,8 +73,8 @@ if [ $want_mpi = 1 ]; then
     echo "build.sh: $out/mpi_bench is up to date"
   else
     echo "build.sh: building $out/mpi_bench ($(mpirun --version 2>/dev/null | head -1))"
-    "$mpicc" -std=c99 -D_POSIX_C_SOURCE=200809L -O2 -Wall -Wextra -o "$out/mpi_bench.tmp" \
-      "$here/mpi_bench.c"
+    "$mpicc" -std=c99 -D_POSIX_C_SOURCE=200809L -O2 -Wall -Wextra -I "$driver_dir" \
+      -o "$out/mpi_bench.tmp" "$here/mpi_bench.c"
     mv -f "$out/mpi_bench.tmp" "$out/mpi_bench"
   fi
 fi
@@ -82,8 +84,8 @@ if [ $want_gloo = 1 ]; then
     echo "build.sh: $out/gloo_bench is up to date"
   else
     echo "build.sh: building $out/gloo_bench (libgloo $(dpkg-query -W -f='${Version}' libgloo-dev 2>/dev/null || echo '?'))"
-    "$cxx" -std=c++20 -O2 -Wall -Wextra -o "$out/gloo_bench.tmp" "$here/gloo_bench.cpp" \
-      -lgloo -pthread
+    "$cxx" -std=c++20 -O2 -Wall -Wextra -I "$driver_dir" -o "$out/gloo_bench.tmp" \
+      "$here/gloo_bench.cpp" -lgloo -pthread
     mv -f "$out/gloo_bench.tmp" "$out/gloo_bench"
   fi
 fi

@@ -42,7 +42,7 @@
 #include <gloo/rendezvous/file_store.h>
 #include <gloo/transport/tcp/device.h>
 
-#include "peer_bench.h"
+#include "nccl_tests_driver.h"  // tools/bench/: the measurement shared with shoal-bench
 
 namespace {
 
@@ -162,7 +162,8 @@ int g_has_inplace(void*, Coll c) { return c != COLL_ALL_TO_ALL; }  // gloo::allt
 
 int g_can_shift(void*, Coll c, int in_place) { return !(c == COLL_REDUCE_SCATTER && in_place); }
 
-void g_prepare(void* c, Coll coll, float*, float* recv_base, size_t count, int in_place) {
+void g_prepare(void* c, Coll coll, void*, void* recv_base_v, size_t count, int in_place) {
+  float* recv_base = static_cast<float*>(recv_base_v);
   auto* g = static_cast<Gloo*>(c);
   if (coll != COLL_REDUCE_SCATTER || count == 0) return;
   if (g->rs && g->rs_count == count && g->rs_in_place == in_place) return;
@@ -181,10 +182,11 @@ void g_prepare(void* c, Coll coll, float*, float* recv_base, size_t count, int i
   g->rs_in_place = in_place;
 }
 
-void g_run(void* c, Coll coll, const float* send_c, float* recv, size_t count, int root, int in_place,
+void g_run(void* c, Coll coll, const void* send_v, void* recv_v, size_t count, int root, int in_place,
            int) {
   auto* g = static_cast<Gloo*>(c);
-  float* send = const_cast<float*>(send_c);  // Gloo's setters take non-const pointers
+  float* send = static_cast<float*>(const_cast<void*>(send_v));  // Gloo's setters take non-const pointers
+  float* recv = static_cast<float*>(recv_v);
   const size_t n = static_cast<size_t>(g->size);
   const ReduceFn sum = static_cast<ReduceFn>(&gloo::sum<float>);
   switch (coll) {

@@ -7,7 +7,7 @@
  * --mca pml ob1 --mca btl vader,self for shared memory, --mca btl tcp,self for TCP). */
 #include <mpi.h>
 
-#include "peer_bench.h"
+#include "nccl_tests_driver.h" /* tools/bench/: the measurement shared with shoal-bench */
 
 static void mpi_barrier(void* ctx) {
   (void)ctx;
@@ -38,7 +38,7 @@ static int mpi_has_inplace(void* ctx, Coll c) {
 static int g_rank;
 
 /* MPI counts are int: sizes up to 8 GiB of floats fit. */
-static void mpi_run(void* ctx, Coll c, const float* send, float* recv, size_t count, int root,
+static void mpi_run(void* ctx, Coll c, const void* send, void* recv, size_t count, int root,
                     int in_place, int iter) {
   (void)ctx;
   (void)iter;

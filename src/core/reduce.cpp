@@ -25,6 +25,7 @@
 #include "core/check.hpp"
 
 #if defined(__x86_64__) && defined(__GNUC__)
+#include <cpuid.h>
 #include <immintrin.h>
 #define SHOAL_KERNELS_X86 1
 #define SHOAL_TARGET_AVX2 __attribute__((target("avx2,f16c")))
@@ -33,6 +34,15 @@
 #endif
 
 #define SHOAL_ALWAYS_INLINE __attribute__((always_inline)) inline
+
+// "No dependence between iterations of the next loop" (see reduce_span), for GCC and clang.
+#if defined(__clang__)
+#define SHOAL_IVDEP _Pragma("clang loop vectorize(assume_safety)")
+// The float16 software path calls out of line and cannot vectorize: not worth a warning.
+#pragma clang diagnostic ignored "-Wpass-failed"
+#else
+#define SHOAL_IVDEP _Pragma("GCC ivdep")
+#endif
 
 namespace shoal::kernels {
 namespace {
@@ -52,37 +62,14 @@ SHOAL_ALWAYS_INLINE void store(Byte* p, T value) {
   std::memcpy(p, &value, sizeof value);
 }
 
-// ---- operators: on scalars and (for the F16C loop) on 8 floats in a GCC vector ----
-
-// The operators are always inlined, so returning V8f by value never reaches an ABI boundary.
-// For the same reason they use __builtin_bit_cast, not std::bit_cast: at -O0 the latter is a
-// real call, compiled for the baseline ISA, whose vector return the AVX2 caller would misread.
-#pragma GCC diagnostic ignored "-Wpsabi"
-
-using V8f = float __attribute__((vector_size(32)));
-using V8u = uint32_t __attribute__((vector_size(32)));
-
-template <class V>
-struct BitsOf;
-template <>
-struct BitsOf<float> {
-  using type = uint32_t;
-};
-template <>
-struct BitsOf<double> {
-  using type = uint64_t;
-};
-template <>
-struct BitsOf<V8f> {
-  using type = V8u;
-};
+// ---- operators on one element (the F16C loop has its 8-lane versions in apply8) ----
 
 struct Sum {
-  template <class V>
-  SHOAL_ALWAYS_INLINE static V apply(const V& a, const V& b) {
-    if constexpr (std::is_integral_v<V>) {
-      using U = std::make_unsigned_t<V>;
-      return static_cast<V>(static_cast<U>(a) + static_cast<U>(b));
+  template <class T>
+  SHOAL_ALWAYS_INLINE static T apply(T a, T b) {
+    if constexpr (std::is_integral_v<T>) {
+      using U = std::make_unsigned_t<T>;
+      return static_cast<T>(static_cast<U>(a) + static_cast<U>(b));
     } else {
       return a + b;
     }
@@ -90,46 +77,42 @@ struct Sum {
 };
 
 struct Prod {
-  template <class V>
-  SHOAL_ALWAYS_INLINE static V apply(const V& a, const V& b) {
-    if constexpr (std::is_integral_v<V>) {
-      using U = std::make_unsigned_t<V>;  // uint8 promotes to int: 255 * 255 still fits
-      return static_cast<V>(static_cast<U>(a) * static_cast<U>(b));
+  template <class T>
+  SHOAL_ALWAYS_INLINE static T apply(T a, T b) {
+    if constexpr (std::is_integral_v<T>) {
+      using U = std::make_unsigned_t<T>;  // uint8 promotes to int: 255 * 255 still fits
+      return static_cast<T>(static_cast<U>(a) * static_cast<U>(b));
     } else {
       return a * b;
     }
   }
 };
 
-template <class V>
-SHOAL_ALWAYS_INLINE V bitwise_or(const V& a, const V& b) {
-  using B = typename BitsOf<V>::type;
-  return __builtin_bit_cast(V, __builtin_bit_cast(B, a) | __builtin_bit_cast(B, b));
-}
-
-// float min without branches in three instructions: `x < y ? x : y` is exactly x86's minps(x, y).
-// If a < b or b < a, both selections give the smaller. Otherwise (equal, or a NaN) they give b
-// and a, and OR-ing their bits gives: the value itself when equal, -0 for ±0, and a NaN when
-// either is NaN (all exponent bits set, and the NaN's nonzero mantissa bits).
+// float min without branches. If a < b or b < a, both selections give the smaller. Otherwise
+// (equal, or a NaN) they give b and a, and OR-ing their bits gives the value itself when equal,
+// -0 for ±0, and a NaN when either is NaN (all exponent bits set, and the NaN's nonzero
+// mantissa bits). `x < y ? x : y` is exactly x86's minps(x, y), which apply8 uses.
 struct Min {
-  template <class V>
-  SHOAL_ALWAYS_INLINE static V apply(const V& a, const V& b) {
-    if constexpr (std::is_integral_v<V>) {
+  template <class T>
+  SHOAL_ALWAYS_INLINE static T apply(T a, T b) {
+    if constexpr (std::is_integral_v<T>) {
       return a < b ? a : b;
     } else {
-      return bitwise_or<V>(a < b ? a : b, b < a ? b : a);
+      using Bits = std::conditional_t<sizeof(T) == 4, uint32_t, uint64_t>;
+      return std::bit_cast<T>(std::bit_cast<Bits>(a < b ? a : b) |
+                              std::bit_cast<Bits>(b < a ? b : a));
     }
   }
 };
 
 // max(a, b) = -min(-a, -b): the same NaN and signed-zero rules, mirrored (max(±0) = +0).
 struct Max {
-  template <class V>
-  SHOAL_ALWAYS_INLINE static V apply(const V& a, const V& b) {
-    if constexpr (std::is_integral_v<V>) {
+  template <class T>
+  SHOAL_ALWAYS_INLINE static T apply(T a, T b) {
+    if constexpr (std::is_integral_v<T>) {
       return a > b ? a : b;
     } else {
-      return -Min::apply<V>(-a, -b);
+      return -Min::apply<T>(-a, -b);
     }
   }
 };
@@ -189,7 +172,7 @@ SHOAL_ALWAYS_INLINE uint32_t bf16_rounded_word(float x) {  // the result in the 
 template <class Op>
 SHOAL_ALWAYS_INLINE void reduce_bf16_pairs(Byte* dst, const Byte* a, const Byte* b, size_t count) {
   const size_t words = count / 2;
-#pragma GCC ivdep
+  SHOAL_IVDEP
 #pragma GCC unroll 2
   for (size_t i = 0; i < words; ++i) {
     const uint32_t wa = load<uint32_t>(a + 4 * i), wb = load<uint32_t>(b + 4 * i);
@@ -209,25 +192,28 @@ SHOAL_ALWAYS_INLINE void reduce_bf16_pairs(Byte* dst, const Byte* a, const Byte*
 
 template <class Codec, class Op>
 SHOAL_ALWAYS_INLINE void reduce_span(Byte* dst, const Byte* a, const Byte* b, size_t count) {
-  if constexpr (std::is_same_v<Codec, BF16>) return reduce_bf16_pairs<Op>(dst, a, b, count);
-  using S = typename Codec::Storage;
-  constexpr size_t kSize = sizeof(S);
-  // dst may equal a or b, but iteration i reads only a[i] and b[i] before writing dst[i]: there
-  // is no dependence between iterations. ivdep says so; without it GCC adds run-time overlap
-  // checks and falls back to scalar code in exactly the in-place case (dst == a) used most.
-#pragma GCC ivdep
+  if constexpr (std::is_same_v<Codec, BF16>) {
+    reduce_bf16_pairs<Op>(dst, a, b, count);
+  } else {
+    using S = typename Codec::Storage;
+    constexpr size_t kSize = sizeof(S);
+    // dst may equal a or b, but iteration i reads only a[i] and b[i] before writing dst[i]:
+    // there is no dependence between iterations. ivdep says so; without it GCC adds run-time
+    // overlap checks and falls back to scalar code in exactly the in-place case (dst == a).
+    SHOAL_IVDEP
 #pragma GCC unroll 4
-  for (size_t i = 0; i < count; ++i) {
-    const auto x = Codec::widen(load<S>(a + i * kSize));
-    const auto y = Codec::widen(load<S>(b + i * kSize));
-    store<S>(dst + i * kSize, Codec::narrow(Op::apply(x, y)));
+    for (size_t i = 0; i < count; ++i) {
+      const auto x = Codec::widen(load<S>(a + i * kSize));
+      const auto y = Codec::widen(load<S>(b + i * kSize));
+      store<S>(dst + i * kSize, Codec::narrow(Op::apply(x, y)));
+    }
   }
 }
 
 // Large buffers go in chunks of kChunkBytes, each starting with a software prefetch of the
-// inputs kPrefetchAhead bytes further on. The hardware prefetchers stop at every 4 KiB page and
-// a loop with more arithmetic per byte (bfloat16, min/max) then waits on memory; measured on
-// 64 MiB buffers this took bfloat16 sum from 21 to 12 ms and float32 sum from 10 to 9 ms.
+// inputs kPrefetchAhead bytes further on. Without it, loops with more arithmetic per byte
+// (bfloat16, min/max) waited on memory (the hardware prefetchers restart at every 4 KiB page):
+// on 64 MiB buffers it took bfloat16 sum from 21 to 12 ms of CPU time, float32 sum from 10 to 9.
 constexpr size_t kChunkBytes = 1024, kPrefetchAhead = 2048;
 
 // Computed as an integer: the address may lie past the buffer (a prefetch never faults), and
@@ -292,12 +278,32 @@ SHOAL_TARGET_AVX2 void divide_avx2(Byte* dst, size_t count, int64_t divisor) {
 }
 
 // float16 with F16C, 8 elements at a time. The intrinsics must sit in functions that carry the
-// target attribute themselves, so these are written out instead of going through reduce_loop.
-SHOAL_TARGET_AVX2 SHOAL_ALWAYS_INLINE V8f load8_f16(const Byte* p) {
+// target attribute themselves (a baseline-ISA function may neither inline them nor, for clang,
+// pass __m256 values), so these loops and operators are written out instead of reusing
+// reduce_loop and Op::apply. The operators follow the scalar ones exactly.
+SHOAL_TARGET_AVX2 SHOAL_ALWAYS_INLINE __m256 load8_f16(const Byte* p) {
   return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i_u*>(p)));
 }
-SHOAL_TARGET_AVX2 SHOAL_ALWAYS_INLINE void store8_f16(Byte* p, V8f v) {
+SHOAL_TARGET_AVX2 SHOAL_ALWAYS_INLINE void store8_f16(Byte* p, __m256 v) {
   _mm_storeu_si128(reinterpret_cast<__m128i_u*>(p), _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT));
+}
+SHOAL_TARGET_AVX2 SHOAL_ALWAYS_INLINE __m256 min8(__m256 a, __m256 b) {
+  return _mm256_or_ps(_mm256_min_ps(a, b), _mm256_min_ps(b, a));  // see Min
+}
+
+template <class Op>
+SHOAL_TARGET_AVX2 SHOAL_ALWAYS_INLINE __m256 apply8(__m256 a, __m256 b) {
+  if constexpr (std::is_same_v<Op, Sum>) {
+    return _mm256_add_ps(a, b);
+  } else if constexpr (std::is_same_v<Op, Prod>) {
+    return _mm256_mul_ps(a, b);
+  } else if constexpr (std::is_same_v<Op, Min>) {
+    return min8(a, b);
+  } else {
+    static_assert(std::is_same_v<Op, Max>);
+    const __m256 sign = _mm256_set1_ps(-0.0f);
+    return _mm256_xor_ps(min8(_mm256_xor_ps(a, sign), _mm256_xor_ps(b, sign)), sign);
+  }
 }
 
 template <class Op>
@@ -306,14 +312,14 @@ SHOAL_TARGET_AVX2 SHOAL_ALWAYS_INLINE void reduce_f16c_span(Byte* dst, const Byt
   size_t i = 0;
 #pragma GCC unroll 4
   for (; i + 8 <= count; i += 8)
-    store8_f16(dst + 2 * i, Op::apply(load8_f16(a + 2 * i), load8_f16(b + 2 * i)));
+    store8_f16(dst + 2 * i, apply8<Op>(load8_f16(a + 2 * i), load8_f16(b + 2 * i)));
   if (i < count) {
     // Tail of 1-7 elements: through zero-padded copies, with the same arithmetic as the body.
     const size_t bytes = 2 * (count - i);
     Byte ta[16] = {}, tb[16] = {}, td[16];
     std::memcpy(ta, a + 2 * i, bytes);
     std::memcpy(tb, b + 2 * i, bytes);
-    store8_f16(td, Op::apply(load8_f16(ta), load8_f16(tb)));
+    store8_f16(td, apply8<Op>(load8_f16(ta), load8_f16(tb)));
     std::memcpy(dst + 2 * i, td, bytes);
   }
 }
@@ -332,14 +338,14 @@ SHOAL_TARGET_AVX2 void reduce_f16c(Byte* dst, const Byte* a, const Byte* b, size
 }
 
 SHOAL_TARGET_AVX2 void divide_f16c(Byte* dst, size_t count, int64_t divisor) {
-  const V8f d = V8f{} + static_cast<float>(divisor);
+  const __m256 d = _mm256_set1_ps(static_cast<float>(divisor));
   size_t i = 0;
-  for (; i + 8 <= count; i += 8) store8_f16(dst + 2 * i, load8_f16(dst + 2 * i) / d);
+  for (; i + 8 <= count; i += 8) store8_f16(dst + 2 * i, _mm256_div_ps(load8_f16(dst + 2 * i), d));
   if (i < count) {
     const size_t bytes = 2 * (count - i);
     Byte t[16] = {};
     std::memcpy(t, dst + 2 * i, bytes);
-    store8_f16(t, load8_f16(t) / d);
+    store8_f16(t, _mm256_div_ps(load8_f16(t), d));
     std::memcpy(dst + 2 * i, t, bytes);
   }
 }
@@ -415,7 +421,11 @@ constexpr KernelTable kAvx2Table = make_table<true>();
 const KernelTable* best_table() {
 #if SHOAL_KERNELS_X86
   __builtin_cpu_init();
-  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c")) return &kAvx2Table;
+  // avx2 also checks that the OS saves YMM registers; F16C is CPUID.1:ECX bit 29 (clang's
+  // __builtin_cpu_supports does not know "f16c").
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  const bool f16c = __get_cpuid(1, &eax, &ebx, &ecx, &edx) && (ecx & bit_F16C) != 0;
+  if (__builtin_cpu_supports("avx2") && f16c) return &kAvx2Table;
 #endif
   return &kBaselineTable;
 }

@@ -41,16 +41,22 @@ class LockedFile {
     fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
     if (fd_ < 0) {
       int err = errno;
-      SHOAL_THROW(InvalidArgument, "cannot open the file store '" << path << "': " << std::strerror(err)
-                  << ". The directory must exist and be writable on every host (for several hosts, use a "
-                  << "shared file system), or use a TCP store instead (unset SHOAL_STORE_PATH)");
+      SHOAL_THROW(
+          InvalidArgument,
+          "cannot open the file store '"
+              << path << "': " << std::strerror(err)
+              << ". The directory must exist and be writable on every host (for several hosts, use "
+                 "a "
+              << "shared file system), or use a TCP store instead (unset SHOAL_STORE_PATH)");
     }
     while (::flock(fd_, exclusive ? LOCK_EX : LOCK_SH) != 0) {
       if (errno == EINTR) continue;
       int err = errno;
       ::close(fd_);
-      SHOAL_THROW(Internal, "flock on the file store '" << path << "' failed: " << std::strerror(err)
-                  << " (does this file system support flock? NFS needs lock support enabled)");
+      SHOAL_THROW(Internal,
+                  "flock on the file store '"
+                      << path << "' failed: " << std::strerror(err)
+                      << " (does this file system support flock? NFS needs lock support enabled)");
     }
   }
   ~LockedFile() { ::close(fd_); }  // also releases the lock
@@ -59,14 +65,15 @@ class LockedFile {
 
   Log read() const {
     struct stat st {};
-    SHOAL_CHECK(::fstat(fd_, &st) == 0, Internal, "fstat of the file store '" << path_ << "' failed: "
-                << std::strerror(errno));
+    SHOAL_CHECK(::fstat(fd_, &st) == 0, Internal,
+                "fstat of the file store '" << path_ << "' failed: " << std::strerror(errno));
     std::string buf(static_cast<size_t>(st.st_size), '\0');
     size_t off = 0;
     while (off < buf.size()) {
       ssize_t n = ::pread(fd_, buf.data() + off, buf.size() - off, static_cast<off_t>(off));
       if (n < 0 && errno == EINTR) continue;
-      SHOAL_CHECK(n >= 0, Internal, "reading the file store '" << path_ << "' failed: " << std::strerror(errno));
+      SHOAL_CHECK(n >= 0, Internal,
+                  "reading the file store '" << path_ << "' failed: " << std::strerror(errno));
       if (n == 0) break;
       off += static_cast<size_t>(n);
     }
@@ -76,8 +83,9 @@ class LockedFile {
     if (buf.empty()) return log;
     if (buf.size() < sizeof kMagic) return log;  // a writer died before finishing the magic
     SHOAL_CHECK(std::memcmp(buf.data(), kMagic, sizeof kMagic) == 0, InvalidArgument,
-                "'" << path_ << "' is not a shoal file store (it holds other data); point SHOAL_STORE_PATH "
-                << "at a new file, or delete this one if it is a leftover");
+                "'" << path_
+                    << "' is not a shoal file store (it holds other data); point SHOAL_STORE_PATH "
+                    << "at a new file, or delete this one if it is a leftover");
     size_t pos = sizeof kMagic;
     log.valid_end = pos;
     auto u64 = [&](uint64_t& v) {
@@ -99,8 +107,9 @@ class LockedFile {
       } else if (kind == kDelete) {
         log.data.erase(key);
       } else {
-        SHOAL_THROW(InvalidArgument, "the file store '" << path_ << "' is corrupt (record kind " << int(kind)
-                    << " at offset " << pos << "); delete it and restart the job");
+        SHOAL_THROW(InvalidArgument, "the file store '" << path_ << "' is corrupt (record kind "
+                                                        << int(kind) << " at offset " << pos
+                                                        << "); delete it and restart the job");
       }
       pos += vlen;
       log.valid_end = pos;
@@ -124,10 +133,12 @@ class LockedFile {
     rec.append(reinterpret_cast<const char*>(value.data()), value.size());
     size_t off = 0;
     while (off < rec.size()) {
-      ssize_t w = ::pwrite(fd_, rec.data() + off, rec.size() - off, static_cast<off_t>(log.valid_end + off));
+      ssize_t w = ::pwrite(fd_, rec.data() + off, rec.size() - off,
+                           static_cast<off_t>(log.valid_end + off));
       if (w < 0 && errno == EINTR) continue;
-      SHOAL_CHECK(w > 0, Internal, "writing the file store '" << path_ << "' failed: " << std::strerror(errno)
-                  << " (is the disk full?)");
+      SHOAL_CHECK(w > 0, Internal,
+                  "writing the file store '" << path_ << "' failed: " << std::strerror(errno)
+                                             << " (is the disk full?)");
       off += static_cast<size_t>(w);
     }
   }
@@ -160,10 +171,14 @@ void poll_until(const std::string& path, const std::vector<std::string>& keys, M
     if (waited >= timeout) {
       char secs[32];
       std::snprintf(secs, sizeof secs, "%.1f s", static_cast<double>(timeout.count()) / 1000.0);
-      SHOAL_THROW(Timeout, "store " << op << " timed out after " << secs << " waiting for key(s) "
-                  << keys_text(keys) << " in the file store '" << path << "': no process has set them. Check "
-                  << "that every rank uses the same path (on a file system every host shares), reached this "
-                  << "point and runs the same program; if ranks start slowly, raise SHOAL_TIMEOUT");
+      SHOAL_THROW(
+          Timeout,
+          "store "
+              << op << " timed out after " << secs << " waiting for key(s) " << keys_text(keys)
+              << " in the file store '" << path << "': no process has set them. Check "
+              << "that every rank uses the same path (on a file system every host shares), reached "
+                 "this "
+              << "point and runs the same program; if ranks start slowly, raise SHOAL_TIMEOUT");
     }
     std::this_thread::sleep_for(std::min(sleep, timeout - waited));
     sleep = std::min(sleep * 2, Milliseconds(20));
@@ -204,8 +219,10 @@ int64_t FileStore::add(const std::string& key, int64_t delta) {
   if (auto it = log.data.find(key); it != log.data.end()) {
     const char* b = reinterpret_cast<const char*>(it->second.data());
     auto r = std::from_chars(b, b + it->second.size(), value);
-    SHOAL_CHECK(r.ec == std::errc() && r.ptr == b + it->second.size() && !it->second.empty(), InvalidArgument,
-                "store add on key '" << key << "' whose value is not an integer (it was set with set())");
+    SHOAL_CHECK(
+        r.ec == std::errc() && r.ptr == b + it->second.size() && !it->second.empty(),
+        InvalidArgument,
+        "store add on key '" << key << "' whose value is not an integer (it was set with set())");
   }
   value = static_cast<int64_t>(static_cast<uint64_t>(value) + static_cast<uint64_t>(delta));
   std::string text = std::to_string(value);

@@ -6,7 +6,8 @@ namespace shoal {
 
 PrefixStore::PrefixStore(std::string prefix, std::shared_ptr<Store> base)
     : prefix_(std::move(prefix)), base_(std::move(base)) {
-  SHOAL_CHECK(base_ != nullptr, InvalidArgument, "PrefixStore '" << prefix_ << "' needs a base store, got null");
+  SHOAL_CHECK(base_ != nullptr, InvalidArgument,
+              "PrefixStore '" << prefix_ << "' needs a base store, got null");
   timeout_ = base_->timeout();
 }
 

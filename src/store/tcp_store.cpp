@@ -122,8 +122,14 @@ class Writer {
   void u8(uint8_t v) { buf_.push_back(static_cast<char>(v)); }
   void u64(uint64_t v) { raw(&v, sizeof v); }
   void i64(int64_t v) { raw(&v, sizeof v); }
-  void str(std::string_view s) { u64(s.size()); buf_.append(s); }
-  void bytes(const Bytes& b) { u64(b.size()); raw(b.data(), b.size()); }
+  void str(std::string_view s) {
+    u64(s.size());
+    buf_.append(s);
+  }
+  void bytes(const Bytes& b) {
+    u64(b.size());
+    raw(b.data(), b.size());
+  }
   std::string& buffer() { return buf_; }
 
  private:
@@ -158,7 +164,8 @@ class Reader {
     uint64_t len;
     if (Status s = u64(len); s != Status::Ok) return s;
     if (len > limit) {
-      why = "announced a string of " + std::to_string(len) + " bytes (limit " + std::to_string(limit) + ")";
+      why = "announced a string of " + std::to_string(len) + " bytes (limit " +
+            std::to_string(limit) + ")";
       return Status::Bad;
     }
     if (pos_ + len > n_) return Status::Incomplete;
@@ -170,8 +177,8 @@ class Reader {
     uint64_t len;
     if (Status s = u64(len); s != Status::Ok) return s;
     if (len > limit) {
-      why = "announced a value of " + std::to_string(len) + " bytes (limit " + std::to_string(limit) +
-            ", SHOAL_STORE_MAX_VALUE)";
+      why = "announced a value of " + std::to_string(len) + " bytes (limit " +
+            std::to_string(limit) + ", SHOAL_STORE_MAX_VALUE)";
       return Status::Bad;
     }
     if (pos_ + len > n_) return Status::Incomplete;
@@ -187,8 +194,8 @@ class Reader {
   size_t pos_ = 0;
 };
 
-#define SHOAL_READ(expr)                                  \
-  do {                                                    \
+#define SHOAL_READ(expr)                                                 \
+  do {                                                                   \
     if (Reader::Status s_ = (expr); s_ != Reader::Status::Ok) return s_; \
   } while (0)
 
@@ -240,7 +247,8 @@ class Server {
   void flush(Client& c);
   void close_client(uint64_t id, const std::string& why, bool warn);
   void do_set(const std::string& key, Bytes value);
-  void key_changed(const std::string& key, uint8_t event, const Bytes& old_value, const Bytes& new_value);
+  void key_changed(const std::string& key, uint8_t event, const Bytes& old_value,
+                   const Bytes& new_value);
 
   int listen_fd_ = -1;
   int wake_fd_ = -1;
@@ -271,7 +279,8 @@ Server::Server(const std::string& host, uint16_t port) {
   socklen_t addr_len = 0;
   in_addr a4{};
   in6_addr a6{};
-  if (!is_wildcard(host) && inet_pton(AF_INET, host.c_str(), &a4) == 1 && (ntohl(a4.s_addr) >> 24) == 127) {
+  if (!is_wildcard(host) && inet_pton(AF_INET, host.c_str(), &a4) == 1 &&
+      (ntohl(a4.s_addr) >> 24) == 127) {
     v6 = false;
     auto* sin = reinterpret_cast<sockaddr_in*>(&addr);
     sin->sin_family = AF_INET;
@@ -279,7 +288,8 @@ Server::Server(const std::string& host, uint16_t port) {
     sin->sin_port = htons(port);
     addr_len = sizeof *sin;
     loopback_ = host;
-  } else if (!is_wildcard(host) && inet_pton(AF_INET6, host.c_str(), &a6) == 1 && IN6_IS_ADDR_LOOPBACK(&a6)) {
+  } else if (!is_wildcard(host) && inet_pton(AF_INET6, host.c_str(), &a6) == 1 &&
+             IN6_IS_ADDR_LOOPBACK(&a6)) {
     auto* sin6 = reinterpret_cast<sockaddr_in6*>(&addr);
     sin6->sin6_family = AF_INET6;
     sin6->sin6_addr = a6;
@@ -300,9 +310,11 @@ Server::Server(const std::string& host, uint16_t port) {
     if (fd < 0) return -errno;
     int one = 1, zero = 0;
     ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-    if (family == AF_INET6 && !IN6_IS_ADDR_LOOPBACK(&reinterpret_cast<sockaddr_in6*>(&addr)->sin6_addr))
+    if (family == AF_INET6 &&
+        !IN6_IS_ADDR_LOOPBACK(&reinterpret_cast<sockaddr_in6*>(&addr)->sin6_addr))
       ::setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &zero, sizeof zero);  // dual stack
-    if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), addr_len) != 0 || ::listen(fd, SOMAXCONN) != 0) {
+    if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), addr_len) != 0 ||
+        ::listen(fd, SOMAXCONN) != 0) {
       int err = errno;
       ::close(fd);
       return -err;
@@ -322,10 +334,13 @@ Server::Server(const std::string& host, uint16_t port) {
   }
   if (fd < 0) {
     int err = -fd;
-    SHOAL_CHECK(err != EADDRINUSE, InvalidArgument,
-                "cannot host the TCP store on port " << port << ": the port is already in use (another job "
-                "or a previous run that has not exited). Choose another port (MASTER_PORT, or the "
-                "port of SHOAL_STORE_ADDR), or pass port 0 to pick a free one");
+    SHOAL_CHECK(
+        err != EADDRINUSE, InvalidArgument,
+        "cannot host the TCP store on port "
+            << port
+            << ": the port is already in use (another job "
+               "or a previous run that has not exited). Choose another port (MASTER_PORT, or the "
+               "port of SHOAL_STORE_ADDR), or pass port 0 to pick a free one");
     SHOAL_THROW(Internal, "cannot host the TCP store on port " << port << ": " << errno_text(err));
   }
   listen_fd_ = fd;
@@ -409,11 +424,15 @@ void Server::accept_all() {
   for (;;) {
     sockaddr_storage peer{};
     socklen_t len = sizeof peer;
-    int fd = ::accept4(listen_fd_, reinterpret_cast<sockaddr*>(&peer), &len, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    int fd = ::accept4(listen_fd_, reinterpret_cast<sockaddr*>(&peer), &len,
+                       SOCK_NONBLOCK | SOCK_CLOEXEC);
     if (fd < 0) {
-      if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR || errno == ECONNABORTED) return;
-      SHOAL_WARN("TCP store server: accept failed: " << errno_text(errno)
-                 << (errno == EMFILE || errno == ENFILE ? " (raise the open-file limit, ulimit -n)" : ""));
+      if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR || errno == ECONNABORTED)
+        return;
+      SHOAL_WARN(
+          "TCP store server: accept failed: "
+          << errno_text(errno)
+          << (errno == EMFILE || errno == ENFILE ? " (raise the open-file limit, ulimit -n)" : ""));
       std::this_thread::sleep_for(std::chrono::milliseconds(10));
       return;
     }
@@ -526,7 +545,8 @@ Reader::Status Server::handle(Client& c, Reader& r, std::string& why) {
       SHOAL_READ(r.str(key, kMaxKeyBytes, why));
       auto it = data_.find(key);
       if (it == data_.end()) {
-        why = "GET of missing key '" + key + "' (clients must WAIT first; torch closes the connection too)";
+        why = "GET of missing key '" + key +
+              "' (clients must WAIT first; torch closes the connection too)";
         return Reader::Status::Bad;
       }
       Writer w;
@@ -558,7 +578,8 @@ Reader::Status Server::handle(Client& c, Reader& r, std::string& why) {
       uint64_t n;
       SHOAL_READ(r.u64(n));
       if (n > kMaxKeysPerQuery) {
-        why = "announced " + std::to_string(n) + " keys (limit " + std::to_string(kMaxKeysPerQuery) + ")";
+        why = "announced " + std::to_string(n) + " keys (limit " +
+              std::to_string(kMaxKeysPerQuery) + ")";
         return Reader::Status::Bad;
       }
       std::vector<std::string> keys(n);
@@ -567,7 +588,8 @@ Reader::Status Server::handle(Client& c, Reader& r, std::string& why) {
       for (auto& k : keys)
         if (!data_.count(k)) wait.missing.insert(std::move(k));
       if (static_cast<Query>(q) == Query::Check) {
-        reply(c, std::string(1, static_cast<char>(wait.missing.empty() ? kCheckReady : kCheckNotReady)));
+        reply(c, std::string(
+                     1, static_cast<char>(wait.missing.empty() ? kCheckReady : kCheckNotReady)));
       } else if (wait.missing.empty()) {
         reply(c, std::string(1, static_cast<char>(kStopWaiting)));
       } else {
@@ -636,10 +658,12 @@ void Server::do_set(const std::string& key, Bytes value) {
       }
     }
   }
-  if (!watchers_.empty()) key_changed(key, created ? kWatchCreated : kWatchUpdated, old, data_[key]);
+  if (!watchers_.empty())
+    key_changed(key, created ? kWatchCreated : kWatchUpdated, old, data_[key]);
 }
 
-void Server::key_changed(const std::string& key, uint8_t event, const Bytes& old_value, const Bytes& new_value) {
+void Server::key_changed(const std::string& key, uint8_t event, const Bytes& old_value,
+                         const Bytes& new_value) {
   auto it = watchers_.find(key);
   if (it == watchers_.end()) return;
   Writer w;
@@ -664,7 +688,8 @@ void Server::reply(Client& c, const std::string& data) {
 
 void Server::flush(Client& c) {
   while (c.out_pos < c.out.size()) {
-    ssize_t sent = ::send(c.fd, c.out.data() + c.out_pos, c.out.size() - c.out_pos, MSG_NOSIGNAL | MSG_DONTWAIT);
+    ssize_t sent = ::send(c.fd, c.out.data() + c.out_pos, c.out.size() - c.out_pos,
+                          MSG_NOSIGNAL | MSG_DONTWAIT);
     if (sent < 0) {
       if (errno == EINTR) continue;
       if (errno == EAGAIN || errno == EWOULDBLOCK) break;
@@ -736,7 +761,8 @@ struct TcpStore::Impl {
   bool lost = false;  // the connection broke (not by our own timeout): reconnect only once, quickly
 
   std::string address() const {
-    return (host.find(':') != std::string::npos ? "[" + host + "]" : host) + ":" + std::to_string(port);
+    return (host.find(':') != std::string::npos ? "[" + host + "]" : host) + ":" +
+           std::to_string(port);
   }
 
   void disconnect() {
@@ -758,7 +784,8 @@ struct TcpStore::Impl {
     }
     int result = -1;
     for (addrinfo* ai = res; ai && result < 0; ai = ai->ai_next) {
-      int s = ::socket(ai->ai_family, ai->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, ai->ai_protocol);
+      int s =
+          ::socket(ai->ai_family, ai->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, ai->ai_protocol);
       if (s < 0) {
         why = errno_text(errno);
         continue;
@@ -812,22 +839,29 @@ struct TcpStore::Impl {
       std::this_thread::sleep_for(sleep);
       backoff = std::min(backoff * 2, cap);
     }
-    SHOAL_THROW(Timeout, "could not connect to the TCP store at " << address() << " within " << seconds_text(budget)
-                << " (last error: " << why << "). Check that rank 0 (or the launcher's agent that hosts the "
-                << "store) is running, that MASTER_ADDR/MASTER_PORT (or SHOAL_STORE_ADDR) are the same on every "
-                << "rank and reachable from this host, and that no firewall blocks the port");
+    SHOAL_THROW(Timeout,
+                "could not connect to the TCP store at "
+                    << address() << " within " << seconds_text(budget) << " (last error: " << why
+                    << "). Check that rank 0 (or the launcher's agent that hosts the "
+                    << "store) is running, that MASTER_ADDR/MASTER_PORT (or SHOAL_STORE_ADDR) are "
+                       "the same on every "
+                    << "rank and reachable from this host, and that no firewall blocks the port");
   }
 
-  void ensure_connected(Clock::time_point op_deadline, const char* op, const std::vector<std::string>& keys) {
+  void ensure_connected(Clock::time_point op_deadline, const char* op,
+                        const std::vector<std::string>& keys) {
     if (fd >= 0) return;
     if (lost) {
       // The store went away under us: one quick attempt, then report the failure.
       std::string why;
       fd = try_connect(std::min(op_deadline, deadline_after(Milliseconds(1000))), why);
       if (fd < 0)
-        SHOAL_THROW(PeerFailure, "the TCP store at " << address() << " is gone (" << why << ") during " << op
-                    << " of " << keys_text(keys) << ": the process hosting it (rank 0, or the launcher's agent) "
-                    << "has probably exited or crashed; check its log");
+        SHOAL_THROW(PeerFailure,
+                    "the TCP store at "
+                        << address() << " is gone (" << why << ") during " << op << " of "
+                        << keys_text(keys)
+                        << ": the process hosting it (rank 0, or the launcher's agent) "
+                        << "has probably exited or crashed; check its log");
       lost = false;
       return;
     }
@@ -835,26 +869,38 @@ struct TcpStore::Impl {
     connect(std::min(op_deadline, deadline_after(budget)), budget);
   }
 
-  [[noreturn]] void fail_lost(const char* op, const std::vector<std::string>& keys, const std::string& why) {
+  [[noreturn]] void fail_lost(const char* op, const std::vector<std::string>& keys,
+                              const std::string& why) {
     disconnect();
     lost = true;
-    SHOAL_THROW(PeerFailure, "lost the connection to the TCP store at " << address() << " during " << op << " of "
-                << keys_text(keys) << " (" << why << "): the process hosting the store (rank 0, or the "
-                << "launcher's agent) has probably exited or crashed; check its log");
+    SHOAL_THROW(PeerFailure,
+                "lost the connection to the TCP store at "
+                    << address() << " during " << op << " of " << keys_text(keys) << " (" << why
+                    << "): the process hosting the store (rank 0, or the "
+                    << "launcher's agent) has probably exited or crashed; check its log");
   }
 
-  [[noreturn]] void fail_timeout(const char* op, const std::vector<std::string>& keys, Milliseconds timeout) {
+  [[noreturn]] void fail_timeout(const char* op, const std::vector<std::string>& keys,
+                                 Milliseconds timeout) {
     // The connection may still carry a late reply: drop it so the next call starts clean
     // (the server forgets this client's pending waits when it goes).
     disconnect();
     if (std::strcmp(op, "wait") == 0 || std::strcmp(op, "get") == 0)
-      SHOAL_THROW(Timeout, "store " << op << " timed out after " << seconds_text(timeout) << " waiting for key(s) "
-                  << keys_text(keys) << " on the TCP store at " << address() << ": no process has set them. "
-                  << "Check that every rank reached this point and runs the same program (a rank that crashed, "
-                  << "hangs or took another path never sets its keys); if ranks start slowly, raise SHOAL_TIMEOUT");
-    SHOAL_THROW(Timeout, "store " << op << " of " << keys_text(keys) << " got no reply from the TCP store at "
-                << address() << " within " << seconds_text(timeout) << ": the process hosting the store "
-                << "(rank 0, or the launcher's agent) is hung or overloaded; check that it is alive");
+      SHOAL_THROW(Timeout, "store " << op << " timed out after " << seconds_text(timeout)
+                                    << " waiting for key(s) " << keys_text(keys)
+                                    << " on the TCP store at " << address()
+                                    << ": no process has set them. "
+                                    << "Check that every rank reached this point and runs the same "
+                                       "program (a rank that crashed, "
+                                    << "hangs or took another path never sets its keys); if ranks "
+                                       "start slowly, raise SHOAL_TIMEOUT");
+    SHOAL_THROW(
+        Timeout,
+        "store "
+            << op << " of " << keys_text(keys) << " got no reply from the TCP store at "
+            << address() << " within " << seconds_text(timeout)
+            << ": the process hosting the store "
+            << "(rank 0, or the launcher's agent) is hung or overloaded; check that it is alive");
   }
 
   void send_all(const std::string& data, Clock::time_point deadline, const char* op,
@@ -894,7 +940,8 @@ struct TcpStore::Impl {
   }
 
   template <class T>
-  T recv_value(Clock::time_point deadline, const char* op, const std::vector<std::string>& keys, Milliseconds timeout) {
+  T recv_value(Clock::time_point deadline, const char* op, const std::vector<std::string>& keys,
+               Milliseconds timeout) {
     T v;
     recv_exact(&v, sizeof v, deadline, op, keys, timeout);
     return v;
@@ -903,7 +950,8 @@ struct TcpStore::Impl {
   Bytes recv_bytes(Clock::time_point deadline, const char* op, const std::vector<std::string>& keys,
                    Milliseconds timeout) {
     uint64_t n = recv_value<uint64_t>(deadline, op, keys, timeout);
-    if (n > (uint64_t{1} << 40)) fail_lost(op, keys, "the store sent a reply of " + std::to_string(n) + " bytes");
+    if (n > (uint64_t{1} << 40))
+      fail_lost(op, keys, "the store sent a reply of " + std::to_string(n) + " bytes");
     Bytes b(n);
     if (n) recv_exact(b.data(), n, deadline, op, keys, timeout);
     return b;
@@ -918,11 +966,13 @@ struct TcpStore::Impl {
     for (const auto& k : wire_keys) w.str(k);
     send_all(w.buffer(), deadline, op, keys, timeout);
     uint8_t r = recv_value<uint8_t>(deadline, op, keys, timeout);
-    if (r != kStopWaiting) fail_lost(op, keys, "unexpected reply " + std::to_string(r) + " to WAIT");
+    if (r != kStopWaiting)
+      fail_lost(op, keys, "unexpected reply " + std::to_string(r) + " to WAIT");
   }
 };
 
-TcpStore::TcpStore(const std::string& host, uint16_t port, Options options) : impl_(std::make_unique<Impl>()) {
+TcpStore::TcpStore(const std::string& host, uint16_t port, Options options)
+    : impl_(std::make_unique<Impl>()) {
   timeout_ = options.timeout;
   impl_->host = host;
   impl_->connect_host = host;
@@ -933,11 +983,15 @@ TcpStore::TcpStore(const std::string& host, uint16_t port, Options options) : im
     impl_->port = impl_->server->port();
     impl_->connect_host = impl_->server->local_address();
   } else {
-    SHOAL_CHECK(!is_wildcard(host), InvalidArgument,
-                "TCP store client: '" << host << "' is not an address to connect to; give the host name or "
-                "address of the machine that hosts the store (MASTER_ADDR or SHOAL_STORE_ADDR)");
+    SHOAL_CHECK(
+        !is_wildcard(host), InvalidArgument,
+        "TCP store client: '"
+            << host
+            << "' is not an address to connect to; give the host name or "
+               "address of the machine that hosts the store (MASTER_ADDR or SHOAL_STORE_ADDR)");
     SHOAL_CHECK(port != 0, InvalidArgument,
-                "TCP store client: port 0 is not a port to connect to; give the store's port (MASTER_PORT or "
+                "TCP store client: port 0 is not a port to connect to; give the store's port "
+                "(MASTER_PORT or "
                 "SHOAL_STORE_ADDR=host:port)");
   }
   std::lock_guard<std::mutex> lock(impl_->mu);

@@ -22,14 +22,15 @@ namespace {
 
 int failures = 0;
 
-#define CHECK_EQ(a, b)                                                                      \
-  do {                                                                                      \
-    auto va_ = (a);                                                                         \
-    auto vb_ = (b);                                                                         \
-    if (!(va_ == vb_)) {                                                                    \
-      std::cerr << "FAILED line " << __LINE__ << ": " #a " == " #b " (" << va_ << " vs " << vb_ << ")\n"; \
-      ++failures;                                                                           \
-    }                                                                                       \
+#define CHECK_EQ(a, b)                                                                          \
+  do {                                                                                          \
+    auto va_ = (a);                                                                             \
+    auto vb_ = (b);                                                                             \
+    if (!(va_ == vb_)) {                                                                        \
+      std::cerr << "FAILED line " << __LINE__ << ": " #a " == " #b " (" << va_ << " vs " << vb_ \
+                << ")\n";                                                                       \
+      ++failures;                                                                               \
+    }                                                                                           \
   } while (0)
 
 int serve(const std::string& port_file) {
@@ -47,7 +48,7 @@ int serve(const std::string& port_file) {
   store.set("from_shoal", std::string("hi torch"));
   store.wait({"torch_done"});
   CHECK_EQ(store.get_string("counter"), std::string("11"));  // torch added 1
-  CHECK_EQ(store.check({"cas"}), false);                      // torch deleted it
+  CHECK_EQ(store.check({"cas"}), false);                     // torch deleted it
   return failures == 0 ? 0 : 1;
 }
 
@@ -91,11 +92,12 @@ int client(const std::string& host, int port) {
 int rank() {
   auto info = bootstrap::detect(bootstrap::process_env());
   std::cout << "rank " << info.rank << "/" << info.size << " launcher=" << info.launcher
-            << " external=" << info.store_is_external << " store=" << info.store_host << ":" << info.store_port
-            << " prefix=" << info.key_prefix << std::endl;
+            << " external=" << info.store_is_external << " store=" << info.store_host << ":"
+            << info.store_port << " prefix=" << info.key_prefix << std::endl;
   auto store = bootstrap::open_store(info, 60s);
   store->set("rank" + std::to_string(info.rank), std::to_string(info.rank * 3));
-  for (int r = 0; r < info.size; ++r) CHECK_EQ(store->get_string("rank" + std::to_string(r)), std::to_string(r * 3));
+  for (int r = 0; r < info.size; ++r)
+    CHECK_EQ(store->get_string("rank" + std::to_string(r)), std::to_string(r * 3));
   CHECK_EQ(store->add("arrived", 1) <= info.size, true);
   // Whoever hosts the store (rank 0 without the agent's store) leaves last.
   store->set("left" + std::to_string(info.rank), std::string("1"));

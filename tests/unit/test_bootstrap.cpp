@@ -1,6 +1,7 @@
 // Launcher environments -> LaunchInfo, their precedence and error messages, SLURM host lists,
 // and open_store (TCP, external store, the one-host file store and its clean-up).
 #include <arpa/inet.h>
+#include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -11,8 +12,6 @@
 #include <map>
 #include <random>
 #include <thread>
-
-#include <gtest/gtest.h>
 
 #include "shoal/error.hpp"
 #include "shoal/store.hpp"
@@ -48,9 +47,9 @@ std::string detect_error(const Vars& vars) {
   return "no error";
 }
 
-#define EXPECT_CONTAINS(haystack, needle)                                                          \
-  EXPECT_NE(std::string(haystack).find(needle), std::string::npos) << "'" << needle << "' not in: " \
-                                                                   << (haystack)
+#define EXPECT_CONTAINS(haystack, needle)                          \
+  EXPECT_NE(std::string(haystack).find(needle), std::string::npos) \
+      << "'" << needle << "' not in: " << (haystack)
 
 Vars merge(Vars a, const Vars& b) {
   for (const auto& [k, v] : b) a[k] = v;
@@ -129,8 +128,10 @@ TEST(Detect, Torchrun) {
   EXPECT_CONTAINS(i.key_prefix, "job42");
   EXPECT_CONTAINS(i.key_prefix, "attempt_2");
   // Another restart of the same run gets other keys.
-  EXPECT_NE(detect_in(merge(kTorchrun, {{"TORCHELASTIC_RESTART_COUNT", "3"}})).key_prefix, i.key_prefix);
-  EXPECT_NE(detect_in(merge(kTorchrun, {{"TORCHELASTIC_RUN_ID", "other"}})).key_prefix, i.key_prefix);
+  EXPECT_NE(detect_in(merge(kTorchrun, {{"TORCHELASTIC_RESTART_COUNT", "3"}})).key_prefix,
+            i.key_prefix);
+  EXPECT_NE(detect_in(merge(kTorchrun, {{"TORCHELASTIC_RUN_ID", "other"}})).key_prefix,
+            i.key_prefix);
 }
 
 TEST(Detect, TorchrunWithoutAgentStoreLetsRankZeroHost) {
@@ -147,7 +148,8 @@ TEST(Detect, ShoalRun) {
 }
 
 TEST(Detect, PlainEnvironment) {
-  LaunchInfo i = detect_in({{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "10.0.0.1"}, {"MASTER_PORT", "1234"}});
+  LaunchInfo i = detect_in(
+      {{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "10.0.0.1"}, {"MASTER_PORT", "1234"}});
   EXPECT_EQ(i.launcher, "env");
   EXPECT_EQ(i.rank, 0);
   EXPECT_EQ(i.size, 2);
@@ -157,8 +159,11 @@ TEST(Detect, PlainEnvironment) {
   EXPECT_EQ(i.key_prefix, "");
   EXPECT_EQ(i.store_host, "10.0.0.1");
   // IPv6 in brackets
-  EXPECT_EQ(detect_in({{"RANK", "0"}, {"WORLD_SIZE", "1"}, {"MASTER_ADDR", "[::1]"}, {"MASTER_PORT", "5"}}).store_host,
-            "::1");
+  EXPECT_EQ(
+      detect_in(
+          {{"RANK", "0"}, {"WORLD_SIZE", "1"}, {"MASTER_ADDR", "[::1]"}, {"MASTER_PORT", "5"}})
+          .store_host,
+      "::1");
 }
 
 TEST(Detect, TorchrunErrorsNameTheVariable) {
@@ -176,14 +181,18 @@ TEST(Detect, TorchrunErrorsNameTheVariable) {
   v.erase("MASTER_ADDR");
   EXPECT_CONTAINS(detect_error(v), "MASTER_ADDR and MASTER_PORT are not set");
 
-  EXPECT_CONTAINS(detect_error(merge(kTorchrun, {{"RANK", "abc"}})), "RANK='abc' is not an integer");
+  EXPECT_CONTAINS(detect_error(merge(kTorchrun, {{"RANK", "abc"}})),
+                  "RANK='abc' is not an integer");
   EXPECT_CONTAINS(detect_error(merge(kTorchrun, {{"RANK", "3x"}})), "RANK='3x'");
   EXPECT_CONTAINS(detect_error(merge(kTorchrun, {{"RANK", "8"}})), "RANK=8 is outside [0, 8)");
   EXPECT_CONTAINS(detect_error(merge(kTorchrun, {{"RANK", "-1"}})), "RANK=-1");
-  EXPECT_CONTAINS(detect_error(merge(kTorchrun, {{"WORLD_SIZE", "0"}, {"RANK", "0"}})), "WORLD_SIZE=0");
+  EXPECT_CONTAINS(detect_error(merge(kTorchrun, {{"WORLD_SIZE", "0"}, {"RANK", "0"}})),
+                  "WORLD_SIZE=0");
   EXPECT_CONTAINS(detect_error(merge(kTorchrun, {{"LOCAL_RANK", "2"}})), "LOCAL_RANK=2");
-  EXPECT_CONTAINS(detect_error(merge(kTorchrun, {{"WORLD_SIZE", "99999999999"}})), "WORLD_SIZE='99999999999'");
-  EXPECT_CONTAINS(detect_error(merge(kTorchrun, {{"MASTER_PORT", "70000"}})), "MASTER_PORT='70000'");
+  EXPECT_CONTAINS(detect_error(merge(kTorchrun, {{"WORLD_SIZE", "99999999999"}})),
+                  "WORLD_SIZE='99999999999'");
+  EXPECT_CONTAINS(detect_error(merge(kTorchrun, {{"MASTER_PORT", "70000"}})),
+                  "MASTER_PORT='70000'");
   EXPECT_CONTAINS(detect_error(merge(kTorchrun, {{"MASTER_PORT", "http"}})), "MASTER_PORT='http'");
   // An empty value counts as unset.
   EXPECT_CONTAINS(detect_error(merge(kTorchrun, {{"MASTER_ADDR", ""}})), "MASTER_ADDR is not set");
@@ -196,15 +205,21 @@ TEST(Detect, StoreAddrOverridesMasterAddr) {
   EXPECT_EQ(i.store_host, "store.example");
   EXPECT_EQ(i.store_port, 1234);
   EXPECT_FALSE(i.store_is_external) << "the agent does not host SHOAL_STORE_ADDR";
-  i = detect_in(merge(kTorchrun, {{"SHOAL_STORE_ADDR", "store:1234"}, {"SHOAL_STORE_EXTERNAL", "1"}}));
+  i = detect_in(
+      merge(kTorchrun, {{"SHOAL_STORE_ADDR", "store:1234"}, {"SHOAL_STORE_EXTERNAL", "1"}}));
   EXPECT_TRUE(i.store_is_external);
-  i = detect_in(merge(kOpenMpi, {{"SHOAL_STORE_ADDR", "[fe80::1]:99"}, {"MASTER_ADDR", "x"}, {"MASTER_PORT", "1"}}));
+  i = detect_in(
+      merge(kOpenMpi,
+            {{"SHOAL_STORE_ADDR", "[fe80::1]:99"}, {"MASTER_ADDR", "x"}, {"MASTER_PORT", "1"}}));
   EXPECT_EQ(i.store_host, "fe80::1");
   EXPECT_EQ(i.store_port, 99);
 
-  EXPECT_CONTAINS(detect_error(merge(kTorchrun, {{"SHOAL_STORE_ADDR", "justahost"}})), "SHOAL_STORE_ADDR='justahost'");
-  EXPECT_CONTAINS(detect_error(merge(kTorchrun, {{"SHOAL_STORE_ADDR", "h:0"}})), "SHOAL_STORE_ADDR='0'");
-  EXPECT_CONTAINS(detect_error(merge(kTorchrun, {{"SHOAL_STORE_ADDR", ":80"}})), "SHOAL_STORE_ADDR");
+  EXPECT_CONTAINS(detect_error(merge(kTorchrun, {{"SHOAL_STORE_ADDR", "justahost"}})),
+                  "SHOAL_STORE_ADDR='justahost'");
+  EXPECT_CONTAINS(detect_error(merge(kTorchrun, {{"SHOAL_STORE_ADDR", "h:0"}})),
+                  "SHOAL_STORE_ADDR='0'");
+  EXPECT_CONTAINS(detect_error(merge(kTorchrun, {{"SHOAL_STORE_ADDR", ":80"}})),
+                  "SHOAL_STORE_ADDR");
 }
 
 TEST(Detect, StorePathForcesAFileStore) {
@@ -256,7 +271,8 @@ TEST(Detect, OpenMpiWithMasterAddr) {
 }
 
 TEST(Detect, OpenMpiOneHostFallsBackToAFileStoreNamedAfterTheJob) {
-  Vars v = merge(kOpenMpi, {{"OMPI_COMM_WORLD_LOCAL_SIZE", "4"}, {"OMPI_COMM_WORLD_LOCAL_RANK", "2"}});
+  Vars v =
+      merge(kOpenMpi, {{"OMPI_COMM_WORLD_LOCAL_SIZE", "4"}, {"OMPI_COMM_WORLD_LOCAL_RANK", "2"}});
   LaunchInfo i = detect_in(v);
   EXPECT_EQ(i.file_store_path.rfind("/tmp/", 0), 0u) << i.file_store_path;
   EXPECT_CONTAINS(i.file_store_path, "3735748609");
@@ -285,7 +301,8 @@ TEST(Detect, OpenMpiAcrossHostsWithoutAddressExplainsTheFix) {
   Vars v = kOpenMpi;
   v.erase("OMPI_COMM_WORLD_SIZE");
   EXPECT_CONTAINS(detect_error(v), "OMPI_COMM_WORLD_SIZE is not set");
-  EXPECT_CONTAINS(detect_error(merge(kOpenMpi, {{"OMPI_COMM_WORLD_LOCAL_SIZE", "9"}})), "OMPI_COMM_WORLD_LOCAL_SIZE=9");
+  EXPECT_CONTAINS(detect_error(merge(kOpenMpi, {{"OMPI_COMM_WORLD_LOCAL_SIZE", "9"}})),
+                  "OMPI_COMM_WORLD_LOCAL_SIZE=9");
 }
 
 // ---- MPICH / Hydra ----
@@ -323,7 +340,7 @@ TEST(Detect, SlurmDerivesHostAndPort) {
   EXPECT_EQ(i.size, 8);
   EXPECT_EQ(i.local_rank, 1);
   EXPECT_EQ(i.local_size, 4);
-  EXPECT_EQ(i.store_host, "gpu07");       // the step's first node, not the job's
+  EXPECT_EQ(i.store_host, "gpu07");      // the step's first node, not the job's
   EXPECT_EQ(i.store_port, 29500 + 456);  // 29500 + SLURM_JOB_ID % 1000
   EXPECT_FALSE(i.store_is_external);
   EXPECT_CONTAINS(i.key_prefix, "123456.0");
@@ -333,12 +350,18 @@ TEST(Detect, SlurmDerivesHostAndPort) {
   EXPECT_EQ(detect_in(v).store_host, "gpu01");
   EXPECT_EQ(detect_in(merge(kSlurm, {{"MASTER_PORT", "4000"}})).store_port, 4000);
   EXPECT_EQ(detect_in(merge(kSlurm, {{"MASTER_ADDR", "login"}})).store_host, "login");
-  EXPECT_EQ(detect_in(merge(kSlurm, {{"SLURM_NTASKS_PER_NODE", "4"}, {"SLURM_STEP_TASKS_PER_NODE", "x"}})).local_size, 4);
+  EXPECT_EQ(
+      detect_in(merge(kSlurm, {{"SLURM_NTASKS_PER_NODE", "4"}, {"SLURM_STEP_TASKS_PER_NODE", "x"}}))
+          .local_size,
+      4);
 }
 
 TEST(Detect, SlurmUnevenTasksPerNode) {
-  Vars v = merge(kSlurm, {{"SLURM_STEP_TASKS_PER_NODE", "3(x2),2"}, {"SLURM_NODEID", "2"}, {"SLURM_PROCID", "7"},
-                          {"SLURM_LOCALID", "1"}, {"SLURM_STEP_NODELIST", "a[1-3]"}});
+  Vars v = merge(kSlurm, {{"SLURM_STEP_TASKS_PER_NODE", "3(x2),2"},
+                          {"SLURM_NODEID", "2"},
+                          {"SLURM_PROCID", "7"},
+                          {"SLURM_LOCALID", "1"},
+                          {"SLURM_STEP_NODELIST", "a[1-3]"}});
   EXPECT_EQ(detect_in(v).local_size, 2);
   v["SLURM_NODEID"] = "0";
   EXPECT_EQ(detect_in(v).local_size, 3);
@@ -349,8 +372,11 @@ TEST(Detect, SlurmUnevenTasksPerNode) {
 }
 
 TEST(Detect, SlurmOneNodeUsesAFileStore) {
-  Vars v = merge(kSlurm, {{"SLURM_PROCID", "1"}, {"SLURM_NTASKS", "4"}, {"SLURM_NODEID", "0"},
-                          {"SLURM_STEP_TASKS_PER_NODE", "4"}, {"SLURM_STEP_NODELIST", "gpu07"}});
+  Vars v = merge(kSlurm, {{"SLURM_PROCID", "1"},
+                          {"SLURM_NTASKS", "4"},
+                          {"SLURM_NODEID", "0"},
+                          {"SLURM_STEP_TASKS_PER_NODE", "4"},
+                          {"SLURM_STEP_NODELIST", "gpu07"}});
   LaunchInfo i = detect_in(v);
   EXPECT_CONTAINS(i.file_store_path, "123456.0");
   EXPECT_TRUE(i.store_host.empty());
@@ -368,9 +394,11 @@ TEST(Detect, SlurmErrors) {
   std::string m = detect_error(v);
   EXPECT_CONTAINS(m, "MASTER_ADDR and MASTER_PORT are not set");
   EXPECT_CONTAINS(m, "SLURM_STEP_NODELIST");
-  EXPECT_CONTAINS(detect_error(merge(kSlurm, {{"SLURM_PROCID", "8"}})), "SLURM_PROCID=8 is outside [0, 8)");
+  EXPECT_CONTAINS(detect_error(merge(kSlurm, {{"SLURM_PROCID", "8"}})),
+                  "SLURM_PROCID=8 is outside [0, 8)");
   EXPECT_CONTAINS(detect_error(merge(kSlurm, {{"SLURM_JOB_ID", "12a"}})), "SLURM_JOB_ID='12a'");
-  EXPECT_CONTAINS(detect_error(merge(kSlurm, {{"SLURM_STEP_NODELIST", "gpu[07"}})), "unmatched '['");
+  EXPECT_CONTAINS(detect_error(merge(kSlurm, {{"SLURM_STEP_NODELIST", "gpu[07"}})),
+                  "unmatched '['");
 }
 
 // ---- SLURM host lists ----
@@ -403,9 +431,12 @@ TEST(OpenStore, TcpRankZeroHostsAndKeysArePrefixed) {
   std::vector<std::thread> ranks;
   for (int r = 0; r < kRanks; ++r)
     ranks.emplace_back([&, r] {
-      LaunchInfo info = detect_in({{"RANK", std::to_string(r)}, {"WORLD_SIZE", std::to_string(kRanks)},
-                                   {"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", std::to_string(port)},
-                                   {"TORCHELASTIC_RUN_ID", "run1"}, {"TORCHELASTIC_RESTART_COUNT", "0"}});
+      LaunchInfo info = detect_in({{"RANK", std::to_string(r)},
+                                   {"WORLD_SIZE", std::to_string(kRanks)},
+                                   {"MASTER_ADDR", "127.0.0.1"},
+                                   {"MASTER_PORT", std::to_string(port)},
+                                   {"TORCHELASTIC_RUN_ID", "run1"},
+                                   {"TORCHELASTIC_RESTART_COUNT", "0"}});
       auto store = open_store(info, 10s);
       store->set("rank" + std::to_string(r), std::to_string(r * r));
       std::string all;
@@ -428,9 +459,13 @@ TEST(OpenStore, ExternalStoreIsJoinedNotHosted) {
   TcpStore::Options o;
   o.is_server = true;
   TcpStore agent("127.0.0.1", 0, o);  // plays torchrun's agent
-  Vars v = {{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "127.0.0.1"},
-            {"MASTER_PORT", std::to_string(agent.port())}, {"TORCHELASTIC_RUN_ID", "r"},
-            {"TORCHELASTIC_RESTART_COUNT", "1"}, {"TORCHELASTIC_USE_AGENT_STORE", "True"}};
+  Vars v = {{"RANK", "0"},
+            {"WORLD_SIZE", "2"},
+            {"MASTER_ADDR", "127.0.0.1"},
+            {"MASTER_PORT", std::to_string(agent.port())},
+            {"TORCHELASTIC_RUN_ID", "r"},
+            {"TORCHELASTIC_RESTART_COUNT", "1"},
+            {"TORCHELASTIC_USE_AGENT_STORE", "True"}};
   LaunchInfo info = detect_in(v);
   ASSERT_TRUE(info.store_is_external);
   auto store = open_store(info, 5s);  // would fail with "already in use" if rank 0 tried to bind
@@ -442,9 +477,11 @@ TEST(OpenStore, OneHostFileStoreIsSharedAndDeletedByTheLastRank) {
   const std::string job = unique_id();
   constexpr int kRanks = 3;
   auto info_of = [&](int r) {
-    return detect_in({{"OMPI_COMM_WORLD_RANK", std::to_string(r)}, {"OMPI_COMM_WORLD_SIZE", std::to_string(kRanks)},
+    return detect_in({{"OMPI_COMM_WORLD_RANK", std::to_string(r)},
+                      {"OMPI_COMM_WORLD_SIZE", std::to_string(kRanks)},
                       {"OMPI_COMM_WORLD_LOCAL_RANK", std::to_string(r)},
-                      {"OMPI_COMM_WORLD_LOCAL_SIZE", std::to_string(kRanks)}, {"OMPI_MCA_ess_base_jobid", job}});
+                      {"OMPI_COMM_WORLD_LOCAL_SIZE", std::to_string(kRanks)},
+                      {"OMPI_MCA_ess_base_jobid", job}});
   };
   const std::string path = info_of(0).file_store_path;
   ASSERT_FALSE(path.empty());
@@ -470,9 +507,12 @@ TEST(OpenStore, OneHostFileStoreIsSharedAndDeletedByTheLastRank) {
 
 TEST(OpenStore, StaleFallbackFileFromACrashedJobIsEmptied) {
   const std::string job = unique_id();
-  Vars v = {{"OMPI_COMM_WORLD_RANK", "0"}, {"OMPI_COMM_WORLD_SIZE", "1"}, {"OMPI_MCA_ess_base_jobid", job}};
+  Vars v = {{"OMPI_COMM_WORLD_RANK", "0"},
+            {"OMPI_COMM_WORLD_SIZE", "1"},
+            {"OMPI_MCA_ess_base_jobid", job}};
   LaunchInfo info = detect_in(v);
-  std::filesystem::create_directories(info.file_store_path.substr(0, info.file_store_path.rfind('/')));
+  std::filesystem::create_directories(
+      info.file_store_path.substr(0, info.file_store_path.rfind('/')));
   ::chmod(info.file_store_path.substr(0, info.file_store_path.rfind('/')).c_str(), 0700);
   {
     FileStore old(info.file_store_path);
@@ -504,7 +544,8 @@ TEST(OpenStore, ExplicitFileStorePath) {
   std::vector<std::string> seen(2);
   for (int r = 0; r < 2; ++r)
     ranks.emplace_back([&, r] {
-      LaunchInfo info = detect_in({{"PMI_RANK", std::to_string(r)}, {"PMI_SIZE", "2"}, {"SHOAL_STORE_PATH", path}});
+      LaunchInfo info = detect_in(
+          {{"PMI_RANK", std::to_string(r)}, {"PMI_SIZE", "2"}, {"SHOAL_STORE_PATH", path}});
       auto store = open_store(info, 10s);
       store->set("k" + std::to_string(r), std::to_string(r + 10));
       seen[r] = store->get_string("k" + std::to_string(1 - r));

@@ -1,6 +1,7 @@
 // Stores: the TCP store (server and clients, torch 1.13 wire format, failures), the file store
 // across processes, and PrefixStore.
 #include <arpa/inet.h>
+#include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <sys/socket.h>
@@ -18,8 +19,6 @@
 #include <set>
 #include <thread>
 
-#include <gtest/gtest.h>
-
 #include "shoal/error.hpp"
 #include "shoal/store.hpp"
 
@@ -29,7 +28,9 @@ using Clock = std::chrono::steady_clock;
 
 namespace {
 
-double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+double seconds_since(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
 
 TcpStore::Options server_options(Milliseconds timeout = 10s) {
   TcpStore::Options o;
@@ -72,7 +73,8 @@ class Raw {
   explicit Raw(int fd, bool) : fd_(fd) {}
   ~Raw() { ::close(fd_); }
   void send(const std::string& data) {
-    ASSERT_EQ(::send(fd_, data.data(), data.size(), MSG_NOSIGNAL), static_cast<ssize_t>(data.size()));
+    ASSERT_EQ(::send(fd_, data.data(), data.size(), MSG_NOSIGNAL),
+              static_cast<ssize_t>(data.size()));
   }
   // Reads exactly n bytes; fewer when the peer closes or `timeout` passes.
   std::string recv(size_t n, Milliseconds timeout = 3s) {
@@ -80,7 +82,8 @@ class Raw {
     const auto end = Clock::now() + timeout;
     while (out.size() < n) {
       pollfd p{fd_, POLLIN, 0};
-      int left = static_cast<int>(std::chrono::duration_cast<Milliseconds>(end - Clock::now()).count());
+      int left =
+          static_cast<int>(std::chrono::duration_cast<Milliseconds>(end - Clock::now()).count());
       if (left <= 0 || ::poll(&p, 1, left) <= 0) break;
       char buf[4096];
       ssize_t got = ::recv(fd_, buf, std::min(sizeof buf, n - out.size()), 0);
@@ -94,7 +97,8 @@ class Raw {
     const auto end = Clock::now() + timeout;
     for (;;) {
       pollfd p{fd_, POLLIN, 0};
-      int left = static_cast<int>(std::chrono::duration_cast<Milliseconds>(end - Clock::now()).count());
+      int left =
+          static_cast<int>(std::chrono::duration_cast<Milliseconds>(end - Clock::now()).count());
       if (left <= 0 || ::poll(&p, 1, left) <= 0) return false;
       char buf[4096];
       ssize_t got = ::recv(fd_, buf, sizeof buf, 0);
@@ -159,7 +163,8 @@ TEST(TcpStore, SecondServerOnTheSamePortIsRefusedClearly) {
     FAIL() << "a second server bound the same port";
   } catch (const InvalidArgumentError& e) {
     EXPECT_NE(std::string(e.what()).find("already in use"), std::string::npos) << e.what();
-    EXPECT_NE(std::string(e.what()).find(std::to_string(server.port())), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find(std::to_string(server.port())), std::string::npos)
+        << e.what();
   }
 }
 
@@ -410,7 +415,8 @@ TEST(TcpStore, OversizedValueClosesThatClient) {
 TEST(TcpStore, ManyClients) {
   TcpStore server("127.0.0.1", 0, server_options());
   std::vector<std::unique_ptr<TcpStore>> clients;
-  for (int i = 0; i < 64; ++i) clients.push_back(std::make_unique<TcpStore>("127.0.0.1", server.port(), client_options()));
+  for (int i = 0; i < 64; ++i)
+    clients.push_back(std::make_unique<TcpStore>("127.0.0.1", server.port(), client_options()));
   for (auto& c : clients) c->add("joined", 1);
   for (size_t i = 0; i < clients.size(); ++i) clients[i]->set(name("c", i), std::to_string(i));
   std::vector<std::string> keys;
@@ -534,7 +540,8 @@ TEST(TcpStore, SpeaksTorch113WireFormatAsClient) {
   socklen_t len = sizeof a;
   ::getsockname(lfd, reinterpret_cast<sockaddr*>(&a), &len);
   std::unique_ptr<Raw> peer;
-  std::thread acceptor([&] { peer = std::make_unique<Raw>(::accept(lfd, nullptr, nullptr), true); });
+  std::thread acceptor(
+      [&] { peer = std::make_unique<Raw>(::accept(lfd, nullptr, nullptr), true); });
   TcpStore c("127.0.0.1", ntohs(a.sin_port), client_options(3s));
   acceptor.join();
   ::close(lfd);
@@ -559,7 +566,8 @@ TEST(TcpStore, SpeaksTorch113WireFormatAsClient) {
   reply_get.join();
 
   std::thread reply_check([&] {
-    EXPECT_EQ(peer->recv(1 + 8 + 10 + 11), std::string(1, '\x04') + u64(2) + str("/a") + str("/bb"));
+    EXPECT_EQ(peer->recv(1 + 8 + 10 + 11),
+              std::string(1, '\x04') + u64(2) + str("/a") + str("/bb"));
     peer->send(std::string(1, '\x01'));
     EXPECT_EQ(peer->recv(1 + 10), std::string(1, '\x08') + str("/a"));
     peer->send(u64(1));

@@ -1,12 +1,18 @@
-/* The part of the peer harnesses (mpi_bench.c, gloo_bench.cpp) that is not about the library
- * under test: flags, sizes, the per-iteration buffer shift, fill patterns and checks, timing,
- * and the output, all following nccl-tests (src/common.cu and the per-collective files) so that
- * their numbers sit next to shoal-bench's line by line.
+/* The nccl-tests driver shared by shoal-bench (tools/shoal_bench.cpp) and the peer harnesses
+ * (bench/peers/mpi_bench.c, gloo_bench.cpp): everything that is not about the library under
+ * test -- flags, sizes, per-rank counts, the per-iteration buffer shift, warmup, timing, the
+ * bandwidth formulas and the output -- written once, following nccl-tests (src/common.cu and
+ * the per-collective files), so that every harness measures alike and their tables compare
+ * line by line.
  *
- * A peer provides a PeerOps table (barrier, two tiny reductions over ranks, and "run this
- * collective once") and calls peer_bench_main(). Plain C99 that also compiles as C++. */
-#ifndef SHOAL_BENCH_PEER_BENCH_H
-#define SHOAL_BENCH_PEER_BENCH_H
+ * A harness (a "peer": the library under test) provides a PeerOps table (barrier, two tiny
+ * reductions over ranks, "run this collective once") and calls peer_bench_main(). Left at
+ * zero, the optional fields give the peers' behaviour: float elements, sum, the small-integer
+ * float fill and one checked call. shoal-bench fills them in for its data types and
+ * operators, its own fill and check, every-iteration checking and its JSON rows.
+ * Plain C99 that also compiles as C++. */
+#ifndef SHOAL_TOOLS_BENCH_NCCL_TESTS_DRIVER_H
+#define SHOAL_TOOLS_BENCH_NCCL_TESTS_DRIVER_H
 
 #include <getopt.h>
 #include <stdint.h>
@@ -33,7 +39,22 @@ typedef struct {
   Coll coll;
   size_t min_bytes, max_bytes, step_bytes, step_factor;
   int iters, warmup, check, root, average; /* average: 0=rank0 1=avg 2=min 3=max over ranks */
+  const char* datatype; /* -d as given (default "float"); the harness interprets it */
+  const char* op;       /* -o as given (default "sum") */
 } BenchOptions;
+
+/* What a harness adds to the flags (pb_parse_args_ex); NULL fields keep the peers' flags. */
+typedef struct {
+  int (*accept_datatype)(const char* name); /* NULL: float only */
+  int (*accept_op)(const char* name);       /* NULL: sum only */
+  const char* usage_datatype_op; /* replaces the usage's -d and -o lines */
+  const char* usage_extra;       /* appended to the usage */
+  /* extra long options (up to 8, ended by a zeroed entry), their val >= 256, and handle()
+   * called for each: returns 0, or -1 after printing why (on rank 0) */
+  const struct option* longopts;
+  int (*handle)(void* ctx, int val, const char* arg, int rank);
+  void* ctx;
+} PbParseExt;
 
 /* What one size needs, in elements (nccl-tests' getCollByteCount, no 16-byte alignment). */
 typedef struct {
@@ -44,6 +65,27 @@ typedef struct {
  * recvbuf + rank*count, MPI_Reduce_scatter_block(MPI_IN_PLACE) and Gloo's halving-doubling
  * leave it at the start of the buffer. */
 typedef enum { RS_INPLACE_AT_RANK_OFFSET, RS_INPLACE_AT_START } RsInplaceLayout;
+
+/* One line of the table, for PeerOps.report (called on every rank; wrong is the global sum,
+ * -1 when not checked; available is 0 for an N/A in-place column). */
+typedef struct {
+  size_t bytes, count;
+  const char* type;
+  const char* redop;
+  int root, in_place, available;
+  double sec, algbw, busbw;
+  long long wrong;
+} PbRow;
+
+/* Where one checked call's data lives, for PeerOps.init_data/check_data: send and recv are the
+ * pointers the call gets (in place: both inside the receive buffer), at this call's shift. */
+typedef struct {
+  Coll coll;
+  int in_place, rep, root, rank, nranks;
+  CollCounts k;
+  void* send;
+  void* recv;
+} PbData;
 
 typedef struct {
   const char* name;          /* "mpi_bench" */
@@ -58,15 +100,29 @@ typedef struct {
   int (*has_inplace)(void* ctx, Coll c); /* 0: in-place columns print N/A */
   /* Runs the collective once on count = param_count elements. For in_place, send/recv are
    * the nccl-tests in-place pointers into the receive buffer. iter lets a peer vary tags. */
-  void (*run)(void* ctx, Coll c, const float* send, float* recv, size_t count, int root,
+  void (*run)(void* ctx, Coll c, const void* send, void* recv, size_t count, int root,
               int in_place, int iter);
   /* Called once per (size, in_place) before timing, e.g. to build a persistent algorithm;
    * may be NULL. send_base/recv_base are the unshifted buffers. */
-  void (*prepare)(void* ctx, Coll c, float* send_base, float* recv_base, size_t count,
+  void (*prepare)(void* ctx, Coll c, void* send_base, void* recv_base, size_t count,
                   int in_place);
   /* Whether run() honours a shifted buffer; 0 keeps the pointers at offset 0 (a peer whose
    * algorithm is bound to its buffers at construction). */
   int (*can_shift)(void* ctx, Coll c, int in_place);
+
+  /* ---- optional; zero gives the peers' behaviour ---- */
+  size_t elem_size;       /* bytes per element; 0: sizeof(float) */
+  const char* type_name;  /* type column (nccl-tests' names); NULL: "float" */
+  const char* op_name;    /* redop column of reductions; NULL: "sum" */
+  const char* header;     /* first header line after "# "; NULL: "NAME COLL: N ranks on HOST, LIBRARY" */
+  /* With -c 1: 0 checks one extra call at offset 0 (nccl-tests); 1 re-runs, after timing, every
+   * timed iteration's call at that iteration's offset, each on fresh data, and checks each. */
+  int check_every_iter;
+  /* Fill the call's inputs (and mark where its result lands) / count this rank's wrong
+   * elements after it; rep differs between checked calls. NULL: the float fill below. */
+  void (*init_data)(void* ctx, const PbData* d);
+  long long (*check_data)(void* ctx, const PbData* d);
+  void (*report)(void* ctx, const PbRow* row); /* each line's numbers; may be NULL */
 } PeerOps;
 
 static inline double pb_now(void) {
@@ -106,7 +162,11 @@ static inline double pb_parse_size(const char* value) {
   }
 }
 
-static inline void pb_usage(const char* prog, FILE* f) {
+static inline void pb_usage(const char* prog, FILE* f, const PbParseExt* ext) {
+  const char* dtype_op =
+      ext && ext->usage_datatype_op ? ext->usage_datatype_op
+                                    : "  -d,--datatype float only float\n"
+                                      "  -o,--op sum         only sum\n";
   fprintf(f,
           "usage: %s COLLECTIVE [options]\n"
           "  COLLECTIVE: all_reduce all_gather reduce_scatter broadcast reduce all_to_all\n"
@@ -117,17 +177,19 @@ static inline void pb_usage(const char* prog, FILE* f) {
           "  -n,--iters N        timed iterations per size, default 20\n"
           "  -w,--warmup_iters N warmup iterations (at max and min size), default 5\n"
           "  -c,--check 0/1      check results (small-integer fill, exact), default 1\n"
-          "  -d,--datatype float only float\n"
-          "  -o,--op sum         only sum\n"
+          "%s"
           "  -r,--root N         root of broadcast/reduce, default 0\n"
-          "  -a,--average 0..3   time over ranks: 0=rank0 1=avg 2=min 3=max, default 3\n",
-          prog);
+          "  -a,--average 0..3   time over ranks: 0=rank0 1=avg 2=min 3=max, default 3\n"
+          "%s",
+          prog, dtype_op, ext && ext->usage_extra ? ext->usage_extra : "");
 }
 
-/* Parses argv like nccl-tests' all_reduce_perf, with the collective as first argument.
- * Returns 0 on success, 1 on --help, -1 on error (message printed by rank 0). */
-static inline int pb_parse_args(int argc, char** argv, int rank, BenchOptions* o) {
-  static struct option longopts[] = {
+/* Parses argv like nccl-tests' all_reduce_perf, with the collective as first argument, plus
+ * what ext adds (may be NULL). Returns 0 on success, 1 on --help, -1 on error (message
+ * printed by rank 0). */
+static inline int pb_parse_args_ex(int argc, char** argv, int rank, BenchOptions* o,
+                                   const PbParseExt* ext) {
+  static const struct option base_longopts[] = {
       {"minbytes", required_argument, 0, 'b'},   {"maxbytes", required_argument, 0, 'e'},
       {"stepbytes", required_argument, 0, 'i'},  {"stepfactor", required_argument, 0, 'f'},
       {"iters", required_argument, 0, 'n'},      {"warmup_iters", required_argument, 0, 'w'},
@@ -135,6 +197,13 @@ static inline int pb_parse_args(int argc, char** argv, int rank, BenchOptions* o
       {"datatype", required_argument, 0, 'd'},   {"root", required_argument, 0, 'r'},
       {"average", required_argument, 0, 'a'},    {"help", no_argument, 0, 'h'},
       {0, 0, 0, 0}};
+  enum { kBase = sizeof base_longopts / sizeof base_longopts[0] - 1, kMaxExtra = 8 };
+  struct option longopts[kBase + kMaxExtra + 1];
+  int nlong = 0;
+  for (int i = 0; i < kBase; i++) longopts[nlong++] = base_longopts[i];
+  for (int i = 0; ext && ext->longopts && ext->longopts[i].name && i < kMaxExtra; i++)
+    longopts[nlong++] = ext->longopts[i];
+  memset(&longopts[nlong], 0, sizeof longopts[nlong]);
   o->coll = COLL_ALL_REDUCE;
   o->min_bytes = o->max_bytes = 32u << 20;
   o->step_bytes = 1u << 20;
@@ -144,16 +213,18 @@ static inline int pb_parse_args(int argc, char** argv, int rank, BenchOptions* o
   o->check = 1;
   o->root = 0;
   o->average = 3;
+  o->datatype = "float";
+  o->op = "sum";
   if (argc < 2 || argv[1][0] == '-') {
     if (argc >= 2 && (!strcmp(argv[1], "-h") || !strcmp(argv[1], "--help"))) {
-      if (rank == 0) pb_usage(argv[0], stdout);
+      if (rank == 0) pb_usage(argv[0], stdout, ext);
       return 1;
     }
-    if (rank == 0) pb_usage(argv[0], stderr);
+    if (rank == 0) pb_usage(argv[0], stderr, ext);
     return -1;
   }
   if (!pb_parse_coll(argv[1], &o->coll)) {
-    if (rank == 0) fprintf(stderr, "%s: unknown collective '%s'\n", argv[0], argv[1]), pb_usage(argv[0], stderr);
+    if (rank == 0) fprintf(stderr, "%s: unknown collective '%s'\n", argv[0], argv[1]), pb_usage(argv[0], stderr, ext);
     return -1;
   }
   optind = 2;
@@ -179,22 +250,38 @@ static inline int pb_parse_args(int argc, char** argv, int rank, BenchOptions* o
       case 'r': o->root = (int)strtol(optarg, NULL, 0); break;
       case 'a': o->average = (int)strtol(optarg, NULL, 0); break;
       case 'd':
-        if (strcmp(optarg, "float") && strcmp(optarg, "float32") && strcmp(optarg, "f32")) {
+        if (ext && ext->accept_datatype) {
+          if (!ext->accept_datatype(optarg)) {
+            if (rank == 0) fprintf(stderr, "unknown -d data type '%s'\n", optarg), pb_usage(argv[0], stderr, ext);
+            return -1;
+          }
+        } else if (strcmp(optarg, "float") && strcmp(optarg, "float32") && strcmp(optarg, "f32")) {
           if (rank == 0) fprintf(stderr, "only -d float is supported (got '%s')\n", optarg);
           return -1;
         }
+        o->datatype = optarg;
         break;
       case 'o':
-        if (strcmp(optarg, "sum")) {
+        if (ext && ext->accept_op) {
+          if (!ext->accept_op(optarg)) {
+            if (rank == 0) fprintf(stderr, "unknown -o operator '%s'\n", optarg), pb_usage(argv[0], stderr, ext);
+            return -1;
+          }
+        } else if (strcmp(optarg, "sum")) {
           if (rank == 0) fprintf(stderr, "only -o sum is supported (got '%s')\n", optarg);
           return -1;
         }
+        o->op = optarg;
         break;
       case 'h':
-        if (rank == 0) pb_usage(argv[0], stdout);
+        if (rank == 0) pb_usage(argv[0], stdout, ext);
         return 1;
       default:
-        if (rank == 0) pb_usage(argv[0], stderr);
+        if (c >= 256 && ext && ext->handle) {
+          if (ext->handle(ext->ctx, c, optarg, rank) != 0) return -1;
+          break;
+        }
+        if (rank == 0) pb_usage(argv[0], stderr, ext);
         return -1;
     }
   }
@@ -214,8 +301,13 @@ static inline int pb_parse_args(int argc, char** argv, int rank, BenchOptions* o
   return 0;
 }
 
-static inline CollCounts pb_counts(Coll c, size_t bytes, int nranks) {
-  size_t count = bytes / sizeof(float), n = (size_t)nranks;
+/* The peers' flags: -d float and -o sum only. */
+static inline int pb_parse_args(int argc, char** argv, int rank, BenchOptions* o) {
+  return pb_parse_args_ex(argc, argv, rank, o, NULL);
+}
+
+static inline CollCounts pb_counts(Coll c, size_t bytes, int nranks, size_t elem_size) {
+  size_t count = bytes / elem_size, n = (size_t)nranks;
   CollCounts k;
   memset(&k, 0, sizeof k);
   switch (c) {
@@ -247,9 +339,9 @@ static inline CollCounts pb_counts(Coll c, size_t bytes, int nranks) {
 
 /* nccl-tests' getBw: algbw from the bytes a rank's buffer holds, busbw scaled to what each
  * link carries in the optimal algorithm. */
-static inline void pb_bw(Coll c, size_t param_count, double sec, int nranks, double* alg,
-                         double* bus) {
-  double n = (double)nranks, bytes = (double)(param_count * sizeof(float));
+static inline void pb_bw(Coll c, size_t param_count, size_t elem_size, double sec, int nranks,
+                         double* alg, double* bus) {
+  double n = (double)nranks, bytes = (double)(param_count * elem_size);
   double factor = 1.0;
   switch (c) {
     case COLL_ALL_REDUCE: factor = 2.0 * (n - 1) / n; break;
@@ -278,7 +370,9 @@ static inline void pb_fill(float* p, size_t n, float v) {
 typedef struct {
   const BenchOptions* o;
   const PeerOps* ops;
-  float *send, *recv, *expected;
+  void *send, *recv;
+  float* expected;  /* the default float check's */
+  size_t elem;      /* bytes per element */
   size_t buf_bytes; /* bytes in each of send and recv */
   CollCounts k;
   int errors;       /* (size, mode) pairs with wrong elements, like nccl-tests' errors[] */
@@ -286,38 +380,61 @@ typedef struct {
   int bw_count;
 } PbState;
 
-static inline float* pb_send_ptr(PbState* s, int in_place, size_t shift_bytes) {
-  if (!in_place) return (float*)((char*)s->send + shift_bytes);
-  return (float*)((char*)s->recv + shift_bytes) + s->k.send_inplace_offset * (size_t)s->ops->rank;
+static inline void* pb_send_ptr(PbState* s, int in_place, size_t shift_bytes) {
+  if (!in_place) return (char*)s->send + shift_bytes;
+  return (char*)s->recv + shift_bytes + s->k.send_inplace_offset * (size_t)s->ops->rank * s->elem;
 }
 
-static inline float* pb_recv_ptr(PbState* s, int in_place, size_t shift_bytes) {
-  if (!in_place) return (float*)((char*)s->recv + shift_bytes);
-  return (float*)((char*)s->recv + shift_bytes) + s->k.recv_inplace_offset * (size_t)s->ops->rank;
+static inline void* pb_recv_ptr(PbState* s, int in_place, size_t shift_bytes) {
+  if (!in_place) return (char*)s->recv + shift_bytes;
+  return (char*)s->recv + shift_bytes + s->k.recv_inplace_offset * (size_t)s->ops->rank * s->elem;
 }
 
-/* nccl-tests' startColl: a different offset into the max-size buffers each iteration, so that
- * small sizes do not always run hot in cache. */
-static inline void pb_start(PbState* s, int in_place, int iter) {
+/* nccl-tests' startColl shift: a different offset into the max-size buffers each iteration,
+ * so that small sizes do not always run hot in cache. */
+static inline size_t pb_shift(PbState* s, int in_place, int iter) {
   const PeerOps* ops = s->ops;
-  size_t p = s->k.param_count;
-  if (p == 0) return; /* as nccl-tests' alltoall: nothing to move */
-  size_t total = (s->k.send_count > s->k.recv_count ? s->k.send_count : s->k.recv_count) * sizeof(float);
+  size_t total = (s->k.send_count > s->k.recv_count ? s->k.send_count : s->k.recv_count) * s->elem;
   size_t steps = total ? s->o->max_bytes / total : 1;
   if (steps == 0) steps = 1;
   size_t shift = total * ((size_t)iter % steps);
   if (ops->can_shift && !ops->can_shift(ops->ctx, s->o->coll, in_place)) shift = 0;
+  return shift;
+}
+
+/* nccl-tests' startColl: one call at iteration iter's offset. */
+static inline void pb_start(PbState* s, int in_place, int iter) {
+  const PeerOps* ops = s->ops;
+  size_t p = s->k.param_count;
+  if (p == 0) return; /* as nccl-tests' alltoall: nothing to move */
+  size_t shift = pb_shift(s, in_place, iter);
   ops->run(ops->ctx, s->o->coll, pb_send_ptr(s, in_place, shift), pb_recv_ptr(s, in_place, shift), p,
            s->o->root, in_place, iter);
 }
 
-/* Writes the input at iteration 0's position, and the expected result of this rank. */
+static inline PbData pb_data(PbState* s, int in_place, int rep, size_t shift) {
+  PbData d;
+  memset(&d, 0, sizeof d);
+  d.coll = s->o->coll;
+  d.in_place = in_place;
+  d.rep = rep;
+  d.root = s->o->root;
+  d.rank = s->ops->rank;
+  d.nranks = s->ops->size;
+  d.k = s->k;
+  d.send = pb_send_ptr(s, in_place, shift);
+  d.recv = pb_recv_ptr(s, in_place, shift);
+  return d;
+}
+
+/* The peers' fill: writes the input at iteration 0's position, and the expected result of
+ * this rank. */
 static inline void pb_init_data(PbState* s, int in_place, int rep) {
   const int rank = s->ops->rank, n = s->ops->size, root = s->o->root;
   const size_t p = s->k.param_count;
-  float* send = pb_send_ptr(s, in_place, 0);
+  float* send = (float*)pb_send_ptr(s, in_place, 0);
   /* sentinel everywhere a result or an in-place input can land (never a pattern value) */
-  pb_fill(s->recv, s->k.send_count > s->k.recv_count ? s->k.send_count : s->k.recv_count, -1.0f);
+  pb_fill((float*)s->recv, s->k.send_count > s->k.recv_count ? s->k.send_count : s->k.recv_count, -1.0f);
   for (size_t j = 0; j < s->k.send_count; j++) send[j] = pb_val(rank, j, rep);
   float* e = s->expected;
   switch (s->o->coll) {
@@ -351,19 +468,20 @@ static inline void pb_init_data(PbState* s, int in_place, int rep) {
   }
 }
 
-/* Counts this rank's wrong elements after one run at iteration 0. */
+/* The peers' check: counts this rank's wrong elements after one run at iteration 0. */
 static inline long long pb_check(PbState* s, int in_place) {
   const Coll c = s->o->coll;
   const int rank = s->ops->rank;
   size_t n = s->k.recv_count;
-  const float* got = pb_recv_ptr(s, in_place, 0);
+  const float* got = (const float*)pb_recv_ptr(s, in_place, 0);
   if (c == COLL_REDUCE && rank != s->o->root) return 0; /* only the root has a result */
   if (c == COLL_BROADCAST && rank == s->o->root && !in_place && n > 0 && got[0] == -1.0f) {
     /* MPI_Bcast has one buffer: an out-of-place root sends from its send buffer and leaves
      * its receive buffer alone (NCCL and Gloo copy it there) */
-    got = pb_send_ptr(s, 0, 0);
+    got = (const float*)pb_send_ptr(s, 0, 0);
   }
-  if (c == COLL_REDUCE_SCATTER && in_place && s->ops->rs_inplace == RS_INPLACE_AT_START) got = s->recv;
+  if (c == COLL_REDUCE_SCATTER && in_place && s->ops->rs_inplace == RS_INPLACE_AT_START)
+    got = (const float*)s->recv;
   long long wrong = 0;
   for (size_t j = 0; j < n; j++) wrong += (got[j] != s->expected[j]);
   return wrong;
@@ -376,16 +494,38 @@ static inline void pb_format_time(double usec, char* buf, size_t len) {
 }
 
 /* nccl-tests' BenchTime for one (size, in_place). */
+static inline void pb_row(PbState* s, int in_place, int available, double sec, double alg,
+                          double bus, long long wrong);
+
+/* Fills the data of one checked call at iteration iter's offset. */
+static inline void pb_init_call(PbState* s, int in_place, int rep, int iter) {
+  if (s->ops->init_data) {
+    PbData d = pb_data(s, in_place, rep, pb_shift(s, in_place, iter));
+    s->ops->init_data(s->ops->ctx, &d);
+  } else {
+    pb_init_data(s, in_place, rep); /* the peers check iteration 0 only */
+  }
+}
+
+static inline long long pb_check_call(PbState* s, int in_place, int rep, int iter) {
+  if (s->ops->check_data) {
+    PbData d = pb_data(s, in_place, rep, pb_shift(s, in_place, iter));
+    return s->ops->check_data(s->ops->ctx, &d);
+  }
+  return pb_check(s, in_place);
+}
+
 static inline void pb_bench_time(PbState* s, int in_place) {
   const PeerOps* ops = s->ops;
   const BenchOptions* o = s->o;
   static int rep = 0;
   if (!ops->has_inplace(ops->ctx, o->coll) && in_place) {
     if (ops->rank == 0) printf("  %7s  %6s  %6s  %5s", "N/A", "N/A", "N/A", "N/A");
+    pb_row(s, in_place, 0, 0.0, 0.0, 0.0, -1);
     return;
   }
   if (ops->prepare) ops->prepare(ops->ctx, o->coll, s->send, s->recv, s->k.param_count, in_place);
-  if (o->check) pb_init_data(s, in_place, 99);
+  if (o->check) pb_init_call(s, in_place, 99, 0);
   pb_start(s, in_place, 0); /* sync */
   ops->barrier(ops->ctx);
   double t0 = pb_now();
@@ -399,14 +539,20 @@ static inline void pb_bench_time(PbState* s, int in_place) {
     if (o->average == 1) sec /= ops->size;
   }
   double alg, bus;
-  pb_bw(o->coll, s->k.param_count, sec, ops->size, &alg, &bus);
+  pb_bw(o->coll, s->k.param_count, s->elem, sec, ops->size, &alg, &bus);
   ops->barrier(ops->ctx);
   long long wrong = 0;
   rep++;
   if (o->check) {
-    pb_init_data(s, in_place, rep);
-    pb_start(s, in_place, 0);
-    wrong = ops->sum_ll(ops->ctx, pb_check(s, in_place));
+    /* nccl-tests checks one more call; check_every_iter re-runs each timed call's offset */
+    int calls = ops->check_every_iter ? o->iters : 1;
+    for (int it = 0; it < calls; it++) {
+      if (it > 0) rep++;
+      pb_init_call(s, in_place, rep, it);
+      pb_start(s, in_place, it);
+      wrong += pb_check_call(s, in_place, rep, it);
+    }
+    wrong = ops->sum_ll(ops->ctx, wrong);
     if (wrong) s->errors++;
   }
   char ts[32];
@@ -417,14 +563,43 @@ static inline void pb_bench_time(PbState* s, int in_place) {
   }
   s->bw_sum += bus;
   s->bw_count++;
+  pb_row(s, in_place, 1, sec, alg, bus, o->check ? wrong : -1);
 }
 
-static inline const char* pb_redop_name(Coll c) {
-  return (c == COLL_ALL_REDUCE || c == COLL_REDUCE_SCATTER || c == COLL_REDUCE) ? "sum" : "none";
+static inline const char* pb_redop_name(const PeerOps* ops, Coll c) {
+  if (c != COLL_ALL_REDUCE && c != COLL_REDUCE_SCATTER && c != COLL_REDUCE) return "none";
+  return ops->op_name ? ops->op_name : "sum";
+}
+
+static inline const char* pb_type_name(const PeerOps* ops) {
+  return ops->type_name ? ops->type_name : "float";
 }
 
 static inline int pb_root_shown(const BenchOptions* o) {
   return (o->coll == COLL_BROADCAST || o->coll == COLL_REDUCE) ? o->root : -1;
+}
+
+static inline size_t pb_shown_bytes(PbState* s) {
+  return (s->k.send_count > s->k.recv_count ? s->k.send_count : s->k.recv_count) * s->elem;
+}
+
+static inline void pb_row(PbState* s, int in_place, int available, double sec, double alg,
+                          double bus, long long wrong) {
+  PbRow r;
+  if (!s->ops->report) return;
+  memset(&r, 0, sizeof r);
+  r.bytes = pb_shown_bytes(s);
+  r.count = s->k.param_count;
+  r.type = pb_type_name(s->ops);
+  r.redop = pb_redop_name(s->ops, s->o->coll);
+  r.root = pb_root_shown(s->o);
+  r.in_place = in_place;
+  r.available = available;
+  r.sec = sec;
+  r.algbw = alg;
+  r.busbw = bus;
+  r.wrong = available ? wrong : -1;
+  s->ops->report(s->ops->ctx, &r);
 }
 
 /* Runs the whole sweep; returns the process exit status (nonzero on wrong results). */
@@ -433,6 +608,7 @@ static inline int peer_bench_main(const BenchOptions* o, const PeerOps* ops) {
   memset(&st, 0, sizeof st);
   st.o = o;
   st.ops = ops;
+  st.elem = ops->elem_size ? ops->elem_size : sizeof(float);
   if (o->root < 0 || o->root >= ops->size) {
     if (ops->rank == 0) fprintf(stderr, "%s: root %d out of range for %d ranks\n", ops->name, o->root, ops->size);
     return 2;
@@ -446,8 +622,8 @@ static inline int peer_bench_main(const BenchOptions* o, const PeerOps* ops) {
     fprintf(stderr, "%s: rank %d: cannot allocate 3 x %zu bytes\n", ops->name, ops->rank, st.buf_bytes);
     return 2;
   }
-  st.send = (float*)a;
-  st.recv = (float*)b;
+  st.send = a;
+  st.recv = b;
   st.expected = (float*)e;
   /* touch every page now, outside any timing */
   memset(a, 0, st.buf_bytes);
@@ -457,7 +633,8 @@ static inline int peer_bench_main(const BenchOptions* o, const PeerOps* ops) {
   if (ops->rank == 0) {
     char host[256] = "?";
     gethostname(host, sizeof host);
-    printf("# %s %s: %d ranks on %s, %s\n", ops->name, kCollNames[o->coll], ops->size, host, ops->library);
+    if (ops->header) printf("# %s\n", ops->header);
+    else printf("# %s %s: %d ranks on %s, %s\n", ops->name, kCollNames[o->coll], ops->size, host, ops->library);
     if (ops->details) printf("# %s\n", ops->details);
     printf("# minBytes %zu maxBytes %zu step: %zu(%s) warmup iters: %d iters: %d validation: %d "
            "time: %s over ranks of the per-rank average\n",
@@ -478,18 +655,17 @@ static inline int peer_bench_main(const BenchOptions* o, const PeerOps* ops) {
   /* warmup at the largest and the smallest size, out of place, like nccl-tests' TimeTest */
   size_t warm_sizes[2] = {o->max_bytes, o->min_bytes};
   for (int w = 0; w < 2; w++) {
-    st.k = pb_counts(o->coll, warm_sizes[w], ops->size);
+    st.k = pb_counts(o->coll, warm_sizes[w], ops->size, st.elem);
     if (o->warmup > 0 && ops->prepare) ops->prepare(ops->ctx, o->coll, st.send, st.recv, st.k.param_count, 0);
     for (int it = 0; it < o->warmup; it++) pb_start(&st, 0, it);
   }
 
   for (size_t size = o->min_bytes; size <= o->max_bytes;
        size = o->step_factor > 1 ? size * o->step_factor : size + o->step_bytes) {
-    st.k = pb_counts(o->coll, size, ops->size);
-    size_t shown = (st.k.send_count > st.k.recv_count ? st.k.send_count : st.k.recv_count) * sizeof(float);
+    st.k = pb_counts(o->coll, size, ops->size, st.elem);
     if (ops->rank == 0)
-      printf("%12zu  %12zu  %8s  %6s  %6i", shown, st.k.param_count, "float", pb_redop_name(o->coll),
-             pb_root_shown(o));
+      printf("%12zu  %12zu  %8s  %6s  %6i", pb_shown_bytes(&st), st.k.param_count, pb_type_name(ops),
+             pb_redop_name(ops, o->coll), pb_root_shown(o));
     pb_bench_time(&st, 0);
     pb_bench_time(&st, 1);
     if (ops->rank == 0) {
@@ -512,4 +688,4 @@ static inline int peer_bench_main(const BenchOptions* o, const PeerOps* ops) {
   return errors ? 1 : 0;
 }
 
-#endif /* SHOAL_BENCH_PEER_BENCH_H */
+#endif /* SHOAL_TOOLS_BENCH_NCCL_TESTS_DRIVER_H */

@@ -1,0 +1,117 @@
+// The API surface: async Work (test, wait with a timeout, errors), typed spans, issue order,
+// several communicators over one store, topology, unaligned buffers.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <numeric>
+#include <thread>
+
+#include "support/ranks.hpp"
+
+namespace shoal::testing {
+namespace {
+
+using namespace std::chrono_literals;
+
+TEST(Api, AsyncWorkCompletesInIssueOrderAndReportsState) {
+  std::string err = run_ranks(3, [](Communicator& c) {
+    const int p = c.size();
+    std::vector<std::vector<int32_t>> bufs(8, std::vector<int32_t>(4096));
+    std::vector<Work> works;
+    for (int k = 0; k < 8; ++k) {
+      std::fill(bufs[k].begin(), bufs[k].end(), c.rank() + k);
+      works.push_back(c.all_reduce_async(std::span<int32_t>(bufs[k]), ReduceOp::sum));
+    }
+    // Completion is signalled in issue order: when the last is done, all are.
+    works.back().wait();
+    for (auto& w : works) EXPECT_TRUE(w.test());
+    for (int k = 0; k < 8; ++k) {
+      EXPECT_TRUE(works[k].succeeded());
+      EXPECT_EQ(bufs[k][4095], p * (p - 1) / 2 + p * k);
+    }
+  });
+  EXPECT_EQ(err, "");
+}
+
+TEST(Api, WaitWithTimeoutReturnsFalseUntilThePeerJoins) {
+  std::string err = run_ranks(2, [](Communicator& c) {
+    float x = 1;
+    if (c.rank() == 0) {
+      Work w = c.all_reduce_async(&x, 1, DataType::float32, ReduceOp::sum);
+      EXPECT_FALSE(w.wait(100ms));
+      EXPECT_FALSE(w.test());
+      EXPECT_EQ(w.error(), nullptr);
+      EXPECT_TRUE(w.wait(20s));
+      EXPECT_EQ(x, 2.0f);
+    } else {
+      std::this_thread::sleep_for(400ms);
+      c.all_reduce(&x, 1, DataType::float32, ReduceOp::sum);
+    }
+  });
+  EXPECT_EQ(err, "");
+}
+
+TEST(Api, TypedSpansInferTypeAndCount) {
+  std::string err = run_ranks(2, [](Communicator& c) {
+    std::vector<double> send(5, c.rank() + 1.0), recv(10);
+    c.all_gather(std::span<const double>(send), std::span<double>(recv));
+    EXPECT_EQ(recv[0], 1.0);
+    EXPECT_EQ(recv[9], 2.0);
+    std::vector<bfloat16_t> h(3, bfloat16_t(1.5f));
+    c.all_reduce(std::span<bfloat16_t>(h), ReduceOp::sum);
+    EXPECT_EQ(static_cast<float>(h[2]), 3.0f);
+    std::vector<int64_t> rs_in(4, 10), rs_out(2);
+    c.reduce_scatter(std::span<const int64_t>(rs_in), std::span<int64_t>(rs_out), ReduceOp::max);
+    EXPECT_EQ(rs_out[1], 10);
+    EXPECT_THROW(c.all_gather(std::span<const double>(send), std::span<double>(recv).first(9)),
+                 InvalidArgumentError);
+  });
+  EXPECT_EQ(err, "");
+}
+
+TEST(Api, UnalignedBuffersReduceCorrectly) {
+  std::string err = run_ranks(3, [](Communicator& c) {
+    std::vector<uint8_t> raw(8 * 1001 + 3);
+    auto* p = raw.data() + 3;  // float64 at an odd address
+    for (int i = 0; i < 1001; ++i) {
+      double v = i + c.rank();
+      std::memcpy(p + 8 * i, &v, 8);
+    }
+    c.all_reduce(p, 1001, DataType::float64, ReduceOp::sum);
+    double last;
+    std::memcpy(&last, p + 8 * 1000, 8);
+    EXPECT_EQ(last, 3 * 1000.0 + 3);
+  });
+  EXPECT_EQ(err, "");
+}
+
+TEST(Api, SeveralCommunicatorsOverOneStoreStayApart) {
+  auto server = make_server_store();
+  std::vector<std::thread> ts;
+  std::atomic<int> ok{0};
+  for (int r = 0; r < 2; ++r)
+    ts.emplace_back([&, r] {
+      auto store = std::make_shared<TcpStore>("127.0.0.1", server->port(), TcpStore::Options{});
+      Communicator a = Communicator::create(store, r, 2);
+      Communicator b = Communicator::create(store, r, 2);
+      int x = 1, y = 10;
+      Work wa = a.all_reduce_async(&x, 1, DataType::int32, ReduceOp::sum);
+      b.all_reduce(&y, 1, DataType::int32, ReduceOp::sum);
+      wa.wait();
+      if (x == 2 && y == 20 && a.local_size() == 2 && a.num_hosts() == 1) ++ok;
+    });
+  for (auto& t : ts) t.join();
+  EXPECT_EQ(ok.load(), 2);
+}
+
+TEST(Api, DestroyingWaitsForPendingWork) {
+  std::string err = run_ranks(2, [](Communicator& c) {
+    std::vector<float> big(1 << 20, 1.0f);
+    Work w = c.all_reduce_async(std::span<float>(big), ReduceOp::sum);
+    (void)w;  // not waited: the destructor of the communicator must finish it cleanly
+  });
+  EXPECT_EQ(err, "");
+}
+
+}  // namespace
+}  // namespace shoal::testing
