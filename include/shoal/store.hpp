@@ -72,6 +72,7 @@ class TcpStore : public Store {
   using Store::wait;
   /// The port the server listens on (useful with port 0).
   uint16_t port() const;
+  std::string host() const override;
 
  private:
   struct Impl;

@@ -1004,6 +1004,7 @@ TcpStore::~TcpStore() {
 }
 
 uint16_t TcpStore::port() const { return impl_->port; }
+std::string TcpStore::host() const { return impl_->host; }
 
 void TcpStore::set(const std::string& key, const Bytes& value) {
   std::lock_guard<std::mutex> lock(impl_->mu);
