@@ -2,8 +2,8 @@
 // GCC auto-vectorizes; it is compiled twice, for baseline x86-64 (SSE2) and for AVX2+F16C, and
 // the variant is chosen once at run time from the CPU's features, so the default -O3 build
 // (no -march=native) still runs 256-bit code. float16 uses F16C's vcvtph2ps/vcvtps2ph where the
-// CPU has them and a scalar software conversion otherwise; bfloat16 is widened and rounded with
-// integer shifts, which vectorize on every ISA.
+// CPU has them and branch-free software conversions otherwise; bfloat16 is widened and rounded
+// with integer shifts, which vectorize on every ISA.
 //
 // Rules (tested in tests/unit/test_kernels.cpp):
 //  - Integers wrap (two's complement): sum and prod are computed in the unsigned type.
@@ -38,7 +38,7 @@
 // "No dependence between iterations of the next loop" (see reduce_span), for GCC and clang.
 #if defined(__clang__)
 #define SHOAL_IVDEP _Pragma("clang loop vectorize(assume_safety)")
-// The float16 software path calls out of line and cannot vectorize: not worth a warning.
+// Some loops (int64 prod, divisions) do not vectorize: not worth a warning.
 #pragma clang diagnostic ignored "-Wpass-failed"
 #else
 #define SHOAL_IVDEP _Pragma("GCC ivdep")
@@ -142,16 +142,37 @@ struct BF16 {
   }
 };
 
-// float16 without F16C: the scalar conversions of types.cpp (CPUs older than 2013 only).
+// float16 without F16C (CPUs before 2013, and other architectures): branch-free conversions
+// that vectorize, after Maratyszcza's FP16 library (fp16_ieee_to/from_fp32_value). They use
+// float arithmetic in the default rounding mode to do the rounding and the subnormal cases.
+// Results equal F16C's bit for bit, NaN payloads included (checked for all 2^32 floats once;
+// test_kernels compares them with types.cpp for every float16 value).
 struct F16Soft {
   using Storage = uint16_t;
   using Compute = float;
-  SHOAL_ALWAYS_INLINE static float widen(uint16_t x) {
-    float16_t h;
-    h.bits = x;
-    return static_cast<float>(h);
+  SHOAL_ALWAYS_INLINE static float widen(uint16_t h) {
+    const uint32_t w = static_cast<uint32_t>(h) << 16, sign = w & 0x80000000u, two_w = w + w;
+    // Normal, inf and NaN: move exponent and mantissa into place, rebias by multiplying.
+    const float normal = std::bit_cast<float>((two_w >> 4) + (0xe0u << 23)) * 0x1p-112f;
+    // Subnormal: the mantissa as the low bits of 0.5f (whose ulp is 2^-24), minus 0.5f.
+    const float subnormal = std::bit_cast<float>((two_w >> 17) | (126u << 23)) - 0.5f;
+    const uint32_t bits =
+        two_w < (1u << 27) ? std::bit_cast<uint32_t>(subnormal) : std::bit_cast<uint32_t>(normal);
+    return std::bit_cast<float>(sign | bits);
   }
-  SHOAL_ALWAYS_INLINE static uint16_t narrow(float x) { return float16_t(x).bits; }
+  SHOAL_ALWAYS_INLINE static uint16_t narrow(float f) {
+    // Scaling up then down rounds away the bits below float16's precision and saturates to inf.
+    float base = (std::fabs(f) * 0x1p+112f) * 0x1p-110f;
+    const uint32_t w = std::bit_cast<uint32_t>(f), shl1_w = w + w, sign = w & 0x80000000u;
+    uint32_t bias = shl1_w & 0xff000000u;
+    if (bias < 0x71000000u) bias = 0x71000000u;
+    // Adding a power of two aligns the mantissa so that float addition rounds it to nearest even.
+    base = std::bit_cast<float>((bias >> 1) + 0x07800000u) + base;
+    const uint32_t bits = std::bit_cast<uint32_t>(base);
+    const uint32_t finite = ((bits >> 13) & 0x7c00u) + (bits & 0x0fffu);
+    const uint32_t nan = 0x7e00u | ((w >> 13) & 0x3ffu);  // quiet, top of the payload kept
+    return static_cast<uint16_t>((sign >> 16) | (shl1_w > 0xff000000u ? nan : finite));
+  }
 };
 
 // Marks float16 in the AVX2 table, where it gets the F16C loops below instead of a codec.

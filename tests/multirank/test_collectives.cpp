@@ -130,6 +130,20 @@ TEST_P(Collectives, EveryCollectiveDtypeOpAndCountMatchesReference) {
   EXPECT_EQ(err, "");
 }
 
+// The largest world this machine runs: 16 ranks on 2 cores, every collective, dtype and op,
+// at counts that do not divide by the world size.
+TEST(Collectives16, EveryCollectiveAtSixteenRanks) {
+  std::string err = run_ranks(16, [&](Communicator& c) {
+    for (uint64_t count : {uint64_t{0}, uint64_t{7}, uint64_t{1000}, uint64_t{40000 + 3}})
+      for (DataType t : kAllTypes) {
+        check_reductions(c, t, count);
+        check_data_movement(c, t, count);
+      }
+    c.barrier();
+  });
+  EXPECT_EQ(err, "");
+}
+
 INSTANTIATE_TEST_SUITE_P(WorldSizes, Collectives, ::testing::Values(1, 2, 3, 4, 5, 8),
                          [](const auto& info) { return "ranks" + std::to_string(info.param); });
 
