@@ -513,9 +513,14 @@ int main(int argc, char** argv) {
     int rc = peer_bench_main(&o, &ops);
     if (rank == 0 && !b.json_path.empty() && rc != kExitUsage && !write_json(b, o, header)) rc = 1;
     return rc;
-  } catch (const std::exception& e) {
+  } catch (const shoal::Error& e) {
     // A failed collective: say so and leave at once. The peers see this rank go and fail in
-    // turn (or time out); nothing here waits for them.
+    // turn (or time out); nothing here waits for them. The message names the rank.
+    std::fflush(stdout);
+    std::fprintf(stderr, "shoal-bench: %s\n", e.what());
+    std::fflush(stderr);
+    std::_Exit(1);
+  } catch (const std::exception& e) {
     std::fflush(stdout);
     std::fprintf(stderr, "shoal-bench: rank %d: %s\n", rank, e.what());
     std::fflush(stderr);

@@ -185,7 +185,9 @@ class Communicator {
   Work barrier_async();
   void barrier() { barrier_async().wait(); }
 
-  // ---- point to point: matched in issue order per pair of ranks (and per tag) ----
+  // ---- point to point: a send matches the recv issued in the same position for that pair of
+  //      ranks (MPI's non-overtaking order, no wildcards); a different tag or count there is a
+  //      MismatchError. send_async + recv_async may be in flight together. ----
   Work send_async(const void* buf, size_t count, DataType dtype, int peer, int tag = 0);
   void send(const void* buf, size_t count, DataType dtype, int peer, int tag = 0) {
     send_async(buf, count, dtype, peer, tag).wait();

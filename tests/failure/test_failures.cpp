@@ -220,5 +220,50 @@ TEST(Failures, InvalidArgumentsFailAtOnceAndLeaveTheCommunicatorUsable) {
   EXPECT_EQ(err, "");
 }
 
+// A rank may finish its last operation, say goodbye and close before its peer has even posted
+// that operation's receive (seen in shoal-bench: the final 1-element all_reduce hung until
+// SHOAL_TIMEOUT about once in ten runs). What it sent before closing must still arrive.
+TEST(Failures, DataSentBeforeACleanCloseReachesALateReceive) {
+  Options o;
+  o.timeout = 20s;
+  std::string err = run_ranks(2, [](Communicator& c) {
+    int x = 42;
+    if (c.rank() == 0) {
+      c.send(&x, 1, DataType::int32, 1);
+      return;  // closes at once
+    }
+    std::this_thread::sleep_for(300ms);  // the frame, the goodbye and the EOF are all here
+    x = 0;
+    c.recv(&x, 1, DataType::int32, 0);
+    EXPECT_EQ(x, 42);
+  }, o);
+  EXPECT_EQ(err, "");
+}
+
+// ...and an operation the closed peer will never serve fails at once, not at the timeout.
+TEST(Failures, OperationsOnAPeerThatClosedFailAtOnce) {
+  Options o;
+  o.timeout = 20s;
+  for (const char* what : {"recv", "send", "all_reduce"}) {
+    SCOPED_TRACE(what);
+    std::string err = run_ranks(2, [&](Communicator& c) {
+      if (c.rank() == 0) return;
+      std::this_thread::sleep_for(300ms);
+      int x = 1;
+      const double start = monotonic_seconds();
+      try {
+        if (!std::strcmp(what, "recv")) c.recv(&x, 1, DataType::int32, 0);
+        else if (!std::strcmp(what, "send")) c.send(&x, 1, DataType::int32, 0);
+        else c.all_reduce(&x, 1, DataType::int32, ReduceOp::sum);
+        ADD_FAILURE() << "no error";
+      } catch (const PeerFailureError& e) {
+        EXPECT_NE(std::string(e.what()).find("closed its communicator"), std::string::npos) << e.what();
+      }
+      EXPECT_LT(monotonic_seconds() - start, 5.0);
+    }, o);
+    EXPECT_EQ(err, "");
+  }
+}
+
 }  // namespace
 }  // namespace shoal::testing

@@ -764,5 +764,41 @@ TEST(BFloat16, ExhaustiveRoundTripThroughFloat) {
   }
 }
 
+// Every float16 and bfloat16 value through the kernels (F16C and software paths alike) gives the
+// bits of types.cpp's conversions applied to the float32 result: the kernels' widening and
+// rounding agree with float16_t/bfloat16_t everywhere, subnormals and overflow included.
+TEST(Kernels, HalfTypeKernelsAgreeWithConversionsForEveryValue) {
+  const float constants[] = {1.0f, -0.0f, 0.5f, 3.0f, -1.5f, 1e-3f, 65504.0f, 0.0f, INFINITY};
+  std::vector<uint16_t> all(0x10000), other(0x10000), out(0x10000);
+  for (uint32_t i = 0; i < 0x10000; ++i) all[i] = static_cast<uint16_t>(i);
+  for_each_isa([&] {
+    for (DataType t : {DataType::float16, DataType::bfloat16}) {
+      const bool f16 = t == DataType::float16;
+      const auto widen = [&](uint16_t h) { return f16 ? from_f16(h) : from_bf16(h); };
+      const auto narrow = [&](float f) { return f16 ? f16_bits(f) : bf16_bits(f); };
+      for (float c : constants) {
+        std::fill(other.begin(), other.end(), narrow(c));
+        for (ReduceOp op : {ReduceOp::sum, ReduceOp::prod, ReduceOp::min, ReduceOp::max}) {
+          kernels::reduce(out.data(), all.data(), other.data(), all.size(), t, op);
+          for (uint32_t i = 0; i < 0x10000; ++i) {
+            const float x = widen(all[i]), y = widen(other[i]);
+            const float exact = op == ReduceOp::sum    ? x + y
+                                : op == ReduceOp::prod ? x * y
+                                                       : static_cast<float>(ref_op(x, y, op));
+            const uint16_t want = narrow(exact);
+            // min/max return some NaN for a NaN operand (its payload may mix with the other's).
+            const bool nan_ok = (op == ReduceOp::min || op == ReduceOp::max) && std::isnan(exact) &&
+                                std::isnan(widen(out[i]));
+            ASSERT_TRUE(out[i] == want || nan_ok)
+                << to_string(t) << " " << to_string(op) << " " << std::hex << all[i] << " with "
+                << std::dec << c << ": " << std::hex << out[i] << ", want " << want
+                << " isa=" << kernel_isa();
+          }
+        }
+      }
+    }
+  });
+}
+
 }  // namespace
 }  // namespace shoal

@@ -201,7 +201,7 @@ static inline int pb_parse_args_ex(int argc, char** argv, int rank, BenchOptions
   struct option longopts[kBase + kMaxExtra + 1];
   int nlong = 0;
   for (int i = 0; i < kBase; i++) longopts[nlong++] = base_longopts[i];
-  for (int i = 0; ext && ext->longopts && ext->longopts[i].name && i < kMaxExtra; i++)
+  for (int i = 0; ext && ext->longopts && i < kMaxExtra && ext->longopts[i].name; i++)
     longopts[nlong++] = ext->longopts[i];
   memset(&longopts[nlong], 0, sizeof longopts[nlong]);
   o->coll = COLL_ALL_REDUCE;

@@ -41,6 +41,11 @@ Connection::~Connection() {
 }
 
 void Connection::post_send(const SendRequest& request) {
+  if (peer_closed_)
+    return fail(ErrorCode::PeerFailure,
+                "rank " + std::to_string(peer_) + " closed its communicator before operation #" +
+                    std::to_string(request.header.seq) +
+                    " sent to it: the ranks issued different sequences of calls");
   if (broken_) return;
   sends_.push_back(request);
 }
@@ -67,8 +72,8 @@ bool Connection::claimed_empty() const {
 }
 
 void Connection::post_recv(const RecvRequest& request) {
-  if (broken_) return;
-  // An earlier frame may already be here, buffered or parked.
+  if (broken_ && !peer_closed_) return;
+  // An earlier frame may already be here, buffered or parked (after the peer's goodbye: buffered).
   for (auto& u : unexpected_) {
     if (u.claimed) continue;
     if (!matches(u.header, request)) return fail(ErrorCode::Mismatch, mismatch(u.header, request));
@@ -78,6 +83,11 @@ void Connection::post_recv(const RecvRequest& request) {
     deliver_claimed_front();
     return;
   }
+  if (peer_closed_)
+    return fail(ErrorCode::PeerFailure,
+                "rank " + std::to_string(peer_) + " closed its communicator without sending what operation #" +
+                    std::to_string(request.seq) +
+                    " expects from it: the ranks issued different sequences of calls");
   if (rx_ == Rx::parked) {
     if (!matches(hdr_, request)) return fail(ErrorCode::Mismatch, mismatch(hdr_, request));
     current_ = request;
@@ -298,12 +308,16 @@ bool Connection::start_frame() {
 
 void Connection::on_eof() {
   if (goodbye_) {
-    if (expecting() || rx_ != Rx::header || hdr_got_ != 0)
+    if (expecting() || !sends_.empty() || rx_ != Rx::header || hdr_got_ != 0)
       return fail(ErrorCode::PeerFailure,
                   "rank " + std::to_string(peer_) +
-                      " closed its communicator while this rank still expects data from it: the "
-                      "ranks issued different sequences of calls");
-    broken_ = true;  // quiet: a clean close with nothing pending
+                      " closed its communicator while this rank still expects data from it or "
+                      "sends to it: the ranks issued different sequences of calls");
+    // Quiet: a clean close with nothing pending. Frames that came before the goodbye stay
+    // buffered for receives not posted yet (the peer finished its last operation before this
+    // rank posted its side of it).
+    broken_ = true;
+    peer_closed_ = true;
     return;
   }
   fail(ErrorCode::PeerFailure, "rank " + std::to_string(peer_) +
@@ -313,13 +327,15 @@ void Connection::on_eof() {
 }
 
 void Connection::fail(ErrorCode code, const std::string& message) {
-  if (broken_) return;
+  if (broken_ && !peer_closed_) return;
   broken_ = true;
+  peer_closed_ = false;
   listener_->on_connection_error(peer_, code, message);
 }
 
 void Connection::abandon() {
   broken_ = true;
+  peer_closed_ = false;
   sends_.clear();
   posted_.clear();
   unexpected_.clear();

@@ -123,6 +123,10 @@ class Connection {
 
   bool goodbye_ = false;
   bool broken_ = false;
+  // The peer said goodbye and closed with nothing pending (broken_ is set too): frames it sent
+  // before are still in unexpected_ for receives this rank has yet to post; any other receive
+  // or send fails at once (it can never complete).
+  bool peer_closed_ = false;
   bool in_progress_ = false;
 };
 
