@@ -24,12 +24,6 @@
 
 #include "core/reduce.hpp"
 
-namespace shoal::kernels::detail {
-// Benchmark hooks defined in src/core/reduce.cpp.
-void force_baseline_kernels(bool baseline);
-const char* kernel_isa();
-}  // namespace shoal::kernels::detail
-
 namespace {
 
 using shoal::DataType;

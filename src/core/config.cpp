@@ -1,5 +1,6 @@
 #include "core/config.hpp"
 
+#include <cerrno>
 #include <cstdlib>
 #include <cstring>
 
@@ -51,9 +52,10 @@ std::string get(const char* name) {
 int64_t get_int(const char* name) {
   std::string v = get(name);
   char* end = nullptr;
+  errno = 0;
   long long x = std::strtoll(v.c_str(), &end, 10);
-  SHOAL_CHECK(end && *end == '\0' && !v.empty(), InvalidArgument,
-              name << "='" << v << "' is not an integer");
+  SHOAL_CHECK(end && *end == '\0' && !v.empty() && errno != ERANGE, InvalidArgument,
+              name << "='" << v << "' is not an integer in range");
   return x;
 }
 
@@ -69,7 +71,10 @@ uint64_t parse_bytes(const std::string& text, const char* what) {
   else if (suffix == "G" || suffix == "g" || suffix == "GB" || suffix == "GiB") mult = 1ull << 30;
   else SHOAL_CHECK(suffix.empty(), InvalidArgument,
                    what << "='" << text << "' has an unknown suffix (use K, M or G)");
-  return static_cast<uint64_t>(x * static_cast<double>(mult));
+  const double bytes = x * static_cast<double>(mult);
+  SHOAL_CHECK(bytes < 0x1p63, InvalidArgument,
+              what << "='" << text << "' is larger than any size shoal can use");
+  return static_cast<uint64_t>(bytes);
 }
 
 uint64_t get_bytes(const char* name) { return parse_bytes(get(name), name); }
@@ -78,7 +83,7 @@ std::chrono::milliseconds get_duration(const char* name) {
   std::string v = get(name);
   char* end = nullptr;
   double s = std::strtod(v.c_str(), &end);
-  SHOAL_CHECK(end && *end == '\0' && !v.empty() && s >= 0, InvalidArgument,
+  SHOAL_CHECK(end && *end == '\0' && !v.empty() && s >= 0 && s < 1e9, InvalidArgument,
               name << "='" << v << "' is not a number of seconds");
   return std::chrono::milliseconds(static_cast<int64_t>(s * 1000.0));
 }

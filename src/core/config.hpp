@@ -20,7 +20,7 @@ struct Setting {
 const std::vector<Setting>& settings();
 
 /// Raw value: the environment's if set and non-empty, else the table's default.
-/// Throws InvalidArgumentError for a name missing from the table (a bug).
+/// Throws InternalError for a name missing from the table (a bug in shoal).
 std::string get(const char* name);
 /// Parsed values; malformed input raises InvalidArgumentError naming the variable.
 int64_t get_int(const char* name);

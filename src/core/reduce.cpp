@@ -12,7 +12,8 @@
 //    reduction order of a collective gives the same bits.
 //  - float16/bfloat16 compute in float32 and round back to nearest even. For sum, prod, min,
 //    max and the division of avg this equals rounding the exact result once (float32 has more
-//    than 2p+2 bits for p = 11 and 8), except for bfloat16 products below float32's normal range.
+//    than 2p+2 bits for p = 11 and 8), except for bfloat16 products and quotients that fall
+//    below float32's normal range (rounded twice there).
 #include "core/reduce.hpp"
 
 #include <atomic>
@@ -150,28 +151,34 @@ struct BF16 {
 struct F16Soft {
   using Storage = uint16_t;
   using Compute = float;
+  // Comparisons are on values below 2^31 as int32 (SSE2 has no unsigned vector compare), and
+  // selections are bit masks: with ?: GCC moves the float arithmetic into branches, which
+  // -ftrapping-math then forbids it to turn back into vector code.
   SHOAL_ALWAYS_INLINE static float widen(uint16_t h) {
     const uint32_t w = static_cast<uint32_t>(h) << 16, sign = w & 0x80000000u, two_w = w + w;
     // Normal, inf and NaN: move exponent and mantissa into place, rebias by multiplying.
     const float normal = std::bit_cast<float>((two_w >> 4) + (0xe0u << 23)) * 0x1p-112f;
     // Subnormal: the mantissa as the low bits of 0.5f (whose ulp is 2^-24), minus 0.5f.
     const float subnormal = std::bit_cast<float>((two_w >> 17) | (126u << 23)) - 0.5f;
-    const uint32_t bits =
-        two_w < (1u << 27) ? std::bit_cast<uint32_t>(subnormal) : std::bit_cast<uint32_t>(normal);
+    const uint32_t is_subnormal = 0u - static_cast<uint32_t>((two_w >> 27) == 0);  // all ones
+    const uint32_t bits = (std::bit_cast<uint32_t>(subnormal) & is_subnormal) |
+                          (std::bit_cast<uint32_t>(normal) & ~is_subnormal);
     return std::bit_cast<float>(sign | bits);
   }
   SHOAL_ALWAYS_INLINE static uint16_t narrow(float f) {
     // Scaling up then down rounds away the bits below float16's precision and saturates to inf.
     float base = (std::fabs(f) * 0x1p+112f) * 0x1p-110f;
-    const uint32_t w = std::bit_cast<uint32_t>(f), shl1_w = w + w, sign = w & 0x80000000u;
-    uint32_t bias = shl1_w & 0xff000000u;
-    if (bias < 0x71000000u) bias = 0x71000000u;
+    const uint32_t w = std::bit_cast<uint32_t>(f), sign = w & 0x80000000u;
+    const auto magnitude = static_cast<int32_t>(w & 0x7fffffffu);
+    int32_t exponent = magnitude >> 23;
+    if (exponent < 0x71) exponent = 0x71;  // float16's subnormals share one alignment
     // Adding a power of two aligns the mantissa so that float addition rounds it to nearest even.
-    base = std::bit_cast<float>((bias >> 1) + 0x07800000u) + base;
+    base = std::bit_cast<float>((static_cast<uint32_t>(exponent) << 23) + 0x07800000u) + base;
     const uint32_t bits = std::bit_cast<uint32_t>(base);
     const uint32_t finite = ((bits >> 13) & 0x7c00u) + (bits & 0x0fffu);
     const uint32_t nan = 0x7e00u | ((w >> 13) & 0x3ffu);  // quiet, top of the payload kept
-    return static_cast<uint16_t>((sign >> 16) | (shl1_w > 0xff000000u ? nan : finite));
+    const uint32_t is_nan = 0u - static_cast<uint32_t>(magnitude > 0x7f800000);  // all ones
+    return static_cast<uint16_t>((sign >> 16) | (nan & is_nan) | (finite & ~is_nan));
   }
 };
 

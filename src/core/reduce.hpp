@@ -24,4 +24,11 @@ void finalize_avg(void* dst, size_t count, DataType dtype, int64_t divisor);
 /// Scalar reference implementation of one element, used by tests to check the kernels.
 double reference_apply(double a, double b, ReduceOp op);
 
+namespace detail {
+/// Tests and benchmarks: run the portable kernels even where AVX2/F16C exist (false restores).
+void force_baseline_kernels(bool baseline);
+/// "avx2+f16c" or "baseline": the kernels reduce() runs.
+const char* kernel_isa();
+}  // namespace detail
+
 }  // namespace shoal::kernels

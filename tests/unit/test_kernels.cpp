@@ -23,12 +23,6 @@
 #include <immintrin.h>
 #endif
 
-namespace shoal::kernels::detail {
-// Test hooks defined in src/core/reduce.cpp.
-void force_baseline_kernels(bool baseline);
-const char* kernel_isa();
-}  // namespace shoal::kernels::detail
-
 namespace shoal {
 
 // Readable parameter names in gtest's messages (found by argument-dependent lookup).
