@@ -1,6 +1,7 @@
 #include "comm/engine.hpp"
 
 #include <sys/epoll.h>
+#include <sched.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
 
@@ -8,6 +9,7 @@
 #include <sstream>
 
 #include "core/check.hpp"
+#include "core/config.hpp"
 #include "core/reduce.hpp"
 
 namespace shoal::comm {
@@ -74,6 +76,7 @@ Engine::Engine(int rank, int size, uint64_t comm_id, std::vector<int> fds,
     e.data.u32 = static_cast<uint32_t>(p);
     epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, fds[p], &e);
   }
+  spin_ = std::chrono::microseconds(config::get_int("SHOAL_SPIN_US"));
   thread_ = std::thread([this] { loop(); });
 }
 
@@ -122,9 +125,11 @@ std::shared_ptr<detail::WorkState> Engine::submit(const OpRequest& request) {
     if (!op->algorithm.empty()) last_algorithm_ = op->algorithm;
     submitted_.push_back(std::move(op));
   }
-  uint64_t one = 1;
-  ssize_t ignored = write(wake_fd_, &one, sizeof one);
-  (void)ignored;
+  if (sleeping_.load()) {
+    uint64_t one = 1;
+    ssize_t ignored = write(wake_fd_, &one, sizeof one);
+    (void)ignored;
+  }
   return work;
 }
 
@@ -419,7 +424,26 @@ void Engine::loop() {
       std::lock_guard<std::mutex> lock(submit_mutex_);
       if (stopping_ && submitted_.empty() && waiting_.empty() && running_.empty()) break;
     }
-    int n = epoll_wait(epoll_fd_, events, 64, next_timeout_ms());
+    // Poll while an operation runs or one just finished (the next call usually follows at once),
+    // then sleep. `sleeping_` is raised before the last look at the queue, so a submitter either
+    // sees it and wakes us, or its operation is seen here.
+    int n = 0;
+    const auto now = Clock::now();
+    if (!running_.empty()) last_activity_ = now;
+    if (now - last_activity_ < spin_) {
+      n = epoll_wait(epoll_fd_, events, 64, 0);
+      if (n == 0) sched_yield();
+    } else {
+      sleeping_.store(true);
+      bool idle;
+      {
+        std::lock_guard<std::mutex> lock(submit_mutex_);
+        idle = submitted_.empty();
+      }
+      if (idle) n = epoll_wait(epoll_fd_, events, 64, next_timeout_ms());
+      sleeping_.store(false);
+    }
+    if (n > 0) last_activity_ = Clock::now();
     for (int i = 0; i < n; ++i) {
       if (events[i].data.u32 == kWakeToken) {
         uint64_t v;

@@ -102,6 +102,11 @@ class Engine : public transport::tcp::ConnectionListener {
   std::vector<uint8_t> scratch_;
   uint32_t next_op_id_ = 1;
   bool broken_local_ = false;
+  // The engine polls (yielding the core) for spin_ while work may arrive soon, then sleeps in
+  // epoll_wait; submitters write the wake-up eventfd only when it sleeps.
+  std::chrono::microseconds spin_{0};
+  std::atomic<bool> sleeping_{false};
+  Clock::time_point last_activity_{};
   // A connection error is recorded here and handled at the top of the loop, never while an
   // operation's steps are being walked.
   struct PendingError {

@@ -1,5 +1,8 @@
 #include "comm/work_state.hpp"
+#include <sched.h>
+
 #include "core/check.hpp"
+#include "core/config.hpp"
 
 namespace shoal {
 
@@ -8,8 +11,21 @@ static detail::WorkState& state_of(const std::shared_ptr<detail::WorkState>& s) 
   return *s;
 }
 
+// Short operations finish within microseconds: poll for a while, giving the core to the
+// progress thread, before paying for a sleep and a wake-up.
+static void poll_briefly(detail::WorkState& s) {
+  static const int64_t spin_us = config::get_int("SHOAL_SPIN_US");
+  if (spin_us <= 0 || s.finished.load(std::memory_order_acquire)) return;
+  const auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(spin_us);
+  do {
+    sched_yield();
+    if (s.finished.load(std::memory_order_acquire)) return;
+  } while (std::chrono::steady_clock::now() < until);
+}
+
 void Work::wait() const {
   auto& s = state_of(state_);
+  poll_briefly(s);
   std::unique_lock<std::mutex> lock(s.mutex);
   s.cv.wait(lock, [&] { return s.done; });
   if (s.error) std::rethrow_exception(s.error);

@@ -1,6 +1,7 @@
 // The shared state behind a Work handle: completion flag, error, and a condition to wait on.
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <exception>
 #include <mutex>
@@ -12,7 +13,8 @@ namespace shoal::detail {
 struct WorkState {
   std::mutex mutex;
   std::condition_variable cv;
-  bool done = false;
+  bool done = false;  // guarded by mutex
+  std::atomic<bool> finished{false};  // the same, readable without the lock (for polling)
   std::exception_ptr error;
 
   void complete(std::exception_ptr e = nullptr) {
@@ -21,6 +23,7 @@ struct WorkState {
       if (done) return;
       done = true;
       error = std::move(e);
+      finished.store(true, std::memory_order_release);
     }
     cv.notify_all();
   }

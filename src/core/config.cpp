@@ -28,6 +28,8 @@ const std::vector<Setting>& settings() {
       {"SHOAL_UNEXPECTED_LIMIT", "bytes", "16M",
        "bytes buffered per peer for frames that arrive before their receive is posted"},
       {"SHOAL_CONNECT_RETRY_MS", "int", "5000", "upper bound of the back-off between connection attempts"},
+      {"SHOAL_SPIN_US", "int", "50",
+       "microseconds a waiting thread polls (yielding the core) before it sleeps; 0: sleep at once"},
       {"SHOAL_STORE_EXTERNAL", "int", "0",
        "1: the store at SHOAL_STORE_ADDR is hosted by another process; every rank connects, none binds"},
       {"SHOAL_STORE_MAX_VALUE", "bytes", "256M",
