@@ -11,6 +11,7 @@
 #include "core/check.hpp"
 #include "core/config.hpp"
 #include "core/reduce.hpp"
+#include "transport/tcp/socket_stream.hpp"
 
 namespace shoal::comm {
 
@@ -70,7 +71,8 @@ Engine::Engine(int rank, int size, uint64_t comm_id, std::vector<int> fds,
   epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, wake_fd_, &ev);
   for (int p = 0; p < size; ++p) {
     if (fds[p] < 0) continue;
-    conns_[p] = std::make_unique<transport::tcp::Connection>(fds[p], p, comm_id, this);
+    conns_[p] = std::make_unique<transport::Connection>(
+        std::make_unique<transport::tcp::SocketStream>(fds[p]), p, comm_id, this);
     epoll_event e{};
     e.events = EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLET;
     e.data.u32 = static_cast<uint32_t>(p);
@@ -278,7 +280,7 @@ void Engine::try_post(int peer) {
       const auto& st = op.schedule.steps[i];
       const uint64_t cookie = (static_cast<uint64_t>(op.id) << 32) | i;
       if (st.kind == StepKind::send) {
-        transport::tcp::SendRequest r;
+        transport::SendRequest r;
         r.header.kind = op.kind;
         r.header.comm_id = comm_id_;
         r.header.seq = op.seq;
@@ -289,7 +291,7 @@ void Engine::try_post(int peer) {
         r.cookie = cookie;
         conn->post_send(r);
       } else {
-        transport::tcp::RecvRequest r;
+        transport::RecvRequest r;
         r.kind = op.kind;
         r.seq = op.seq;
         r.tag = op.frame_index[i];
@@ -450,7 +452,9 @@ void Engine::loop() {
         while (read(wake_fd_, &v, sizeof v) > 0) {
         }
       } else {
-        dirty_.push_back(static_cast<int>(events[i].data.u32));
+        const int peer = static_cast<int>(events[i].data.u32);
+        conns_[peer]->stream().notify_readable();
+        dirty_.push_back(peer);
       }
     }
   }

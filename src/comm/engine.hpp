@@ -22,7 +22,7 @@
 
 #include "algorithms/schedule.hpp"
 #include "comm/work_state.hpp"
-#include "transport/tcp/connection.hpp"
+#include "transport/connection.hpp"
 
 namespace shoal::comm {
 
@@ -34,7 +34,7 @@ struct OpRequest {
   void* output = nullptr;
 };
 
-class Engine : public transport::tcp::ConnectionListener {
+class Engine : public transport::ConnectionListener {
  public:
   /// Takes ownership of `fds` (one per peer, -1 for this rank).
   Engine(int rank, int size, uint64_t comm_id, std::vector<int> fds, std::chrono::milliseconds timeout);
@@ -79,7 +79,7 @@ class Engine : public transport::tcp::ConnectionListener {
   const int rank_, size_;
   const uint64_t comm_id_;
   const std::chrono::milliseconds timeout_;
-  std::vector<std::unique_ptr<transport::tcp::Connection>> conns_;
+  std::vector<std::unique_ptr<transport::Connection>> conns_;
   int epoll_fd_ = -1;
   int wake_fd_ = -1;
   std::thread thread_;

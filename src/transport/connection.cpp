@@ -1,4 +1,4 @@
-#include "transport/tcp/connection.hpp"
+#include "transport/connection.hpp"
 
 #include <poll.h>
 #include <sys/socket.h>
@@ -13,7 +13,7 @@
 #include "core/check.hpp"
 #include "core/config.hpp"
 
-namespace shoal::transport::tcp {
+namespace shoal::transport {
 
 namespace {
 constexpr uint64_t kHeaderBytes = sizeof(FrameHeader);
@@ -29,16 +29,15 @@ const char* kind_name(FrameKind k) {
 }
 }  // namespace
 
-Connection::Connection(int fd, int peer, uint64_t comm_id, ConnectionListener* listener)
-    : fd_(fd), peer_(peer), comm_id_(comm_id), listener_(listener) {
+Connection::Connection(std::unique_ptr<Stream> stream, int peer, uint64_t comm_id,
+                       ConnectionListener* listener)
+    : stream_(std::move(stream)), peer_(peer), comm_id_(comm_id), listener_(listener) {
   max_frame_ = config::get_bytes("SHOAL_MAX_FRAME");
   unexpected_limit_ = config::get_bytes("SHOAL_UNEXPECTED_LIMIT");
   eager_limit_ = std::min<uint64_t>(64 * 1024, unexpected_limit_);
 }
 
-Connection::~Connection() {
-  if (fd_ >= 0) close(fd_);
-}
+Connection::~Connection() = default;
 
 void Connection::post_send(const SendRequest& request) {
   if (peer_closed_)
@@ -135,10 +134,7 @@ void Connection::pump_write() {
       uint64_t off = sent_ - kHeaderBytes;
       iov[n_iov++] = {const_cast<uint8_t*>(s.data) + off, s.header.length - off};
     }
-    msghdr msg{};
-    msg.msg_iov = iov;
-    msg.msg_iovlen = n_iov;
-    ssize_t n = sendmsg(fd_, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
+    ssize_t n = stream_->writev(iov, n_iov);
     if (n < 0) {
       if (errno == EINTR) continue;
       if (errno == EAGAIN || errno == EWOULDBLOCK) { write_blocked_ = true; return; }
@@ -188,7 +184,7 @@ void Connection::pump_read() {
         want = abort_payload_.size() - payload_got_;
         break;
     }
-    ssize_t n = want == 0 ? 0 : recv(fd_, dst, want, MSG_DONTWAIT);
+    ssize_t n = want == 0 ? 0 : stream_->read(dst, want);
     if (want > 0) {
       if (n == 0) return on_eof();
       if (n < 0) {
@@ -354,19 +350,20 @@ std::string Connection::describe_state() const {
   return os.str();
 }
 
-static void write_control(int fd, FrameHeader h, const std::string& payload, int deadline_ms) {
+// Writes a control frame (goodbye, abort), waiting at most `deadline_ms` for room.
+static void write_control(Stream& stream, FrameHeader h, const std::string& payload, int deadline_ms) {
   std::string buf(reinterpret_cast<const char*>(&h), sizeof h);
   buf += payload;
   size_t off = 0;
   auto end = std::chrono::steady_clock::now() + std::chrono::milliseconds(deadline_ms);
   while (off < buf.size()) {
-    ssize_t n = send(fd, buf.data() + off, buf.size() - off, MSG_NOSIGNAL | MSG_DONTWAIT);
+    iovec iov{buf.data() + off, buf.size() - off};
+    ssize_t n = stream.writev(&iov, 1);
     if (n > 0) { off += static_cast<size_t>(n); continue; }
     if (n < 0 && (errno == EAGAIN || errno == EINTR)) {
       auto left = std::chrono::duration_cast<std::chrono::milliseconds>(end - std::chrono::steady_clock::now()).count();
       if (left <= 0) return;
-      pollfd p{fd, POLLOUT, 0};
-      poll(&p, 1, static_cast<int>(left));
+      stream.wait_writable(static_cast<int>(std::min<int64_t>(left, 10)));
       continue;
     }
     return;
@@ -376,7 +373,6 @@ static void write_control(int fd, FrameHeader h, const std::string& payload, int
 void Connection::send_abort_and_close(ErrorCode code, int culprit, const std::string& message) {
   bool mid_frame = !sends_.empty() && sent_ > 0;
   abandon();
-  if (fd_ < 0) return;
   if (!mid_frame) {
     FrameHeader h;
     h.kind = FrameKind::abort;
@@ -386,15 +382,14 @@ void Connection::send_abort_and_close(ErrorCode code, int culprit, const std::st
     payload.append(reinterpret_cast<const char*>(&who), 4);
     payload += message.substr(0, 60000);
     h.length = payload.size();
-    write_control(fd_, h, payload, 100);
+    write_control(*stream_, h, payload, 100);
   }
   // Only the write side: the peer can still send (into the void) without a reset, so it reads
   // the abort frame instead of failing on a broken pipe first.
-  shutdown(fd_, SHUT_WR);
+  stream_->shutdown_write();
 }
 
 void Connection::say_goodbye(int deadline_ms) {
-  if (fd_ < 0) return;
   bool mid_frame = !sends_.empty() && sent_ > 0;
   bool was_broken = broken_;
   abandon();
@@ -402,13 +397,13 @@ void Connection::say_goodbye(int deadline_ms) {
     FrameHeader h;
     h.kind = FrameKind::goodbye;
     h.comm_id = comm_id_;
-    write_control(fd_, h, {}, deadline_ms);
+    write_control(*stream_, h, {}, deadline_ms);
   }
-  shutdown(fd_, SHUT_WR);
-  // Drain what the peer still sends so that close() does not reset the connection.
+  stream_->shutdown_write();
+  // Drain what the peer still sends so that closing does not reset the connection.
   char sink[4096];
-  while (recv(fd_, sink, sizeof sink, MSG_DONTWAIT) > 0) {
+  while (stream_->read(sink, sizeof sink) > 0) {
   }
 }
 
-}  // namespace shoal::transport::tcp
+}  // namespace shoal::transport

@@ -1,4 +1,5 @@
-// One TCP connection to one peer: an ordered stream of frames in each direction.
+// The frames exchanged with one peer over a Stream (a TCP socket or shared-memory rings):
+// an ordered sequence of frames in each direction.
 //
 // Matching rule: frames from a peer are matched to this rank's receives from that peer in the
 // order both were issued (MPI's non-overtaking rule, without wildcards). A frame whose
@@ -15,8 +16,9 @@
 
 #include "shoal/error.hpp"
 #include "transport/frame.hpp"
+#include "transport/stream.hpp"
 
-namespace shoal::transport::tcp {
+namespace shoal::transport {
 
 struct SendRequest {
   FrameHeader header;
@@ -49,18 +51,19 @@ class ConnectionListener {
 
 class Connection {
  public:
-  Connection(int fd, int peer, uint64_t comm_id, ConnectionListener* listener);
+  Connection(std::unique_ptr<Stream> stream, int peer, uint64_t comm_id, ConnectionListener* listener);
   ~Connection();
   Connection(const Connection&) = delete;
   Connection& operator=(const Connection&) = delete;
 
-  int fd() const { return fd_; }
+  int fd() const { return stream_->fd(); }
+  Stream& stream() { return *stream_; }
   int peer() const { return peer_; }
 
   void post_send(const SendRequest& request);
   void post_recv(const RecvRequest& request);
 
-  /// Moves bytes in both directions as far as the socket allows and reports completions.
+  /// Moves bytes in both directions as far as the stream allows and reports completions.
   void progress();
 
   /// Bytes this connection still expects (posted or bound receives), for diagnostics.
@@ -97,7 +100,7 @@ class Connection {
   void on_eof();
   std::string mismatch(const FrameHeader& h, const RecvRequest& r) const;
 
-  int fd_;
+  std::unique_ptr<Stream> stream_;
   int peer_;
   uint64_t comm_id_;
   ConnectionListener* listener_;
@@ -130,4 +133,4 @@ class Connection {
   bool in_progress_ = false;
 };
 
-}  // namespace shoal::transport::tcp
+}  // namespace shoal::transport

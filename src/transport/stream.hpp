@@ -1,0 +1,37 @@
+// A byte stream to one peer, in each direction: what a Connection frames its messages over.
+// Two kinds: a TCP socket (tcp/socket_stream.hpp) and a pair of shared-memory rings beside a
+// socket that carries wake-ups and tells when the peer is gone (shm/ring_stream.hpp).
+#pragma once
+
+#include <sys/types.h>
+#include <sys/uio.h>
+
+namespace shoal::transport {
+
+class Stream {
+ public:
+  virtual ~Stream() = default;
+  /// File descriptor the progress engine polls: readable when data (or a wake-up) may be
+  /// waiting, hung up when the peer is gone.
+  virtual int fd() const = 0;
+  /// Writes as much of `iov` as fits now: the number of bytes taken, or -1 with errno
+  /// (EAGAIN: full, try later; anything else: the stream is broken).
+  virtual ssize_t writev(const iovec* iov, int count) = 0;
+  /// Reads up to `len` bytes: the number read, 0 at the end of the stream, or -1 with errno
+  /// (EAGAIN: nothing now).
+  virtual ssize_t read(void* dst, size_t len) = 0;
+  /// Waits (at most `timeout_ms`) until writev may take more bytes; used only when closing.
+  virtual void wait_writable(int timeout_ms) = 0;
+  /// No more bytes will be written; the peer reads the end of the stream after what was sent.
+  virtual void shutdown_write() = 0;
+  /// Tells the stream that fd() was reported readable (a shared-memory stream then looks at
+  /// its socket; a socket stream needs nothing).
+  virtual void notify_readable() {}
+  /// True when the stream has to be polled: its data arrives without making fd() readable
+  /// unless the receiving engine announced that it sleeps.
+  virtual bool polled() const { return false; }
+  /// "tcp" or "shm", for diagnostics.
+  virtual const char* kind() const = 0;
+};
+
+}  // namespace shoal::transport
