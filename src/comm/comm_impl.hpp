@@ -19,7 +19,11 @@ class CommImpl {
   Work submit(algorithms::Collective collective, const void* input, void* output, uint64_t count,
               DataType dtype, ReduceOp op, int root, int peer = -1, int tag = 0);
 
+  /// "shm with 3 peer(s), tcp with 4 peer(s) on 10.0.0.2".
+  std::string transport_summary() const;
+
   int rank = 0, size = 1;
+  int shm_peers = 0, tcp_peers = 0;
   comm::Topology topology;
   std::string listen_address;
   std::chrono::milliseconds timeout{0};

@@ -1,5 +1,7 @@
 #include "shoal/communicator.hpp"
 
+#include <unistd.h>
+
 #include <random>
 #include <sstream>
 
@@ -7,7 +9,9 @@
 #include "core/check.hpp"
 #include "core/config.hpp"
 #include "store/bootstrap.hpp"
+#include "transport/shm/shm_mesh.hpp"
 #include "transport/tcp/mesh.hpp"
+#include "transport/tcp/socket_stream.hpp"
 
 namespace shoal {
 
@@ -41,11 +45,40 @@ CommImpl::CommImpl(std::shared_ptr<Store> st, int r, int n, const Options& optio
   }
   topology = comm::discover_topology(*store, prefix, r, n);
   listen_address = transport::tcp::choose_listen_address(topology.num_hosts == 1, store->host());
+  // Every pair gets a TCP connection; pairs on one host move their data through shared-memory
+  // rings and keep the socket for wake-ups and to learn when the peer is gone.
   auto fds = transport::tcp::connect_mesh(*store, prefix, r, n, comm_id, listen_address, deadline);
+  std::unique_ptr<transport::shm::ShmMesh> shm;
+  try {
+    shm = std::make_unique<transport::shm::ShmMesh>(*store, prefix, r, topology.host_of, comm_id);
+  } catch (...) {
+    for (int fd : fds)
+      if (fd >= 0) close(fd);
+    throw;
+  }
+  std::vector<std::unique_ptr<transport::Stream>> streams(n);
+  for (int p = 0; p < n; ++p) {
+    if (fds[p] < 0) continue;
+    if (shm->uses_shm(p)) {
+      streams[p] = shm->stream_to(p, fds[p]);
+      ++shm_peers;
+    } else {
+      streams[p] = std::make_unique<transport::tcp::SocketStream>(fds[p]);
+      ++tcp_peers;
+    }
+  }
   store->set_timeout(old_timeout);
-  engine = std::make_unique<comm::Engine>(r, n, comm_id, std::move(fds), timeout);
+  engine = std::make_unique<comm::Engine>(r, n, comm_id, std::move(streams), std::move(shm), timeout);
   SHOAL_INFO("communicator ready: rank " << r << " of " << n << ", " << topology.num_hosts
                                          << " host(s), listening on " << listen_address);
+}
+
+std::string CommImpl::transport_summary() const {
+  std::ostringstream os;
+  if (shm_peers > 0) os << "shm with " << shm_peers << " peer(s)";
+  if (shm_peers > 0 && tcp_peers > 0) os << ", ";
+  if (tcp_peers > 0 || shm_peers == 0) os << "tcp with " << tcp_peers << " peer(s) on " << listen_address;
+  return os.str();
 }
 
 Work CommImpl::submit(Collective collective, const void* input, void* output, uint64_t count,
@@ -157,7 +190,7 @@ Work Communicator::recv_async(void* buf, size_t count, DataType dtype, int peer,
 std::string Communicator::describe() const {
   std::ostringstream os;
   os << "rank " << rank() << " of " << size() << " (local " << local_rank() << " of " << local_size()
-     << ", " << num_hosts() << " host(s)), transport tcp on " << impl_->listen_address
+     << ", " << num_hosts() << " host(s)), transport " << impl_->transport_summary()
      << ", timeout " << std::chrono::duration<double>(impl_->timeout).count() << " s, chunk "
      << impl_->chunk_bytes << " B";
   return os.str();

@@ -54,9 +54,11 @@ struct Engine::Op {
   bool is_p2p() const { return kind == FrameKind::p2p; }
 };
 
-Engine::Engine(int rank, int size, uint64_t comm_id, std::vector<int> fds,
-               std::chrono::milliseconds timeout)
-    : rank_(rank), size_(size), comm_id_(comm_id), timeout_(timeout) {
+Engine::Engine(int rank, int size, uint64_t comm_id,
+               std::vector<std::unique_ptr<transport::Stream>> streams,
+               std::unique_ptr<transport::shm::ShmMesh> shm, std::chrono::milliseconds timeout)
+    : rank_(rank), size_(size), comm_id_(comm_id), timeout_(timeout), shm_(std::move(shm)) {
+  if (shm_) sleeping_flag_ = shm_->sleeping_flag();
   next_send_seq_.assign(size, 0);
   next_recv_seq_.assign(size, 0);
   send_queue_.resize(size);
@@ -70,13 +72,14 @@ Engine::Engine(int rank, int size, uint64_t comm_id, std::vector<int> fds,
   ev.data.u32 = kWakeToken;
   epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, wake_fd_, &ev);
   for (int p = 0; p < size; ++p) {
-    if (fds[p] < 0) continue;
-    conns_[p] = std::make_unique<transport::Connection>(
-        std::make_unique<transport::tcp::SocketStream>(fds[p]), p, comm_id, this);
+    if (!streams[p]) continue;
+    const int fd = streams[p]->fd();
+    if (streams[p]->polled()) polled_.push_back(p);
+    conns_[p] = std::make_unique<transport::Connection>(std::move(streams[p]), p, comm_id, this);
     epoll_event e{};
     e.events = EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLET;
     e.data.u32 = static_cast<uint32_t>(p);
-    epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, fds[p], &e);
+    epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, fd, &e);
   }
   spin_ = std::chrono::microseconds(config::get_int("SHOAL_SPIN_US"));
   thread_ = std::thread([this] { loop(); });
@@ -155,6 +158,7 @@ std::string Engine::describe(const Op& op) const {
 
 void Engine::admit_new_ops() {
   std::lock_guard<std::mutex> lock(submit_mutex_);
+  if (!submitted_.empty()) ++progress_count_;
   while (!submitted_.empty()) {
     waiting_.push_back(std::move(submitted_.front()));
     submitted_.pop_front();
@@ -262,6 +266,7 @@ void Engine::run_local(Op& op, uint32_t i) {
 
 void Engine::step_done(Op& op, uint32_t i) {
   ++op.steps_done;
+  ++progress_count_;
   for (uint32_t k = op.first_dependent[i]; k < op.first_dependent[i + 1]; ++k) {
     uint32_t d = op.dependents[k];
     if (--op.remaining[d] == 0 && !pending_error_) make_ready(op, d);
@@ -348,6 +353,7 @@ void Engine::drain() {
 
 void Engine::finish_ops() {
   while (!running_.empty() && running_.front()->finished) {
+    ++progress_count_;
     running_.front()->work->complete();
     running_.pop_front();
   }
@@ -357,10 +363,18 @@ void Engine::break_comm(ErrorCode code, const std::string& message, int peer) {
   if (broken_local_) return;
   broken_local_ = true;
   SHOAL_INFO("communicator breaks: " << message);
+  // The out-of-band note first (shared memory): it reaches peers even over a connection that
+  // is broken or mid-frame, where no abort frame can follow.
+  for (auto& c : conns_)
+    if (c) c->stream().post_abort(code, peer, message);
   for (auto& c : conns_)
     if (c) {
-      if (c->broken()) c->abandon();
-      else c->send_abort_and_close(code, peer, message);
+      if (c->broken()) {
+        c->abandon();
+        c->stream().shutdown_write();  // the peer, if alive, learns at once that we stopped
+      } else {
+        c->send_abort_and_close(code, peer, message);
+      }
     }
   for (auto& q : send_queue_) q.clear();
   for (auto& q : recv_queue_) q.clear();
@@ -429,21 +443,32 @@ void Engine::loop() {
     // Poll while an operation runs or one just finished (the next call usually follows at once),
     // then sleep. `sleeping_` is raised before the last look at the queue, so a submitter either
     // sees it and wakes us, or its operation is seen here.
+    // Shared-memory streams signal nothing while we poll: look at them on every turn.
+    if (!running_.empty())
+      for (int p : polled_) dirty_.push_back(p);
+    // Spin (yielding the core) while things move; sleep once nothing moved for spin_.
     int n = 0;
     const auto now = Clock::now();
-    if (!running_.empty()) last_activity_ = now;
+    if (progress_count_ != progress_seen_) {
+      progress_seen_ = progress_count_;
+      last_activity_ = now;
+    }
     if (now - last_activity_ < spin_) {
       n = epoll_wait(epoll_fd_, events, 64, 0);
       if (n == 0) sched_yield();
     } else {
       sleeping_.store(true);
+      if (sleeping_flag_) sleeping_flag_->store(1, std::memory_order_seq_cst);
       bool idle;
       {
         std::lock_guard<std::mutex> lock(submit_mutex_);
         idle = submitted_.empty();
       }
+      for (int p : polled_) idle = idle && !conns_[p]->stream().ready();
       if (idle) n = epoll_wait(epoll_fd_, events, 64, next_timeout_ms());
+      if (sleeping_flag_) sleeping_flag_->store(0, std::memory_order_relaxed);
       sleeping_.store(false);
+      for (int p : polled_) dirty_.push_back(p);
     }
     if (n > 0) last_activity_ = Clock::now();
     for (int i = 0; i < n; ++i) {

@@ -23,6 +23,7 @@
 #include "algorithms/schedule.hpp"
 #include "comm/work_state.hpp"
 #include "transport/connection.hpp"
+#include "transport/shm/shm_mesh.hpp"
 
 namespace shoal::comm {
 
@@ -36,8 +37,11 @@ struct OpRequest {
 
 class Engine : public transport::ConnectionListener {
  public:
-  /// Takes ownership of `fds` (one per peer, -1 for this rank).
-  Engine(int rank, int size, uint64_t comm_id, std::vector<int> fds, std::chrono::milliseconds timeout);
+  /// Takes ownership of `streams` (one per peer, null for this rank) and of `shm` (the
+  /// shared memory some of them use; may be null). `sleeping` is this rank's flag in shared
+  /// memory, raised while the engine sleeps so that peers ring its doorbell (may be null).
+  Engine(int rank, int size, uint64_t comm_id, std::vector<std::unique_ptr<transport::Stream>> streams,
+         std::unique_ptr<transport::shm::ShmMesh> shm, std::chrono::milliseconds timeout);
   /// Finishes pending operations (bounded by the timeout), says goodbye, stops the thread.
   ~Engine();
 
@@ -79,7 +83,10 @@ class Engine : public transport::ConnectionListener {
   const int rank_, size_;
   const uint64_t comm_id_;
   const std::chrono::milliseconds timeout_;
+  std::unique_ptr<transport::shm::ShmMesh> shm_;  // outlives conns_, whose rings it maps
   std::vector<std::unique_ptr<transport::Connection>> conns_;
+  std::vector<int> polled_;                    // peers whose streams must be polled
+  std::atomic<uint32_t>* sleeping_flag_ = nullptr;
   int epoll_fd_ = -1;
   int wake_fd_ = -1;
   std::thread thread_;
@@ -107,6 +114,7 @@ class Engine : public transport::ConnectionListener {
   std::chrono::microseconds spin_{0};
   std::atomic<bool> sleeping_{false};
   Clock::time_point last_activity_{};
+  uint64_t progress_count_ = 0, progress_seen_ = 0;  // steps done, ops admitted or finished
   // A connection error is recorded here and handled at the top of the loop, never while an
   // operation's steps are being walked.
   struct PendingError {

@@ -21,6 +21,11 @@ const std::vector<Setting>& settings() {
        "host:port of the rendezvous store; overrides MASTER_ADDR/MASTER_PORT"},
       {"SHOAL_STORE_PATH", "string", "",
        "path of a file store to rendezvous through instead of TCP (shared file system)"},
+      {"SHOAL_TRANSPORT", "enum", "auto",
+       "tcp: sockets only; shm: shared memory between ranks of a host (error if impossible); "
+       "auto: shared memory where it works, TCP otherwise"},
+      {"SHOAL_SHM_RING_BYTES", "bytes", "1M",
+       "capacity of each shared-memory ring (one per direction and pair of ranks on a host)"},
       {"SHOAL_CHUNK_BYTES", "bytes", "512K",
        "pipeline chunk of ring algorithms: reduction of one chunk overlaps the transfer of the next"},
       {"SHOAL_SOCKET_BUFFER", "bytes", "4M", "SO_SNDBUF/SO_RCVBUF of data connections (0: kernel default)"},

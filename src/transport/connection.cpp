@@ -316,6 +316,12 @@ void Connection::on_eof() {
     peer_closed_ = true;
     return;
   }
+  if (auto note = stream_->peer_abort()) {
+    broken_ = true;
+    listener_->on_connection_error(note->culprit, note->code,
+                                   "rank " + std::to_string(peer_) + " failed and reported: " + note->message);
+    return;
+  }
   fail(ErrorCode::PeerFailure, "rank " + std::to_string(peer_) +
                                    " closed the connection without saying goodbye: it died or "
                                    "was killed (check its output; shoal-run names the first rank "
@@ -373,6 +379,10 @@ static void write_control(Stream& stream, FrameHeader h, const std::string& payl
 void Connection::send_abort_and_close(ErrorCode code, int culprit, const std::string& message) {
   bool mid_frame = !sends_.empty() && sent_ > 0;
   abandon();
+  if (stream_->post_abort(code, culprit, message)) {
+    stream_->shutdown_write();
+    return;
+  }
   if (!mid_frame) {
     FrameHeader h;
     h.kind = FrameKind::abort;

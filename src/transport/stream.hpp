@@ -6,6 +6,11 @@
 #include <sys/types.h>
 #include <sys/uio.h>
 
+#include <optional>
+#include <string>
+
+#include "shoal/error.hpp"
+
 namespace shoal::transport {
 
 class Stream {
@@ -30,6 +35,22 @@ class Stream {
   /// True when the stream has to be polled: its data arrives without making fd() readable
   /// unless the receiving engine announced that it sleeps.
   virtual bool polled() const { return false; }
+  /// For polled streams: true when progress is possible now (input waiting, or room for a
+  /// write that found the stream full). Checked after announcing sleep, before sleeping.
+  virtual bool ready() const { return false; }
+  /// Why this rank stops, told out of band where the stream has a side channel (shared
+  /// memory: a note in the segment, readable even while the rings are full or mid-frame).
+  /// Returns false where the abort must travel in band, as a frame.
+  virtual bool post_abort(ErrorCode /*code*/, int /*culprit*/, const std::string& /*message*/) {
+    return false;
+  }
+  struct AbortNote {
+    ErrorCode code;
+    int culprit;
+    std::string message;
+  };
+  /// The peer's out-of-band abort note, if it left one.
+  virtual std::optional<AbortNote> peer_abort() const { return std::nullopt; }
   /// "tcp" or "shm", for diagnostics.
   virtual const char* kind() const = 0;
 };

@@ -5,6 +5,7 @@
 #include <sys/socket.h>
 
 #include <cstring>
+#include <filesystem>
 #include <sstream>
 #include <thread>
 
@@ -41,7 +42,17 @@ int expect_error(int rank, const ProcessJob& job, Call call) {
 
 double reported_time(const RankResult& r) { return std::stod(r.report.substr(0, r.report.find('\n'))); }
 
+int count_shoal_segments() {
+  int n = 0;
+  for (const auto& e : std::filesystem::directory_iterator("/dev/shm"))
+    n += e.path().filename().string().rfind("shoal-", 0) == 0;
+  return n;
+}
+
+// The ranks share one host, so the data moves through shared memory (SHOAL_TRANSPORT=auto):
+// the death must still surface on every survivor, and no segment may be left behind.
 TEST(Failures, KilledPeerMidCollectiveRaisesPeerFailureNamingItOnEverySurvivor) {
+  const int segments_before = count_shoal_segments();
   ProcessJob job(4);
   const int victim = 2;
   auto results = job.run([&](int rank, const ProcessJob& j) {
@@ -69,6 +80,7 @@ TEST(Failures, KilledPeerMidCollectiveRaisesPeerFailureNamingItOnEverySurvivor) 
     EXPECT_NE(results[r].report.find("rank 2"), std::string::npos) << "the message must name the dead rank";
     EXPECT_LT(reported_time(results[r]) - killed_at, 5.0) << "detection took too long";
   }
+  EXPECT_EQ(count_shoal_segments(), segments_before) << "shared memory left in /dev/shm";
 }
 
 TEST(Failures, DifferentCountsRaiseMismatch) {
@@ -168,6 +180,7 @@ class MalformedFrames : public ::testing::TestWithParam<BadFrame> {};
 
 TEST_P(MalformedFrames, AreRejectedWithAClearError) {
   const BadFrame& bad = GetParam();
+  setenv("SHOAL_TRANSPORT", "tcp", 1);  // the fake peer speaks TCP frames only
   auto server = make_server_store();
   auto fake_store = std::make_shared<TcpStore>("127.0.0.1", server->port(), TcpStore::Options{});
   std::thread fake([&] { run_fake_peer(*fake_store, bad.header, bad.fix_comm_id); });
@@ -187,6 +200,7 @@ TEST_P(MalformedFrames, AreRejectedWithAClearError) {
   }
   EXPECT_LT(std::chrono::steady_clock::now() - start, 2s) << "a bad frame must be rejected at once";
   fake.join();
+  unsetenv("SHOAL_TRANSPORT");
 }
 
 transport::FrameHeader header_with(void (*edit)(transport::FrameHeader&)) {

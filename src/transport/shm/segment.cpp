@@ -1,0 +1,83 @@
+#include "transport/shm/segment.hpp"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <new>
+
+#include "core/check.hpp"
+
+namespace shoal::transport::shm {
+
+std::string segment_name(uint64_t comm_id, int rank) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "/shoal-%016llx-%d", static_cast<unsigned long long>(comm_id), rank);
+  return buf;
+}
+
+size_t Segment::bytes_for(uint32_t rings, uint64_t ring_bytes) {
+  return sizeof(SegmentHeader) + static_cast<size_t>(rings) * (sizeof(RingHeader) + ring_bytes);
+}
+
+RingHeader& Segment::ring(uint32_t slot) const {
+  const auto& h = header();
+  return *reinterpret_cast<RingHeader*>(base_ + sizeof(SegmentHeader) +
+                                        static_cast<size_t>(slot) * (sizeof(RingHeader) + h.ring_bytes));
+}
+
+uint8_t* Segment::ring_data(uint32_t slot) const {
+  return reinterpret_cast<uint8_t*>(&ring(slot)) + sizeof(RingHeader);
+}
+
+std::unique_ptr<Segment> Segment::create(const std::string& name, size_t bytes) {
+  int fd = shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600);
+  SHOAL_CHECK(fd >= 0, Internal, "shm_open(" << name << "): " << strerror(errno));
+  if (ftruncate(fd, static_cast<off_t>(bytes)) != 0) {
+    int e = errno;
+    close(fd);
+    shm_unlink(name.c_str());
+    SHOAL_THROW(Internal, "cannot size shared memory " << name << " to " << bytes << " bytes: " << strerror(e)
+                                                       << " (is /dev/shm large enough?)");
+  }
+  void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  close(fd);
+  if (p == MAP_FAILED) {
+    int e = errno;
+    shm_unlink(name.c_str());
+    SHOAL_THROW(Internal, "cannot map shared memory " << name << ": " << strerror(e));
+  }
+  return std::unique_ptr<Segment>(new Segment(name, static_cast<uint8_t*>(p), bytes));
+}
+
+std::unique_ptr<Segment> Segment::open(const std::string& name, size_t bytes) {
+  int fd = shm_open(name.c_str(), O_RDWR | O_CLOEXEC, 0600);
+  SHOAL_CHECK(fd >= 0, Internal, "shm_open(" << name << "): " << strerror(errno));
+  struct stat st{};
+  if (fstat(fd, &st) != 0 || static_cast<size_t>(st.st_size) < bytes) {
+    close(fd);
+    SHOAL_THROW(Internal, "shared memory " << name << " is smaller than expected");
+  }
+  void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  close(fd);
+  SHOAL_CHECK(p != MAP_FAILED, Internal, "cannot map shared memory " << name << ": " << strerror(errno));
+  auto seg = std::unique_ptr<Segment>(new Segment(name, static_cast<uint8_t*>(p), bytes));
+  seg->linked_ = false;  // the owner unlinks it
+  return seg;
+}
+
+Segment::~Segment() {
+  munmap(base_, size_);
+  if (linked_) shm_unlink(name_.c_str());
+}
+
+void Segment::unlink() {
+  if (linked_) shm_unlink(name_.c_str());
+  linked_ = false;
+}
+
+}  // namespace shoal::transport::shm

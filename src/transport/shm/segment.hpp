@@ -1,0 +1,72 @@
+// POSIX shared-memory segments: one per rank, holding the rings this rank writes to each
+// local peer. Named after the communicator's random id, so two jobs never collide, and
+// unlinked as soon as every peer has mapped them, so nothing is left in /dev/shm even when a
+// rank is killed later.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+namespace shoal::transport::shm {
+
+inline constexpr uint32_t kSegmentMagic = 0x53484d31;  // "SHM1"
+
+/// A single-producer single-consumer byte ring: the producer advances head, the consumer tail.
+struct alignas(64) RingHeader {
+  std::atomic<uint64_t> head{0};
+  char pad0[56];
+  std::atomic<uint64_t> tail{0};
+  char pad1[56];
+};
+static_assert(sizeof(RingHeader) == 128);
+
+struct alignas(64) SegmentHeader {
+  uint32_t magic = kSegmentMagic;
+  int32_t rank = -1;
+  uint64_t comm_id = 0;
+  uint64_t ring_bytes = 0;  // capacity of each ring (a power of two)
+  uint32_t rings = 0;       // one per local rank (the slot of the owner itself is unused)
+  uint32_t pad = 0;
+  alignas(64) std::atomic<uint32_t> sleeping{0};  // the owner's progress thread sleeps
+  // Written once when the owner breaks, before its sockets close: why (see Stream::post_abort).
+  alignas(64) std::atomic<uint32_t> aborted{0};
+  uint32_t abort_code = 0;
+  int32_t abort_culprit = -1;
+  char abort_message[1012] = {};
+};
+
+class Segment {
+ public:
+  /// Creates and maps a new segment (fails if the name exists). Throws on failure.
+  static std::unique_ptr<Segment> create(const std::string& name, size_t bytes);
+  /// Maps an existing segment of another rank. Throws on failure.
+  static std::unique_ptr<Segment> open(const std::string& name, size_t bytes);
+  ~Segment();
+
+  uint8_t* base() const { return base_; }
+  size_t size() const { return size_; }
+  const std::string& name() const { return name_; }
+  SegmentHeader& header() const { return *reinterpret_cast<SegmentHeader*>(base_); }
+  RingHeader& ring(uint32_t slot) const;
+  uint8_t* ring_data(uint32_t slot) const;
+
+  /// Removes the name (the mapping stays valid). Idempotent.
+  void unlink();
+
+  static size_t bytes_for(uint32_t rings, uint64_t ring_bytes);
+
+ private:
+  Segment(std::string name, uint8_t* base, size_t size) : name_(std::move(name)), base_(base), size_(size) {}
+  std::string name_;
+  uint8_t* base_;
+  size_t size_;
+  bool linked_ = true;
+};
+
+/// The segment name of `rank` in communicator `comm_id`.
+std::string segment_name(uint64_t comm_id, int rank);
+
+}  // namespace shoal::transport::shm

@@ -1,0 +1,109 @@
+#include "transport/shm/shm_mesh.hpp"
+
+#include <sys/mman.h>
+
+#include <bit>
+
+#include "core/check.hpp"
+#include "core/config.hpp"
+
+namespace shoal::transport::shm {
+
+Mode transport_mode() {
+  const std::string v = config::get("SHOAL_TRANSPORT");
+  if (v == "auto") return Mode::automatic;
+  if (v == "tcp") return Mode::tcp_only;
+  if (v == "shm") return Mode::shm_only;
+  SHOAL_THROW(InvalidArgument, "SHOAL_TRANSPORT='" << v << "': use tcp, shm or auto");
+}
+
+ShmMesh::ShmMesh(Store& store, const std::string& prefix, int rank, const std::vector<int>& host_of,
+                 uint64_t comm_id)
+    : rank_(rank) {
+  const int size = static_cast<int>(host_of.size());
+  use_.assign(size, false);
+  peers_.resize(size);
+  local_index_.assign(size, -1);
+  int nlocal = 0;
+  for (int r = 0; r < size; ++r)
+    if (host_of[r] == host_of[rank]) local_index_[r] = nlocal++;
+  const Mode mode = transport_mode();
+  if (mode == Mode::tcp_only || nlocal == 1) return;
+
+  ring_bytes_ = std::bit_ceil(std::max<uint64_t>(4096, config::get_bytes("SHOAL_SHM_RING_BYTES")));
+  const size_t bytes = Segment::bytes_for(static_cast<uint32_t>(nlocal), ring_bytes_);
+  std::vector<std::string> learned;  // names to unlink if set-up fails half-way
+  try {
+    std::string my_name;
+    try {
+      mine_ = Segment::create(segment_name(comm_id, rank), bytes);
+      auto* h = new (mine_->base()) SegmentHeader();
+      h->rank = rank;
+      h->comm_id = comm_id;
+      h->ring_bytes = ring_bytes_;
+      h->rings = static_cast<uint32_t>(nlocal);
+      for (uint32_t s = 0; s < static_cast<uint32_t>(nlocal); ++s) new (&mine_->ring(s)) RingHeader();
+      my_name = mine_->name();
+    } catch (const Error& e) {
+      if (mode == Mode::shm_only) throw;
+      SHOAL_WARN("no shared memory for this rank, using TCP: " << e.what());
+    }
+    store.set(prefix + "/shm/" + std::to_string(rank), my_name);
+    std::string mapped(size, '0');
+    for (int q = 0; q < size; ++q) {
+      if (q == rank || local_index_[q] < 0) continue;
+      std::string name = store.get_string(prefix + "/shm/" + std::to_string(q));
+      if (name.empty() || !mine_) continue;
+      learned.push_back(name);
+      try {
+        auto seg = Segment::open(name, bytes);
+        const auto& h = seg->header();
+        if (h.magic != kSegmentMagic || h.comm_id != comm_id || h.rank != q || h.ring_bytes != ring_bytes_)
+          SHOAL_THROW(Internal, "shared memory " << name << " does not belong to rank " << q);
+        peers_[q] = std::move(seg);
+        mapped[q] = '1';
+      } catch (const Error& e) {
+        if (mode == Mode::shm_only) throw;
+        SHOAL_WARN("cannot map rank " << q << "'s shared memory, using TCP with it: " << e.what());
+      }
+    }
+    store.set(prefix + "/shmmap/" + std::to_string(rank), mapped);
+    for (int q = 0; q < size; ++q) {
+      if (q == rank || local_index_[q] < 0) continue;
+      std::string theirs = store.get_string(prefix + "/shmmap/" + std::to_string(q));
+      use_[q] = mapped[q] == '1' && static_cast<int>(theirs.size()) > rank && theirs[rank] == '1';
+      if (!use_[q]) peers_[q].reset();
+      if (!use_[q] && mode == Mode::shm_only)
+        SHOAL_THROW(InvalidArgument, "SHOAL_TRANSPORT=shm, but ranks " << rank << " and " << q
+                                                                       << " share no working mapping");
+    }
+    // Every local peer has mapped our segment (it published its map after mapping): the name
+    // can go, and nothing is left behind whatever happens to this process later.
+    if (mine_) mine_->unlink();
+  } catch (...) {
+    for (const auto& n : learned) shm_unlink(n.c_str());  // survivors clean up for a dead peer
+    throw;
+  }
+}
+
+ShmMesh::~ShmMesh() = default;
+
+int ShmMesh::shm_peers() const {
+  int n = 0;
+  for (bool u : use_) n += u;
+  return n;
+}
+
+RingView ShmMesh::view(const Segment& seg, uint32_t slot) const {
+  return RingView{&seg.ring(slot), seg.ring_data(slot), ring_bytes_};
+}
+
+std::unique_ptr<RingStream> ShmMesh::stream_to(int peer, int socket_fd) {
+  SHOAL_CHECK(uses_shm(peer), Internal, "no shared memory with rank " << peer);
+  // The ring from a to b lives in a's segment, in the slot of b's local index.
+  RingView out = view(*mine_, static_cast<uint32_t>(local_index_[peer]));
+  RingView in = view(*peers_[peer], static_cast<uint32_t>(local_index_[rank_]));
+  return std::make_unique<RingStream>(out, in, &mine_->header(), &peers_[peer]->header(), socket_fd);
+}
+
+}  // namespace shoal::transport::shm

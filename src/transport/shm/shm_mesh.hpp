@@ -1,0 +1,45 @@
+// Shared-memory set-up for the ranks of one host, through the store: every local rank creates
+// its segment, maps its local peers' segments, and the pairs that both succeeded talk through
+// rings; every segment is unlinked once mapped. SHOAL_TRANSPORT=tcp|shm|auto chooses.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "shoal/store.hpp"
+#include "transport/shm/ring_stream.hpp"
+#include "transport/stream.hpp"
+
+namespace shoal::transport::shm {
+
+enum class Mode { automatic, tcp_only, shm_only };
+/// SHOAL_TRANSPORT, parsed (InvalidArgumentError for another value).
+Mode transport_mode();
+
+class ShmMesh {
+ public:
+  /// `host_of[r]` is rank r's host index. Returns a mesh even when no pair uses shared memory.
+  ShmMesh(Store& store, const std::string& prefix, int rank, const std::vector<int>& host_of,
+          uint64_t comm_id);
+  ~ShmMesh();
+
+  bool uses_shm(int peer) const { return peer >= 0 && peer < static_cast<int>(use_.size()) && use_[peer]; }
+  int shm_peers() const;
+  /// The stream to `peer` over shared memory, taking ownership of its TCP socket.
+  std::unique_ptr<RingStream> stream_to(int peer, int socket_fd);
+  /// This rank's "my progress thread sleeps" flag (null without shared memory).
+  std::atomic<uint32_t>* sleeping_flag() const { return mine_ ? &mine_->header().sleeping : nullptr; }
+
+ private:
+  RingView view(const Segment& seg, uint32_t slot) const;
+
+  int rank_;
+  std::vector<int> local_index_;  // per rank: its index among the ranks of this host, or -1
+  std::vector<bool> use_;
+  uint64_t ring_bytes_ = 0;
+  std::unique_ptr<Segment> mine_;
+  std::vector<std::unique_ptr<Segment>> peers_;
+};
+
+}  // namespace shoal::transport::shm
