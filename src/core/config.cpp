@@ -26,6 +26,9 @@ const std::vector<Setting>& settings() {
        "auto: shared memory where it works, TCP otherwise"},
       {"SHOAL_SHM_RING_BYTES", "bytes", "1M",
        "capacity of each shared-memory ring (one per direction and pair of ranks on a host)"},
+      {"SHOAL_SHM_DIRECT_BYTES", "bytes", "64K",
+       "on shared memory, frames from this size on are pulled by the receiver straight from the "
+       "sender's memory (process_vm_readv, one copy) where the kernel allows it; 0: never"},
       {"SHOAL_CHUNK_BYTES", "bytes", "512K",
        "pipeline chunk of ring algorithms: reduction of one chunk overlaps the transfer of the next"},
       {"SHOAL_SOCKET_BUFFER", "bytes", "4M", "SO_SNDBUF/SO_RCVBUF of data connections (0: kernel default)"},

@@ -24,6 +24,7 @@ const char* kind_name(FrameKind k) {
     case FrameKind::p2p: return "send/recv";
     case FrameKind::goodbye: return "goodbye";
     case FrameKind::abort: return "abort";
+    case FrameKind::ack: return "ack";
   }
   return "unknown";
 }
@@ -106,6 +107,14 @@ void Connection::deliver_claimed_front() {
   while (!unexpected_.empty() && unexpected_.front().claimed &&
          unexpected_.front().received == unexpected_.front().data.size()) {
     Unexpected& u = unexpected_.front();
+    if (u.header.flags & kFlagByReference) {
+      const FrameHeader h = u.header;
+      const uint64_t address = u.reference;
+      const RecvRequest r = u.request;
+      unexpected_.pop_front();
+      if (!deliver_reference(h, address, r)) return;
+      continue;
+    }
     if (!u.data.empty()) std::memcpy(u.request.dst, u.data.data(), u.data.size());
     uint64_t cookie = u.request.cookie;
     unexpected_.pop_front();
@@ -113,21 +122,63 @@ void Connection::deliver_claimed_front() {
   }
 }
 
+bool Connection::deliver_reference(const FrameHeader& h, uint64_t address, const RecvRequest& r) {
+  std::string error;
+  if (r.length > 0 && !stream_->pull(r.dst, address, r.length, error)) {
+    fail(ErrorCode::PeerFailure, "cannot read operation #" + std::to_string(h.seq) + "'s data from rank " +
+                                     std::to_string(peer_) + "'s memory (" + error + "): it probably died");
+    return false;
+  }
+  queue_ack(h);
+  listener_->on_recv_complete(r.cookie);
+  return true;
+}
+
+void Connection::queue_ack(const FrameHeader& h) {
+  SendRequest ack;
+  ack.header.kind = FrameKind::ack;
+  ack.header.comm_id = comm_id_;
+  ack.header.seq = h.seq;
+  ack.header.tag = h.tag;
+  ack.header.signature = h.signature;
+  // Ahead of queued data (the peer's buffer waits for it), behind a frame half written and
+  // behind earlier acks (the peer matches them in order).
+  auto pos = (!sends_.empty() && sent_ > 0) ? std::next(sends_.begin()) : sends_.begin();
+  while (pos != sends_.end() && pos->header.kind == FrameKind::ack) ++pos;
+  sends_.insert(pos, ack);
+  ack_queued_ = true;
+}
+
 void Connection::progress() {
   if (broken_ || in_progress_) return;
   in_progress_ = true;
-  pump_write();
-  pump_read();
+  do {
+    ack_queued_ = false;
+    pump_write();
+    pump_read();
+  } while (ack_queued_ && !broken_);
   in_progress_ = false;
 }
 
 void Connection::pump_write() {
   while (!broken_ && !sends_.empty()) {
     SendRequest& s = sends_.front();
-    const uint64_t total = kHeaderBytes + s.header.length;
+    const bool data = s.header.kind == FrameKind::collective || s.header.kind == FrameKind::p2p;
+    if (sent_ == 0 && data && s.header.length >= stream_->direct_threshold()) {
+      s.header.flags |= kFlagByReference;
+      s.reference = reinterpret_cast<uint64_t>(s.data);
+    }
+    const bool by_reference = (s.header.flags & kFlagByReference) != 0;
+    const uint64_t wire = by_reference ? sizeof s.reference : s.header.length;
+    const uint64_t total = kHeaderBytes + wire;
     iovec iov[2];
     int n_iov = 0;
-    if (sent_ < kHeaderBytes) {
+    if (by_reference) {
+      iov[n_iov++] = {reinterpret_cast<uint8_t*>(&s.header) + std::min(sent_, kHeaderBytes),
+                      kHeaderBytes - std::min(sent_, kHeaderBytes)};
+      const uint64_t off = sent_ > kHeaderBytes ? sent_ - kHeaderBytes : 0;
+      iov[n_iov++] = {reinterpret_cast<uint8_t*>(&s.reference) + off, sizeof s.reference - off};
+    } else if (sent_ < kHeaderBytes) {
       iov[n_iov++] = {reinterpret_cast<uint8_t*>(&s.header) + sent_, kHeaderBytes - sent_};
       if (s.header.length > 0) iov[n_iov++] = {const_cast<uint8_t*>(s.data), s.header.length};
     } else {
@@ -150,11 +201,15 @@ void Connection::pump_write() {
     write_blocked_ = false;
     sent_ += static_cast<uint64_t>(n);
     if (sent_ == total) {
-      uint64_t cookie = s.cookie;
-      bool control = s.header.kind == FrameKind::goodbye || s.header.kind == FrameKind::abort;
-      sends_.pop_front();
       sent_ = 0;
-      if (!control) listener_->on_send_complete(cookie);
+      if (by_reference) {  // complete when the peer has pulled it (its ack)
+        awaiting_ack_.push_back(s);
+        sends_.pop_front();
+        continue;
+      }
+      uint64_t cookie = s.cookie;
+      sends_.pop_front();
+      if (data) listener_->on_send_complete(cookie);
     }
   }
 }
@@ -182,6 +237,10 @@ void Connection::pump_read() {
       case Rx::payload_abort:
         dst = reinterpret_cast<uint8_t*>(abort_payload_.data()) + payload_got_;
         want = abort_payload_.size() - payload_got_;
+        break;
+      case Rx::reference:
+        dst = reinterpret_cast<uint8_t*>(&reference_) + payload_got_;
+        want = sizeof reference_ - payload_got_;
         break;
     }
     ssize_t n = want == 0 ? 0 : stream_->read(dst, want);
@@ -222,6 +281,23 @@ void Connection::pump_read() {
         }
         break;
       }
+      case Rx::reference:
+        payload_got_ += got;
+        if (payload_got_ == sizeof reference_) {
+          rx_ = Rx::header;
+          if (!posted_.empty()) {
+            RecvRequest r = posted_.front();
+            if (!matches(hdr_, r)) return fail(ErrorCode::Mismatch, mismatch(hdr_, r));
+            posted_.pop_front();
+            if (!deliver_reference(hdr_, reference_, r)) return;
+          } else {
+            Unexpected u;
+            u.header = hdr_;
+            u.reference = reference_;
+            unexpected_.push_back(std::move(u));
+          }
+        }
+        break;
       case Rx::payload_abort:
         payload_got_ += got;
         if (payload_got_ == abort_payload_.size()) {
@@ -255,6 +331,18 @@ bool Connection::start_frame() {
     case FrameKind::goodbye:
       goodbye_ = true;
       return true;
+    case FrameKind::ack: {
+      if (awaiting_ack_.empty() || awaiting_ack_.front().header.seq != hdr_.seq ||
+          awaiting_ack_.front().header.tag != hdr_.tag) {
+        fail(ErrorCode::PeerFailure, "rank " + std::to_string(peer_) + " acknowledged a frame (operation #" +
+                                         std::to_string(hdr_.seq) + ") this rank did not send by reference");
+        return false;
+      }
+      uint64_t cookie = awaiting_ack_.front().cookie;
+      awaiting_ack_.pop_front();
+      listener_->on_send_complete(cookie);
+      return true;
+    }
     case FrameKind::abort:
       abort_payload_.assign(std::min<uint64_t>(hdr_.length, 64 * 1024), '\0');
       if (hdr_.length > abort_payload_.size()) {
@@ -271,6 +359,11 @@ bool Connection::start_frame() {
     fail(ErrorCode::PeerFailure,
          "rank " + std::to_string(peer_) + " sent data after closing its communicator");
     return false;
+  }
+  if (hdr_.flags & kFlagByReference) {  // 8 bytes of address follow; never parked
+    payload_got_ = 0;
+    rx_ = Rx::reference;
+    return true;
   }
   if (!posted_.empty()) {
     RecvRequest r = posted_.front();
@@ -304,7 +397,7 @@ bool Connection::start_frame() {
 
 void Connection::on_eof() {
   if (goodbye_) {
-    if (expecting() || !sends_.empty() || rx_ != Rx::header || hdr_got_ != 0)
+    if (expecting() || !sends_.empty() || !awaiting_ack_.empty() || rx_ != Rx::header || hdr_got_ != 0)
       return fail(ErrorCode::PeerFailure,
                   "rank " + std::to_string(peer_) +
                       " closed its communicator while this rank still expects data from it or "
@@ -339,6 +432,7 @@ void Connection::abandon() {
   broken_ = true;
   peer_closed_ = false;
   sends_.clear();
+  awaiting_ack_.clear();
   posted_.clear();
   unexpected_.clear();
   rx_ = Rx::parked;

@@ -24,6 +24,7 @@ struct SendRequest {
   FrameHeader header;
   const uint8_t* data = nullptr;  // header.length bytes, valid until completion
   uint64_t cookie = 0;
+  uint64_t reference = 0;         // by-reference frames: the address the peer pulls from
 };
 
 struct RecvRequest {
@@ -67,7 +68,9 @@ class Connection {
   void progress();
 
   /// Bytes this connection still expects (posted or bound receives), for diagnostics.
-  bool expecting() const { return !posted_.empty() || rx_ == Rx::payload_direct || !claimed_empty(); }
+  bool expecting() const {
+    return !posted_.empty() || rx_ == Rx::payload_direct || !claimed_empty() || !awaiting_ack_.empty();
+  }
   bool received_goodbye() const { return goodbye_; }
   bool broken() const { return broken_; }
   std::string describe_state() const;
@@ -81,17 +84,20 @@ class Connection {
   void say_goodbye(int deadline_ms);
 
  private:
-  enum class Rx { header, payload_direct, payload_unexpected, payload_abort, parked };
+  enum class Rx { header, payload_direct, payload_unexpected, payload_abort, reference, parked };
   struct Unexpected {
     FrameHeader header;
     std::vector<uint8_t> data;
     uint64_t received = 0;
     bool claimed = false;
-    RecvRequest request;  // valid when claimed
+    uint64_t reference = 0;  // by-reference frame: the address to pull from on delivery
+    RecvRequest request;     // valid when claimed
   };
 
   void pump_read();
   void pump_write();
+  bool deliver_reference(const FrameHeader& h, uint64_t address, const RecvRequest& r);
+  void queue_ack(const FrameHeader& h);
   bool start_frame();  // after a full header; false when parked
   void finish_unexpected(Unexpected& u);
   void deliver_claimed_front();
@@ -110,6 +116,8 @@ class Connection {
 
   // sending
   std::deque<SendRequest> sends_;
+  std::deque<SendRequest> awaiting_ack_;  // by-reference frames the peer has not pulled yet
+  bool ack_queued_ = false;
   uint64_t sent_ = 0;  // bytes of the front request (header + payload) already written
   bool write_blocked_ = false;
 
@@ -123,6 +131,7 @@ class Connection {
   std::deque<Unexpected> unexpected_;
   uint64_t unexpected_bytes_ = 0;
   std::string abort_payload_;
+  uint64_t reference_ = 0;  // address being read for a by-reference frame
 
   bool goodbye_ = false;
   bool broken_ = false;

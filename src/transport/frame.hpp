@@ -17,14 +17,19 @@ enum class FrameKind : uint8_t {
   p2p = 2,         // payload of send/recv
   goodbye = 3,     // the sender closes its communicator cleanly; no more frames follow
   abort = 4,       // the sender broke; payload is an error code byte and a message
+  ack = 5,         // the receiver pulled a by-reference frame (same seq and tag): its buffer is free
 };
+
+/// FrameHeader::flags
+inline constexpr uint8_t kFlagByReference = 1;  // payload is the 8-byte address of the data in the
+                                                // sender's memory; the receiver pulls it (CMA)
 
 #pragma pack(push, 1)
 struct FrameHeader {
   uint32_t magic = kFrameMagic;
   uint16_t version = kProtocolVersion;
   FrameKind kind = FrameKind::collective;
-  uint8_t reserved = 0;
+  uint8_t flags = 0;
   uint64_t comm_id = 0;
   uint64_t seq = 0;        // operation number: collective counter, or p2p counter of the pair
   uint32_t tag = 0;        // index of this frame among the operation's frames to this peer

@@ -51,6 +51,16 @@ class Stream {
   };
   /// The peer's out-of-band abort note, if it left one.
   virtual std::optional<AbortNote> peer_abort() const { return std::nullopt; }
+  /// Payloads of at least this many bytes are sent by reference: the frame carries the
+  /// address and the peer pulls the bytes straight from this process (one copy). UINT64_MAX:
+  /// never (sockets, or where the kernel forbids it).
+  virtual uint64_t direct_threshold() const { return UINT64_MAX; }
+  /// Copies `len` bytes at `remote_addr` in the peer's memory into `dst`. False, with a
+  /// reason in `error`, if that is impossible (the peer is gone).
+  virtual bool pull(void* /*dst*/, uint64_t /*remote_addr*/, uint64_t /*len*/, std::string& error) {
+    error = "this stream cannot pull from the peer's memory";
+    return false;
+  }
   /// "tcp" or "shm", for diagnostics.
   virtual const char* kind() const = 0;
 };

@@ -22,7 +22,10 @@ class RingStream : public Stream {
  public:
   /// `out` is written by this rank, `in` by the peer; `mine` and `peers` are the two
   /// segments' headers (sleep flags, abort notes). Takes ownership of `socket_fd`.
-  RingStream(RingView out, RingView in, SegmentHeader* mine, SegmentHeader* peers, int socket_fd);
+  /// `direct_threshold`: payloads from this size on go by reference (the peer pulls them with
+  /// process_vm_readv), UINT64_MAX for never.
+  RingStream(RingView out, RingView in, SegmentHeader* mine, SegmentHeader* peers, int socket_fd,
+             uint64_t direct_threshold = UINT64_MAX);
   ~RingStream() override;
 
   int fd() const override { return fd_; }
@@ -36,6 +39,8 @@ class RingStream : public Stream {
 
   bool ready() const override;
   bool post_abort(ErrorCode code, int culprit, const std::string& message) override;
+  uint64_t direct_threshold() const override { return direct_threshold_; }
+  bool pull(void* dst, uint64_t remote_addr, uint64_t len, std::string& error) override;
   std::optional<AbortNote> peer_abort() const override;
 
  private:
@@ -46,6 +51,7 @@ class RingStream : public Stream {
   SegmentHeader* mine_;
   SegmentHeader* peers_;
   int fd_;
+  uint64_t direct_threshold_;
   bool socket_readable_ = false;
   bool write_was_full_ = false;
   bool peer_gone_ = false;

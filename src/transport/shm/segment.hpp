@@ -30,6 +30,12 @@ struct alignas(64) SegmentHeader {
   uint64_t ring_bytes = 0;  // capacity of each ring (a power of two)
   uint32_t rings = 0;       // one per local rank (the slot of the owner itself is unused)
   uint32_t pad = 0;
+  // Cross-memory attach (process_vm_readv): the owner's pid and the address, in the owner's
+  // memory, of a known value that peers try to read; can_pull[i] = 1 when the owner could read
+  // the probe of the local rank with index i (then i may send it frames by reference).
+  int32_t pid = 0;
+  uint64_t probe_address = 0;
+  uint8_t can_pull[256] = {};
   alignas(64) std::atomic<uint32_t> sleeping{0};  // the owner's progress thread sleeps
   // Written once when the owner breaks, before its sockets close: why (see Stream::post_abort).
   alignas(64) std::atomic<uint32_t> aborted{0};

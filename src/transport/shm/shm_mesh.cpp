@@ -1,6 +1,8 @@
 #include "transport/shm/shm_mesh.hpp"
 
 #include <sys/mman.h>
+#include <sys/uio.h>
+#include <unistd.h>
 
 #include <bit>
 
@@ -8,6 +10,19 @@
 #include "core/config.hpp"
 
 namespace shoal::transport::shm {
+
+namespace {
+// What peers read from this process to learn whether cross-memory attach works between us.
+const volatile uint64_t kProbe = 0x73686f616c2d636dull;
+
+bool can_read_probe(const SegmentHeader& peer) {
+  uint64_t value = 0;
+  iovec local{&value, sizeof value};
+  iovec remote{reinterpret_cast<void*>(peer.probe_address), sizeof value};
+  return process_vm_readv(peer.pid, &local, 1, &remote, 1, 0) == static_cast<ssize_t>(sizeof value) &&
+         value == kProbe;
+}
+}  // namespace
 
 Mode transport_mode() {
   const std::string v = config::get("SHOAL_TRANSPORT");
@@ -42,6 +57,8 @@ ShmMesh::ShmMesh(Store& store, const std::string& prefix, int rank, const std::v
       h->comm_id = comm_id;
       h->ring_bytes = ring_bytes_;
       h->rings = static_cast<uint32_t>(nlocal);
+      h->pid = getpid();
+      h->probe_address = reinterpret_cast<uint64_t>(&kProbe);
       for (uint32_t s = 0; s < static_cast<uint32_t>(nlocal); ++s) new (&mine_->ring(s)) RingHeader();
       my_name = mine_->name();
     } catch (const Error& e) {
@@ -60,6 +77,9 @@ ShmMesh::ShmMesh(Store& store, const std::string& prefix, int rank, const std::v
         const auto& h = seg->header();
         if (h.magic != kSegmentMagic || h.comm_id != comm_id || h.rank != q || h.ring_bytes != ring_bytes_)
           SHOAL_THROW(Internal, "shared memory " << name << " does not belong to rank " << q);
+        // Before our map is published: a peer reads can_pull only after it sees the map.
+        if (local_index_[q] < 256 && can_read_probe(seg->header()))
+          mine_->header().can_pull[local_index_[q]] = 1;
         peers_[q] = std::move(seg);
         mapped[q] = '1';
       } catch (const Error& e) {
@@ -103,7 +123,11 @@ std::unique_ptr<RingStream> ShmMesh::stream_to(int peer, int socket_fd) {
   // The ring from a to b lives in a's segment, in the slot of b's local index.
   RingView out = view(*mine_, static_cast<uint32_t>(local_index_[peer]));
   RingView in = view(*peers_[peer], static_cast<uint32_t>(local_index_[rank_]));
-  return std::make_unique<RingStream>(out, in, &mine_->header(), &peers_[peer]->header(), socket_fd);
+  // By reference only where the peer can pull from us (it probed us at set-up).
+  const uint64_t threshold = config::get_bytes("SHOAL_SHM_DIRECT_BYTES");
+  const bool peer_pulls = local_index_[rank_] < 256 && peers_[peer]->header().can_pull[local_index_[rank_]] != 0;
+  return std::make_unique<RingStream>(out, in, &mine_->header(), &peers_[peer]->header(), socket_fd,
+                                      threshold > 0 && peer_pulls ? threshold : UINT64_MAX);
 }
 
 }  // namespace shoal::transport::shm
