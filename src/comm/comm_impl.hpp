@@ -31,6 +31,13 @@ class CommImpl {
   uint64_t comm_id = 0;
   std::shared_ptr<Store> store;
   std::unique_ptr<comm::Engine> engine;
+
+ private:
+  /// Small all_reduce among ranks that all share memory: run here, on the caller's thread.
+  bool flat_eligible(const algorithms::CollectiveArgs& a) const;
+  Work run_flat(const algorithms::CollectiveArgs& a, const void* input, void* output);
+  uint64_t flat_max_bytes_ = 0;
+  uint32_t flat_seq_ = 0;
 };
 
 }  // namespace shoal::detail

@@ -6,6 +6,8 @@
 #include <sstream>
 
 #include "comm/comm_impl.hpp"
+#include "comm/flat.hpp"
+#include "comm/work_state.hpp"
 #include "core/check.hpp"
 #include "core/config.hpp"
 #include "store/bootstrap.hpp"
@@ -68,7 +70,9 @@ CommImpl::CommImpl(std::shared_ptr<Store> st, int r, int n, const Options& optio
     }
   }
   store->set_timeout(old_timeout);
+  const bool all_shared = shm->all_ranks_share_memory();
   engine = std::make_unique<comm::Engine>(r, n, comm_id, std::move(streams), std::move(shm), timeout);
+  if (all_shared) flat_max_bytes_ = std::min<uint64_t>(config::get_bytes("SHOAL_FLAT_MAX_BYTES"), comm::kFlatMaxBytes);
   SHOAL_INFO("communicator ready: rank " << r << " of " << n << ", " << topology.num_hosts
                                          << " host(s), listening on " << listen_address);
 }
@@ -118,11 +122,56 @@ Work CommImpl::submit(Collective collective, const void* input, void* output, ui
               name << ": the input buffer is null but " << in_bytes << " bytes are needed");
   SHOAL_CHECK(out_bytes == 0 || output != nullptr, InvalidArgument,
               name << ": the output buffer is null but " << out_bytes << " bytes are needed");
+  if (flat_eligible(a)) return run_flat(a, input, output);
   comm::OpRequest req;
   req.args = a;
   req.input = input;
   req.output = output;
   return Work(engine->submit(req));
+}
+
+bool CommImpl::flat_eligible(const algorithms::CollectiveArgs& a) const {
+  const uint64_t bytes = a.count * size_of(a.dtype);
+  return a.collective == Collective::all_reduce && size > 1 && bytes > 0 && bytes <= flat_max_bytes_;
+}
+
+Work CommImpl::run_flat(const algorithms::CollectiveArgs& a, const void* input, void* output) {
+  auto state = std::make_shared<WorkState>();
+  // Issue order: what was submitted before completes first.
+  engine->wait_idle();
+  if (auto e = engine->broken_error()) {
+    state->complete(e);
+    return Work(state);
+  }
+  const uint64_t number = engine->reserve_collective_number();
+  const auto deadline = comm::Clock::now() + timeout;
+  auto check = [&](int waiting_for) {
+    if (engine->broken()) std::rethrow_exception(engine->broken_error());
+    if (engine->peer_closed(waiting_for))
+      throw PeerFailureError("rank " + std::to_string(rank) + ": all_reduce #" + std::to_string(number) +
+                                 ": rank " + std::to_string(waiting_for) +
+                                 " closed its communicator without joining it: the ranks issued "
+                                 "different sequences of calls",
+                             waiting_for);
+    if (comm::Clock::now() > deadline) {
+      std::ostringstream os;
+      os << "rank " << rank << ": all_reduce #" << number << " (" << a.count << " x " << to_string(a.dtype)
+         << ", " << to_string(a.op) << ", shared memory) did not finish within "
+         << std::chrono::duration<double>(timeout).count() << " s (SHOAL_TIMEOUT), waiting for rank "
+         << waiting_for << ". Are all ranks alive and issuing the same calls in the same order?";
+      engine->break_from_caller(ErrorCode::Timeout, os.str(), waiting_for);
+      throw TimeoutError(os.str(), waiting_for);
+    }
+  };
+  try {
+    comm::flat_all_reduce(*engine->shm(), rank, size, ++flat_seq_, number, algorithms::signature(a), input,
+                          output, a.count, a.dtype, a.op, check);
+    state->complete();
+  } catch (const Error& e) {
+    if (e.code() == ErrorCode::Mismatch) engine->break_from_caller(e.code(), e.what(), e.peer());
+    state->complete(std::current_exception());
+  }
+  return Work(state);
 }
 
 }  // namespace detail

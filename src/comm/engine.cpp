@@ -10,6 +10,7 @@
 
 #include "core/check.hpp"
 #include "core/config.hpp"
+#include "comm/flat.hpp"
 #include "core/reduce.hpp"
 #include "transport/tcp/socket_stream.hpp"
 
@@ -59,6 +60,7 @@ Engine::Engine(int rank, int size, uint64_t comm_id,
                std::unique_ptr<transport::shm::ShmMesh> shm, std::chrono::milliseconds timeout)
     : rank_(rank), size_(size), comm_id_(comm_id), timeout_(timeout), shm_(std::move(shm)) {
   if (shm_) sleeping_flag_ = shm_->sleeping_flag();
+  peer_closed_ = std::make_unique<std::atomic<bool>[]>(size);
   next_send_seq_.assign(size, 0);
   next_recv_seq_.assign(size, 0);
   send_queue_.resize(size);
@@ -128,6 +130,7 @@ std::shared_ptr<detail::WorkState> Engine::submit(const OpRequest& request) {
     else if (a.collective == Collective::recv) op->seq = next_recv_seq_[a.peer]++;
     else op->seq = next_collective_seq_++;
     if (!op->algorithm.empty()) last_algorithm_ = op->algorithm;
+    last_submitted_ = work;
     submitted_.push_back(std::move(op));
   }
   if (sleeping_.load()) {
@@ -136,6 +139,38 @@ std::shared_ptr<detail::WorkState> Engine::submit(const OpRequest& request) {
     (void)ignored;
   }
   return work;
+}
+
+void Engine::wait_idle() {
+  std::shared_ptr<detail::WorkState> last;
+  {
+    std::lock_guard<std::mutex> lock(submit_mutex_);
+    last = last_submitted_;
+  }
+  if (!last) return;
+  std::unique_lock<std::mutex> lock(last->mutex);
+  last->cv.wait(lock, [&] { return last->done; });  // completion is in issue order
+}
+
+uint64_t Engine::reserve_collective_number() {
+  std::lock_guard<std::mutex> lock(submit_mutex_);
+  return next_collective_seq_++;
+}
+
+std::exception_ptr Engine::broken_error() const {
+  std::lock_guard<std::mutex> lock(submit_mutex_);
+  return broken_;
+}
+
+void Engine::break_from_caller(ErrorCode code, const std::string& message, int culprit) {
+  {
+    std::lock_guard<std::mutex> lock(submit_mutex_);
+    if (broken_ || caller_break_) return;
+    caller_break_ = CallerBreak{code, message, culprit};
+  }
+  uint64_t one = 1;
+  ssize_t ignored = write(wake_fd_, &one, sizeof one);
+  (void)ignored;
 }
 
 std::string Engine::describe(const Op& op) const {
@@ -157,7 +192,13 @@ std::string Engine::describe(const Op& op) const {
 }
 
 void Engine::admit_new_ops() {
-  std::lock_guard<std::mutex> lock(submit_mutex_);
+  std::unique_lock<std::mutex> lock(submit_mutex_);
+  if (caller_break_ && !broken_local_) {
+    CallerBreak b = *caller_break_;
+    lock.unlock();
+    break_comm(b.code, b.message, b.culprit);
+    lock.lock();
+  }
   if (!submitted_.empty()) ++progress_count_;
   while (!submitted_.empty()) {
     waiting_.push_back(std::move(submitted_.front()));
@@ -182,6 +223,8 @@ void Engine::start_ready_ops() {
 
 void Engine::start(Op& op) {
   op.id = next_op_id_++;
+  if (op.kind == FrameKind::collective && shm_ && shm_->all_ranks_share_memory())
+    announce_collective(*shm_, rank_, op.seq, op.signature);
   op.deadline = Clock::now() + timeout_;
   auto& sch = op.schedule;
   const size_t n = sch.steps.size();
@@ -388,6 +431,7 @@ void Engine::break_comm(ErrorCode code, const std::string& message, int peer) {
   {
     std::lock_guard<std::mutex> lock(submit_mutex_);
     broken_ = make_error(code, who + "the communicator is unusable after an earlier failure: " + message, peer);
+    broken_flag_.store(true, std::memory_order_release);
     queued.swap(submitted_);
   }
   for (auto* q : {&waiting_, &queued})

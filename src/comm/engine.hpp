@@ -51,6 +51,20 @@ class Engine : public transport::ConnectionListener {
   /// Algorithm the last operation of this kind used (for tools and tests).
   std::string last_algorithm() const;
 
+  // ---- for operations that run on the caller's thread (flat collectives) ----
+  /// Blocks until every operation submitted so far has completed (successfully or not).
+  void wait_idle();
+  /// Takes the next collective number, as a collective submitted here would.
+  uint64_t reserve_collective_number();
+  /// The error the communicator broke with, or null. `broken()` is cheap (one atomic load).
+  std::exception_ptr broken_error() const;
+  bool broken() const { return broken_flag_.load(std::memory_order_acquire); }
+  /// Breaks the communicator from another thread: the progress thread tells the peers.
+  void break_from_caller(ErrorCode code, const std::string& message, int culprit);
+  const transport::shm::ShmMesh* shm() const { return shm_.get(); }
+  /// True once `peer` closed its communicator (cleanly).
+  bool peer_closed(int peer) const { return peer_closed_[peer].load(std::memory_order_acquire); }
+
  private:
   struct Op;
   struct IoSlot {
@@ -79,6 +93,7 @@ class Engine : public transport::ConnectionListener {
   void on_send_complete(uint64_t cookie) override;
   void on_recv_complete(uint64_t cookie) override;
   void on_connection_error(int peer, ErrorCode code, const std::string& message) override;
+  void on_peer_closed(int peer) override { peer_closed_[peer].store(true, std::memory_order_release); }
 
   const int rank_, size_;
   const uint64_t comm_id_;
@@ -98,6 +113,15 @@ class Engine : public transport::ConnectionListener {
   std::vector<uint64_t> next_send_seq_, next_recv_seq_;
   bool stopping_ = false;
   std::exception_ptr broken_;  // set once; later submissions fail with it
+  std::atomic<bool> broken_flag_{false};
+  std::unique_ptr<std::atomic<bool>[]> peer_closed_;
+  std::shared_ptr<detail::WorkState> last_submitted_;
+  struct CallerBreak {
+    ErrorCode code;
+    std::string message;
+    int culprit;
+  };
+  std::optional<CallerBreak> caller_break_;  // guarded by submit_mutex_
   std::string last_algorithm_;
 
   // engine thread only

@@ -124,7 +124,16 @@ void Connection::deliver_claimed_front() {
 
 bool Connection::deliver_reference(const FrameHeader& h, uint64_t address, const RecvRequest& r) {
   std::string error;
-  if (r.length > 0 && !stream_->pull(r.dst, address, r.length, error)) {
+  const bool pulled = r.length == 0 || stream_->pull(r.dst, address, r.length, error);
+  // A peer that broke leaves its note before it fails its operations (and its user may free
+  // the buffer): no note after the pull means the bytes were valid all along.
+  if (auto note = stream_->peer_abort()) {
+    broken_ = true;
+    listener_->on_connection_error(note->culprit, note->code,
+                                   "rank " + std::to_string(peer_) + " failed and reported: " + note->message);
+    return false;
+  }
+  if (!pulled) {
     fail(ErrorCode::PeerFailure, "cannot read operation #" + std::to_string(h.seq) + "'s data from rank " +
                                      std::to_string(peer_) + "'s memory (" + error + "): it probably died");
     return false;
@@ -407,6 +416,7 @@ void Connection::on_eof() {
     // rank posted its side of it).
     broken_ = true;
     peer_closed_ = true;
+    listener_->on_peer_closed(peer_);
     return;
   }
   if (auto note = stream_->peer_abort()) {

@@ -48,6 +48,8 @@ class ConnectionListener {
   /// death, Mismatch for a frame that does not match its receive, ...). `culprit` is the rank
   /// at the origin (the peer itself, or the rank a relayed abort names; -1 if none).
   virtual void on_connection_error(int culprit, ErrorCode code, const std::string& message) = 0;
+  /// The peer closed its communicator cleanly (said goodbye) with nothing pending here.
+  virtual void on_peer_closed(int /*peer*/) {}
 };
 
 class Connection {

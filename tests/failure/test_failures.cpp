@@ -83,24 +83,25 @@ TEST(Failures, KilledPeerMidCollectiveRaisesPeerFailureNamingItOnEverySurvivor) 
   EXPECT_EQ(count_shoal_segments(), segments_before) << "shared memory left in /dev/shm";
 }
 
+// 1000 floats take the flat shared-memory path, 2000 the engine: the mismatch must still be
+// caught across the two paths, on both ranks.
 TEST(Failures, DifferentCountsRaiseMismatch) {
-  ProcessJob job(2);
-  auto results = job.run([&](int rank, const ProcessJob& j) {
-    Options o;
-    o.timeout = 20s;
-    Communicator comm = Communicator::create(j.store(), rank, 2, o);
-    std::vector<float> buf(rank == 0 ? 1000 : 2000, 1.0f);
-    return expect_error<Error>(rank, j, [&] {
-      comm.all_reduce(buf.data(), buf.size(), DataType::float32, ReduceOp::sum);
+  for (int n : {1000, 100000}) {
+    ProcessJob job(2);
+    auto results = job.run([&](int rank, const ProcessJob& j) {
+      Options o;
+      o.timeout = 20s;
+      Communicator comm = Communicator::create(j.store(), rank, 2, o);
+      std::vector<float> buf(rank == 0 ? n : 2 * n, 1.0f);
+      return expect_error<MismatchError>(rank, j, [&] {
+        comm.all_reduce(buf.data(), buf.size(), DataType::float32, ReduceOp::sum);
+      });
     });
-  });
-  bool some_mismatch = false;
-  for (const auto& r : results) {
-    SCOPED_TRACE(r.report);
-    ASSERT_EQ(r.exit_code, kGotExpectedError);
-    some_mismatch |= r.report.find("expected") != std::string::npos;
+    for (const auto& r : results) {
+      SCOPED_TRACE(std::to_string(n) + " floats: " + r.report);
+      EXPECT_EQ(r.exit_code, kGotExpectedError);
+    }
   }
-  EXPECT_TRUE(some_mismatch);
 }
 
 TEST(Failures, DifferentCollectivesRaiseMismatchOnBothRanks) {

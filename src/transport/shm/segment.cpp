@@ -21,7 +21,14 @@ std::string segment_name(uint64_t comm_id, int rank) {
 }
 
 size_t Segment::bytes_for(uint32_t rings, uint64_t ring_bytes) {
-  return sizeof(SegmentHeader) + static_cast<size_t>(rings) * (sizeof(RingHeader) + ring_bytes);
+  return sizeof(SegmentHeader) + static_cast<size_t>(rings) * (sizeof(RingHeader) + ring_bytes) +
+         2 * kFlatSlotBytes;
+}
+
+uint8_t* Segment::flat_slot(uint32_t parity) const {
+  const auto& h = header();
+  return base_ + sizeof(SegmentHeader) + static_cast<size_t>(h.rings) * (sizeof(RingHeader) + h.ring_bytes) +
+         (parity & 1) * kFlatSlotBytes;
 }
 
 RingHeader& Segment::ring(uint32_t slot) const {

@@ -37,6 +37,14 @@ struct alignas(64) SegmentHeader {
   uint64_t probe_address = 0;
   uint8_t can_pull[256] = {};
   alignas(64) std::atomic<uint32_t> sleeping{0};  // the owner's progress thread sleeps
+  // Flat collectives (src/comm/flat.cpp): the number of the owner's last published operation,
+  // and how many peers sleep on it in a futex (the owner wakes them when it publishes).
+  alignas(64) std::atomic<uint32_t> flat_seq{0};
+  std::atomic<uint32_t> flat_waiters{0};
+  // The collective the owner is in (number + 1, and signature): lets a rank in a flat
+  // collective see that a peer issued a different call instead of waiting for it forever.
+  std::atomic<uint32_t> op_signature{0};
+  std::atomic<uint32_t> op_number{0};
   // Written once when the owner breaks, before its sockets close: why (see Stream::post_abort).
   alignas(64) std::atomic<uint32_t> aborted{0};
   uint32_t abort_code = 0;
@@ -58,11 +66,16 @@ class Segment {
   SegmentHeader& header() const { return *reinterpret_cast<SegmentHeader*>(base_); }
   RingHeader& ring(uint32_t slot) const;
   uint8_t* ring_data(uint32_t slot) const;
+  /// The two slots (by operation parity) where the owner publishes flat-collective inputs.
+  uint8_t* flat_slot(uint32_t parity) const;
 
   /// Removes the name (the mapping stays valid). Idempotent.
   void unlink();
 
   static size_t bytes_for(uint32_t rings, uint64_t ring_bytes);
+  /// A flat slot: a 64-byte header (signature, bytes) and up to 4 KiB of data.
+  static constexpr size_t kFlatSlotHeader = 64;
+  static constexpr size_t kFlatSlotBytes = kFlatSlotHeader + 4096;
 
  private:
   Segment(std::string name, uint8_t* base, size_t size) : name_(std::move(name)), base_(base), size_(size) {}

@@ -88,9 +88,18 @@ ShmMesh::ShmMesh(Store& store, const std::string& prefix, int rank, const std::v
       }
     }
     store.set(prefix + "/shmmap/" + std::to_string(rank), mapped);
+    all_shared_ = nlocal == size && mine_ != nullptr;
+    std::vector<std::string> maps(size);
+    maps[rank] = mapped;
+    for (int q = 0; q < size; ++q)
+      if (q != rank && local_index_[q] >= 0) maps[q] = store.get_string(prefix + "/shmmap/" + std::to_string(q));
+    // Every rank sees the same maps, so every rank reaches the same all_shared_.
+    for (int i = 0; i < size && all_shared_; ++i)
+      for (int j = 0; j < size && all_shared_; ++j)
+        if (i != j) all_shared_ = static_cast<int>(maps[i].size()) > j && maps[i][j] == '1';
     for (int q = 0; q < size; ++q) {
       if (q == rank || local_index_[q] < 0) continue;
-      std::string theirs = store.get_string(prefix + "/shmmap/" + std::to_string(q));
+      const std::string& theirs = maps[q];
       use_[q] = mapped[q] == '1' && static_cast<int>(theirs.size()) > rank && theirs[rank] == '1';
       if (!use_[q]) peers_[q].reset();
       if (!use_[q] && mode == Mode::shm_only)

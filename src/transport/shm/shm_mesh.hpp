@@ -28,6 +28,11 @@ class ShmMesh {
   int shm_peers() const;
   /// The stream to `peer` over shared memory, taking ownership of its TCP socket.
   std::unique_ptr<RingStream> stream_to(int peer, int socket_fd);
+  /// True on every rank when all ranks share this host and every pair maps the other's
+  /// segment: then flat collectives (src/comm/flat.cpp) may be used. The same on all ranks.
+  bool all_ranks_share_memory() const { return all_shared_; }
+  /// Rank r's segment (this rank's own included); only when all_ranks_share_memory().
+  const Segment& segment_of(int r) const { return r == rank_ ? *mine_ : *peers_[r]; }
   /// This rank's "my progress thread sleeps" flag (null without shared memory).
   std::atomic<uint32_t>* sleeping_flag() const { return mine_ ? &mine_->header().sleeping : nullptr; }
 
@@ -37,6 +42,7 @@ class ShmMesh {
   int rank_;
   std::vector<int> local_index_;  // per rank: its index among the ranks of this host, or -1
   std::vector<bool> use_;
+  bool all_shared_ = false;
   uint64_t ring_bytes_ = 0;
   std::unique_ptr<Segment> mine_;
   std::vector<std::unique_ptr<Segment>> peers_;

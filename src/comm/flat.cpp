@@ -1,0 +1,129 @@
+#include "comm/flat.hpp"
+
+#include <linux/futex.h>
+#include <sched.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <ctime>
+
+#include "core/check.hpp"
+#include "core/config.hpp"
+#include "core/reduce.hpp"
+
+namespace shoal::comm {
+
+namespace {
+
+using transport::shm::SegmentHeader;
+
+inline void cpu_relax() {
+#if defined(__x86_64__)
+  __builtin_ia32_pause();
+#endif
+}
+
+// The owner published operation `seq` (or a later one): wrap-safe comparison.
+inline bool reached(const SegmentHeader& h, uint32_t seq) {
+  return static_cast<int32_t>(h.flat_seq.load(std::memory_order_acquire) - seq) >= 0;
+}
+
+// Spin briefly, then yield the core, then sleep on a futex (shared memory: not private), with
+// a bounded sleep so that `check` runs regularly (broken communicator, timeout).
+void wait_for(SegmentHeader& h, uint32_t seq, int who, const std::function<void(int)>& check) {
+  for (int i = 0; i < 64; ++i) {
+    if (reached(h, seq)) return;
+    cpu_relax();
+  }
+  static const int64_t spin_us = config::get_int("SHOAL_SPIN_US");
+  const auto yield_until = std::chrono::steady_clock::now() + std::chrono::microseconds(spin_us);
+  while (std::chrono::steady_clock::now() < yield_until) {
+    if (reached(h, seq)) return;
+    sched_yield();
+  }
+  for (;;) {
+    check(who);
+    h.flat_waiters.fetch_add(1, std::memory_order_seq_cst);
+    const uint32_t seen = h.flat_seq.load(std::memory_order_seq_cst);
+    if (static_cast<int32_t>(seen - seq) < 0) {
+      timespec ts{0, 20 * 1000 * 1000};  // wake at least every 20 ms to run `check`
+      syscall(SYS_futex, reinterpret_cast<uint32_t*>(&h.flat_seq), FUTEX_WAIT, seen, &ts, nullptr, 0);
+    }
+    h.flat_waiters.fetch_sub(1, std::memory_order_seq_cst);
+    if (reached(h, seq)) return;
+  }
+}
+
+void publish(SegmentHeader& h, uint32_t seq) {
+  h.flat_seq.store(seq, std::memory_order_seq_cst);
+  if (h.flat_waiters.load(std::memory_order_seq_cst) != 0)
+    syscall(SYS_futex, reinterpret_cast<uint32_t*>(&h.flat_seq), FUTEX_WAKE, INT32_MAX, nullptr, nullptr, 0);
+}
+
+}  // namespace
+
+void announce_collective(const transport::shm::ShmMesh& mesh, int rank, uint64_t number, uint32_t signature) {
+  auto& h = mesh.segment_of(rank).header();
+  h.op_signature.store(signature, std::memory_order_relaxed);
+  h.op_number.store(static_cast<uint32_t>(number + 1), std::memory_order_release);
+}
+
+namespace {
+struct SlotHeader {
+  uint32_t signature;
+  uint32_t bytes;
+};
+
+[[noreturn]] void mismatch(int rank, int peer, uint64_t number, const std::string& what) {
+  SHOAL_THROW(Mismatch, "rank " << rank << ": all_reduce #" << number << ": rank " << peer << " " << what
+                                << ": every rank must issue the same collectives with the same "
+                                   "counts, types and ops, in the same order",
+              peer);
+}
+}  // namespace
+
+void flat_all_reduce(const transport::shm::ShmMesh& mesh, int rank, int size, uint32_t seq,
+                     uint64_t op_number, uint32_t signature, const void* input, void* output,
+                     uint64_t count, DataType dtype, ReduceOp op, const std::function<void(int)>& check) {
+  using transport::shm::Segment;
+  const uint64_t bytes = count * size_of(dtype);
+  const auto& mine = mesh.segment_of(rank);
+  announce_collective(mesh, rank, op_number, signature);
+  // While waiting: a peer that entered this same collective with another signature issued a
+  // different call (perhaps one that is not flat, so it will never publish here).
+  auto watch = [&](int q) {
+    const auto& h = mesh.segment_of(q).header();
+    if (h.op_number.load(std::memory_order_acquire) == static_cast<uint32_t>(op_number + 1) &&
+        h.op_signature.load(std::memory_order_relaxed) != signature)
+      mismatch(rank, q, op_number, "entered this collective with different arguments");
+    check(q);
+  };
+  // The slot of this parity was last used by operation seq-2: every peer must have published
+  // seq-1 (so it finished reading seq-2) before we overwrite it.
+  for (int q = 0; q < size; ++q)
+    if (q != rank) wait_for(mesh.segment_of(q).header(), seq - 1, q, watch);
+  uint8_t* slot = mine.flat_slot(seq);
+  SlotHeader sh{signature, static_cast<uint32_t>(bytes)};
+  std::memcpy(slot, &sh, sizeof sh);
+  std::memcpy(slot + Segment::kFlatSlotHeader, input, bytes);
+  publish(mine.header(), seq);
+  // Reduce in rank order on every rank: identical results everywhere. The output may be the
+  // input (in place): our own contribution is read back from our slot.
+  for (int q = 0; q < size; ++q) {
+    const auto& seg = mesh.segment_of(q);
+    if (q != rank) wait_for(seg.header(), seq, q, watch);
+    const uint8_t* peer_slot = seg.flat_slot(seq);
+    SlotHeader theirs;
+    std::memcpy(&theirs, peer_slot, sizeof theirs);
+    if (theirs.signature != signature || theirs.bytes != bytes)
+      mismatch(rank, q, op_number, "passed " + std::to_string(theirs.bytes) + " bytes where this rank passed " +
+                                       std::to_string(bytes) + " (or another type or op)");
+    const uint8_t* data = peer_slot + Segment::kFlatSlotHeader;
+    if (q == 0) std::memcpy(output, data, bytes);
+    else kernels::reduce_into(output, data, count, dtype, op);
+  }
+  if (op == ReduceOp::avg) kernels::finalize_avg(output, count, dtype, size);
+}
+
+}  // namespace shoal::comm

@@ -1,0 +1,34 @@
+// Flat collectives: small all_reduce among ranks that all share one host's memory, run on the
+// calling thread with no progress-thread hand-off. Each rank publishes its input in its own
+// segment and raises its sequence number; every rank then reduces all inputs itself, in rank
+// order (so every rank gets the same bits). Two slots by operation parity make a second
+// barrier unnecessary: a rank rewrites a slot only after every peer published the operation
+// after, which it does only after it finished reading.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+
+#include "shoal/types.hpp"
+#include "transport/shm/shm_mesh.hpp"
+
+namespace shoal::comm {
+
+/// Largest all_reduce (bytes) that takes the flat path.
+inline constexpr uint64_t kFlatMaxBytes =
+    transport::shm::Segment::kFlatSlotBytes - transport::shm::Segment::kFlatSlotHeader;
+
+/// Announces, in this rank's segment, the collective it enters (engine or flat alike).
+void announce_collective(const transport::shm::ShmMesh& mesh, int rank, uint64_t number, uint32_t signature);
+
+/// Runs flat all_reduce number `seq` (1, 2, ... in issue order, the same on every rank), which
+/// is collective number `op_number` of the communicator with `signature`. `check(rank)` is
+/// called while waiting for `rank` and throws to abandon (broken communicator, timeout).
+/// Throws MismatchError when a peer issued a different call at this point.
+void flat_all_reduce(const transport::shm::ShmMesh& mesh, int rank, int size, uint32_t seq,
+                     uint64_t op_number, uint32_t signature, const void* input, void* output,
+                     uint64_t count, DataType dtype, ReduceOp op,
+                     const std::function<void(int waiting_for)>& check);
+
+}  // namespace shoal::comm
