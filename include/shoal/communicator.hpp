@@ -52,9 +52,11 @@ class Communicator {
   int num_hosts() const;
 
   // ---- all_reduce: recv[i] = op over ranks of send[i] ----
-  Work all_reduce_async(const void* send, void* recv, size_t count, DataType dtype, ReduceOp op);
+  Work all_reduce_async(const void* send, void* recv, size_t count, DataType dtype, ReduceOp op) {
+    return all_reduce_call(send, recv, count, dtype, op, false);
+  }
   void all_reduce(const void* send, void* recv, size_t count, DataType dtype, ReduceOp op) {
-    all_reduce_async(send, recv, count, dtype, op).wait();
+    all_reduce_call(send, recv, count, dtype, op, true).wait();
   }
   void all_reduce(void* buf, size_t count, DataType dtype, ReduceOp op) {
     all_reduce(buf, buf, count, dtype, op);
@@ -210,6 +212,8 @@ class Communicator {
 
  private:
   explicit Communicator(std::unique_ptr<detail::CommImpl> impl);
+  /// `blocking`: the caller waits at once, so a small all_reduce may run on its thread.
+  Work all_reduce_call(const void* send, void* recv, size_t count, DataType dtype, ReduceOp op, bool blocking);
   void check_equal(size_t a, size_t b, const char* op) const;
   void check_divisible(size_t n, const char* op) const;
   std::unique_ptr<detail::CommImpl> impl_;

@@ -17,7 +17,7 @@ class CommImpl {
 
   /// Validates the call (InvalidArgumentError before anything is sent) and queues it.
   Work submit(algorithms::Collective collective, const void* input, void* output, uint64_t count,
-              DataType dtype, ReduceOp op, int root, int peer = -1, int tag = 0);
+              DataType dtype, ReduceOp op, int root, int peer = -1, int tag = 0, bool blocking = false);
 
   /// "shm with 3 peer(s), tcp with 4 peer(s) on 10.0.0.2".
   std::string transport_summary() const;
@@ -35,7 +35,7 @@ class CommImpl {
  private:
   /// Small all_reduce among ranks that all share memory: run here, on the caller's thread.
   bool flat_eligible(const algorithms::CollectiveArgs& a) const;
-  Work run_flat(const algorithms::CollectiveArgs& a, const void* input, void* output);
+  Work run_flat_here(const comm::OpRequest& request);
   uint64_t flat_max_bytes_ = 0;
   uint32_t flat_seq_ = 0;
 };

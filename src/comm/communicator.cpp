@@ -86,7 +86,7 @@ std::string CommImpl::transport_summary() const {
 }
 
 Work CommImpl::submit(Collective collective, const void* input, void* output, uint64_t count,
-                      DataType dtype, ReduceOp op, int root, int peer, int tag) {
+                      DataType dtype, ReduceOp op, int root, int peer, int tag, bool blocking) {
   const auto name = algorithms::to_string(collective);
   SHOAL_CHECK(static_cast<int>(dtype) < kNumDataTypes, InvalidArgument,
               name << ": invalid data type " << static_cast<int>(dtype));
@@ -122,11 +122,15 @@ Work CommImpl::submit(Collective collective, const void* input, void* output, ui
               name << ": the input buffer is null but " << in_bytes << " bytes are needed");
   SHOAL_CHECK(out_bytes == 0 || output != nullptr, InvalidArgument,
               name << ": the output buffer is null but " << out_bytes << " bytes are needed");
-  if (flat_eligible(a)) return run_flat(a, input, output);
   comm::OpRequest req;
   req.args = a;
   req.input = input;
   req.output = output;
+  if (flat_eligible(a)) {
+    req.flat_seq = ++flat_seq_;
+    // A blocking call with nothing in flight runs here, on the caller's thread.
+    if (blocking && engine->idle()) return run_flat_here(req);
+  }
   return Work(engine->submit(req));
 }
 
@@ -135,10 +139,9 @@ bool CommImpl::flat_eligible(const algorithms::CollectiveArgs& a) const {
   return a.collective == Collective::all_reduce && size > 1 && bytes > 0 && bytes <= flat_max_bytes_;
 }
 
-Work CommImpl::run_flat(const algorithms::CollectiveArgs& a, const void* input, void* output) {
+Work CommImpl::run_flat_here(const comm::OpRequest& req) {
+  const auto& a = req.args;
   auto state = std::make_shared<WorkState>();
-  // Issue order: what was submitted before completes first.
-  engine->wait_idle();
   if (auto e = engine->broken_error()) {
     state->complete(e);
     return Work(state);
@@ -164,8 +167,9 @@ Work CommImpl::run_flat(const algorithms::CollectiveArgs& a, const void* input, 
     }
   };
   try {
-    comm::flat_all_reduce(*engine->shm(), rank, size, ++flat_seq_, number, algorithms::signature(a), input,
-                          output, a.count, a.dtype, a.op, check);
+    comm::FlatAllReduce flat(*engine->shm(), rank, size, req.flat_seq, number, algorithms::signature(a),
+                             req.input, req.output, a.count, a.dtype, a.op);
+    flat.run(check);
     state->complete();
   } catch (const Error& e) {
     if (e.code() == ErrorCode::Mismatch) engine->break_from_caller(e.code(), e.what(), e.peer());
@@ -198,8 +202,9 @@ int Communicator::local_rank() const { return impl_->topology.local_rank; }
 int Communicator::local_size() const { return impl_->topology.local_size; }
 int Communicator::num_hosts() const { return impl_->topology.num_hosts; }
 
-Work Communicator::all_reduce_async(const void* send, void* recv, size_t count, DataType dtype, ReduceOp op) {
-  return impl_->submit(Collective::all_reduce, send, recv, count, dtype, op, -1);
+Work Communicator::all_reduce_call(const void* send, void* recv, size_t count, DataType dtype, ReduceOp op,
+                                   bool blocking) {
+  return impl_->submit(Collective::all_reduce, send, recv, count, dtype, op, -1, -1, 0, blocking);
 }
 Work Communicator::all_gather_async(const void* send, void* recv, size_t count, DataType dtype) {
   return impl_->submit(Collective::all_gather, send, recv, count, dtype, ReduceOp::sum, -1);

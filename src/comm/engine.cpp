@@ -50,6 +50,7 @@ struct Engine::Op {
   std::vector<uint8_t> ready;
   uint32_t steps_done = 0;
   bool finished = false;
+  std::unique_ptr<FlatAllReduce> flat;  // flat all_reduce instead of a schedule
   Clock::time_point deadline;
 
   bool is_p2p() const { return kind == FrameKind::p2p; }
@@ -113,7 +114,8 @@ std::shared_ptr<detail::WorkState> Engine::submit(const OpRequest& request) {
   op->kind = (a.collective == Collective::send || a.collective == Collective::recv) ? FrameKind::p2p
                                                                                    : FrameKind::collective;
   op->signature = algorithms::signature(a);
-  if (a.count > 0 || a.collective == Collective::barrier)
+  if (request.flat_seq != 0) op->algorithm = "flat";
+  else if (a.count > 0 || a.collective == Collective::barrier)
     op->schedule = algorithms::build_schedule(a, &op->algorithm);
   auto work = op->work;
   {
@@ -139,6 +141,31 @@ std::shared_ptr<detail::WorkState> Engine::submit(const OpRequest& request) {
     (void)ignored;
   }
   return work;
+}
+
+bool Engine::idle() const {
+  std::lock_guard<std::mutex> lock(submit_mutex_);
+  if (!last_submitted_) return true;
+  std::lock_guard<std::mutex> work_lock(last_submitted_->mutex);
+  return last_submitted_->done;
+}
+
+void Engine::advance_flat() {
+  Op& op = *flat_running_;
+  try {
+    if (op.flat->advance()) {
+      op.finished = true;
+      flat_running_ = nullptr;
+      ++progress_count_;
+    } else if (peer_closed(op.flat->waiting_for())) {
+      const int q = op.flat->waiting_for();
+      on_connection_error(q, ErrorCode::PeerFailure,
+                          "rank " + std::to_string(q) + " closed its communicator without joining it: "
+                          "the ranks issued different sequences of calls");
+    }
+  } catch (const Error& e) {
+    on_connection_error(e.peer(), e.code(), e.what());
+  }
 }
 
 void Engine::wait_idle() {
@@ -223,9 +250,17 @@ void Engine::start_ready_ops() {
 
 void Engine::start(Op& op) {
   op.id = next_op_id_++;
+  op.deadline = Clock::now() + timeout_;
+  if (op.request.flat_seq != 0) {  // a flat all_reduce: polled by the loop until it is done
+    const auto& a = op.request.args;
+    op.flat = std::make_unique<FlatAllReduce>(*shm_, rank_, size_, op.request.flat_seq, op.seq, op.signature,
+                                              op.request.input, op.request.output, a.count, a.dtype, a.op);
+    flat_running_ = &op;
+    advance_flat();
+    return;
+  }
   if (op.kind == FrameKind::collective && shm_ && shm_->all_ranks_share_memory())
     announce_collective(*shm_, rank_, op.seq, op.signature);
-  op.deadline = Clock::now() + timeout_;
   auto& sch = op.schedule;
   const size_t n = sch.steps.size();
   op.remaining.assign(n, 0);
@@ -427,6 +462,7 @@ void Engine::break_comm(ErrorCode code, const std::string& message, int peer) {
   for (auto& op : running_)
     op->work->complete(make_error(code, who + describe(*op) + " failed: " + message, peer));
   running_.clear();
+  flat_running_ = nullptr;
   std::deque<std::unique_ptr<Op>> queued;
   {
     std::lock_guard<std::mutex> lock(submit_mutex_);
@@ -490,6 +526,11 @@ void Engine::loop() {
     // Shared-memory streams signal nothing while we poll: look at them on every turn.
     if (!running_.empty())
       for (int p : polled_) dirty_.push_back(p);
+    if (flat_running_ && !broken_local_) {
+      advance_flat();
+      drain();
+      finish_ops();
+    }
     // Spin (yielding the core) while things move; sleep once nothing moved for spin_.
     int n = 0;
     const auto now = Clock::now();
@@ -509,7 +550,10 @@ void Engine::loop() {
         idle = submitted_.empty();
       }
       for (int p : polled_) idle = idle && !conns_[p]->stream().ready();
-      if (idle) n = epoll_wait(epoll_fd_, events, 64, next_timeout_ms());
+      // A flat all_reduce learns of its peers only by looking: sleep at most 1 ms then.
+      int wait_ms = next_timeout_ms();
+      if (flat_running_) wait_ms = wait_ms < 0 ? 1 : std::min(wait_ms, 1);
+      if (idle) n = epoll_wait(epoll_fd_, events, 64, wait_ms);
       if (sleeping_flag_) sleeping_flag_->store(0, std::memory_order_relaxed);
       sleeping_.store(false);
       for (int p : polled_) dirty_.push_back(p);

@@ -33,6 +33,7 @@ struct OpRequest {
   algorithms::CollectiveArgs args;
   const void* input = nullptr;
   void* output = nullptr;
+  uint32_t flat_seq = 0;  // non-zero: a flat all_reduce (comm/flat.hpp), not a schedule
 };
 
 class Engine : public transport::ConnectionListener {
@@ -54,6 +55,8 @@ class Engine : public transport::ConnectionListener {
   // ---- for operations that run on the caller's thread (flat collectives) ----
   /// Blocks until every operation submitted so far has completed (successfully or not).
   void wait_idle();
+  /// True when every operation submitted so far has completed.
+  bool idle() const;
   /// Takes the next collective number, as a collective submitted here would.
   uint64_t reserve_collective_number();
   /// The error the communicator broke with, or null. `broken()` is cheap (one atomic load).
@@ -122,6 +125,8 @@ class Engine : public transport::ConnectionListener {
     int culprit;
   };
   std::optional<CallerBreak> caller_break_;  // guarded by submit_mutex_
+  Op* flat_running_ = nullptr;               // the flat all_reduce in progress, polled
+  void advance_flat();
   std::string last_algorithm_;
 
   // engine thread only

@@ -43,6 +43,7 @@ void wait_for(SegmentHeader& h, uint32_t seq, int who, const std::function<void(
     sched_yield();
   }
   for (;;) {
+    if (reached(h, seq)) return;  // a peer that published and then left is not a failure
     check(who);
     h.flat_waiters.fetch_add(1, std::memory_order_seq_cst);
     const uint32_t seen = h.flat_seq.load(std::memory_order_seq_cst);
@@ -83,47 +84,74 @@ struct SlotHeader {
 }
 }  // namespace
 
-void flat_all_reduce(const transport::shm::ShmMesh& mesh, int rank, int size, uint32_t seq,
-                     uint64_t op_number, uint32_t signature, const void* input, void* output,
-                     uint64_t count, DataType dtype, ReduceOp op, const std::function<void(int)>& check) {
-  using transport::shm::Segment;
-  const uint64_t bytes = count * size_of(dtype);
-  const auto& mine = mesh.segment_of(rank);
+FlatAllReduce::FlatAllReduce(const transport::shm::ShmMesh& mesh, int rank, int size, uint32_t seq,
+                             uint64_t op_number, uint32_t signature, const void* input, void* output,
+                             uint64_t count, DataType dtype, ReduceOp op)
+    : mesh_(mesh), rank_(rank), size_(size), seq_(seq), op_number_(op_number), signature_(signature),
+      input_(input), output_(output), count_(count), dtype_(dtype), op_(op) {
   announce_collective(mesh, rank, op_number, signature);
-  // While waiting: a peer that entered this same collective with another signature issued a
-  // different call (perhaps one that is not flat, so it will never publish here).
-  auto watch = [&](int q) {
-    const auto& h = mesh.segment_of(q).header();
-    if (h.op_number.load(std::memory_order_acquire) == static_cast<uint32_t>(op_number + 1) &&
-        h.op_signature.load(std::memory_order_relaxed) != signature)
-      mismatch(rank, q, op_number, "entered this collective with different arguments");
-    check(q);
-  };
-  // The slot of this parity was last used by operation seq-2: every peer must have published
-  // seq-1 (so it finished reading seq-2) before we overwrite it.
-  for (int q = 0; q < size; ++q)
-    if (q != rank) wait_for(mesh.segment_of(q).header(), seq - 1, q, watch);
-  uint8_t* slot = mine.flat_slot(seq);
-  SlotHeader sh{signature, static_cast<uint32_t>(bytes)};
-  std::memcpy(slot, &sh, sizeof sh);
-  std::memcpy(slot + Segment::kFlatSlotHeader, input, bytes);
-  publish(mine.header(), seq);
+}
+
+uint32_t FlatAllReduce::target() const { return stage_ == 0 ? seq_ - 1 : seq_; }
+
+void FlatAllReduce::watch(int q) const {
+  // A peer that entered this same collective with another signature issued a different call
+  // (perhaps one that is not flat, so it would never publish here).
+  const auto& h = mesh_.segment_of(q).header();
+  if (h.op_number.load(std::memory_order_acquire) == static_cast<uint32_t>(op_number_ + 1) &&
+      h.op_signature.load(std::memory_order_relaxed) != signature_)
+    mismatch(rank_, q, op_number_, "entered this collective with different arguments");
+}
+
+bool FlatAllReduce::advance() {
+  using transport::shm::Segment;
+  const uint64_t bytes = count_ * size_of(dtype_);
+  if (stage_ == 0) {
+    // The slot of this parity was last used by operation seq-2: every peer must have published
+    // seq-1 (so it finished reading seq-2) before we overwrite it.
+    for (; next_ < size_; ++next_)
+      if (next_ != rank_ && !reached(mesh_.segment_of(next_).header(), seq_ - 1)) {
+        watch(next_);
+        return false;
+      }
+    const auto& mine = mesh_.segment_of(rank_);
+    uint8_t* slot = mine.flat_slot(seq_);
+    SlotHeader sh{signature_, static_cast<uint32_t>(bytes)};
+    std::memcpy(slot, &sh, sizeof sh);
+    std::memcpy(slot + Segment::kFlatSlotHeader, input_, bytes);
+    publish(mine.header(), seq_);
+    stage_ = 1;
+    next_ = 0;
+  }
   // Reduce in rank order on every rank: identical results everywhere. The output may be the
   // input (in place): our own contribution is read back from our slot.
-  for (int q = 0; q < size; ++q) {
-    const auto& seg = mesh.segment_of(q);
-    if (q != rank) wait_for(seg.header(), seq, q, watch);
-    const uint8_t* peer_slot = seg.flat_slot(seq);
+  for (; next_ < size_; ++next_) {
+    const auto& seg = mesh_.segment_of(next_);
+    if (next_ != rank_ && !reached(seg.header(), seq_)) {
+      watch(next_);
+      return false;
+    }
+    const uint8_t* peer_slot = seg.flat_slot(seq_);
     SlotHeader theirs;
     std::memcpy(&theirs, peer_slot, sizeof theirs);
-    if (theirs.signature != signature || theirs.bytes != bytes)
-      mismatch(rank, q, op_number, "passed " + std::to_string(theirs.bytes) + " bytes where this rank passed " +
-                                       std::to_string(bytes) + " (or another type or op)");
+    if (theirs.signature != signature_ || theirs.bytes != bytes)
+      mismatch(rank_, next_, op_number_,
+               "passed " + std::to_string(theirs.bytes) + " bytes where this rank passed " +
+                   std::to_string(bytes) + " (or another type or op)");
     const uint8_t* data = peer_slot + Segment::kFlatSlotHeader;
-    if (q == 0) std::memcpy(output, data, bytes);
-    else kernels::reduce_into(output, data, count, dtype, op);
+    if (next_ == 0) std::memcpy(output_, data, bytes);
+    else kernels::reduce_into(output_, data, count_, dtype_, op_);
   }
-  if (op == ReduceOp::avg) kernels::finalize_avg(output, count, dtype, size);
+  if (op_ == ReduceOp::avg) kernels::finalize_avg(output_, count_, dtype_, size_);
+  return true;
+}
+
+void FlatAllReduce::run(const std::function<void(int)>& check) {
+  auto watch_and_check = [&](int q) {
+    watch(q);
+    check(q);
+  };
+  while (!advance()) wait_for(mesh_.segment_of(next_).header(), target(), next_, watch_and_check);
 }
 
 }  // namespace shoal::comm

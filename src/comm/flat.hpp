@@ -22,13 +22,38 @@ inline constexpr uint64_t kFlatMaxBytes =
 /// Announces, in this rank's segment, the collective it enters (engine or flat alike).
 void announce_collective(const transport::shm::ShmMesh& mesh, int rank, uint64_t number, uint32_t signature);
 
-/// Runs flat all_reduce number `seq` (1, 2, ... in issue order, the same on every rank), which
-/// is collective number `op_number` of the communicator with `signature`. `check(rank)` is
-/// called while waiting for `rank` and throws to abandon (broken communicator, timeout).
-/// Throws MismatchError when a peer issued a different call at this point.
-void flat_all_reduce(const transport::shm::ShmMesh& mesh, int rank, int size, uint32_t seq,
-                     uint64_t op_number, uint32_t signature, const void* input, void* output,
-                     uint64_t count, DataType dtype, ReduceOp op,
-                     const std::function<void(int waiting_for)>& check);
+/// Flat all_reduce number `seq` (1, 2, ... in issue order, the same on every rank), which is
+/// collective number `op_number` of the communicator, with `signature`.
+class FlatAllReduce {
+ public:
+  FlatAllReduce(const transport::shm::ShmMesh& mesh, int rank, int size, uint32_t seq, uint64_t op_number,
+                uint32_t signature, const void* input, void* output, uint64_t count, DataType dtype,
+                ReduceOp op);
+  /// Does what can be done without waiting; true once finished. Throws MismatchError when a
+  /// peer issued a different call at this point.
+  bool advance();
+  /// The peer it waits for when advance() returned false.
+  int waiting_for() const { return next_; }
+  /// Runs to the end on this thread: spins, yields, then sleeps on a futex between advances.
+  /// `check(rank)` runs while waiting for `rank` and throws to abandon (broken, timeout).
+  void run(const std::function<void(int waiting_for)>& check);
+
+ private:
+  uint32_t target() const;
+  void watch(int q) const;
+
+  const transport::shm::ShmMesh& mesh_;
+  int rank_, size_;
+  uint32_t seq_;
+  uint64_t op_number_;
+  uint32_t signature_;
+  const void* input_;
+  void* output_;
+  uint64_t count_;
+  DataType dtype_;
+  ReduceOp op_;
+  int stage_ = 0;  // 0: waiting for the peers' previous operation; 1: published, reducing
+  int next_ = 0;   // the next peer to look at
+};
 
 }  // namespace shoal::comm
