@@ -72,7 +72,7 @@ CommImpl::CommImpl(std::shared_ptr<Store> st, int r, int n, const Options& optio
   store->set_timeout(old_timeout);
   const bool all_shared = shm->all_ranks_share_memory();
   engine = std::make_unique<comm::Engine>(r, n, comm_id, std::move(streams), std::move(shm), timeout);
-  if (all_shared) flat_max_bytes_ = std::min<uint64_t>(config::get_bytes("SHOAL_FLAT_MAX_BYTES"), comm::kFlatMaxBytes);
+  if (all_shared) flat_max_bytes_ = engine->shm()->flat_bytes();
   SHOAL_INFO("communicator ready: rank " << r << " of " << n << ", " << topology.num_hosts
                                          << " host(s), listening on " << listen_address);
 }

@@ -102,11 +102,6 @@ Engine::~Engine() {
   close(wake_fd_);
 }
 
-std::string Engine::last_algorithm() const {
-  std::lock_guard<std::mutex> lock(submit_mutex_);
-  return last_algorithm_;
-}
-
 std::shared_ptr<detail::WorkState> Engine::submit(const OpRequest& request) {
   auto op = std::make_unique<Op>();
   op->request = request;
@@ -131,7 +126,6 @@ std::shared_ptr<detail::WorkState> Engine::submit(const OpRequest& request) {
     if (a.collective == Collective::send) op->seq = next_send_seq_[a.peer]++;
     else if (a.collective == Collective::recv) op->seq = next_recv_seq_[a.peer]++;
     else op->seq = next_collective_seq_++;
-    if (!op->algorithm.empty()) last_algorithm_ = op->algorithm;
     last_submitted_ = work;
     submitted_.push_back(std::move(op));
   }
@@ -207,7 +201,7 @@ std::string Engine::describe(const Op& op) const {
   if (a.collective == Collective::send) os << " to rank " << a.peer;
   if (a.collective == Collective::recv) os << " from rank " << a.peer;
   if (a.collective != Collective::barrier) {
-    os << " (" << a.count << " x " << to_string(a.dtype);
+    os << " (" << (op.algorithm.empty() ? "" : op.algorithm + ", ") << a.count << " x " << to_string(a.dtype);
     if (a.collective == Collective::all_reduce || a.collective == Collective::reduce ||
         a.collective == Collective::reduce_scatter)
       os << ", " << to_string(a.op);

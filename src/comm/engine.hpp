@@ -49,9 +49,6 @@ class Engine : public transport::ConnectionListener {
   /// Queues an operation; never blocks on the network.
   std::shared_ptr<detail::WorkState> submit(const OpRequest& request);
 
-  /// Algorithm the last operation of this kind used (for tools and tests).
-  std::string last_algorithm() const;
-
   // ---- for operations that run on the caller's thread (flat collectives) ----
   /// Blocks until every operation submitted so far has completed (successfully or not).
   void wait_idle();
@@ -127,7 +124,6 @@ class Engine : public transport::ConnectionListener {
   std::optional<CallerBreak> caller_break_;  // guarded by submit_mutex_
   Op* flat_running_ = nullptr;               // the flat all_reduce in progress, polled
   void advance_flat();
-  std::string last_algorithm_;
 
   // engine thread only
   std::deque<std::unique_ptr<Op>> waiting_;   // admitted, not started

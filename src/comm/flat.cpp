@@ -10,6 +10,7 @@
 
 #include "core/check.hpp"
 #include "core/config.hpp"
+#include "algorithms/schedule.hpp"
 #include "core/reduce.hpp"
 
 namespace shoal::comm {
@@ -24,43 +25,49 @@ inline void cpu_relax() {
 #endif
 }
 
-// The owner published operation `seq` (or a later one): wrap-safe comparison.
-inline bool reached(const SegmentHeader& h, uint32_t seq) {
-  return static_cast<int32_t>(h.flat_seq.load(std::memory_order_acquire) - seq) >= 0;
+// The owner published operation `seq` (or a later one) in `word`: wrap-safe comparison.
+inline bool reached(const std::atomic<uint32_t>& word, uint32_t seq) {
+  return static_cast<int32_t>(word.load(std::memory_order_acquire) - seq) >= 0;
 }
+inline bool reached(const SegmentHeader& h, uint32_t seq) { return reached(h.flat_seq, seq); }
 
 // Spin briefly, then yield the core, then sleep on a futex (shared memory: not private), with
 // a bounded sleep so that `check` runs regularly (broken communicator, timeout).
-void wait_for(SegmentHeader& h, uint32_t seq, int who, const std::function<void(int)>& check) {
+void wait_for(SegmentHeader& h, std::atomic<uint32_t>& word, uint32_t seq, int who,
+              const std::function<void(int)>& check) {
   for (int i = 0; i < 64; ++i) {
-    if (reached(h, seq)) return;
+    if (reached(word, seq)) return;
     cpu_relax();
   }
   static const int64_t spin_us = config::get_int("SHOAL_SPIN_US");
   const auto yield_until = std::chrono::steady_clock::now() + std::chrono::microseconds(spin_us);
   while (std::chrono::steady_clock::now() < yield_until) {
-    if (reached(h, seq)) return;
+    if (reached(word, seq)) return;
     sched_yield();
   }
   for (;;) {
-    if (reached(h, seq)) return;  // a peer that published and then left is not a failure
+    if (reached(word, seq)) return;  // a peer that published and then left is not a failure
     check(who);
     h.flat_waiters.fetch_add(1, std::memory_order_seq_cst);
-    const uint32_t seen = h.flat_seq.load(std::memory_order_seq_cst);
+    const uint32_t seen = word.load(std::memory_order_seq_cst);
     if (static_cast<int32_t>(seen - seq) < 0) {
       timespec ts{0, 20 * 1000 * 1000};  // wake at least every 20 ms to run `check`
-      syscall(SYS_futex, reinterpret_cast<uint32_t*>(&h.flat_seq), FUTEX_WAIT, seen, &ts, nullptr, 0);
+      syscall(SYS_futex, reinterpret_cast<uint32_t*>(&word), FUTEX_WAIT, seen, &ts, nullptr, 0);
     }
     h.flat_waiters.fetch_sub(1, std::memory_order_seq_cst);
-    if (reached(h, seq)) return;
+    if (reached(word, seq)) return;
   }
 }
 
-void publish(SegmentHeader& h, uint32_t seq) {
-  h.flat_seq.store(seq, std::memory_order_seq_cst);
+void publish(SegmentHeader& h, std::atomic<uint32_t>& word, uint32_t seq) {
+  word.store(seq, std::memory_order_seq_cst);
   if (h.flat_waiters.load(std::memory_order_seq_cst) != 0)
-    syscall(SYS_futex, reinterpret_cast<uint32_t*>(&h.flat_seq), FUTEX_WAKE, INT32_MAX, nullptr, nullptr, 0);
+    syscall(SYS_futex, reinterpret_cast<uint32_t*>(&word), FUTEX_WAKE, INT32_MAX, nullptr, nullptr, 0);
 }
+
+// Up to this size every rank reduces the whole message; above, each rank reduces its slice
+// and the others copy it (less reading, one more synchronisation).
+constexpr uint64_t kWholeBytes = 16 * 1024;
 
 }  // namespace
 
@@ -105,44 +112,64 @@ void FlatAllReduce::watch(int q) const {
 
 bool FlatAllReduce::advance() {
   using transport::shm::Segment;
-  const uint64_t bytes = count_ * size_of(dtype_);
+  const uint64_t es = size_of(dtype_), bytes = count_ * es;
+  const bool whole = bytes <= kWholeBytes;
+  const auto& mine = mesh_.segment_of(rank_);
   if (stage_ == 0) {
     // The slot of this parity was last used by operation seq-2: every peer must have published
-    // seq-1 (so it finished reading seq-2) before we overwrite it.
+    // seq-1 (so it finished with seq-2 entirely) before we overwrite it.
     for (; next_ < size_; ++next_)
       if (next_ != rank_ && !reached(mesh_.segment_of(next_).header(), seq_ - 1)) {
         watch(next_);
         return false;
       }
-    const auto& mine = mesh_.segment_of(rank_);
     uint8_t* slot = mine.flat_slot(seq_);
     SlotHeader sh{signature_, static_cast<uint32_t>(bytes)};
     std::memcpy(slot, &sh, sizeof sh);
     std::memcpy(slot + Segment::kFlatSlotHeader, input_, bytes);
-    publish(mine.header(), seq_);
+    publish(mine.header(), mine.header().flat_seq, seq_);
     stage_ = 1;
     next_ = 0;
   }
-  // Reduce in rank order on every rank: identical results everywhere. The output may be the
-  // input (in place): our own contribution is read back from our slot.
+  // Which elements this rank reduces: all of them, or its slice.
+  const uint64_t lo = whole ? 0 : algorithms::block_begin(count_, size_, rank_);
+  const uint64_t hi = whole ? count_ : algorithms::block_begin(count_, size_, rank_ + 1);
+  uint8_t* dst = whole ? static_cast<uint8_t*>(output_) : mine.flat_result(seq_) + lo * es;
+  if (stage_ == 1) {
+    // Reduce in rank order on every rank: identical results everywhere. Our own contribution
+    // is read back from our slot (the output may be the input).
+    for (; next_ < size_; ++next_) {
+      const auto& seg = mesh_.segment_of(next_);
+      if (next_ != rank_ && !reached(seg.header(), seq_)) {
+        watch(next_);
+        return false;
+      }
+      const uint8_t* peer_slot = seg.flat_slot(seq_);
+      SlotHeader theirs;
+      std::memcpy(&theirs, peer_slot, sizeof theirs);
+      if (theirs.signature != signature_ || theirs.bytes != bytes)
+        mismatch(rank_, next_, op_number_,
+                 "passed " + std::to_string(theirs.bytes) + " bytes where this rank passed " +
+                     std::to_string(bytes) + " (or another type or op)");
+      const uint8_t* data = peer_slot + Segment::kFlatSlotHeader + lo * es;
+      if (hi == lo) continue;
+      if (next_ == 0) std::memcpy(dst, data, (hi - lo) * es);
+      else kernels::reduce_into(dst, data, hi - lo, dtype_, op_);
+    }
+    if (op_ == ReduceOp::avg && hi > lo) kernels::finalize_avg(dst, hi - lo, dtype_, size_);
+    if (whole) return true;
+    publish(mine.header(), mine.header().flat_done, seq_);
+    stage_ = 2;
+    next_ = 0;
+  }
+  // Gather the slices the peers reduced.
   for (; next_ < size_; ++next_) {
     const auto& seg = mesh_.segment_of(next_);
-    if (next_ != rank_ && !reached(seg.header(), seq_)) {
-      watch(next_);
-      return false;
-    }
-    const uint8_t* peer_slot = seg.flat_slot(seq_);
-    SlotHeader theirs;
-    std::memcpy(&theirs, peer_slot, sizeof theirs);
-    if (theirs.signature != signature_ || theirs.bytes != bytes)
-      mismatch(rank_, next_, op_number_,
-               "passed " + std::to_string(theirs.bytes) + " bytes where this rank passed " +
-                   std::to_string(bytes) + " (or another type or op)");
-    const uint8_t* data = peer_slot + Segment::kFlatSlotHeader;
-    if (next_ == 0) std::memcpy(output_, data, bytes);
-    else kernels::reduce_into(output_, data, count_, dtype_, op_);
+    if (next_ != rank_ && !reached(seg.header().flat_done, seq_)) return false;
+    const uint64_t b = algorithms::block_begin(count_, size_, next_);
+    const uint64_t e = algorithms::block_begin(count_, size_, next_ + 1);
+    if (e > b) std::memcpy(static_cast<uint8_t*>(output_) + b * es, seg.flat_result(seq_) + b * es, (e - b) * es);
   }
-  if (op_ == ReduceOp::avg) kernels::finalize_avg(output_, count_, dtype_, size_);
   return true;
 }
 
@@ -151,7 +178,10 @@ void FlatAllReduce::run(const std::function<void(int)>& check) {
     watch(q);
     check(q);
   };
-  while (!advance()) wait_for(mesh_.segment_of(next_).header(), target(), next_, watch_and_check);
+  while (!advance()) {
+    auto& h = mesh_.segment_of(next_).header();
+    wait_for(h, stage_ == 2 ? h.flat_done : h.flat_seq, target(), next_, watch_and_check);
+  }
 }
 
 }  // namespace shoal::comm

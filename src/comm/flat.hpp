@@ -1,9 +1,11 @@
-// Flat collectives: small all_reduce among ranks that all share one host's memory, run on the
-// calling thread with no progress-thread hand-off. Each rank publishes its input in its own
-// segment and raises its sequence number; every rank then reduces all inputs itself, in rank
-// order (so every rank gets the same bits). Two slots by operation parity make a second
-// barrier unnecessary: a rank rewrites a slot only after every peer published the operation
-// after, which it does only after it finished reading.
+// Flat collectives: all_reduce up to SHOAL_FLAT_MAX_BYTES among ranks that all share one
+// host's memory, through shared slots, with no schedule (and, for a blocking call, no
+// progress-thread hand-off). Each rank publishes its input in its own segment and raises its
+// sequence number. Up to 16 KiB every rank then reduces all inputs itself; above, each rank
+// reduces its slice of all inputs into its result area, publishes it, and copies the others'
+// slices (less reading per rank). Reduction is in rank order, so every rank gets the same
+// bits. Two slots by operation parity make a closing barrier unnecessary: a rank rewrites a
+// slot only after every peer published the next operation, which it does only when done.
 #pragma once
 
 #include <chrono>
@@ -14,10 +16,6 @@
 #include "transport/shm/shm_mesh.hpp"
 
 namespace shoal::comm {
-
-/// Largest all_reduce (bytes) that takes the flat path.
-inline constexpr uint64_t kFlatMaxBytes =
-    transport::shm::Segment::kFlatSlotBytes - transport::shm::Segment::kFlatSlotHeader;
 
 /// Announces, in this rank's segment, the collective it enters (engine or flat alike).
 void announce_collective(const transport::shm::ShmMesh& mesh, int rank, uint64_t number, uint32_t signature);
@@ -52,7 +50,8 @@ class FlatAllReduce {
   uint64_t count_;
   DataType dtype_;
   ReduceOp op_;
-  int stage_ = 0;  // 0: waiting for the peers' previous operation; 1: published, reducing
+  int stage_ = 0;  // 0: waiting for the peers' previous operation; 1: published, reducing;
+                   // 2: (large) own slice reduced and published, gathering the others
   int next_ = 0;   // the next peer to look at
 };
 

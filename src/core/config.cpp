@@ -29,9 +29,9 @@ const std::vector<Setting>& settings() {
       {"SHOAL_SHM_DIRECT_BYTES", "bytes", "64K",
        "on shared memory, frames from this size on are pulled by the receiver straight from the "
        "sender's memory (process_vm_readv, one copy) where the kernel allows it; 0: never"},
-      {"SHOAL_FLAT_MAX_BYTES", "bytes", "4K",
-       "all_reduce up to this size, among ranks that all share one host's memory, runs on the "
-       "calling thread through shared slots (at most 4K; 0: never). Must be equal on all ranks"},
+      {"SHOAL_FLAT_MAX_BYTES", "bytes", "256K",
+       "all_reduce up to this size, among ranks that all share one host's memory, runs through "
+       "shared slots, on the calling thread when it blocks (0: never). Equal on all ranks"},
       {"SHOAL_CHUNK_BYTES", "bytes", "512K",
        "pipeline chunk of ring algorithms: reduction of one chunk overlaps the transfer of the next"},
       {"SHOAL_SOCKET_BUFFER", "bytes", "4M", "SO_SNDBUF/SO_RCVBUF of data connections (0: kernel default)"},

@@ -197,7 +197,7 @@ void Connection::pump_write() {
     ssize_t n = stream_->writev(iov, n_iov);
     if (n < 0) {
       if (errno == EINTR) continue;
-      if (errno == EAGAIN || errno == EWOULDBLOCK) { write_blocked_ = true; return; }
+      if (errno == EAGAIN || errno == EWOULDBLOCK) return;
       const int err = errno;
       pump_read();  // an abort frame already sent by the peer explains this better than errno
       if (broken_) return;
@@ -207,7 +207,6 @@ void Connection::pump_write() {
                                               "): rank " + std::to_string(peer_) +
                                               " probably died; check its log");
     }
-    write_blocked_ = false;
     sent_ += static_cast<uint64_t>(n);
     if (sent_ == total) {
       sent_ = 0;

@@ -73,7 +73,6 @@ class Connection {
   bool expecting() const {
     return !posted_.empty() || rx_ == Rx::payload_direct || !claimed_empty() || !awaiting_ack_.empty();
   }
-  bool received_goodbye() const { return goodbye_; }
   bool broken() const { return broken_; }
   std::string describe_state() const;
 
@@ -121,7 +120,6 @@ class Connection {
   std::deque<SendRequest> awaiting_ack_;  // by-reference frames the peer has not pulled yet
   bool ack_queued_ = false;
   uint64_t sent_ = 0;  // bytes of the front request (header + payload) already written
-  bool write_blocked_ = false;
 
   // receiving
   Rx rx_ = Rx::header;

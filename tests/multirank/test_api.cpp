@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <ctime>
 #include <numeric>
 #include <thread>
 
@@ -102,6 +103,38 @@ TEST(Api, SeveralCommunicatorsOverOneStoreStayApart) {
     });
   for (auto& t : ts) t.join();
   EXPECT_EQ(ok.load(), 2);
+}
+
+double process_cpu_seconds() {
+  timespec ts{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
+}
+
+// Waiting respects the cores: a rank that waits a second for a late peer — in a small
+// all_reduce on its own thread (futex), and in a large one on the progress thread (epoll or
+// doorbell) — burns far less than a second of CPU.
+TEST(Api, WaitingForALatePeerUsesLittleCpu) {
+  for (size_t count : {size_t{4}, size_t{1} << 20}) {
+    SCOPED_TRACE(std::to_string(count) + " floats");
+    double used = 0;
+    std::string err = run_ranks(2, [&](Communicator& c) {
+      std::vector<float> buf(count, 1.0f);
+      c.barrier();
+      if (c.rank() == 1) {
+        std::this_thread::sleep_for(1s);
+      } else {
+        const double start = process_cpu_seconds();
+        std::this_thread::sleep_for(50ms);  // let rank 1 fall asleep first
+        c.all_reduce(std::span<float>(buf), ReduceOp::sum);
+        used = process_cpu_seconds() - start;  // both ranks' threads: rank 1 only sleeps
+        return;
+      }
+      c.all_reduce(std::span<float>(buf), ReduceOp::sum);
+    });
+    EXPECT_EQ(err, "");
+    EXPECT_LT(used, 0.3) << "CPU seconds burnt while waiting about 1 s";
+  }
 }
 
 TEST(Api, DestroyingWaitsForPendingWork) {

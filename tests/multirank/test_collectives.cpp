@@ -1,4 +1,4 @@
-// Every collective x dtype x op x world size {1,2,3,4,5,8} x count {0,1,7,1000,2^20+3},
+// Every collective x dtype x op x world size {1,2,3,4,5,8} x count {0,1,7,1000,20003,2^20+3},
 // ranks as threads over real TCP sockets, checked element by element against an independent
 // reference (tests/support/values.hpp).
 #include <gtest/gtest.h>
@@ -11,7 +11,7 @@
 namespace shoal::testing {
 namespace {
 
-constexpr uint64_t kCounts[] = {0, 1, 7, 1000, (1u << 20) + 3};
+constexpr uint64_t kCounts[] = {0, 1, 7, 1000, 20000 + 3, (1u << 20) + 3};
 
 // Number of elements of `buf` (from element `first`) that differ from want(i).
 template <class Want>

@@ -29,7 +29,7 @@ struct Pair {
   std::unique_ptr<Segment> a, b;
   std::unique_ptr<RingStream> ab, ba;  // a's view, b's view
   Pair() {
-    const size_t bytes = Segment::bytes_for(2, kRing);
+    const size_t bytes = Segment::bytes_for(2, kRing, 0);
     a = Segment::create(segment_name(0x1234, 0), bytes);
     b = Segment::create(segment_name(0x1234, 1), bytes);
     for (auto* s : {a.get(), b.get()}) {

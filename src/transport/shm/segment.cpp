@@ -20,15 +20,20 @@ std::string segment_name(uint64_t comm_id, int rank) {
   return buf;
 }
 
-size_t Segment::bytes_for(uint32_t rings, uint64_t ring_bytes) {
+size_t Segment::bytes_for(uint32_t rings, uint64_t ring_bytes, uint64_t flat_bytes) {
   return sizeof(SegmentHeader) + static_cast<size_t>(rings) * (sizeof(RingHeader) + ring_bytes) +
-         2 * kFlatSlotBytes;
+         2 * (kFlatSlotHeader + flat_bytes) + 2 * flat_bytes;
 }
 
 uint8_t* Segment::flat_slot(uint32_t parity) const {
   const auto& h = header();
   return base_ + sizeof(SegmentHeader) + static_cast<size_t>(h.rings) * (sizeof(RingHeader) + h.ring_bytes) +
-         (parity & 1) * kFlatSlotBytes;
+         (parity & 1) * (kFlatSlotHeader + h.flat_bytes);
+}
+
+uint8_t* Segment::flat_result(uint32_t parity) const {
+  const auto& h = header();
+  return flat_slot(0) + 2 * (kFlatSlotHeader + h.flat_bytes) + (parity & 1) * h.flat_bytes;
 }
 
 RingHeader& Segment::ring(uint32_t slot) const {

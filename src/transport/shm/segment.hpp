@@ -30,6 +30,7 @@ struct alignas(64) SegmentHeader {
   uint64_t ring_bytes = 0;  // capacity of each ring (a power of two)
   uint32_t rings = 0;       // one per local rank (the slot of the owner itself is unused)
   uint32_t pad = 0;
+  uint64_t flat_bytes = 0;  // data capacity of each flat slot and result area
   // Cross-memory attach (process_vm_readv): the owner's pid and the address, in the owner's
   // memory, of a known value that peers try to read; can_pull[i] = 1 when the owner could read
   // the probe of the local rank with index i (then i may send it frames by reference).
@@ -40,6 +41,7 @@ struct alignas(64) SegmentHeader {
   // Flat collectives (src/comm/flat.cpp): the number of the owner's last published operation,
   // and how many peers sleep on it in a futex (the owner wakes them when it publishes).
   alignas(64) std::atomic<uint32_t> flat_seq{0};
+  std::atomic<uint32_t> flat_done{0};  // last operation whose slice the owner reduced
   std::atomic<uint32_t> flat_waiters{0};
   // The collective the owner is in (number + 1, and signature): lets a rank in a flat
   // collective see that a peer issued a different call instead of waiting for it forever.
@@ -66,16 +68,17 @@ class Segment {
   SegmentHeader& header() const { return *reinterpret_cast<SegmentHeader*>(base_); }
   RingHeader& ring(uint32_t slot) const;
   uint8_t* ring_data(uint32_t slot) const;
-  /// The two slots (by operation parity) where the owner publishes flat-collective inputs.
+  /// The two slots (by operation parity) where the owner publishes flat-collective inputs
+  /// (a kFlatSlotHeader-byte header, then the data).
   uint8_t* flat_slot(uint32_t parity) const;
+  /// The two areas (by parity) where the owner leaves the slice of a flat result it reduced.
+  uint8_t* flat_result(uint32_t parity) const;
 
   /// Removes the name (the mapping stays valid). Idempotent.
   void unlink();
 
-  static size_t bytes_for(uint32_t rings, uint64_t ring_bytes);
-  /// A flat slot: a 64-byte header (signature, bytes) and up to 4 KiB of data.
+  static size_t bytes_for(uint32_t rings, uint64_t ring_bytes, uint64_t flat_bytes);
   static constexpr size_t kFlatSlotHeader = 64;
-  static constexpr size_t kFlatSlotBytes = kFlatSlotHeader + 4096;
 
  private:
   Segment(std::string name, uint8_t* base, size_t size) : name_(std::move(name)), base_(base), size_(size) {}

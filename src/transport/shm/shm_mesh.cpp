@@ -46,7 +46,9 @@ ShmMesh::ShmMesh(Store& store, const std::string& prefix, int rank, const std::v
   if (mode == Mode::tcp_only || nlocal == 1) return;
 
   ring_bytes_ = std::bit_ceil(std::max<uint64_t>(4096, config::get_bytes("SHOAL_SHM_RING_BYTES")));
-  const size_t bytes = Segment::bytes_for(static_cast<uint32_t>(nlocal), ring_bytes_);
+  // Flat collectives' capacity: the same on every rank (a different value fails the mapping).
+  flat_bytes_ = (config::get_bytes("SHOAL_FLAT_MAX_BYTES") + 63) / 64 * 64;
+  const size_t bytes = Segment::bytes_for(static_cast<uint32_t>(nlocal), ring_bytes_, flat_bytes_);
   std::vector<std::string> learned;  // names to unlink if set-up fails half-way
   try {
     std::string my_name;
@@ -57,6 +59,7 @@ ShmMesh::ShmMesh(Store& store, const std::string& prefix, int rank, const std::v
       h->comm_id = comm_id;
       h->ring_bytes = ring_bytes_;
       h->rings = static_cast<uint32_t>(nlocal);
+      h->flat_bytes = flat_bytes_;
       h->pid = getpid();
       h->probe_address = reinterpret_cast<uint64_t>(&kProbe);
       for (uint32_t s = 0; s < static_cast<uint32_t>(nlocal); ++s) new (&mine_->ring(s)) RingHeader();
@@ -76,7 +79,10 @@ ShmMesh::ShmMesh(Store& store, const std::string& prefix, int rank, const std::v
         auto seg = Segment::open(name, bytes);
         const auto& h = seg->header();
         if (h.magic != kSegmentMagic || h.comm_id != comm_id || h.rank != q || h.ring_bytes != ring_bytes_)
-          SHOAL_THROW(Internal, "shared memory " << name << " does not belong to rank " << q);
+          SHOAL_THROW(Internal, "shared memory " << name << " does not belong to rank " << q
+                                                 << " (or SHOAL_SHM_RING_BYTES differs between ranks)");
+        if (h.flat_bytes != flat_bytes_)
+          SHOAL_THROW(Internal, "SHOAL_FLAT_MAX_BYTES differs between this rank and rank " << q);
         // Before our map is published: a peer reads can_pull only after it sees the map.
         if (local_index_[q] < 256 && can_read_probe(seg->header()))
           mine_->header().can_pull[local_index_[q]] = 1;

@@ -44,6 +44,11 @@ class ShmMesh {
   std::vector<bool> use_;
   bool all_shared_ = false;
   uint64_t ring_bytes_ = 0;
+  uint64_t flat_bytes_ = 0;
+
+ public:
+  /// Data capacity of the flat collectives' slots (SHOAL_FLAT_MAX_BYTES, rounded up).
+  uint64_t flat_bytes() const { return flat_bytes_; }
   std::unique_ptr<Segment> mine_;
   std::vector<std::unique_ptr<Segment>> peers_;
 };
