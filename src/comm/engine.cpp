@@ -127,6 +127,7 @@ std::shared_ptr<detail::WorkState> Engine::submit(const OpRequest& request) {
     else if (a.collective == Collective::recv) op->seq = next_recv_seq_[a.peer]++;
     else op->seq = next_collective_seq_++;
     last_submitted_ = work;
+    outstanding_.fetch_add(1, std::memory_order_acq_rel);
     submitted_.push_back(std::move(op));
   }
   if (sleeping_.load()) {
@@ -137,12 +138,7 @@ std::shared_ptr<detail::WorkState> Engine::submit(const OpRequest& request) {
   return work;
 }
 
-bool Engine::idle() const {
-  std::lock_guard<std::mutex> lock(submit_mutex_);
-  if (!last_submitted_) return true;
-  std::lock_guard<std::mutex> work_lock(last_submitted_->mutex);
-  return last_submitted_->done;
-}
+bool Engine::idle() const { return outstanding_.load(std::memory_order_acquire) == 0; }
 
 void Engine::advance_flat() {
   Op& op = *flat_running_;
@@ -179,6 +175,7 @@ uint64_t Engine::reserve_collective_number() {
 }
 
 std::exception_ptr Engine::broken_error() const {
+  if (!broken()) return nullptr;
   std::lock_guard<std::mutex> lock(submit_mutex_);
   return broken_;
 }
@@ -428,6 +425,7 @@ void Engine::finish_ops() {
     ++progress_count_;
     running_.front()->work->complete();
     running_.pop_front();
+    outstanding_.fetch_sub(1, std::memory_order_acq_rel);
   }
 }
 
@@ -453,8 +451,10 @@ void Engine::break_comm(ErrorCode code, const std::string& message, int peer) {
   completions_.clear();
   dirty_.clear();
   const std::string who = "rank " + std::to_string(rank_) + ": ";
-  for (auto& op : running_)
+  for (auto& op : running_) {
     op->work->complete(make_error(code, who + describe(*op) + " failed: " + message, peer));
+    outstanding_.fetch_sub(1, std::memory_order_acq_rel);
+  }
   running_.clear();
   flat_running_ = nullptr;
   std::deque<std::unique_ptr<Op>> queued;
@@ -465,8 +465,10 @@ void Engine::break_comm(ErrorCode code, const std::string& message, int peer) {
     queued.swap(submitted_);
   }
   for (auto* q : {&waiting_, &queued})
-    for (auto& op : *q)
+    for (auto& op : *q) {
       op->work->complete(make_error(code, who + describe(*op) + " was not started: " + message, peer));
+      outstanding_.fetch_sub(1, std::memory_order_acq_rel);
+    }
   waiting_.clear();
 }
 

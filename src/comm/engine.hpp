@@ -114,6 +114,7 @@ class Engine : public transport::ConnectionListener {
   bool stopping_ = false;
   std::exception_ptr broken_;  // set once; later submissions fail with it
   std::atomic<bool> broken_flag_{false};
+  std::atomic<uint64_t> outstanding_{0};  // submitted and not yet completed
   std::unique_ptr<std::atomic<bool>[]> peer_closed_;
   std::shared_ptr<detail::WorkState> last_submitted_;
   struct CallerBreak {

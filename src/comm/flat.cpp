@@ -99,7 +99,7 @@ FlatAllReduce::FlatAllReduce(const transport::shm::ShmMesh& mesh, int rank, int 
   announce_collective(mesh, rank, op_number, signature);
 }
 
-uint32_t FlatAllReduce::target() const { return stage_ == 0 ? seq_ - 1 : seq_; }
+uint32_t FlatAllReduce::target() const { return seq_; }
 
 void FlatAllReduce::watch(int q) const {
   // A peer that entered this same collective with another signature issued a different call
@@ -116,13 +116,9 @@ bool FlatAllReduce::advance() {
   const bool whole = bytes <= kWholeBytes;
   const auto& mine = mesh_.segment_of(rank_);
   if (stage_ == 0) {
-    // The slot of this parity was last used by operation seq-2: every peer must have published
-    // seq-1 (so it finished with seq-2 entirely) before we overwrite it.
-    for (; next_ < size_; ++next_)
-      if (next_ != rank_ && !reached(mesh_.segment_of(next_).header(), seq_ - 1)) {
-        watch(next_);
-        return false;
-      }
+    // The slot of this parity was last used by operation seq-2, and every peer has published
+    // seq-1 (so it is done with seq-2): this rank saw that while completing seq-1 (operations
+    // complete in order, and a failed one breaks the communicator). No wait needed here.
     uint8_t* slot = mine.flat_slot(seq_);
     SlotHeader sh{signature_, static_cast<uint32_t>(bytes)};
     std::memcpy(slot, &sh, sizeof sh);

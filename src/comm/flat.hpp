@@ -50,7 +50,7 @@ class FlatAllReduce {
   uint64_t count_;
   DataType dtype_;
   ReduceOp op_;
-  int stage_ = 0;  // 0: waiting for the peers' previous operation; 1: published, reducing;
+  int stage_ = 0;  // 0: not yet published; 1: published, reducing;
                    // 2: (large) own slice reduced and published, gathering the others
   int next_ = 0;   // the next peer to look at
 };

@@ -169,6 +169,16 @@ void Connection::progress() {
   in_progress_ = false;
 }
 
+void Connection::pump_write_front() {
+  // Writes at most the front frame (used when closing): pump_write stops after it because the
+  // queue is cut to that frame for the duration.
+  if (sends_.empty()) return;
+  std::deque<SendRequest> rest(std::next(sends_.begin()), sends_.end());
+  sends_.erase(std::next(sends_.begin()), sends_.end());
+  pump_write();
+  sends_.insert(sends_.end(), rest.begin(), rest.end());
+}
+
 void Connection::pump_write() {
   while (!broken_ && !sends_.empty()) {
     SendRequest& s = sends_.front();
@@ -480,12 +490,25 @@ static void write_control(Stream& stream, FrameHeader h, const std::string& payl
 }
 
 void Connection::send_abort_and_close(ErrorCode code, int culprit, const std::string& message) {
-  bool mid_frame = !sends_.empty() && sent_ > 0;
-  abandon();
   if (stream_->post_abort(code, culprit, message)) {
+    abandon();
     stream_->shutdown_write();
     return;
   }
+  // In band, the abort frame can only follow a whole frame. The user's buffer of a frame half
+  // written is still valid (its operation has not failed yet): finish it, briefly, so the peer
+  // learns the cause instead of blaming this rank for closing.
+  bool mid_frame = !sends_.empty() && sent_ > 0;
+  if (mid_frame) {
+    const auto end = std::chrono::steady_clock::now() + std::chrono::milliseconds(200);
+    const size_t before = sends_.size();
+    while (mid_frame && !broken_ && std::chrono::steady_clock::now() < end) {
+      pump_write_front();
+      mid_frame = sends_.size() == before && sent_ > 0;
+      if (mid_frame) stream_->wait_writable(10);
+    }
+  }
+  abandon();
   if (!mid_frame) {
     FrameHeader h;
     h.kind = FrameKind::abort;

@@ -97,6 +97,7 @@ class Connection {
 
   void pump_read();
   void pump_write();
+  void pump_write_front();
   bool deliver_reference(const FrameHeader& h, uint64_t address, const RecvRequest& r);
   void queue_ack(const FrameHeader& h);
   bool start_frame();  // after a full header; false when parked
