@@ -181,11 +181,21 @@ for ((round = 1; round <= rounds; round++)); do
       $1 ~ /^[0-9]+$/ && NF >= 13 { print h "\t" r "\t" $1 "\t" $6 "\t" $10 "\t" $9 "\t" $13 }
     ' "$log" >>"$rows" || true
   done
+  # The ceiling, measured in the same run: single-core memcpy of 64 MiB (bench_kernels counts
+  # bytes read + written, so the payload rate is half its bytes_per_second).
+  if [ -x "$build/bin/bench_kernels" ]; then
+    "$build/bin/bench_kernels" --benchmark_filter='BM_Memcpy/67108864$' --benchmark_min_time=0.2 \
+        --benchmark_format=csv 2>/dev/null |
+      awk -F, '/BM_Memcpy/ { printf "%.4f\n", $6 / 2 / 1e9 }' >>"$logs/memcpy.txt" || true
+  fi
 done
+# best memcpy payload rate over the rounds, GB/s (0 when not measured)
+memcpy_gbs="$(sort -g "$logs/memcpy.txt" 2>/dev/null | tail -1)"
+memcpy_gbs="${memcpy_gbs:-0}"
 
 # The table.
 table="$logs/table.md"
-awk -F'\t' -v coll="$coll" -v n="$ranks" -v stat="$stat" -v place="$place" \
+awk -F'\t' -v coll="$coll" -v n="$ranks" -v stat="$stat" -v place="$place" -v memcpy="$memcpy_gbs" \
     -v order="shoal mpi-tcp mpi-vader gloo" \
     -v titles="shoal busbw|Open MPI (tcp)|Open MPI (vader)|Gloo" '
   function busfactor() {
@@ -221,8 +231,9 @@ awk -F'\t' -v coll="$coll" -v n="$ranks" -v stat="$stat" -v place="$place" \
   END {
     nh = split(order, hs, " "); split(titles, tt, "|")
     for (i = 2; i <= ns; i++) { s = sizes[i]; for (j = i - 1; j >= 1 && sizes[j] > s; j--) sizes[j + 1] = sizes[j]; sizes[j + 1] = s }
-    printf "| size |"; for (k = 1; k <= nh; k++) printf " %s |", tt[k]; print " shoal ÷ best peer |"
-    printf "|---:|"; for (k = 1; k <= nh; k++) printf "---:|"; print "---:|"
+    printf "| size |"; for (k = 1; k <= nh; k++) printf " %s |", tt[k]; printf " shoal ÷ best peer |"
+    print (memcpy > 0 ? " shoal ÷ memcpy |" : "")
+    printf "|---:|"; for (k = 1; k <= nh; k++) printf "---:|"; print "---:|" (memcpy > 0 ? "---:|" : "")
     f = busfactor(); logsum = 0; nlog = 0
     for (i = 1; i <= ns; i++) {
       s = sizes[i]; line = "| " human(s) " |"; best = 0
@@ -237,6 +248,7 @@ awk -F'\t' -v coll="$coll" -v n="$ranks" -v stat="$stat" -v place="$place" \
       if (bw["shoal"] > 0 && best > 0) {
         r = bw["shoal"] / best; line = line " " sprintf("%.2f", r) " |"; logsum += log(r); nlog++
       } else line = line " — |"
+      if (memcpy > 0) line = line " " (bw["shoal"] > 0 ? sprintf("%.2f", bw["shoal"] / memcpy) : "—") " |"
       print line
     }
     if (nlog) printf "\nGeometric mean of shoal ÷ best peer over %d sizes: %.2f\n", nlog, exp(logsum / nlog)
@@ -254,6 +266,7 @@ rev="$(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo 'no commit')"
   echo "- machine: $(hostname), nproc $(nproc), ${cpu:-unknown CPU}, Linux $(uname -r), load average at end $(cut -d' ' -f1-3 /proc/loadavg)"
   echo "- software: shoal $rev; ${ompi:-no Open MPI}; ${gloo:-no libgloo}"
   echo "- busbw in GB/s, $([ "$place" = out ] && echo out-of-place || echo in-place), $([ "$stat" = best ] && echo "best (fastest) of $rounds interleaved rounds" || echo "median of $rounds interleaved rounds") per size; $iters iterations after $warmup warmup, check $check${transport:+; SHOAL_TRANSPORT=$transport}"
+  [ "$memcpy_gbs" != 0 ] && echo "- single-core memcpy in this run (64 MiB, best round): $memcpy_gbs GB/s of payload; the last column is shoal's busbw as a fraction of it"
   echo "- raw output: $logs"
   for n in "${notes[@]}"; do echo "- note: $n"; done
   for f in "${failures[@]}"; do echo "- failed: $f"; done
