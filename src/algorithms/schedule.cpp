@@ -1,7 +1,5 @@
 #include "algorithms/schedule.hpp"
 
-#include <sstream>
-
 namespace shoal::algorithms {
 
 std::string_view to_string(Collective c) {
@@ -74,45 +72,6 @@ uint32_t signature(const CollectiveArgs& a) {
       h *= 16777619u;
     }
   return h;
-}
-
-std::string Schedule::check(uint64_t in_bytes, uint64_t out_bytes) const {
-  std::ostringstream os;
-  auto fits = [&](const Slice& s, const char* what, size_t i) {
-    uint64_t cap = s.buffer == Buffer::input ? in_bytes : s.buffer == Buffer::output ? out_bytes : scratch_bytes;
-    if (s.offset + s.bytes > cap) {
-      os << "step " << i << ": " << what << " [" << s.offset << ", " << s.offset + s.bytes
-         << ") exceeds its buffer of " << cap << " bytes";
-      return false;
-    }
-    return true;
-  };
-  for (const auto& [before, after] : edges)
-    if (before >= after || after >= steps.size()) {
-      os << "edge " << before << " -> " << after << " does not point forward";
-      return os.str();
-    }
-  for (size_t i = 0; i < steps.size(); ++i) {
-    const Step& s = steps[i];
-    switch (s.kind) {
-      case StepKind::send: if (!fits(s.src, "send source", i)) return os.str(); break;
-      case StepKind::recv: case StepKind::finalize:
-        if (!fits(s.dst, "destination", i)) return os.str();
-        break;
-      case StepKind::reduce:
-        if (!fits(s.dst, "reduce destination", i) || !fits(s.src, "reduce operand", i) ||
-            !fits(s.src2, "reduce operand", i))
-          return os.str();
-        if (s.src.bytes != s.dst.bytes || s.src2.bytes != s.dst.bytes)
-          return "step " + std::to_string(i) + ": reduce operands differ in size";
-        break;
-      case StepKind::copy:
-        if (!fits(s.dst, "copy destination", i) || !fits(s.src, "copy source", i)) return os.str();
-        if (s.src.bytes != s.dst.bytes) return "step " + std::to_string(i) + ": copy sizes differ";
-        break;
-    }
-  }
-  return {};
 }
 
 }  // namespace shoal::algorithms

@@ -84,10 +84,6 @@ class Schedule {
     if (on != kNone) edges.emplace_back(on, step);
   }
 
-  /// Structural check: edges point forward, slices fit their buffers, operand sizes agree.
-  /// Returns an error text, or an empty string.
-  std::string check(uint64_t input_bytes, uint64_t output_bytes) const;
-
  private:
   uint32_t add(Step s, Deps after) {
     auto id = static_cast<uint32_t>(steps.size());

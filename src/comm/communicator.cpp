@@ -151,11 +151,7 @@ Work CommImpl::run_flat_here(const comm::OpRequest& req) {
   auto check = [&](int waiting_for) {
     if (engine->broken()) std::rethrow_exception(engine->broken_error());
     if (engine->peer_closed(waiting_for))
-      throw PeerFailureError("rank " + std::to_string(rank) + ": all_reduce #" + std::to_string(number) +
-                                 ": rank " + std::to_string(waiting_for) +
-                                 " closed its communicator without joining it: the ranks issued "
-                                 "different sequences of calls",
-                             waiting_for);
+      throw PeerFailureError(comm::closed_without_joining(rank, number, waiting_for), waiting_for);
     if (comm::Clock::now() > deadline) {
       std::ostringstream os;
       os << "rank " << rank << ": all_reduce #" << number << " (" << a.count << " x " << to_string(a.dtype)

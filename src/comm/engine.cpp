@@ -126,7 +126,6 @@ std::shared_ptr<detail::WorkState> Engine::submit(const OpRequest& request) {
     if (a.collective == Collective::send) op->seq = next_send_seq_[a.peer]++;
     else if (a.collective == Collective::recv) op->seq = next_recv_seq_[a.peer]++;
     else op->seq = next_collective_seq_++;
-    last_submitted_ = work;
     outstanding_.fetch_add(1, std::memory_order_acq_rel);
     submitted_.push_back(std::move(op));
   }
@@ -149,24 +148,11 @@ void Engine::advance_flat() {
       ++progress_count_;
     } else if (peer_closed(op.flat->waiting_for())) {
       const int q = op.flat->waiting_for();
-      on_connection_error(q, ErrorCode::PeerFailure,
-                          "rank " + std::to_string(q) + " closed its communicator without joining it: "
-                          "the ranks issued different sequences of calls");
+      on_connection_error(q, ErrorCode::PeerFailure, closed_without_joining(rank_, op.seq, q));
     }
   } catch (const Error& e) {
     on_connection_error(e.peer(), e.code(), e.what());
   }
-}
-
-void Engine::wait_idle() {
-  std::shared_ptr<detail::WorkState> last;
-  {
-    std::lock_guard<std::mutex> lock(submit_mutex_);
-    last = last_submitted_;
-  }
-  if (!last) return;
-  std::unique_lock<std::mutex> lock(last->mutex);
-  last->cv.wait(lock, [&] { return last->done; });  // completion is in issue order
 }
 
 uint64_t Engine::reserve_collective_number() {

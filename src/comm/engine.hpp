@@ -50,8 +50,6 @@ class Engine : public transport::ConnectionListener {
   std::shared_ptr<detail::WorkState> submit(const OpRequest& request);
 
   // ---- for operations that run on the caller's thread (flat collectives) ----
-  /// Blocks until every operation submitted so far has completed (successfully or not).
-  void wait_idle();
   /// True when every operation submitted so far has completed.
   bool idle() const;
   /// Takes the next collective number, as a collective submitted here would.
@@ -116,7 +114,6 @@ class Engine : public transport::ConnectionListener {
   std::atomic<bool> broken_flag_{false};
   std::atomic<uint64_t> outstanding_{0};  // submitted and not yet completed
   std::unique_ptr<std::atomic<bool>[]> peer_closed_;
-  std::shared_ptr<detail::WorkState> last_submitted_;
   struct CallerBreak {
     ErrorCode code;
     std::string message;

@@ -71,6 +71,12 @@ constexpr uint64_t kWholeBytes = 16 * 1024;
 
 }  // namespace
 
+std::string closed_without_joining(int rank, uint64_t number, int peer) {
+  return "rank " + std::to_string(rank) + ": all_reduce #" + std::to_string(number) + ": rank " +
+         std::to_string(peer) + " closed its communicator without joining it: the ranks issued "
+         "different sequences of calls";
+}
+
 void announce_collective(const transport::shm::ShmMesh& mesh, int rank, uint64_t number, uint32_t signature) {
   auto& h = mesh.segment_of(rank).header();
   h.op_signature.store(signature, std::memory_order_relaxed);

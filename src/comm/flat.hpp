@@ -17,6 +17,9 @@
 
 namespace shoal::comm {
 
+/// The error text for a peer that closed its communicator instead of joining all_reduce #number.
+std::string closed_without_joining(int rank, uint64_t number, int peer);
+
 /// Announces, in this rank's segment, the collective it enters (engine or flat alike).
 void announce_collective(const transport::shm::ShmMesh& mesh, int rank, uint64_t number, uint32_t signature);
 

@@ -169,18 +169,9 @@ void Connection::progress() {
   in_progress_ = false;
 }
 
-void Connection::pump_write_front() {
-  // Writes at most the front frame (used when closing): pump_write stops after it because the
-  // queue is cut to that frame for the duration.
-  if (sends_.empty()) return;
-  std::deque<SendRequest> rest(std::next(sends_.begin()), sends_.end());
-  sends_.erase(std::next(sends_.begin()), sends_.end());
-  pump_write();
-  sends_.insert(sends_.end(), rest.begin(), rest.end());
-}
-
-void Connection::pump_write() {
-  while (!broken_ && !sends_.empty()) {
+void Connection::pump_write(bool front_only) {
+  const size_t frames_before = sends_.size();
+  while (!broken_ && !sends_.empty() && (!front_only || sends_.size() == frames_before)) {
     SendRequest& s = sends_.front();
     const bool data = s.header.kind == FrameKind::collective || s.header.kind == FrameKind::p2p;
     if (sent_ == 0 && data && s.header.length >= stream_->direct_threshold()) {
@@ -415,7 +406,7 @@ bool Connection::start_frame() {
 
 void Connection::on_eof() {
   if (goodbye_) {
-    if (expecting() || !sends_.empty() || !awaiting_ack_.empty() || rx_ != Rx::header || hdr_got_ != 0)
+    if (expecting() || !sends_.empty() || rx_ != Rx::header || hdr_got_ != 0)
       return fail(ErrorCode::PeerFailure,
                   "rank " + std::to_string(peer_) +
                       " closed its communicator while this rank still expects data from it or "
@@ -503,7 +494,7 @@ void Connection::send_abort_and_close(ErrorCode code, int culprit, const std::st
     const auto end = std::chrono::steady_clock::now() + std::chrono::milliseconds(200);
     const size_t before = sends_.size();
     while (mid_frame && !broken_ && std::chrono::steady_clock::now() < end) {
-      pump_write_front();
+      pump_write(/*front_only=*/true);
       mid_frame = sends_.size() == before && sent_ > 0;
       if (mid_frame) stream_->wait_writable(10);
     }

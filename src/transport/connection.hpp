@@ -96,8 +96,8 @@ class Connection {
   };
 
   void pump_read();
-  void pump_write();
-  void pump_write_front();
+  /// Writes queued frames as far as the stream takes them; with front_only, at most the first.
+  void pump_write(bool front_only = false);
   bool deliver_reference(const FrameHeader& h, uint64_t address, const RecvRequest& r);
   void queue_ack(const FrameHeader& h);
   bool start_frame();  // after a full header; false when parked
