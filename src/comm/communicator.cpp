@@ -135,8 +135,7 @@ Work CommImpl::submit(Collective collective, const void* input, void* output, ui
 }
 
 bool CommImpl::flat_eligible(const algorithms::CollectiveArgs& a) const {
-  const uint64_t bytes = a.count * size_of(a.dtype);
-  return a.collective == Collective::all_reduce && size > 1 && bytes > 0 && bytes <= flat_max_bytes_;
+  return flat_max_bytes_ > 0 && comm::flat_fits(a, flat_max_bytes_);
 }
 
 Work CommImpl::run_flat_here(const comm::OpRequest& req) {
@@ -154,8 +153,8 @@ Work CommImpl::run_flat_here(const comm::OpRequest& req) {
       throw PeerFailureError(comm::closed_without_joining(rank, number, waiting_for), waiting_for);
     if (comm::Clock::now() > deadline) {
       std::ostringstream os;
-      os << "rank " << rank << ": all_reduce #" << number << " (" << a.count << " x " << to_string(a.dtype)
-         << ", " << to_string(a.op) << ", shared memory) did not finish within "
+      os << "rank " << rank << ": " << algorithms::to_string(a.collective) << " #" << number << " (" << a.count
+         << " x " << to_string(a.dtype) << ", shared memory) did not finish within "
          << std::chrono::duration<double>(timeout).count() << " s (SHOAL_TIMEOUT), waiting for rank "
          << waiting_for << ". Are all ranks alive and issuing the same calls in the same order?";
       engine->break_from_caller(ErrorCode::Timeout, os.str(), waiting_for);
@@ -163,8 +162,8 @@ Work CommImpl::run_flat_here(const comm::OpRequest& req) {
     }
   };
   try {
-    comm::FlatAllReduce flat(*engine->shm(), rank, size, req.flat_seq, number, algorithms::signature(a),
-                             req.input, req.output, a.count, a.dtype, a.op);
+    comm::FlatCollective flat(*engine->shm(), a, req.flat_seq, number,
+                              algorithms::signature(a), req.input, req.output);
     flat.run(check);
     state->complete();
   } catch (const Error& e) {

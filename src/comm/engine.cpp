@@ -50,7 +50,7 @@ struct Engine::Op {
   std::vector<uint8_t> ready;
   uint32_t steps_done = 0;
   bool finished = false;
-  std::unique_ptr<FlatAllReduce> flat;  // flat all_reduce instead of a schedule
+  std::unique_ptr<FlatCollective> flat;  // a flat collective instead of a schedule
   Clock::time_point deadline;
 
   bool is_p2p() const { return kind == FrameKind::p2p; }
@@ -61,6 +61,7 @@ Engine::Engine(int rank, int size, uint64_t comm_id,
                std::unique_ptr<transport::shm::ShmMesh> shm, std::chrono::milliseconds timeout)
     : rank_(rank), size_(size), comm_id_(comm_id), timeout_(timeout), shm_(std::move(shm)) {
   if (shm_) sleeping_flag_ = shm_->sleeping_flag();
+  watch_peers_ = shm_ && size > 1 && shm_->all_ranks_share_memory();
   peer_closed_ = std::make_unique<std::atomic<bool>[]>(size);
   next_send_seq_.assign(size, 0);
   next_recv_seq_.assign(size, 0);
@@ -228,10 +229,9 @@ void Engine::start_ready_ops() {
 void Engine::start(Op& op) {
   op.id = next_op_id_++;
   op.deadline = Clock::now() + timeout_;
-  if (op.request.flat_seq != 0) {  // a flat all_reduce: polled by the loop until it is done
-    const auto& a = op.request.args;
-    op.flat = std::make_unique<FlatAllReduce>(*shm_, rank_, size_, op.request.flat_seq, op.seq, op.signature,
-                                              op.request.input, op.request.output, a.count, a.dtype, a.op);
+  if (op.request.flat_seq != 0) {  // a flat collective: polled by the loop until it is done
+    op.flat = std::make_unique<FlatCollective>(*shm_, op.request.args, op.request.flat_seq, op.seq,
+                                               op.signature, op.request.input, op.request.output);
     flat_running_ = &op;
     advance_flat();
     return;
@@ -461,6 +461,10 @@ void Engine::break_comm(ErrorCode code, const std::string& message, int peer) {
 void Engine::check_timeouts() {
   if (running_.empty() || broken_local_) return;
   const auto now = Clock::now();
+  if (watch_peers_ && now - last_watch_ >= kWatchInterval) {
+    last_watch_ = now;
+    if (watch_collective_peers()) return;
+  }
   for (auto& op : running_) {
     if (now < op->deadline) continue;
     std::ostringstream os;
@@ -478,9 +482,30 @@ void Engine::check_timeouts() {
   }
 }
 
+// A collective that waits for frames a peer will never send (it issued another call, say the
+// same reduce with another root) would wait until the timeout; on shared memory the peer's
+// announcement tells at once. Returns true when it broke the communicator.
+bool Engine::watch_collective_peers() {
+  for (const auto& op : running_) {
+    if (op->is_p2p() || op->flat) continue;
+    for (int q = 0; q < size_; ++q) {
+      if (q == rank_) continue;
+      const auto [relative, signature] = announced_by(*shm_, q, op->seq);
+      if (relative != 0 || signature == op->signature) continue;
+      break_comm(ErrorCode::Mismatch,
+                 "rank " + std::to_string(q) + " entered this collective with different arguments: every rank must issue the same "
+                     "collectives with the same counts, types, ops and roots, in the same order",
+                 q);
+      return true;
+    }
+  }
+  return false;
+}
+
 int Engine::next_timeout_ms() const {
   if (running_.empty()) return -1;
   auto earliest = running_.front()->deadline;
+  if (watch_peers_) earliest = std::min(earliest, last_watch_ + kWatchInterval);
   for (const auto& op : running_) earliest = std::min(earliest, op->deadline);
   auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(earliest - Clock::now()).count() + 1;
   return ms < 0 ? 0 : static_cast<int>(std::min<int64_t>(ms, 60000));
@@ -532,7 +557,7 @@ void Engine::loop() {
         idle = submitted_.empty();
       }
       for (int p : polled_) idle = idle && !conns_[p]->stream().ready();
-      // A flat all_reduce learns of its peers only by looking: sleep at most 1 ms then.
+      // A flat collective learns of its peers only by looking: sleep at most 1 ms then.
       int wait_ms = next_timeout_ms();
       if (flat_running_) wait_ms = wait_ms < 0 ? 1 : std::min(wait_ms, 1);
       if (idle) n = epoll_wait(epoll_fd_, events, 64, wait_ms);

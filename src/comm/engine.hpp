@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "algorithms/schedule.hpp"
+#include "comm/flat.hpp"
 #include "comm/work_state.hpp"
 #include "transport/connection.hpp"
 #include "transport/shm/shm_mesh.hpp"
@@ -33,7 +34,7 @@ struct OpRequest {
   algorithms::CollectiveArgs args;
   const void* input = nullptr;
   void* output = nullptr;
-  uint32_t flat_seq = 0;  // non-zero: a flat all_reduce (comm/flat.hpp), not a schedule
+  uint32_t flat_seq = 0;  // non-zero: a flat collective (comm/flat.hpp), not a schedule
 };
 
 class Engine : public transport::ConnectionListener {
@@ -81,7 +82,12 @@ class Engine : public transport::ConnectionListener {
   void finish_ops();
   void drain();
   void check_timeouts();
+  bool watch_collective_peers();
   int next_timeout_ms() const;
+  // Every rank shares memory: peers' announced collectives can be watched (see check_timeouts).
+  static constexpr std::chrono::milliseconds kWatchInterval{20};
+  bool watch_peers_ = false;
+  Clock::time_point last_watch_{};
   void break_comm(ErrorCode code, const std::string& message, int peer);
   std::string describe(const Op& op) const;
   Op* find_op(uint32_t id);
@@ -120,7 +126,7 @@ class Engine : public transport::ConnectionListener {
     int culprit;
   };
   std::optional<CallerBreak> caller_break_;  // guarded by submit_mutex_
-  Op* flat_running_ = nullptr;               // the flat all_reduce in progress, polled
+  Op* flat_running_ = nullptr;               // the flat collective in progress, polled
   void advance_flat();
 
   // engine thread only

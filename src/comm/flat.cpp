@@ -5,18 +5,20 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstring>
 #include <ctime>
 
 #include "core/check.hpp"
 #include "core/config.hpp"
-#include "algorithms/schedule.hpp"
 #include "core/reduce.hpp"
 
 namespace shoal::comm {
 
 namespace {
 
+using algorithms::Collective;
+using transport::shm::FlatSlotHeader;
 using transport::shm::SegmentHeader;
 
 inline void cpu_relax() {
@@ -29,24 +31,25 @@ inline void cpu_relax() {
 inline bool reached(const std::atomic<uint32_t>& word, uint32_t seq) {
   return static_cast<int32_t>(word.load(std::memory_order_acquire) - seq) >= 0;
 }
-inline bool reached(const SegmentHeader& h, uint32_t seq) { return reached(h.flat_seq, seq); }
 
-// Spin briefly, then yield the core, then sleep on a futex (shared memory: not private), with
-// a bounded sleep so that `check` runs regularly (broken communicator, timeout).
-void wait_for(SegmentHeader& h, std::atomic<uint32_t>& word, uint32_t seq, int who,
-              const std::function<void(int)>& check) {
+// Spin briefly on `flag`, then yield the core, then sleep on the futex `word` (published after
+// `flag`; shared memory, so not a private futex), with a bounded sleep so that `check` runs
+// regularly (broken communicator, timeout, mismatch).
+void wait_for(SegmentHeader& h, const std::atomic<uint32_t>& flag, std::atomic<uint32_t>& word, uint32_t seq,
+              int who, const std::function<void(int)>& check) {
   for (int i = 0; i < 64; ++i) {
-    if (reached(word, seq)) return;
+    if (reached(flag, seq)) return;
     cpu_relax();
   }
+  check(who);
   static const int64_t spin_us = config::get_int("SHOAL_SPIN_US");
   const auto yield_until = std::chrono::steady_clock::now() + std::chrono::microseconds(spin_us);
   while (std::chrono::steady_clock::now() < yield_until) {
-    if (reached(word, seq)) return;
+    if (reached(flag, seq)) return;
     sched_yield();
   }
   for (;;) {
-    if (reached(word, seq)) return;  // a peer that published and then left is not a failure
+    if (reached(flag, seq)) return;  // a peer that published and then left is not a failure
     check(who);
     h.flat_waiters.fetch_add(1, std::memory_order_seq_cst);
     const uint32_t seen = word.load(std::memory_order_seq_cst);
@@ -55,134 +58,200 @@ void wait_for(SegmentHeader& h, std::atomic<uint32_t>& word, uint32_t seq, int w
       syscall(SYS_futex, reinterpret_cast<uint32_t*>(&word), FUTEX_WAIT, seen, &ts, nullptr, 0);
     }
     h.flat_waiters.fetch_sub(1, std::memory_order_seq_cst);
-    if (reached(word, seq)) return;
   }
 }
 
-void publish(SegmentHeader& h, std::atomic<uint32_t>& word, uint32_t seq) {
+// Raises the futex word `word` (after the flag a spinning peer looks at) and wakes sleepers.
+void raise(SegmentHeader& h, std::atomic<uint32_t>& word, uint32_t seq) {
   word.store(seq, std::memory_order_seq_cst);
   if (h.flat_waiters.load(std::memory_order_seq_cst) != 0)
     syscall(SYS_futex, reinterpret_cast<uint32_t*>(&word), FUTEX_WAKE, INT32_MAX, nullptr, nullptr, 0);
 }
 
-// Up to this size every rank reduces the whole message; above, each rank reduces its slice
-// and the others copy it (less reading, one more synchronisation).
+// Up to this size an all_reduce reduces the whole message on every rank; above, each rank
+// reduces its slice and the others copy it (less reading, one more synchronisation).
 constexpr uint64_t kWholeBytes = 16 * 1024;
+
+bool reduces(Collective c) {
+  return c == Collective::all_reduce || c == Collective::reduce_scatter || c == Collective::reduce;
+}
 
 }  // namespace
 
 std::string closed_without_joining(int rank, uint64_t number, int peer) {
-  return "rank " + std::to_string(rank) + ": all_reduce #" + std::to_string(number) + ": rank " +
+  return "rank " + std::to_string(rank) + ": collective #" + std::to_string(number) + ": rank " +
          std::to_string(peer) + " closed its communicator without joining it: the ranks issued "
          "different sequences of calls";
 }
 
 void announce_collective(const transport::shm::ShmMesh& mesh, int rank, uint64_t number, uint32_t signature) {
   auto& h = mesh.segment_of(rank).header();
-  h.op_signature.store(signature, std::memory_order_relaxed);
-  h.op_number.store(static_cast<uint32_t>(number + 1), std::memory_order_release);
+  h.op_announced.store(static_cast<uint64_t>(static_cast<uint32_t>(number + 1)) << 32 | signature,
+                       std::memory_order_release);
 }
 
-namespace {
-struct SlotHeader {
-  uint32_t signature;
-  uint32_t bytes;
-};
+Announcement announced_by(const transport::shm::ShmMesh& mesh, int peer, uint64_t number) {
+  const uint64_t word = mesh.segment_of(peer).header().op_announced.load(std::memory_order_acquire);
+  return {static_cast<int32_t>(static_cast<uint32_t>(word >> 32) - static_cast<uint32_t>(number + 1)),
+          static_cast<uint32_t>(word)};
+}
 
-[[noreturn]] void mismatch(int rank, int peer, uint64_t number, const std::string& what) {
-  SHOAL_THROW(Mismatch, "rank " << rank << ": all_reduce #" << number << ": rank " << peer << " " << what
+uint64_t flat_published_bytes(const algorithms::CollectiveArgs& a) {
+  const uint64_t es = size_of(a.dtype);
+  switch (a.collective) {
+    case Collective::all_reduce: case Collective::all_gather: case Collective::reduce: return a.count * es;
+    case Collective::reduce_scatter: return a.count * es * static_cast<uint64_t>(a.size);
+    case Collective::broadcast: return a.rank == a.root ? a.count * es : 0;
+    default: return 0;
+  }
+}
+
+bool flat_fits(const algorithms::CollectiveArgs& a, uint64_t slot_bytes) {
+  switch (a.collective) {
+    case Collective::all_reduce: case Collective::all_gather: case Collective::reduce_scatter:
+    case Collective::broadcast: case Collective::reduce: break;
+    default: return false;
+  }
+  // Every rank must decide alike: judge by what the biggest publisher (the root) writes.
+  const uint64_t bytes = a.collective == Collective::reduce_scatter
+                             ? a.count * size_of(a.dtype) * static_cast<uint64_t>(a.size)
+                             : a.count * size_of(a.dtype);
+  return a.size > 1 && bytes > 0 && bytes <= slot_bytes;
+}
+
+FlatCollective::FlatCollective(const transport::shm::ShmMesh& mesh, const algorithms::CollectiveArgs& args,
+                               uint32_t seq, uint64_t op_number, uint32_t signature, const void* input,
+                               void* output)
+    : mesh_(mesh), args_(args), seq_(seq), op_number_(op_number), signature_(signature),
+      input_(input), output_(output), es_(size_of(args.dtype)) {
+  announce_collective(mesh, args.rank, op_number, signature);
+}
+
+void FlatCollective::mismatch(int peer, const std::string& what) const {
+  SHOAL_THROW(Mismatch, "rank " << args_.rank << ": " << algorithms::to_string(args_.collective) << " #"
+                                << op_number_ << ": rank " << peer << " " << what
                                 << ": every rank must issue the same collectives with the same "
-                                   "counts, types and ops, in the same order",
+                                   "counts, types, ops and roots, in the same order",
               peer);
 }
-}  // namespace
 
-FlatAllReduce::FlatAllReduce(const transport::shm::ShmMesh& mesh, int rank, int size, uint32_t seq,
-                             uint64_t op_number, uint32_t signature, const void* input, void* output,
-                             uint64_t count, DataType dtype, ReduceOp op)
-    : mesh_(mesh), rank_(rank), size_(size), seq_(seq), op_number_(op_number), signature_(signature),
-      input_(input), output_(output), count_(count), dtype_(dtype), op_(op) {
-  announce_collective(mesh, rank, op_number, signature);
+void FlatCollective::watch(int q) const {
+  const auto [announced, signature] = announced_by(mesh_, q, op_number_);
+  // A peer in this same collective with another signature issued a different call (perhaps
+  // one that is not flat, so it would never publish here)...
+  if (announced == 0 && signature != signature_)
+    mismatch(q, "entered this collective with different arguments");
+  // ...and one already past it did not run it as this flat collective: it publishes before it
+  // announces the next one, so its input would be visible now.
+  if (announced > 0 && stage_ == Stage::combine && !reached(mesh_.segment_of(q).flat_slot(seq_).seq, seq_))
+    mismatch(q, "moved past this collective without publishing its input: it issued a different call");
 }
 
-uint32_t FlatAllReduce::target() const { return seq_; }
-
-void FlatAllReduce::watch(int q) const {
-  // A peer that entered this same collective with another signature issued a different call
-  // (perhaps one that is not flat, so it would never publish here).
-  const auto& h = mesh_.segment_of(q).header();
-  if (h.op_number.load(std::memory_order_acquire) == static_cast<uint32_t>(op_number_ + 1) &&
-      h.op_signature.load(std::memory_order_relaxed) != signature_)
-    mismatch(rank_, q, op_number_, "entered this collective with different arguments");
+void FlatCollective::check_slot(int q, const FlatSlotHeader& slot) const {
+  // In a broadcast only the root publishes data; in the others every rank publishes alike.
+  const uint64_t expected = args_.collective != Collective::broadcast ? flat_published_bytes(args_)
+                            : q == args_.root                         ? args_.count * es_
+                                                                      : 0;
+  if (slot.signature != signature_ || slot.bytes != expected)
+    mismatch(q, "published " + std::to_string(slot.bytes) + " bytes where this rank expected " +
+                    std::to_string(expected) + " (or another collective, type, op or root)");
 }
 
-bool FlatAllReduce::advance() {
-  using transport::shm::Segment;
-  const uint64_t es = size_of(dtype_), bytes = count_ * es;
-  const bool whole = bytes <= kWholeBytes;
-  const auto& mine = mesh_.segment_of(rank_);
-  if (stage_ == 0) {
-    // The slot of this parity was last used by operation seq-2, and every peer has published
-    // seq-1 (so it is done with seq-2): this rank saw that while completing seq-1 (operations
-    // complete in order, and a failed one breaks the communicator). No wait needed here.
-    uint8_t* slot = mine.flat_slot(seq_);
-    SlotHeader sh{signature_, static_cast<uint32_t>(bytes)};
-    std::memcpy(slot, &sh, sizeof sh);
-    std::memcpy(slot + Segment::kFlatSlotHeader, input_, bytes);
-    publish(mine.header(), mine.header().flat_seq, seq_);
-    stage_ = 1;
+bool FlatCollective::advance() {
+  if (stage_ == Stage::publish) {
+    const auto& mine = mesh_.segment_of(args_.rank);
+    FlatSlotHeader& slot = mine.flat_slot(seq_);
+    const uint64_t bytes = flat_published_bytes(args_);
+    slot.signature = signature_;
+    slot.bytes = bytes;
+    if (bytes > 0) std::memcpy(mine.flat_data(seq_), input_, bytes);
+    slot.seq.store(seq_, std::memory_order_release);
+    raise(mine.header(), mine.header().flat_seq, seq_);
+    stage_ = Stage::combine;
     next_ = 0;
   }
-  // Which elements this rank reduces: all of them, or its slice.
-  const uint64_t lo = whole ? 0 : algorithms::block_begin(count_, size_, rank_);
-  const uint64_t hi = whole ? count_ : algorithms::block_begin(count_, size_, rank_ + 1);
-  uint8_t* dst = whole ? static_cast<uint8_t*>(output_) : mine.flat_result(seq_) + lo * es;
-  if (stage_ == 1) {
-    // Reduce in rank order on every rank: identical results everywhere. Our own contribution
-    // is read back from our slot (the output may be the input).
-    for (; next_ < size_; ++next_) {
-      const auto& seg = mesh_.segment_of(next_);
-      if (next_ != rank_ && !reached(seg.header(), seq_)) {
-        watch(next_);
-        return false;
-      }
-      const uint8_t* peer_slot = seg.flat_slot(seq_);
-      SlotHeader theirs;
-      std::memcpy(&theirs, peer_slot, sizeof theirs);
-      if (theirs.signature != signature_ || theirs.bytes != bytes)
-        mismatch(rank_, next_, op_number_,
-                 "passed " + std::to_string(theirs.bytes) + " bytes where this rank passed " +
-                     std::to_string(bytes) + " (or another type or op)");
-      const uint8_t* data = peer_slot + Segment::kFlatSlotHeader + lo * es;
-      if (hi == lo) continue;
-      if (next_ == 0) std::memcpy(dst, data, (hi - lo) * es);
-      else kernels::reduce_into(dst, data, hi - lo, dtype_, op_);
+  if (stage_ == Stage::combine) {
+    if (!combine()) return false;
+    if (args_.collective != Collective::all_reduce || args_.count * es_ <= kWholeBytes) return true;
+    const auto& mine = mesh_.segment_of(args_.rank);
+    raise(mine.header(), mine.header().flat_done, seq_);
+    stage_ = Stage::gather;
+    next_ = 0;
+  }
+  return gather();
+}
+
+bool FlatCollective::combine() {
+  const Collective c = args_.collective;
+  const int p = args_.size, me = args_.rank;
+  const uint64_t count = args_.count, bytes = count * es_;
+  // What this rank combines: the element range [lo, hi) of each published input, into dst.
+  uint64_t lo = 0, hi = count;
+  uint8_t* dst = static_cast<uint8_t*>(output_);
+  if (c == Collective::all_reduce && bytes > kWholeBytes) {
+    lo = algorithms::block_begin(count, p, me);
+    hi = algorithms::block_begin(count, p, me + 1);
+    dst = mesh_.segment_of(me).flat_result(seq_) + lo * es_;
+  } else if (c == Collective::reduce_scatter) {
+    lo = static_cast<uint64_t>(me) * count;
+    hi = lo + count;
+  }
+  // In a broadcast and a reduce too, every rank waits for every peer's slot: that is how a
+  // peer that called something else is caught, and what makes the next operation's slot free.
+  const bool takes_data = c != Collective::reduce || me == args_.root;
+  for (; next_ < p; ++next_) {
+    const int q = next_;
+    const auto& seg = mesh_.segment_of(q);
+    const FlatSlotHeader& slot = seg.flat_slot(seq_);
+    if (q != me && !reached(slot.seq, seq_)) {
+      watch(q);
+      return false;
     }
-    if (op_ == ReduceOp::avg && hi > lo) kernels::finalize_avg(dst, hi - lo, dtype_, size_);
-    if (whole) return true;
-    publish(mine.header(), mine.header().flat_done, seq_);
-    stage_ = 2;
-    next_ = 0;
+    check_slot(q, slot);
+    // Our own contribution is read from the input where that is safe and hot: a copy (the
+    // output may alias the input, then there is nothing to copy), not a reduction.
+    const uint8_t* data = seg.flat_data(seq_) + lo * es_;
+    const void* from = q == me ? input_ : data;
+    if (c == Collective::broadcast) {
+      if (q == args_.root && output_ != from) std::memcpy(output_, from, bytes);
+    } else if (c == Collective::all_gather) {
+      uint8_t* to = static_cast<uint8_t*>(output_) + static_cast<uint64_t>(q) * bytes;
+      if (to != from) std::memcpy(to, from, bytes);
+    } else if (takes_data && hi > lo) {
+      if (q == 0) std::memcpy(dst, data, (hi - lo) * es_);
+      else kernels::reduce_into(dst, data, hi - lo, args_.dtype, args_.op);
+    }
   }
-  // Gather the slices the peers reduced.
-  for (; next_ < size_; ++next_) {
+  if (args_.op == ReduceOp::avg && reduces(c) && takes_data && hi > lo)
+    kernels::finalize_avg(dst, hi - lo, args_.dtype, p);
+  return true;
+}
+
+// (all_reduce above kWholeBytes) Copy the slices the peers reduced.
+bool FlatCollective::gather() {
+  for (; next_ < args_.size; ++next_) {
     const auto& seg = mesh_.segment_of(next_);
-    if (next_ != rank_ && !reached(seg.header().flat_done, seq_)) return false;
-    const uint64_t b = algorithms::block_begin(count_, size_, next_);
-    const uint64_t e = algorithms::block_begin(count_, size_, next_ + 1);
-    if (e > b) std::memcpy(static_cast<uint8_t*>(output_) + b * es, seg.flat_result(seq_) + b * es, (e - b) * es);
+    if (next_ != args_.rank && !reached(seg.header().flat_done, seq_)) return false;
+    const uint64_t b = algorithms::block_begin(args_.count, args_.size, next_);
+    const uint64_t e = algorithms::block_begin(args_.count, args_.size, next_ + 1);
+    if (e > b) std::memcpy(static_cast<uint8_t*>(output_) + b * es_, seg.flat_result(seq_) + b * es_, (e - b) * es_);
   }
   return true;
 }
 
-void FlatAllReduce::run(const std::function<void(int)>& check) {
+void FlatCollective::run(const std::function<void(int)>& check) {
   auto watch_and_check = [&](int q) {
     watch(q);
     check(q);
   };
   while (!advance()) {
     auto& h = mesh_.segment_of(next_).header();
-    wait_for(h, stage_ == 2 ? h.flat_done : h.flat_seq, target(), next_, watch_and_check);
+    switch (stage_) {
+      case Stage::combine:
+        wait_for(h, mesh_.segment_of(next_).flat_slot(seq_).seq, h.flat_seq, seq_, next_, watch_and_check);
+        break;
+      default: wait_for(h, h.flat_done, h.flat_done, seq_, next_, watch_and_check); break;
+    }
   }
 }
 

@@ -1,35 +1,55 @@
-// Flat collectives: all_reduce up to SHOAL_FLAT_MAX_BYTES among ranks that all share one
-// host's memory, through shared slots, with no schedule (and, for a blocking call, no
-// progress-thread hand-off). Each rank publishes its input in its own segment and raises its
-// sequence number. Up to 16 KiB every rank then reduces all inputs itself; above, each rank
-// reduces its slice of all inputs into its result area, publishes it, and copies the others'
-// slices (less reading per rank). Reduction is in rank order, so every rank gets the same
-// bits. Two slots by operation parity make a closing barrier unnecessary: a rank rewrites a
-// slot only after every peer published the next operation, which it does only when done.
+// Flat collectives: all_reduce, all_gather, reduce_scatter, broadcast and reduce among ranks
+// that all share one host's memory, through shared slots instead of point-to-point messages,
+// with no schedule (and, for a blocking call with nothing else in flight, no progress-thread
+// hand-off).
+//
+// Each rank publishes its input in its own segment's slot and raises the slot's sequence
+// number, which shares a cache line with the first 48 bytes of data: a small operation costs a
+// peer one cache-line transfer per rank. Then every rank works straight from the peers' slots:
+//  - all_reduce up to 16 KiB: every rank reduces everything itself; above, each rank reduces
+//    its slice into its result area, publishes that, and copies the others' slices;
+//  - all_gather: copy every slot into place; reduce_scatter: reduce this rank's block of every
+//    slot; broadcast: copy the root's slot; reduce: the root reduces every slot.
+// Every rank waits for every peer's slot, even where it needs no data (a broadcast's root): a
+// peer that issued another call is caught at that call, and the next rule holds.
+// Reductions run in rank order, so every rank gets the same bits. Two slots by operation parity
+// make a closing barrier unnecessary: a rank rewrites a slot only once every peer has published
+// the next operation, which a peer does only when it is done with the previous one.
 #pragma once
 
-#include <chrono>
 #include <cstdint>
 #include <functional>
+#include <string>
 
-#include "shoal/types.hpp"
+#include "algorithms/schedule.hpp"
 #include "transport/shm/shm_mesh.hpp"
 
 namespace shoal::comm {
 
-/// The error text for a peer that closed its communicator instead of joining all_reduce #number.
+/// The error text for a peer that closed its communicator instead of joining collective #number.
 std::string closed_without_joining(int rank, uint64_t number, int peer);
 
 /// Announces, in this rank's segment, the collective it enters (engine or flat alike).
 void announce_collective(const transport::shm::ShmMesh& mesh, int rank, uint64_t number, uint32_t signature);
+/// Where `peer` is relative to collective `number`: before it (< 0), in it (0, with the
+/// signature it entered with) or past it (> 0).
+struct Announcement {
+  int32_t relative;
+  uint32_t signature;
+};
+Announcement announced_by(const transport::shm::ShmMesh& mesh, int peer, uint64_t number);
 
-/// Flat all_reduce number `seq` (1, 2, ... in issue order, the same on every rank), which is
+/// Bytes a rank publishes in its slot for `a` (the flat path is possible when they fit).
+uint64_t flat_published_bytes(const algorithms::CollectiveArgs& a);
+/// Whether `a` has a flat version that fits slots of `slot_bytes`.
+bool flat_fits(const algorithms::CollectiveArgs& a, uint64_t slot_bytes);
+
+/// Flat collective number `seq` (1, 2, ... in issue order, the same on every rank), which is
 /// collective number `op_number` of the communicator, with `signature`.
-class FlatAllReduce {
+class FlatCollective {
  public:
-  FlatAllReduce(const transport::shm::ShmMesh& mesh, int rank, int size, uint32_t seq, uint64_t op_number,
-                uint32_t signature, const void* input, void* output, uint64_t count, DataType dtype,
-                ReduceOp op);
+  FlatCollective(const transport::shm::ShmMesh& mesh, const algorithms::CollectiveArgs& args, uint32_t seq,
+                 uint64_t op_number, uint32_t signature, const void* input, void* output);
   /// Does what can be done without waiting; true once finished. Throws MismatchError when a
   /// peer issued a different call at this point.
   bool advance();
@@ -40,22 +60,23 @@ class FlatAllReduce {
   void run(const std::function<void(int waiting_for)>& check);
 
  private:
-  uint32_t target() const;
+  enum class Stage { publish, combine, gather };
+  bool combine();
+  bool gather();
   void watch(int q) const;
+  void check_slot(int q, const transport::shm::FlatSlotHeader& slot) const;
+  [[noreturn]] void mismatch(int peer, const std::string& what) const;
 
   const transport::shm::ShmMesh& mesh_;
-  int rank_, size_;
-  uint32_t seq_;
-  uint64_t op_number_;
-  uint32_t signature_;
+  const algorithms::CollectiveArgs args_;
+  const uint32_t seq_;
+  const uint64_t op_number_;
+  const uint32_t signature_;
   const void* input_;
   void* output_;
-  uint64_t count_;
-  DataType dtype_;
-  ReduceOp op_;
-  int stage_ = 0;  // 0: not yet published; 1: published, reducing;
-                   // 2: (large) own slice reduced and published, gathering the others
-  int next_ = 0;   // the next peer to look at
+  const uint64_t es_;
+  Stage stage_ = Stage::publish;
+  int next_ = 0;  // the next peer to look at
 };
 
 }  // namespace shoal::comm

@@ -122,6 +122,31 @@ TEST(Failures, DifferentCollectivesRaiseMismatchOnBothRanks) {
   }
 }
 
+// Each rank believes it is the root: a root needs nothing from its peers, yet the mismatch
+// must be caught at this call (flat path: 64 floats; engine: 1M floats), not corrupt the next.
+TEST(Failures, DifferentRootsRaiseMismatch) {
+  for (int n : {64, 1 << 20}) {
+    for (bool broadcast : {true, false}) {
+      ProcessJob job(2);
+      auto results = job.run([&](int rank, const ProcessJob& j) {
+        Options o;
+        o.timeout = 20s;
+        Communicator comm = Communicator::create(j.store(), rank, 2, o);
+        std::vector<float> in(n, 1.0f), out(n);
+        return expect_error<MismatchError>(rank, j, [&] {
+          if (broadcast) comm.broadcast(in.data(), out.data(), n, DataType::float32, rank);
+          else comm.reduce(in.data(), out.data(), n, DataType::float32, ReduceOp::sum, rank);
+          comm.barrier();
+        });
+      });
+      for (const auto& r : results) {
+        SCOPED_TRACE(std::to_string(n) + (broadcast ? " floats, broadcast: " : " floats, reduce: ") + r.report);
+        EXPECT_EQ(r.exit_code, kGotExpectedError);
+      }
+    }
+  }
+}
+
 TEST(Failures, TimeoutBoundsAWaitForAnAbsentPeer) {
   ProcessJob job(2);
   auto results = job.run([&](int rank, const ProcessJob& j) {

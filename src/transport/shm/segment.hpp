@@ -43,16 +43,25 @@ struct alignas(64) SegmentHeader {
   alignas(64) std::atomic<uint32_t> flat_seq{0};
   std::atomic<uint32_t> flat_done{0};  // last operation whose slice the owner reduced
   std::atomic<uint32_t> flat_waiters{0};
-  // The collective the owner is in (number + 1, and signature): lets a rank in a flat
-  // collective see that a peer issued a different call instead of waiting for it forever.
-  std::atomic<uint32_t> op_signature{0};
-  std::atomic<uint32_t> op_number{0};
+  // The collective the owner is in, (number + 1) << 32 | signature, in one word so that a
+  // reader never pairs one call's number with another's signature: lets a waiting rank see
+  // that a peer issued a different call instead of waiting for it until the timeout.
+  std::atomic<uint64_t> op_announced{0};
   // Written once when the owner breaks, before its sockets close: why (see Stream::post_abort).
   alignas(64) std::atomic<uint32_t> aborted{0};
   uint32_t abort_code = 0;
   int32_t abort_culprit = -1;
   char abort_message[1012] = {};
 };
+
+/// The head of a flat-collective slot. `seq` is stored last (release): a peer that sees it sees
+/// the rest, and up to 48 bytes of data arrive in the same cache line as the flag.
+struct FlatSlotHeader {
+  std::atomic<uint32_t> seq{0};
+  uint32_t signature = 0;
+  uint64_t bytes = 0;
+};
+static_assert(sizeof(FlatSlotHeader) == 16);  // slots start on a cache line: 48 data bytes share it
 
 class Segment {
  public:
@@ -68,9 +77,10 @@ class Segment {
   SegmentHeader& header() const { return *reinterpret_cast<SegmentHeader*>(base_); }
   RingHeader& ring(uint32_t slot) const;
   uint8_t* ring_data(uint32_t slot) const;
-  /// The two slots (by operation parity) where the owner publishes flat-collective inputs
-  /// (a kFlatSlotHeader-byte header, then the data).
-  uint8_t* flat_slot(uint32_t parity) const;
+  /// The two slots (by operation parity) where the owner publishes flat-collective inputs:
+  /// a FlatSlotHeader, then the data, whose first bytes share the header's cache line.
+  FlatSlotHeader& flat_slot(uint32_t parity) const;
+  uint8_t* flat_data(uint32_t parity) const { return reinterpret_cast<uint8_t*>(&flat_slot(parity)) + kFlatSlotHeader; }
   /// The two areas (by parity) where the owner leaves the slice of a flat result it reduced.
   uint8_t* flat_result(uint32_t parity) const;
 
@@ -78,7 +88,7 @@ class Segment {
   void unlink();
 
   static size_t bytes_for(uint32_t rings, uint64_t ring_bytes, uint64_t flat_bytes);
-  static constexpr size_t kFlatSlotHeader = 64;
+  static constexpr size_t kFlatSlotHeader = sizeof(FlatSlotHeader);
 
  private:
   Segment(std::string name, uint8_t* base, size_t size) : name_(std::move(name)), base_(base), size_(size) {}
