@@ -478,7 +478,11 @@ int main(int argc, char** argv) {
     std::snprintf(header, sizeof header, "shoal-bench %s: %d ranks (%d hosts), dtype %s, op %s, iters %d, warmup %d",
                   kCollNames[o.coll], comm.size(), comm.num_hosts(),
                   std::string(shoal::to_string(b.dtype)).c_str(), op_name(b.op), o.iters, o.warmup);
-    const std::string details = comm.describe();
+    // One line that scripts can read the topology from (tests/tools/test_netcluster.sh), then
+    // the communicator's own description.
+    const std::string details = "topology: num_hosts " + std::to_string(comm.num_hosts()) +
+                                ", local_size " + std::to_string(comm.local_size()) +
+                                " (rank 0's host)\n# " + comm.describe();
 
     PeerOps ops;
     std::memset(&ops, 0, sizeof ops);

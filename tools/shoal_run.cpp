@@ -1,13 +1,21 @@
 // shoal-run: starts N local ranks of a program, torchrun-style, and hosts their rendezvous store.
+// With --netns the ranks are spread over network namespaces (emulated hosts, see
+// scripts/netcluster.sh): each rank enters its host's namespace between fork and exec.
 //
 // The launcher is one thread (plus the store server's threads) around a poll() loop over a
 // signalfd and, with --tag-output, the ranks' output pipes. Each rank leads its own process
 // group so that a signal reaches the whole tree the rank started; every rank dies with the
 // launcher (PR_SET_PDEATHSIG). The first rank to fail, a signal to the launcher or --timeout
 // starts the shutdown: SIGTERM (or the received signal) to every group, SIGKILL after --grace.
+#include <arpa/inet.h>
 #include <fcntl.h>
+#include <ifaddrs.h>
+#include <net/if.h>
+#include <netinet/in.h>
 #include <poll.h>
+#include <sched.h>
 #include <signal.h>
+#include <sys/mount.h>
 #include <sys/prctl.h>
 #include <sys/signalfd.h>
 #include <sys/stat.h>
@@ -19,6 +27,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <memory>
 #include <optional>
 #include <random>
@@ -42,10 +51,21 @@ constexpr size_t kMaxLine = 64 * 1024;  // --tag-output: a longer line is cut in
 constexpr auto kDrainTime = std::chrono::seconds(2);  // output of grandchildren after the ranks
 constexpr auto kReapTime = std::chrono::seconds(2);   // wait for groups to vanish after SIGKILL
 
+/// One emulated host of --netns: a network namespace and the block of ranks it runs.
+struct Host {
+  std::string name;  // as given: a name in /var/run/netns, or a path
+  std::string path;  // the namespace file
+  int count = -1;    // ranks on it; -1 until assigned
+  int first = 0;     // its first rank
+  int fd = -1;       // the open namespace file (close-on-exec)
+};
+
 struct Args {
   int nproc = 0;
   std::string master_addr = "127.0.0.1";
+  bool master_addr_given = false;
   int master_port = 0;
+  std::vector<Host> hosts;  // empty: every rank in shoal-run's own namespace
   double grace = 5;
   double timeout = 0;
   bool tag_output = false;
@@ -185,8 +205,18 @@ struct ChildPlan {
   int stdin_fd = -1;         // -1: inherit
   int stdout_fd = -1;
   int stderr_fd = -1;
-  int exec_error_fd = -1;  // write end of a close-on-exec pipe: errno if execve fails
+  int exec_error_fd = -1;  // write end of a close-on-exec pipe: a ChildError if the start fails
+  int netns_fd = -1;       // enter this network namespace first (-1: stay)
+  const char* netns_name = nullptr;
 };
+
+/// What a child that could not start reports through its exec-error pipe.
+struct ChildError {
+  int stage = 0;  // kStageExec or kStageNetns
+  int err = 0;    // errno
+};
+constexpr int kStageExec = 0;
+constexpr int kStageNetns = 1;
 
 void move_fd(int from, int to) {
   if (from < 0) return;
@@ -197,11 +227,27 @@ void move_fd(int from, int to) {
   }
 }
 
+[[noreturn]] void child_fails(const ChildPlan& plan, int stage, int err) {
+  ChildError e{stage, err};
+  ssize_t ignored = ::write(plan.exec_error_fd, &e, sizeof e);
+  (void)ignored;
+  ::_exit(kExitCannotRun);
+}
+
 [[noreturn]] void run_child(const ChildPlan& plan) {
   ::setpgid(0, 0);
   ::prctl(PR_SET_PDEATHSIG, SIGKILL);
   // The launcher may have died between fork and prctl; then nobody would kill us.
   if (::getppid() != plan.parent) ::_exit(kExitCannotRun);
+  if (plan.netns_fd >= 0) {
+    if (::setns(plan.netns_fd, CLONE_NEWNET) != 0) child_fails(plan, kStageNetns, errno);
+    // As `ip netns exec` does: a private mount namespace with a sysfs of the new network
+    // namespace on /sys, so that /sys/class/net lists this host's NICs. Best effort: without
+    // it only /sys/class/net is wrong, sockets and getifaddrs() are right.
+    if (::unshare(CLONE_NEWNS) == 0 &&
+        ::mount(nullptr, "/", nullptr, MS_SLAVE | MS_REC, nullptr) == 0)
+      ::mount(plan.netns_name, "/sys", "sysfs", 0, nullptr);
+  }
   // Dispositions are as shoal-run found them (it only blocks signals), except SIGPIPE.
   ::sigaction(SIGPIPE, &plan.sigpipe, nullptr);
   ::sigprocmask(SIG_SETMASK, &plan.mask, nullptr);
@@ -209,10 +255,54 @@ void move_fd(int from, int to) {
   move_fd(plan.stdout_fd, 1);
   move_fd(plan.stderr_fd, 2);
   ::execve(plan.path, plan.argv, plan.envp);
-  int err = errno;
-  ssize_t ignored = ::write(plan.exec_error_fd, &err, sizeof err);
-  (void)ignored;
-  ::_exit(kExitCannotRun);
+  child_fails(plan, kStageExec, errno);
+}
+
+/// Runs fn inside the network namespace open at fd, then returns to ours; false with errno set
+/// when the namespace cannot be entered. Only the calling thread moves: sockets created
+/// meanwhile stay in that namespace (and threads started meanwhile start there).
+template <typename Fn>
+bool in_netns(int fd, Fn&& fn) {
+  int self = ::open("/proc/thread-self/ns/net", O_RDONLY | O_CLOEXEC);
+  if (self < 0) return false;
+  if (::setns(fd, CLONE_NEWNET) != 0) {
+    int err = errno;
+    ::close(self);
+    errno = err;
+    return false;
+  }
+  try {
+    fn();
+  } catch (...) {
+    ::setns(self, CLONE_NEWNET);
+    ::close(self);
+    throw;
+  }
+  ::setns(self, CLONE_NEWNET);
+  ::close(self);
+  return true;
+}
+
+/// The IPv4 address of the first interface (lowest index) that is up and not loopback, in the
+/// calling thread's network namespace; empty when there is none.
+std::string first_ipv4_address() {
+  ifaddrs* list = nullptr;
+  if (::getifaddrs(&list) != 0) return {};
+  std::string found;
+  unsigned best = 0;
+  for (ifaddrs* a = list; a; a = a->ifa_next) {
+    if (!a->ifa_addr || a->ifa_addr->sa_family != AF_INET) continue;
+    if ((a->ifa_flags & IFF_UP) == 0 || (a->ifa_flags & IFF_LOOPBACK) != 0) continue;
+    unsigned index = ::if_nametoindex(a->ifa_name);  // 0 for a label such as eth0:1: last
+    if (index == 0) index = ~0u;
+    if (!found.empty() && index >= best) continue;
+    char buf[INET_ADDRSTRLEN];
+    ::inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(a->ifa_addr)->sin_addr, buf, sizeof buf);
+    found = buf;
+    best = index;
+  }
+  ::freeifaddrs(list);
+  return found;
 }
 
 class Launcher {
@@ -221,6 +311,8 @@ class Launcher {
   ~Launcher() {
     if (signal_fd_ >= 0) ::close(signal_fd_);
     if (null_fd_ >= 0) ::close(null_fd_);
+    for (auto& h : args_.hosts)
+      if (h.fd >= 0) ::close(h.fd);
     for (auto& r : ranks_) {
       r.out.close_pipe();
       r.err.close_pipe();
@@ -287,15 +379,26 @@ int Launcher::launch(const std::string& path, uint16_t port) {
                 static_cast<unsigned long long>(rng()));
   const int n = args_.nproc;
 
+  // The host (namespace) of each rank: contiguous blocks, as torchrun numbers the ranks of
+  // its nodes; without --netns one host, ours.
+  std::vector<const Host*> host_of(n, nullptr);
+  for (const Host& h : args_.hosts)
+    for (int i = h.first; i < h.first + h.count; ++i) host_of[i] = &h;
+  const int num_hosts = args_.hosts.empty() ? 1 : static_cast<int>(args_.hosts.size());
+
   // The parent's environment minus what we set, then ours (as torchrun 1.13 sets them).
   auto make_env = [&](int rank) {
+    const Host* h = host_of[rank];
+    const int local_rank = h ? rank - h->first : rank;
+    const int local_size = h ? h->count : n;
+    const int group_rank = h ? static_cast<int>(h - args_.hosts.data()) : 0;
     std::vector<std::pair<std::string, std::string>> ours = {
         {"RANK", std::to_string(rank)},
         {"WORLD_SIZE", std::to_string(n)},
-        {"LOCAL_RANK", std::to_string(rank)},
-        {"LOCAL_WORLD_SIZE", std::to_string(n)},
-        {"GROUP_RANK", "0"},
-        {"GROUP_WORLD_SIZE", "1"},
+        {"LOCAL_RANK", std::to_string(local_rank)},
+        {"LOCAL_WORLD_SIZE", std::to_string(local_size)},
+        {"GROUP_RANK", std::to_string(group_rank)},
+        {"GROUP_WORLD_SIZE", std::to_string(num_hosts)},
         {"ROLE_NAME", "default"},
         {"ROLE_RANK", std::to_string(rank)},
         {"ROLE_WORLD_SIZE", std::to_string(n)},
@@ -350,6 +453,10 @@ int Launcher::launch(const std::string& path, uint16_t port) {
     plan.mask = original_mask_;
     plan.sigpipe = original_sigpipe_;
     plan.stdin_fd = (i == 0 && !stdin_is_tty) ? -1 : null_fd_;
+    if (host_of[i]) {
+      plan.netns_fd = host_of[i]->fd;
+      plan.netns_name = host_of[i]->name.c_str();
+    }
 
     int exec_pipe[2], out_pipe[2] = {-1, -1}, err_pipe[2] = {-1, -1};
     bool ok = ::pipe2(exec_pipe, O_CLOEXEC) == 0;
@@ -388,14 +495,19 @@ int Launcher::launch(const std::string& path, uint16_t port) {
 
     // The exec pipe closes on a successful execve, or carries the child's errno. Waiting for
     // it keeps one descriptor open at a time, and stops the launch at the first failure.
-    int err = 0;
+    ChildError err;
     ssize_t got;
     do got = ::read(exec_pipe[0], &err, sizeof err);
     while (got < 0 && errno == EINTR);
     ::close(exec_pipe[0]);
     if (got == static_cast<ssize_t>(sizeof err)) {
-      say("rank " + std::to_string(i) + " (pid " + std::to_string(pid) + ") could not execute '" +
-          path + "': " + std::strerror(err));
+      std::string who = "rank " + std::to_string(i) + " (pid " + std::to_string(pid) + ") ";
+      if (err.stage == kStageNetns) {
+        say(who + "could not enter network namespace '" + host_of[i]->name +
+            "': " + std::strerror(err.err) + (err.err == EPERM ? " (--netns needs root)" : ""));
+        return 1;
+      }
+      say(who + "could not execute '" + path + "': " + std::strerror(err.err));
       return kExitCannotRun;
     }
   }
@@ -502,12 +614,39 @@ int Launcher::run(int& fatal_signal) {
     return kExitCannotRun;
   }
 
-  // The rendezvous store, hosted here as torchrun's agent does, for the whole job.
+  // The rendezvous store, hosted here as torchrun's agent does, for the whole job. With
+  // --netns and no --master-addr, inside the first host (as torchrun's agent of node 0) at its
+  // first address; with --master-addr, in our own namespace at that address.
   std::unique_ptr<shoal::TcpStore> store;
-  try {
+  auto make_store = [&] {
     store = std::make_unique<shoal::TcpStore>(args_.master_addr,
                                               static_cast<uint16_t>(args_.master_port),
                                               shoal::TcpStore::Options{.is_server = true});
+  };
+  try {
+    if (!args_.hosts.empty() && !args_.master_addr_given) {
+      const Host& h0 = args_.hosts.front();
+      std::string addr;
+      bool entered = in_netns(h0.fd, [&] {
+        addr = first_ipv4_address();
+        if (addr.empty()) return;
+        args_.master_addr = addr;
+        make_store();
+      });
+      if (!entered) {
+        say("cannot enter network namespace '" + h0.name + "': " + std::strerror(errno) +
+            (errno == EPERM ? " (--netns needs root)" : ""));
+        return 1;
+      }
+      if (addr.empty()) {
+        say("network namespace '" + h0.name +
+            "' has no interface with an IPv4 address that is up, for the rendezvous store; "
+            "give one with --master-addr");
+        return 1;
+      }
+    } else {
+      make_store();
+    }
   } catch (const std::exception& e) {
     say("cannot host the rendezvous store on " + args_.master_addr + ":" +
         std::to_string(args_.master_port) + ": " + e.what());
@@ -603,12 +742,12 @@ class Formatter : public CLI::Formatter {
 
 constexpr const char* kFooter =
     R"(Each rank gets the variables torchrun sets: RANK, WORLD_SIZE, LOCAL_RANK,
-LOCAL_WORLD_SIZE, GROUP_RANK=0, GROUP_WORLD_SIZE=1, ROLE_NAME=default, ROLE_RANK,
-ROLE_WORLD_SIZE, MASTER_ADDR, MASTER_PORT, TORCHELASTIC_RESTART_COUNT=0,
-TORCHELASTIC_MAX_RESTARTS=0, TORCHELASTIC_RUN_ID (unique per launch) and
-TORCHELASTIC_USE_AGENT_STORE=True. shoal-run itself hosts the rendezvous store (a TCP store
-speaking torch's TCPStore protocol) at MASTER_ADDR:MASTER_PORT; ranks connect to it as
-clients, so both shoal and torch.distributed's env:// initialization work unchanged.
+LOCAL_WORLD_SIZE, GROUP_RANK=0, GROUP_WORLD_SIZE=1 (per host with --netns, see below),
+ROLE_NAME=default, ROLE_RANK, ROLE_WORLD_SIZE, MASTER_ADDR, MASTER_PORT,
+TORCHELASTIC_RESTART_COUNT=0, TORCHELASTIC_MAX_RESTARTS=0, TORCHELASTIC_RUN_ID (unique per
+launch) and TORCHELASTIC_USE_AGENT_STORE=True. shoal-run itself hosts the rendezvous store
+(a TCP store speaking torch's TCPStore protocol) at MASTER_ADDR:MASTER_PORT; ranks connect to
+it as clients, so both shoal and torch.distributed's env:// initialization work unchanged.
 
 Each rank runs in its own process group. SIGINT, SIGTERM and SIGHUP sent to shoal-run are
 forwarded to every rank's group; a second SIGINT sends SIGKILL. Ranks die with shoal-run.
@@ -621,7 +760,103 @@ SIGTERM to the other ranks, SIGKILL after --grace seconds, and exits with the ra
 
 Exit status: 0 when every rank exits 0; the first failed rank's status; 124 after --timeout;
 127 when PROGRAM cannot be found or executed; 128+N when shoal-run was stopped by signal N;
-2 for bad arguments; 1 for other errors of shoal-run itself.)";
+2 for bad arguments; 1 for other errors of shoal-run itself.
+
+Several hosts on one machine (needs root): --netns NS0,NS1,... starts the ranks in those
+network namespaces, in contiguous blocks (host 0 gets ranks 0..k-1, and so on; -n is split
+evenly, the first hosts getting one more when it does not divide; NS:K gives a host K ranks).
+A name is looked up in /var/run/netns (as `ip netns` creates them), a path is used as is;
+--hosts-file reads the same list, one "NS [K]" per line. Each rank then gets LOCAL_RANK and
+LOCAL_WORLD_SIZE of its host, GROUP_RANK = the host's index and GROUP_WORLD_SIZE = the number
+of hosts. The store is hosted inside the first host at its first IPv4 address (lowest
+interface index, up, not loopback), unless --master-addr is given: then it is hosted in
+shoal-run's own namespace at that address, which every host must reach. scripts/netcluster.sh
+builds such hosts; see docs/cluster.md.)";
+
+/// Parses --netns / --hosts-file entries ("NAME" or "NAME:K"), splits nproc over them and opens
+/// each namespace. Returns an empty string, or what is wrong.
+std::string setup_hosts(std::vector<std::string> entries, int nproc, std::vector<Host>& hosts) {
+  int with_count = 0, assigned = 0;
+  for (const std::string& e : entries) {
+    Host h;
+    size_t colon = e.rfind(':');
+    h.name = e;
+    const bool digits_after = colon != std::string::npos && colon + 1 < e.size() &&
+                              e.find_first_not_of("0123456789", colon + 1) == std::string::npos;
+    if (colon != std::string::npos && (digits_after || e.find('/') == std::string::npos)) {
+      h.name = e.substr(0, colon);
+      std::string k = e.substr(colon + 1);
+      char* end = nullptr;
+      long v = std::strtol(k.c_str(), &end, 10);
+      if (k.empty() || *end != '\0' || v < 1 || v > kMaxRanks)
+        return "bad rank count in '" + e + "' (NAME:K with K >= 1)";
+      h.count = static_cast<int>(v);
+      ++with_count;
+      assigned += h.count;
+    }
+    if (h.name.empty()) return "an empty network namespace name in the host list";
+    for (const Host& other : hosts)
+      if (other.name == h.name) return "network namespace '" + h.name + "' is listed twice";
+    h.path = h.name.find('/') == std::string::npos ? "/var/run/netns/" + h.name : h.name;
+    hosts.push_back(h);
+  }
+  if (hosts.empty()) return "--netns/--hosts-file names no host";
+  const int n_hosts = static_cast<int>(hosts.size());
+  if (with_count == n_hosts) {
+    if (assigned != nproc)
+      return "the hosts' rank counts add up to " + std::to_string(assigned) + ", but -n is " +
+             std::to_string(nproc);
+  } else if (with_count != 0) {
+    return "give a rank count (NAME:K) to every host or to none";
+  } else {
+    if (nproc < n_hosts)
+      return "-n " + std::to_string(nproc) + " is fewer ranks than the " + std::to_string(n_hosts) +
+             " hosts";
+    for (int i = 0; i < n_hosts; ++i) hosts[i].count = nproc / n_hosts + (i < nproc % n_hosts);
+  }
+  int first = 0;
+  for (Host& h : hosts) {
+    h.first = first;
+    first += h.count;
+  }
+  for (Host& h : hosts) {
+    h.fd = ::open(h.path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (h.fd < 0)
+      return "cannot open network namespace '" + h.name + "' (" + h.path +
+             "): " + std::strerror(errno) +
+             (h.path.rfind("/var/run/netns/", 0) == 0
+                  ? "; create it with `ip netns add` or scripts/netcluster.sh up"
+                  : "");
+  }
+  return {};
+}
+
+/// Reads a hosts file: one "NAME [K]" per line; '#' starts a comment.
+bool read_hosts_file(const std::string& path, std::vector<std::string>& entries, std::string& why) {
+  std::ifstream in(path);
+  if (!in) {
+    why = "cannot read --hosts-file " + path + ": " + std::strerror(errno);
+    return false;
+  }
+  std::string line;
+  int number = 0;
+  while (std::getline(in, line)) {
+    ++number;
+    line = line.substr(0, line.find('#'));
+    std::istringstream words(line);
+    std::string name, count, extra;
+    if (!(words >> name)) continue;
+    if (words >> count) {
+      if (words >> extra) {
+        why = path + ":" + std::to_string(number) + ": expected \"NAME [K]\", got '" + line + "'";
+        return false;
+      }
+      name += ":" + count;
+    }
+    entries.push_back(name);
+  }
+  return true;
+}
 
 }  // namespace
 
@@ -641,9 +876,23 @@ int main(int argc, char** argv) {
       ->required()
       ->type_name("N");
   app.add_option("--master-addr", args.master_addr,
-                 "address the store listens on and ranks connect to")
+                 "address the store listens on and ranks connect to (with --netns: default "
+                 "the first host's first address)")
       ->capture_default_str()
       ->type_name("ADDR");
+  std::vector<std::string> netns_entries;
+  std::string hosts_file;
+  auto* netns_opt =
+      app.add_option("--netns", netns_entries,
+                     "start the ranks in these network namespaces (emulated hosts), in "
+                     "contiguous blocks; NS:K gives a host K ranks (needs root)")
+          ->delimiter(',')
+          ->allow_extra_args(false)  // one list per --netns: PROGRAM follows it
+          ->type_name("NS[:K],...");
+  app.add_option("--hosts-file", hosts_file,
+                 "like --netns, from a file with one \"NS [K]\" per line")
+      ->type_name("FILE")
+      ->excludes(netns_opt);
   app.add_option("--master-port", args.master_port, "port of the store (0: a free port)")
       ->capture_default_str()
       ->type_name("PORT");
@@ -680,6 +929,20 @@ int main(int argc, char** argv) {
     return usage_error("--grace must be a number of seconds >= 0");
   if (!(args.timeout >= 0 && args.timeout < 1e9))
     return usage_error("--timeout must be a number of seconds >= 0 (0: no limit)");
+  args.master_addr_given = app.count("--master-addr") > 0;
+  if (!hosts_file.empty()) {
+    std::string why;
+    if (!read_hosts_file(hosts_file, netns_entries, why)) return usage_error(why);
+    if (netns_entries.empty()) return usage_error("--hosts-file " + hosts_file + " names no host");
+  }
+  if (!netns_entries.empty() || app.count("--netns") > 0) {
+    std::string why = setup_hosts(netns_entries, args.nproc, args.hosts);
+    if (!why.empty()) {
+      for (auto& h : args.hosts)
+        if (h.fd >= 0) ::close(h.fd);
+      return usage_error(why);
+    }
+  }
 
   args.command = app.remaining();
   const bool after_dashes = !args.command.empty() && args.command[0] == "--";

@@ -14,6 +14,7 @@
 #include "transport/shm/shm_mesh.hpp"
 #include "transport/tcp/mesh.hpp"
 #include "transport/tcp/socket_stream.hpp"
+#include "transport/tcp/striped_stream.hpp"
 
 namespace shoal {
 
@@ -46,26 +47,34 @@ CommImpl::CommImpl(std::shared_ptr<Store> st, int r, int n, const Options& optio
     comm_id = std::stoull(store->get_string(prefix + "/id"));
   }
   topology = comm::discover_topology(*store, prefix, r, n);
-  listen_address = transport::tcp::choose_listen_address(topology.num_hosts == 1, store->host());
-  // Every pair gets a TCP connection; pairs on one host move their data through shared-memory
-  // rings and keep the socket for wake-ups and to learn when the peer is gone.
-  auto fds = transport::tcp::connect_mesh(*store, prefix, r, n, comm_id, listen_address, deadline);
+  const auto rails = transport::tcp::choose_rail_addresses(topology.num_hosts == 1, store->host());
+  listen_address = rails.front().ip;
+  for (size_t i = 1; i < rails.size(); ++i) listen_address += "," + rails[i].ip;
+  // Every pair gets a TCP connection, and pairs on different hosts one more per further NIC
+  // they share (striped); pairs on one host move their data through shared-memory rings and
+  // keep the socket for wake-ups and to learn when the peer is gone.
+  auto fds = transport::tcp::connect_mesh(*store, prefix, r, n, comm_id, rails, deadline);
   std::unique_ptr<transport::shm::ShmMesh> shm;
   try {
     shm = std::make_unique<transport::shm::ShmMesh>(*store, prefix, r, topology.host_of, comm_id);
   } catch (...) {
-    for (int fd : fds)
-      if (fd >= 0) close(fd);
+    for (auto& peer : fds)
+      for (int fd : peer) close(fd);
     throw;
   }
   std::vector<std::unique_ptr<transport::Stream>> streams(n);
   for (int p = 0; p < n; ++p) {
-    if (fds[p] < 0) continue;
+    if (fds[p].empty()) continue;
     if (shm->uses_shm(p)) {
-      streams[p] = shm->stream_to(p, fds[p]);
+      for (size_t i = 1; i < fds[p].size(); ++i) close(fds[p][i]);
+      streams[p] = shm->stream_to(p, fds[p].front());
       ++shm_peers;
+    } else if (fds[p].size() > 1) {
+      max_rails = std::max(max_rails, static_cast<int>(fds[p].size()));
+      streams[p] = std::make_unique<transport::tcp::StripedStream>(std::move(fds[p]));
+      ++tcp_peers;
     } else {
-      streams[p] = std::make_unique<transport::tcp::SocketStream>(fds[p]);
+      streams[p] = std::make_unique<transport::tcp::SocketStream>(fds[p].front());
       ++tcp_peers;
     }
   }
@@ -82,6 +91,7 @@ std::string CommImpl::transport_summary() const {
   if (shm_peers > 0) os << "shm with " << shm_peers << " peer(s)";
   if (shm_peers > 0 && tcp_peers > 0) os << ", ";
   if (tcp_peers > 0 || shm_peers == 0) os << "tcp with " << tcp_peers << " peer(s) on " << listen_address;
+  if (max_rails > 1) os << " (striped over up to " << max_rails << " NICs)";
   return os.str();
 }
 

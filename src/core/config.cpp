@@ -14,7 +14,10 @@ const std::vector<Setting>& settings() {
        "bound on every wait: rendezvous, connection set-up and each collective"},
       {"SHOAL_DEBUG", "enum", "WARN", "log level: WARN, INFO or TRACE (to stderr)"},
       {"SHOAL_SOCKET_IFNAME", "string", "",
-       "network interface(s) to listen on, comma-separated; default: the one routing to the store"},
+       "network interfaces to use, comma-separated, one TCP connection per peer on each (rails); "
+       "default: the one routing to the store, then the other up interfaces"},
+      {"SHOAL_SOCKET_RAILS", "int", "4",
+       "most NICs (rails) a rank uses towards each peer on another host; 1 turns striping off"},
       {"SHOAL_HOST_ID", "string", "",
        "overrides the host identity used to find ranks on the same host"},
       {"SHOAL_STORE_ADDR", "string", "",
@@ -30,8 +33,9 @@ const std::vector<Setting>& settings() {
        "on shared memory, frames from this size on are pulled by the receiver straight from the "
        "sender's memory (process_vm_readv, one copy) where the kernel allows it; 0: never"},
       {"SHOAL_FLAT_MAX_BYTES", "bytes", "256K",
-       "all_reduce up to this size, among ranks that all share one host's memory, runs through "
-       "shared slots, on the calling thread when it blocks (0: never). Equal on all ranks"},
+       "all_reduce, all_gather, reduce_scatter, broadcast and reduce publishing up to this many bytes "
+       "per rank, among ranks that all share one host's memory, run through shared slots, on the "
+       "calling thread when they block (0: never). Equal on all ranks"},
       {"SHOAL_CHUNK_BYTES", "bytes", "512K",
        "pipeline chunk of ring algorithms: reduction of one chunk overlaps the transfer of the next"},
       {"SHOAL_SOCKET_BUFFER", "bytes", "4M", "SO_SNDBUF/SO_RCVBUF of data connections (0: kernel default)"},

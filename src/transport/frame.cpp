@@ -37,6 +37,7 @@ std::optional<std::string> validate(const Hello& h, uint64_t comm_id, int size) 
   else if (h.endian_check != 0x0102) os << "peer has a different byte order";
   else if (h.comm_id != comm_id) os << "peer belongs to another communicator";
   else if (h.size != size) os << "peer thinks the world has " << h.size << " ranks, not " << size;
+  else if (h.rails == 0 || h.rail >= h.rails) os << "peer announced rail " << h.rail << " of " << h.rails;
   else if (h.rank < 0 || h.rank >= size) os << "peer claims rank " << h.rank;
   else return std::nullopt;
   return os.str();

@@ -10,7 +10,7 @@
 namespace shoal::transport {
 
 inline constexpr uint32_t kFrameMagic = 0x4c4f4853;  // "SHOL"
-inline constexpr uint16_t kProtocolVersion = 1;
+inline constexpr uint16_t kProtocolVersion = 2;
 
 enum class FrameKind : uint8_t {
   collective = 1,  // payload of a collective's step
@@ -52,6 +52,9 @@ struct Hello {
   uint64_t comm_id = 0;
   int32_t rank = -1;
   int32_t size = 0;
+  uint16_t rail = 0;   // which of the pair's connections this is (one per NIC)
+  uint16_t rails = 1;  // on rail 0: how many connections the pair has
+  uint32_t reserved = 0;
 };
 #pragma pack(pop)
 

@@ -108,7 +108,7 @@ case_help() {
   "${GUARD[@]}" "$RUN" --help >"$D/help" 2>&1 || { echo "--help failed"; cat "$D/help"; return 1; }
   local opt
   for opt in --nproc --master-addr --master-port --grace --tag-output --timeout PROGRAM \
-             RANK WORLD_SIZE TORCHELASTIC_USE_AGENT_STORE; do
+             RANK WORLD_SIZE TORCHELASTIC_USE_AGENT_STORE --netns --hosts-file GROUP_RANK; do
     expect_grep "$opt" "$D/help" || return 1
   done
 }
@@ -130,6 +130,38 @@ case_bad_arguments() {
   "${GUARD[@]}" "$RUN" -n 2 --no-such-option true >"$D/badopt.out" 2>&1; rc=$?
   expect_rc 2 $rc "an unknown option" || return 1
   expect_grep "unknown option '--no-such-option'" "$D/badopt.out"
+}
+
+case_netns_arguments() {
+  # Host lists that cannot work are usage errors (exit 2) before anything starts; these need
+  # no root. Launching into namespaces is tested by test_netcluster.sh.
+  local rc ns=nons$MARK
+  "${GUARD[@]}" "$RUN" -n 2 --netns "$ns-a,$ns-b" true >"$D/ns1.out" 2>&1; rc=$?
+  expect_rc 2 $rc "--netns naming a namespace that does not exist" || return 1
+  expect_grep "cannot open network namespace '$ns-a' \(/var/run/netns/$ns-a\): No such file" \
+    "$D/ns1.out" || return 1
+  "${GUARD[@]}" "$RUN" -n 1 --netns "$ns-a,$ns-b" true >"$D/ns2.out" 2>&1; rc=$?
+  expect_rc 2 $rc "fewer ranks than hosts" || return 1
+  expect_grep "-n 1 is fewer ranks than the 2 hosts" "$D/ns2.out" || return 1
+  "${GUARD[@]}" "$RUN" -n 3 --netns "$ns-a:1,$ns-b:1" true >"$D/ns3.out" 2>&1; rc=$?
+  expect_rc 2 $rc "rank counts that do not add up to -n" || return 1
+  expect_grep "add up to 2, but -n is 3" "$D/ns3.out" || return 1
+  "${GUARD[@]}" "$RUN" -n 3 --netns "$ns-a:1,$ns-b" true >"$D/ns4.out" 2>&1; rc=$?
+  expect_rc 2 $rc "a count for some hosts only" || return 1
+  expect_grep "to every host or to none" "$D/ns4.out" || return 1
+  "${GUARD[@]}" "$RUN" -n 2 --netns "$ns-a,$ns-a" true >"$D/ns5.out" 2>&1; rc=$?
+  expect_rc 2 $rc "a host listed twice" || return 1
+  expect_grep "listed twice" "$D/ns5.out" || return 1
+  printf '# comment\n%s-c 2   # two ranks\n\n%s-d 1 extra\n' "$ns" "$ns" >"$D/hosts"
+  "${GUARD[@]}" "$RUN" -n 3 --hosts-file "$D/hosts" true >"$D/ns6.out" 2>&1; rc=$?
+  expect_rc 2 $rc "a malformed hosts file" || return 1
+  expect_grep "hosts:4: expected \"NAME \[K\]\"" "$D/ns6.out" || return 1
+  printf '%s-c 2   # two ranks\n%s-d\n' "$ns" "$ns" >"$D/hosts"
+  "${GUARD[@]}" "$RUN" -n 3 --hosts-file "$D/hosts" true >"$D/ns7.out" 2>&1; rc=$?
+  expect_rc 2 $rc "a hosts file with a count for one host only" || return 1
+  expect_grep "to every host or to none" "$D/ns7.out" || return 1
+  "${GUARD[@]}" "$RUN" -n 3 --hosts-file "$D/hosts" --netns x true >"$D/ns8.out" 2>&1; rc=$?
+  expect_rc 2 $rc "--hosts-file with --netns" || return 1
 }
 
 case_environment() {
@@ -429,7 +461,7 @@ print("rank %d: got %r, all_reduce %g" % (r, peer, t.item()))
 t_start=$(now)
 for c in help bad_arguments environment rank_fails rank_killed grace_escalates forwards_sigterm \
          second_sigint_kills dies_with_launcher timeout missing_program exec_fails_in_child \
-         tag_output stdin_to_rank0 no_leaked_fds no_zombies store_reachable; do
+         tag_output stdin_to_rank0 no_leaked_fds no_zombies store_reachable netns_arguments; do
   run_case "$c"
 done
 echo "$passed passed, ${#failed[@]} failed in $(awk -v a="$t_start" -v b="$(now)" \

@@ -10,11 +10,13 @@
 
 namespace shoal::transport::tcp {
 
-/// Returns one connected, configured socket per peer (index = peer rank; -1 for this rank).
-/// `key_prefix` scopes the store keys to this communicator. Throws TimeoutError naming the
-/// ranks that never showed up.
-std::vector<int> connect_mesh(Store& store, const std::string& key_prefix, int rank, int size,
-                              uint64_t comm_id, const std::string& listen_ip,
-                              Clock::time_point deadline);
+/// Returns the connected, configured sockets to every peer (index = peer rank; empty for this
+/// rank): the first over the primary addresses, then one per further NIC the pair shares (the
+/// higher rank connects from each of its extra `rails` to the peer's address in the same
+/// subnet). `key_prefix` scopes the store keys to this communicator. Throws TimeoutError
+/// naming the ranks that never showed up.
+std::vector<std::vector<int>> connect_mesh(Store& store, const std::string& key_prefix, int rank, int size,
+                                           uint64_t comm_id, const std::vector<InterfaceAddress>& rails,
+                                           Clock::time_point deadline);
 
 }  // namespace shoal::transport::tcp

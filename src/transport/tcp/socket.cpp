@@ -11,6 +11,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <sstream>
@@ -21,36 +22,25 @@
 
 namespace shoal::transport::tcp {
 
-static std::string interface_address(const std::string& name) {
+// Every up IPv4 interface address, in the kernel's order.
+static std::vector<InterfaceAddress> interface_addresses() {
+  std::vector<InterfaceAddress> out;
   ifaddrs* list = nullptr;
-  if (getifaddrs(&list) != 0) return {};
-  std::string found;
+  if (getifaddrs(&list) != 0) return out;
   for (ifaddrs* a = list; a; a = a->ifa_next) {
-    if (!a->ifa_addr || a->ifa_addr->sa_family != AF_INET) continue;
-    if (name == a->ifa_name) {
-      char buf[INET_ADDRSTRLEN];
-      inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(a->ifa_addr)->sin_addr, buf, sizeof buf);
-      found = buf;
-      break;
-    }
-  }
-  freeifaddrs(list);
-  return found;
-}
-
-static std::string first_non_loopback() {
-  ifaddrs* list = nullptr;
-  if (getifaddrs(&list) != 0) return {};
-  std::string found;
-  for (ifaddrs* a = list; a && found.empty(); a = a->ifa_next) {
-    if (!a->ifa_addr || a->ifa_addr->sa_family != AF_INET) continue;
-    if ((a->ifa_flags & IFF_UP) == 0 || (a->ifa_flags & IFF_LOOPBACK) != 0) continue;
+    if (!a->ifa_addr || a->ifa_addr->sa_family != AF_INET || (a->ifa_flags & IFF_UP) == 0) continue;
+    InterfaceAddress ia;
+    ia.name = a->ifa_name;
+    ia.address = reinterpret_cast<sockaddr_in*>(a->ifa_addr)->sin_addr.s_addr;
+    ia.netmask = a->ifa_netmask ? reinterpret_cast<sockaddr_in*>(a->ifa_netmask)->sin_addr.s_addr : 0xffffffffu;
+    if ((a->ifa_flags & IFF_LOOPBACK) != 0) ia.name = "lo";
     char buf[INET_ADDRSTRLEN];
-    inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(a->ifa_addr)->sin_addr, buf, sizeof buf);
-    found = buf;
+    inet_ntop(AF_INET, &ia.address, buf, sizeof buf);
+    ia.ip = buf;
+    out.push_back(ia);
   }
   freeifaddrs(list);
-  return found;
+  return out;
 }
 
 static bool resolve_ipv4(const std::string& host, in_addr& out) {
@@ -88,23 +78,36 @@ static std::string route_to(const std::string& host) {
   return found;
 }
 
-std::string choose_listen_address(bool single_host, const std::string& store_host) {
+std::vector<InterfaceAddress> choose_rail_addresses(bool single_host, const std::string& store_host) {
+  const auto all = interface_addresses();
+  const auto max_rails = static_cast<size_t>(std::max<int64_t>(1, config::get_int("SHOAL_SOCKET_RAILS")));
+  std::vector<InterfaceAddress> rails;
+  auto add = [&](const InterfaceAddress& a) {
+    for (const auto& r : rails)
+      if (r.address == a.address) return;
+    if (rails.size() < max_rails) rails.push_back(a);
+  };
   std::string ifnames = config::get("SHOAL_SOCKET_IFNAME");
   if (!ifnames.empty()) {
     std::stringstream ss(ifnames);
     std::string name;
-    while (std::getline(ss, name, ',')) {
-      std::string addr = interface_address(name);
-      if (!addr.empty()) return addr;
-    }
-    SHOAL_THROW(InvalidArgument, "SHOAL_SOCKET_IFNAME=" << ifnames
-                                     << " names no interface with an IPv4 address on this host; "
-                                        "list the interfaces with `ip -4 addr`");
+    while (std::getline(ss, name, ','))
+      for (const auto& a : all)
+        if (a.name == name) add(a);
+    SHOAL_CHECK(!rails.empty(), InvalidArgument,
+                "SHOAL_SOCKET_IFNAME=" << ifnames << " names no interface with an IPv4 address on this host; "
+                                          "list the interfaces with `ip -4 addr`");
+    return rails;
   }
-  if (single_host) return "127.0.0.1";
-  if (std::string a = route_to(store_host); !a.empty() && a != "0.0.0.0") return a;
-  if (std::string a = first_non_loopback(); !a.empty()) return a;
-  return "127.0.0.1";
+  InterfaceAddress loopback{"lo", "127.0.0.1", htonl(INADDR_LOOPBACK), htonl(0xff000000u)};
+  if (single_host) return {loopback};
+  std::string primary = route_to(store_host);
+  for (const auto& a : all)
+    if (a.ip == primary && a.name != "lo") add(a);
+  for (const auto& a : all)
+    if (a.name != "lo") add(a);
+  if (rails.empty()) rails.push_back(loopback);
+  return rails;
 }
 
 int listen_on(const std::string& ip, uint16_t& port) {

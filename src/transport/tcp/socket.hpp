@@ -5,17 +5,29 @@
 #include <chrono>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace shoal::transport::tcp {
 
 using Clock = std::chrono::steady_clock;
 
-/// IPv4 address this rank listens on. Order: SHOAL_SOCKET_IFNAME (first listed interface
-/// that exists), 127.0.0.1 when every rank is on this host, the interface that routes to
-/// `store_host`, the first non-loopback interface that is up, 127.0.0.1.
-std::string choose_listen_address(bool single_host, const std::string& store_host);
+/// An IPv4 address of this host's interface `name`, with its netmask (network byte order).
+struct InterfaceAddress {
+  std::string name, ip;
+  uint32_t address = 0, netmask = 0;
+  bool same_subnet(uint32_t other) const { return (address & netmask) == (other & netmask); }
+};
+
+/// The addresses this rank uses for TCP, one per NIC ("rail"); the first is the primary, the
+/// one it listens on and connects from as before multi-rail. SHOAL_SOCKET_IFNAME: every listed
+/// interface that exists, in order. Otherwise the primary is 127.0.0.1 when every rank is on
+/// this host, else the interface that routes to `store_host` (else the first non-loopback
+/// interface that is up, else 127.0.0.1), followed, on several hosts, by the other up,
+/// non-loopback interfaces; at most SHOAL_SOCKET_RAILS in all.
+std::vector<InterfaceAddress> choose_rail_addresses(bool single_host, const std::string& store_host);
 
 /// Listening socket on ip:0 (non-blocking, CLOEXEC); returns fd and sets the chosen port.
+/// "0.0.0.0" listens on every interface (several rails).
 int listen_on(const std::string& ip, uint16_t& port);
 
 /// Connects to ip:port, retrying with exponential back-off until `deadline`. Throws
