@@ -148,20 +148,35 @@ bool CommImpl::flat_eligible(const algorithms::CollectiveArgs& a) const {
   return flat_max_bytes_ > 0 && comm::flat_fits(a, flat_max_bytes_);
 }
 
+// The Work of every blocking flat collective that succeeded (nothing to allocate per call).
+static const std::shared_ptr<WorkState>& succeeded_work() {
+  static const auto state = [] {
+    auto s = std::make_shared<WorkState>();
+    s->complete();
+    return s;
+  }();
+  return state;
+}
+
+static Work failed_work(std::exception_ptr e) {
+  auto state = std::make_shared<WorkState>();
+  state->complete(std::move(e));
+  return Work(state);
+}
+
 Work CommImpl::run_flat_here(const comm::OpRequest& req) {
   const auto& a = req.args;
-  auto state = std::make_shared<WorkState>();
-  if (auto e = engine->broken_error()) {
-    state->complete(e);
-    return Work(state);
-  }
+  if (engine->broken()) return failed_work(engine->broken_error());
   const uint64_t number = engine->reserve_collective_number();
-  const auto deadline = comm::Clock::now() + timeout;
+  // Checked only once the operation has to wait (so the fast path reads no clock).
+  comm::Clock::time_point deadline{};
   auto check = [&](int waiting_for) {
     if (engine->broken()) std::rethrow_exception(engine->broken_error());
     if (engine->peer_closed(waiting_for))
       throw PeerFailureError(comm::closed_without_joining(rank, number, waiting_for), waiting_for);
-    if (comm::Clock::now() > deadline) {
+    const auto now = comm::Clock::now();
+    if (deadline == comm::Clock::time_point{}) deadline = now + timeout;
+    if (now > deadline) {
       std::ostringstream os;
       os << "rank " << rank << ": " << algorithms::to_string(a.collective) << " #" << number << " (" << a.count
          << " x " << to_string(a.dtype) << ", shared memory) did not finish within "
@@ -175,12 +190,11 @@ Work CommImpl::run_flat_here(const comm::OpRequest& req) {
     comm::FlatCollective flat(*engine->shm(), a, req.flat_seq, number,
                               algorithms::signature(a), req.input, req.output);
     flat.run(check);
-    state->complete();
   } catch (const Error& e) {
     if (e.code() == ErrorCode::Mismatch) engine->break_from_caller(e.code(), e.what(), e.peer());
-    state->complete(std::current_exception());
+    return failed_work(std::current_exception());
   }
-  return Work(state);
+  return Work(succeeded_work());
 }
 
 }  // namespace detail

@@ -147,18 +147,19 @@ void Engine::advance_flat() {
       op.finished = true;
       flat_running_ = nullptr;
       ++progress_count_;
-    } else if (peer_closed(op.flat->waiting_for())) {
-      const int q = op.flat->waiting_for();
-      on_connection_error(q, ErrorCode::PeerFailure, closed_without_joining(rank_, op.seq, q));
+      return;
     }
+    op.flat->watch_peer();
+    const int q = op.flat->waiting_for();
+    if (peer_closed(q)) on_connection_error(q, ErrorCode::PeerFailure, closed_without_joining(rank_, op.seq, q));
   } catch (const Error& e) {
     on_connection_error(e.peer(), e.code(), e.what());
   }
 }
 
 uint64_t Engine::reserve_collective_number() {
-  std::lock_guard<std::mutex> lock(submit_mutex_);
-  return next_collective_seq_++;
+  // Only while idle (nothing queued), from the thread that submits: no race with submit().
+  return next_collective_seq_.fetch_add(1, std::memory_order_relaxed);
 }
 
 std::exception_ptr Engine::broken_error() const {

@@ -113,7 +113,7 @@ class Engine : public transport::ConnectionListener {
   // submission (any thread)
   mutable std::mutex submit_mutex_;
   std::deque<std::unique_ptr<Op>> submitted_;
-  uint64_t next_collective_seq_ = 0;
+  std::atomic<uint64_t> next_collective_seq_{0};  // taken under submit_mutex_ or by an idle caller
   std::vector<uint64_t> next_send_seq_, next_recv_seq_;
   bool stopping_ = false;
   std::exception_ptr broken_;  // set once; later submissions fail with it

@@ -32,24 +32,24 @@ inline bool reached(const std::atomic<uint32_t>& word, uint32_t seq) {
   return static_cast<int32_t>(word.load(std::memory_order_acquire) - seq) >= 0;
 }
 
-// Spin briefly on `flag`, then yield the core, then sleep on the futex `word` (published after
-// `flag`; shared memory, so not a private futex), with a bounded sleep so that `check` runs
-// regularly (broken communicator, timeout, mismatch).
-void wait_for(SegmentHeader& h, const std::atomic<uint32_t>& flag, std::atomic<uint32_t>& word, uint32_t seq,
-              int who, const std::function<void(int)>& check) {
+// Spin briefly on `word`, then yield the core, then sleep on it in a futex (shared memory, so
+// not a private one), with a bounded sleep so that `check` runs regularly (broken
+// communicator, timeout, mismatch). `h` is the header of the word's owner.
+void wait_for(SegmentHeader& h, std::atomic<uint32_t>& word, uint32_t seq, int who,
+              const std::function<void(int)>& check) {
   for (int i = 0; i < 64; ++i) {
-    if (reached(flag, seq)) return;
+    if (reached(word, seq)) return;
     cpu_relax();
   }
   check(who);
   static const int64_t spin_us = config::get_int("SHOAL_SPIN_US");
   const auto yield_until = std::chrono::steady_clock::now() + std::chrono::microseconds(spin_us);
   while (std::chrono::steady_clock::now() < yield_until) {
-    if (reached(flag, seq)) return;
+    if (reached(word, seq)) return;
     sched_yield();
   }
   for (;;) {
-    if (reached(flag, seq)) return;  // a peer that published and then left is not a failure
+    if (reached(word, seq)) return;  // a peer that published and then left is not a failure
     check(who);
     h.flat_waiters.fetch_add(1, std::memory_order_seq_cst);
     const uint32_t seen = word.load(std::memory_order_seq_cst);
@@ -61,7 +61,7 @@ void wait_for(SegmentHeader& h, const std::atomic<uint32_t>& flag, std::atomic<u
   }
 }
 
-// Raises the futex word `word` (after the flag a spinning peer looks at) and wakes sleepers.
+// Publishes `seq` in `word` (after the data it guards) and wakes peers asleep on it.
 void raise(SegmentHeader& h, std::atomic<uint32_t>& word, uint32_t seq) {
   word.store(seq, std::memory_order_seq_cst);
   if (h.flat_waiters.load(std::memory_order_seq_cst) != 0)
@@ -135,6 +135,10 @@ void FlatCollective::mismatch(int peer, const std::string& what) const {
               peer);
 }
 
+void FlatCollective::watch_peer() const {
+  if (stage_ == Stage::combine) watch(next_);
+}
+
 void FlatCollective::watch(int q) const {
   const auto [announced, signature] = announced_by(mesh_, q, op_number_);
   // A peer in this same collective with another signature issued a different call (perhaps
@@ -165,8 +169,7 @@ bool FlatCollective::advance() {
     slot.signature = signature_;
     slot.bytes = bytes;
     if (bytes > 0) std::memcpy(mine.flat_data(seq_), input_, bytes);
-    slot.seq.store(seq_, std::memory_order_release);
-    raise(mine.header(), mine.header().flat_seq, seq_);
+    raise(mine.header(), slot.seq, seq_);
     stage_ = Stage::combine;
     next_ = 0;
   }
@@ -203,10 +206,7 @@ bool FlatCollective::combine() {
     const int q = next_;
     const auto& seg = mesh_.segment_of(q);
     const FlatSlotHeader& slot = seg.flat_slot(seq_);
-    if (q != me && !reached(slot.seq, seq_)) {
-      watch(q);
-      return false;
-    }
+    if (q != me && !reached(slot.seq, seq_)) return false;
     check_slot(q, slot);
     // Our own contribution is read from the input where that is safe and hot: a copy (the
     // output may alias the input, then there is nothing to copy), not a reduction.
@@ -245,13 +245,9 @@ void FlatCollective::run(const std::function<void(int)>& check) {
     check(q);
   };
   while (!advance()) {
-    auto& h = mesh_.segment_of(next_).header();
-    switch (stage_) {
-      case Stage::combine:
-        wait_for(h, mesh_.segment_of(next_).flat_slot(seq_).seq, h.flat_seq, seq_, next_, watch_and_check);
-        break;
-      default: wait_for(h, h.flat_done, h.flat_done, seq_, next_, watch_and_check); break;
-    }
+    const auto& peer = mesh_.segment_of(next_);
+    auto& word = stage_ == Stage::combine ? peer.flat_slot(seq_).seq : peer.header().flat_done;
+    wait_for(peer.header(), word, seq_, next_, watch_and_check);
   }
 }
 

@@ -51,8 +51,11 @@ class FlatCollective {
   FlatCollective(const transport::shm::ShmMesh& mesh, const algorithms::CollectiveArgs& args, uint32_t seq,
                  uint64_t op_number, uint32_t signature, const void* input, void* output);
   /// Does what can be done without waiting; true once finished. Throws MismatchError when a
-  /// peer issued a different call at this point.
+  /// peer published a different call.
   bool advance();
+  /// After advance() returned false: throws MismatchError if the peer it waits for entered
+  /// this collective with other arguments or moved past it without publishing (so it will not).
+  void watch_peer() const;
   /// The peer it waits for when advance() returned false.
   int waiting_for() const { return next_; }
   /// Runs to the end on this thread: spins, yields, then sleeps on a futex between advances.

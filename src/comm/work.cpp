@@ -25,6 +25,11 @@ static void poll_briefly(detail::WorkState& s) {
 
 void Work::wait() const {
   auto& s = state_of(state_);
+  // `error` is set before `finished` (release) and never changes after.
+  if (s.finished.load(std::memory_order_acquire)) {
+    if (s.error) std::rethrow_exception(s.error);
+    return;
+  }
   poll_briefly(s);
   std::unique_lock<std::mutex> lock(s.mutex);
   s.cv.wait(lock, [&] { return s.done; });

@@ -38,15 +38,15 @@ struct alignas(64) SegmentHeader {
   uint64_t probe_address = 0;
   uint8_t can_pull[256] = {};
   alignas(64) std::atomic<uint32_t> sleeping{0};  // the owner's progress thread sleeps
-  // Flat collectives (src/comm/flat.cpp): the number of the owner's last published operation,
-  // and how many peers sleep on it in a futex (the owner wakes them when it publishes).
-  alignas(64) std::atomic<uint32_t> flat_seq{0};
-  std::atomic<uint32_t> flat_done{0};  // last operation whose slice the owner reduced
-  std::atomic<uint32_t> flat_waiters{0};
+  // Flat collectives (src/comm/flat.cpp): the last operation whose slice the owner reduced (in
+  // its own line: peers poll it), and how many peers sleep in a futex on one of the owner's
+  // words (the owner wakes them when it publishes).
+  alignas(64) std::atomic<uint32_t> flat_done{0};
+  alignas(64) std::atomic<uint32_t> flat_waiters{0};
   // The collective the owner is in, (number + 1) << 32 | signature, in one word so that a
   // reader never pairs one call's number with another's signature: lets a waiting rank see
   // that a peer issued a different call instead of waiting for it until the timeout.
-  std::atomic<uint64_t> op_announced{0};
+  alignas(64) std::atomic<uint64_t> op_announced{0};
   // Written once when the owner breaks, before its sockets close: why (see Stream::post_abort).
   alignas(64) std::atomic<uint32_t> aborted{0};
   uint32_t abort_code = 0;
