@@ -19,6 +19,7 @@
 #include <nlohmann/json.hpp>
 
 #include "bench/nccl_tests_driver.h"
+#include "algorithms/registry.hpp"
 #include "shoal/communicator.hpp"
 
 namespace {
@@ -30,6 +31,7 @@ using shoal::ReduceOp;
 
 constexpr int kExitUsage = 2;
 constexpr int kJsonOption = 256;
+constexpr int kAlgoOption = 257;
 constexpr unsigned kResidues = 17;  // the fill takes 17 values per rank, as nccl-tests' peers
 
 // nccl-tests' names for the type column.
@@ -63,6 +65,7 @@ struct Bench {
   DataType dtype = DataType::float32;
   ReduceOp op = ReduceOp::sum;
   std::string json_path;
+  std::string algo;  // --algo: forced for the benchmarked collective (through SHOAL_ALGO)
   std::vector<PbRow> rows;  // rank 0's, for --json
 };
 
@@ -370,6 +373,14 @@ int handle_option(void* ctx, int val, const char* arg, int rank) {
     static_cast<Bench*>(ctx)->json_path = arg;
     return 0;
   }
+  if (val == kAlgoOption) {
+    if (!arg || !*arg) {
+      if (rank == 0) std::fprintf(stderr, "--algo needs an algorithm name (shoal-info --algorithms)\n");
+      return -1;
+    }
+    static_cast<Bench*>(ctx)->algo = arg;
+    return 0;
+  }
   return -1;
 }
 
@@ -445,6 +456,7 @@ int main(int argc, char** argv) {
   const int env_rank = rank_env ? std::atoi(rank_env) : 0;
   Bench b;
   static const struct option extra_longopts[] = {{"json", required_argument, nullptr, kJsonOption},
+                                                 {"algo", required_argument, nullptr, kAlgoOption},
                                                  {nullptr, 0, nullptr, 0}};
   PbParseExt ext;
   std::memset(&ext, 0, sizeof ext);
@@ -456,6 +468,8 @@ int main(int argc, char** argv) {
       "  -o,--op OP          sum prod min max avg (reductions), default sum\n";
   ext.usage_extra =
       "  --json FILE         rank 0 also writes the header and every line to FILE as JSON\n"
+      "  --algo NAME         run the collective with this algorithm (shoal-info --algorithms);\n"
+      "                      sets SHOAL_ALGO for the process, so pass it to every rank\n"
       "  With -c 1, after timing, every timed iteration's call is run again at its offset on\n"
       "  fresh data and every element is compared with a reference computed on the host;\n"
       "  the exit status is 1 when any is wrong.\n";
@@ -467,6 +481,19 @@ int main(int argc, char** argv) {
   if (parsed != 0) return parsed < 0 ? kExitUsage : 0;
   b.dtype = *shoal::parse_data_type(o.datatype);
   b.op = *shoal::parse_reduce_op(o.op);
+  if (!b.algo.empty()) {
+    // Validated before any rendezvous; every rank gets the same flags, so all choose alike.
+    const std::string spec = std::string(kCollNames[o.coll]) + ":" + b.algo;
+    try {
+      shoal::algorithms::parse_override(spec);
+    } catch (const shoal::Error& e) {
+      if (env_rank == 0) std::fprintf(stderr, "shoal-bench: --algo %s: %s\n", b.algo.c_str(), e.what());
+      return kExitUsage;
+    }
+    setenv("SHOAL_ALGO", spec.c_str(), 1);
+    // Small collectives among ranks of one host would run through shared slots, not a schedule.
+    setenv("SHOAL_FLAT_MAX_BYTES", "0", 1);
+  }
 
   int rank = env_rank;
   try {

@@ -23,9 +23,10 @@ static void print_settings() {
 
 static void print_algorithms() {
   std::printf("# algorithms\n");
-  std::printf("%-16s %-15s %-34s %s\n", "collective", "algorithm", "constraints", "description");
+  std::printf("# the first row of a collective runs unless SHOAL_ALGO=collective:name picks another\n");
+  std::printf("%-15s %-19s %-50s %s\n", "collective", "algorithm", "constraints", "description");
   for (const auto& a : algorithms::registry())
-    std::printf("%-16s %-15s %-34s %s\n", std::string(algorithms::to_string(a.collective)).c_str(),
+    std::printf("%-15s %-19s %-50s %s\n", std::string(algorithms::to_string(a.collective)).c_str(),
                 std::string(a.name).c_str(), std::string(a.constraints).c_str(),
                 std::string(a.description).c_str());
 }

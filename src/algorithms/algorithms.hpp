@@ -13,6 +13,21 @@ void ring_all_reduce(Schedule& s, const CollectiveArgs& a);
 // tree.cpp — binomial trees, pipelined by chunk
 void binomial_broadcast(Schedule& s, const CollectiveArgs& a);
 void binomial_reduce(Schedule& s, const CollectiveArgs& a);
+void binomial_all_reduce(Schedule& s, const CollectiveArgs& a);  // reduce to 0 + broadcast
+
+// recursive.cpp — recursive doubling / halving over a power-of-two fold
+void recursive_doubling_all_reduce(Schedule& s, const CollectiveArgs& a);
+void rabenseifner_all_reduce(Schedule& s, const CollectiveArgs& a);
+void recursive_halving_reduce_scatter(Schedule& s, const CollectiveArgs& a);
+void recursive_doubling_all_gather(Schedule& s, const CollectiveArgs& a);
+
+// swing.cpp — Swing (De Sensi et al., NSDI 2024): the same butterfly with short-distance peers
+void swing_all_reduce(Schedule& s, const CollectiveArgs& a);
+void swing_reduce_scatter(Schedule& s, const CollectiveArgs& a);
+void swing_all_gather(Schedule& s, const CollectiveArgs& a);
+
+// bruck.cpp — Bruck all_gather, ceil(log2 p) steps for any p
+void bruck_all_gather(Schedule& s, const CollectiveArgs& a);
 
 // linear.cpp — direct exchanges
 void pairwise_all_to_all(Schedule& s, const CollectiveArgs& a);

@@ -1,43 +1,268 @@
 #include "algorithms/registry.hpp"
 
+#include <cmath>
+#include <memory>
+#include <mutex>
+#include <sstream>
+
 #include "algorithms/algorithms.hpp"
+#include "core/check.hpp"
+#include "core/config.hpp"
 
 namespace shoal::algorithms {
+
+namespace {
+
+// Cost models (Thakur, Rabenseifner & Gropp 2005; Chan et al. 2007). lg = ceil(log2 p);
+// p2 = the largest power of two <= p; fold = the extra steps of a non-power of two: the
+// folded ranks' data in (one message of the whole vector, one reduction) and the result out.
+double lg(int p) { return p <= 1 ? 0 : std::ceil(std::log2(static_cast<double>(p))); }
+int pow2_below(int p) {
+  int x = 1;
+  while (x * 2 <= p) x *= 2;
+  return x;
+}
+double frac(int p) { return p <= 1 ? 0 : static_cast<double>(p - 1) / p; }
+
+double ring_all_reduce_cost(int p, uint64_t n, const CostParams& c) {
+  return 2 * (p - 1) * c.alpha + frac(p) * n * (2 * c.beta + c.gamma);
+}
+double ring_all_gather_cost(int p, uint64_t n, const CostParams& c) {
+  return (p - 1) * c.alpha + frac(p) * n * c.beta;
+}
+double ring_reduce_scatter_cost(int p, uint64_t n, const CostParams& c) {
+  return (p - 1) * c.alpha + frac(p) * n * (c.beta + c.gamma);
+}
+double fold_all_reduce(int p, uint64_t n, const CostParams& c) {
+  return p == pow2_below(p) ? 0 : 2 * c.alpha + n * (2 * c.beta + c.gamma);
+}
+double butterfly_all_reduce_cost(int p, uint64_t n, const CostParams& c) {
+  const int p2 = pow2_below(p);
+  return 2 * lg(p2) * c.alpha + frac(p2) * n * (2 * c.beta + c.gamma) + fold_all_reduce(p, n, c);
+}
+double recursive_doubling_all_reduce_cost(int p, uint64_t n, const CostParams& c) {
+  return lg(pow2_below(p)) * (c.alpha + n * (c.beta + c.gamma)) + fold_all_reduce(p, n, c);
+}
+double binomial_all_reduce_cost(int p, uint64_t n, const CostParams& c) {
+  return lg(p) * (2 * c.alpha + n * (2 * c.beta + c.gamma));
+}
+double butterfly_all_gather_cost(int p, uint64_t n, const CostParams& c) {
+  const int p2 = pow2_below(p);
+  const double fold = p == p2 ? 0 : 2 * c.alpha + (n / p + n) * c.beta;
+  return lg(p2) * c.alpha + frac(p) * n * c.beta + fold;
+}
+double bruck_all_gather_cost(int p, uint64_t n, const CostParams& c) {
+  return lg(p) * c.alpha + frac(p) * n * c.beta;
+}
+double butterfly_reduce_scatter_cost(int p, uint64_t n, const CostParams& c) {
+  const int p2 = pow2_below(p);
+  const double fold = p == p2 ? 0 : 2 * c.alpha + n * (c.beta + c.gamma) + n / p * c.beta;
+  return lg(p2) * c.alpha + frac(p) * n * (c.beta + c.gamma) + fold;
+}
+double binomial_broadcast_cost(int p, uint64_t n, const CostParams& c) {
+  return lg(p) * (c.alpha + n * c.beta);
+}
+double binomial_reduce_cost(int p, uint64_t n, const CostParams& c) {
+  return lg(p) * (c.alpha + n * (c.beta + c.gamma));
+}
+double linear_cost(int p, uint64_t n, const CostParams& c) {
+  return (p - 1) * c.alpha + frac(p) * n * c.beta;
+}
+double barrier_cost(int p, uint64_t, const CostParams& c) { return lg(p) * c.alpha; }
+double direct_cost(int, uint64_t n, const CostParams& c) { return c.alpha + n * c.beta; }
+
+constexpr std::string_view kAnyFolded = "any world size (non-powers of two fold: +2 steps)";
+
+}  // namespace
 
 const std::vector<AlgorithmInfo>& registry() {
   static const std::vector<AlgorithmInfo> table = {
       {"ring", Collective::all_reduce, "reduce-scatter then all-gather around a ring, chunk-pipelined",
-       "any world size", ring_all_reduce},
+       "any world size", ring_all_reduce, ring_all_reduce_cost},
+      {"rabenseifner", Collective::all_reduce,
+       "reduce-scatter by recursive halving, then all-gather by recursive doubling", kAnyFolded,
+       rabenseifner_all_reduce, butterfly_all_reduce_cost},
+      {"swing", Collective::all_reduce,
+       "Swing (NSDI'24): halving/doubling with peers r+-(1,-1,3,-5,..), short distances on rings",
+       kAnyFolded, swing_all_reduce, butterfly_all_reduce_cost},
+      {"recursive_doubling", Collective::all_reduce,
+       "log2 p exchanges of the whole vector with ranks 2^k apart (small messages)", kAnyFolded,
+       recursive_doubling_all_reduce, recursive_doubling_all_reduce_cost},
+      {"binomial", Collective::all_reduce,
+       "binomial-tree reduce to rank 0, then broadcast down the same tree (small messages)",
+       "any world size", binomial_all_reduce, binomial_all_reduce_cost},
       {"ring", Collective::all_gather, "p-1 steps around a ring, chunk-pipelined", "any world size",
-       ring_all_gather},
+       ring_all_gather, ring_all_gather_cost},
+      {"recursive_doubling", Collective::all_gather,
+       "log2 p exchanges of doubling block ranges with ranks 2^k apart", kAnyFolded,
+       recursive_doubling_all_gather, butterfly_all_gather_cost},
+      {"bruck", Collective::all_gather,
+       "ceil(log2 p) steps: send what you have to r-2^k, receive from r+2^k", "any world size",
+       bruck_all_gather, bruck_all_gather_cost},
+      {"swing", Collective::all_gather, "the all-gather half of Swing", kAnyFolded, swing_all_gather,
+       butterfly_all_gather_cost},
       {"ring", Collective::reduce_scatter, "p-1 steps around a ring, reduction overlapping transfer",
-       "any world size", ring_reduce_scatter},
+       "any world size", ring_reduce_scatter, ring_reduce_scatter_cost},
+      {"recursive_halving", Collective::reduce_scatter,
+       "log2 p steps, each halving the range a rank reduces, partners 2^k apart", kAnyFolded,
+       recursive_halving_reduce_scatter, butterfly_reduce_scatter_cost},
+      {"swing", Collective::reduce_scatter, "the reduce-scatter half of Swing", kAnyFolded,
+       swing_reduce_scatter, butterfly_reduce_scatter_cost},
       {"binomial", Collective::broadcast, "binomial tree from the root, chunk-pipelined",
-       "any world size", binomial_broadcast},
+       "any world size", binomial_broadcast, binomial_broadcast_cost},
       {"binomial", Collective::reduce, "binomial tree towards the root, chunk-pipelined",
-       "commutative ops (all of shoal's)", binomial_reduce},
+       "commutative ops (all of shoal's)", binomial_reduce, binomial_reduce_cost},
       {"pairwise", Collective::all_to_all, "step i exchanges with ranks r+i and r-i",
-       "any world size", pairwise_all_to_all},
+       "any world size", pairwise_all_to_all, linear_cost},
       {"linear", Collective::gather, "every rank sends to the root at once", "any world size",
-       linear_gather},
+       linear_gather, linear_cost},
       {"linear", Collective::scatter, "the root sends to every rank at once", "any world size",
-       linear_scatter},
+       linear_scatter, linear_cost},
       {"dissemination", Collective::barrier, "ceil(log2 p) rounds of empty messages",
-       "any world size", dissemination_barrier},
-      {"direct", Collective::send, "one frame to the peer", "", point_to_point},
-      {"direct", Collective::recv, "one frame from the peer", "", point_to_point},
+       "any world size", dissemination_barrier, barrier_cost},
+      {"direct", Collective::send, "one frame to the peer", "", point_to_point, direct_cost},
+      {"direct", Collective::recv, "one frame from the peer", "", point_to_point, direct_cost},
   };
   return table;
 }
 
+const AlgorithmInfo* find_algorithm(Collective collective, std::string_view name) {
+  for (const auto& row : registry())
+    if (row.collective == collective && row.name == name) return &row;
+  return nullptr;
+}
+
+namespace {
+
+std::string_view trim(std::string_view s) {
+  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
+  while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) s.remove_suffix(1);
+  return s;
+}
+
+std::string names_for(Collective c) {
+  std::string out;
+  for (const auto& row : registry())
+    if (row.collective == c) out += (out.empty() ? "" : ", ") + std::string(row.name);
+  return out;
+}
+
+using Rules = std::shared_ptr<const std::vector<OverrideRule>>;
+
+struct ProcessOverride {
+  std::mutex mu;
+  bool loaded = false;
+  Rules rules;
+};
+ProcessOverride& process_override() {
+  static ProcessOverride o;
+  return o;
+}
+thread_local Rules thread_rules;
+
+Rules current_rules() {
+  if (thread_rules) return thread_rules;
+  auto& o = process_override();
+  std::lock_guard<std::mutex> lock(o.mu);
+  if (!o.loaded) {  // read once; a malformed value throws here, and again on the next call
+    o.rules = std::make_shared<const std::vector<OverrideRule>>(parse_override(config::get("SHOAL_ALGO")));
+    o.loaded = true;
+  }
+  return o.rules;
+}
+
+}  // namespace
+
+std::vector<OverrideRule> parse_override(std::string_view spec) {
+  std::vector<OverrideRule> rules;
+  while (!spec.empty()) {
+    const size_t end = spec.find_first_of(";,");
+    const std::string_view item = trim(spec.substr(0, end));
+    spec = end == std::string_view::npos ? std::string_view{} : spec.substr(end + 1);
+    if (item.empty()) continue;
+    std::vector<std::string_view> parts;
+    for (std::string_view rest = item;;) {
+      const size_t colon = rest.find(':');
+      parts.push_back(trim(rest.substr(0, colon)));
+      if (colon == std::string_view::npos) break;
+      rest = rest.substr(colon + 1);
+    }
+    SHOAL_CHECK(parts.size() == 2 || parts.size() == 3, InvalidArgument,
+                "SHOAL_ALGO: '" << item << "' is not collective:algorithm or collective:min-max:algorithm "
+                                << "(example: all_reduce:rabenseifner;all_gather:0-64K:bruck)");
+    OverrideRule rule{};
+    bool known = false;
+    for (int c = 0; c <= static_cast<int>(Collective::recv); ++c)
+      if (to_string(static_cast<Collective>(c)) == parts[0]) {
+        rule.collective = static_cast<Collective>(c);
+        known = true;
+      }
+    SHOAL_CHECK(known, InvalidArgument,
+                "SHOAL_ALGO: unknown collective '" << parts[0]
+                                                   << "' (all_reduce, all_gather, reduce_scatter, broadcast, "
+                                                      "reduce, all_to_all, gather, scatter, barrier)");
+    if (parts.size() == 3) {
+      const std::string_view range = parts[1];
+      const size_t dash = range.find('-');
+      SHOAL_CHECK(dash != std::string_view::npos, InvalidArgument,
+                  "SHOAL_ALGO: byte range '" << range << "' in '" << item << "' is not min-max (example: 0-64K, 1M-)");
+      const std::string lo(trim(range.substr(0, dash))), hi(trim(range.substr(dash + 1)));
+      rule.min_bytes = lo.empty() ? 0 : config::parse_bytes(lo, "SHOAL_ALGO range start");
+      rule.max_bytes = hi.empty() ? UINT64_MAX : config::parse_bytes(hi, "SHOAL_ALGO range end");
+      SHOAL_CHECK(rule.min_bytes <= rule.max_bytes, InvalidArgument,
+                  "SHOAL_ALGO: byte range '" << range << "' in '" << item << "' is empty");
+    }
+    const std::string_view name = parts.back();
+    rule.algorithm = find_algorithm(rule.collective, name);
+    if (!rule.algorithm) {
+      std::string serves;
+      for (const auto& row : registry())
+        if (row.name == name) serves += (serves.empty() ? "" : ", ") + std::string(to_string(row.collective));
+      if (serves.empty())
+        SHOAL_THROW(InvalidArgument, "SHOAL_ALGO: unknown algorithm '" << name << "' in '" << item << "'; "
+                                         << parts[0] << " has: " << names_for(rule.collective));
+      SHOAL_THROW(InvalidArgument, "SHOAL_ALGO: algorithm '" << name << "' does not serve " << parts[0]
+                                       << " (it serves " << serves << "); " << parts[0]
+                                       << " has: " << names_for(rule.collective));
+    }
+    rules.push_back(rule);
+  }
+  return rules;
+}
+
+namespace detail {
+
+void set_algorithm_override(std::string_view spec) {
+  auto rules = std::make_shared<const std::vector<OverrideRule>>(parse_override(spec));
+  auto& o = process_override();
+  std::lock_guard<std::mutex> lock(o.mu);
+  o.rules = std::move(rules);
+  o.loaded = true;
+}
+
+void set_thread_algorithm_override(std::string_view spec) {
+  thread_rules = spec.empty() ? nullptr : std::make_shared<const std::vector<OverrideRule>>(parse_override(spec));
+}
+
+}  // namespace detail
+
+const AlgorithmInfo& choose(const CollectiveArgs& args) {
+  const Rules rules = current_rules();
+  const uint64_t bytes = args.count * size_of(args.dtype);
+  if (rules)
+    for (const auto& rule : *rules)
+      if (rule.collective == args.collective && bytes >= rule.min_bytes && bytes <= rule.max_bytes)
+        return *rule.algorithm;
+  for (const auto& row : registry())
+    if (row.collective == args.collective) return row;
+  SHOAL_THROW(Internal, "no algorithm serves " << to_string(args.collective));
+}
+
 Schedule build_schedule(const CollectiveArgs& args, std::string* algorithm_name) {
   Schedule s;
-  for (const auto& row : registry()) {
-    if (row.collective != args.collective) continue;
-    if (algorithm_name) *algorithm_name = std::string(row.name);
-    row.build(s, args);
-    return s;
-  }
+  const AlgorithmInfo& row = choose(args);
+  if (algorithm_name) *algorithm_name = std::string(row.name);
+  row.build(s, args);
   return s;
 }
 

@@ -1,7 +1,10 @@
-// The table of algorithms: one row per (algorithm, collective), with a one-line description.
-// The dispatcher (today: the first row that serves the collective) picks from it.
+// The table of algorithms: one row per (algorithm, collective), with a one-line description,
+// its constraints and an alpha-beta-gamma cost model. Without an override (SHOAL_ALGO) a
+// collective runs the first row that serves it.
 #pragma once
 
+#include <cstdint>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -9,15 +12,54 @@
 
 namespace shoal::algorithms {
 
+/// Hockney/alpha-beta-gamma parameters: seconds per message, per byte moved, per byte reduced.
+struct CostParams {
+  double alpha = 5e-6;
+  double beta = 1e-10;   // 10 GB/s
+  double gamma = 5e-11;  // 20 GB/s of reduction
+};
+
 struct AlgorithmInfo {
   std::string_view name;
   Collective collective;
   std::string_view description;
   std::string_view constraints;
   void (*build)(Schedule&, const CollectiveArgs&);
+  /// Predicted seconds on `p` ranks; `bytes` is the whole vector of all_reduce, broadcast and
+  /// reduce, the gathered output of all_gather and gather, the input of reduce_scatter and
+  /// scatter (count x element size x p), a rank's buffer for all_to_all.
+  double (*cost)(int p, uint64_t bytes, const CostParams& c);
 };
 
 /// Every algorithm, in order of preference per collective.
 const std::vector<AlgorithmInfo>& registry();
+
+/// The row named `name` that serves `collective`, or nullptr.
+const AlgorithmInfo* find_algorithm(Collective collective, std::string_view name);
+
+/// The row that runs `args`: the override's (SHOAL_ALGO) if one matches, else the first row.
+/// Throws InvalidArgumentError when SHOAL_ALGO is malformed.
+const AlgorithmInfo& choose(const CollectiveArgs& args);
+
+/// One rule of an override: collective, inclusive byte range of count x element size, row.
+struct OverrideRule {
+  Collective collective;
+  uint64_t min_bytes = 0, max_bytes = UINT64_MAX;
+  const AlgorithmInfo* algorithm = nullptr;
+};
+/// Parses "all_reduce:rabenseifner;all_gather:bruck;all_reduce:0-64K:binomial" (';' or ','
+/// between rules, the first matching rule wins; "64K-" has no upper bound). Unknown
+/// collectives or algorithms, or an algorithm that does not serve the collective, raise
+/// InvalidArgumentError naming the choices.
+std::vector<OverrideRule> parse_override(std::string_view spec);
+
+namespace detail {
+/// Tests and tools: replaces SHOAL_ALGO for the process ("" clears it). Throws like
+/// parse_override. Ranks of one job must agree (the choice is part of every frame's signature).
+void set_algorithm_override(std::string_view spec);
+/// Tests: an override for the calling thread only, taking precedence ("" clears it). Lets
+/// ranks run as threads choose differently (mismatch tests).
+void set_thread_algorithm_override(std::string_view spec);
+}  // namespace detail
 
 }  // namespace shoal::algorithms

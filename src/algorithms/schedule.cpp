@@ -1,5 +1,7 @@
 #include "algorithms/schedule.hpp"
 
+#include "algorithms/registry.hpp"
+
 namespace shoal::algorithms {
 
 std::string_view to_string(Collective c) {
@@ -71,6 +73,12 @@ uint32_t signature(const CollectiveArgs& a) {
       h ^= static_cast<uint8_t>(f >> (8 * i));
       h *= 16777619u;
     }
+  // The algorithm too: ranks that chose differently (SHOAL_ALGO differs) fail with a
+  // MismatchError on the first frame instead of waiting for frames that never come.
+  for (char ch : choose(a).name) {
+    h ^= static_cast<uint8_t>(ch);
+    h *= 16777619u;
+  }
   return h;
 }
 

@@ -104,3 +104,44 @@ void binomial_reduce(Schedule& s, const CollectiveArgs& a) {
 }
 
 }  // namespace shoal::algorithms
+
+// Binomial all_reduce for small messages: reduce to rank 0 along the reduce tree above, then
+// broadcast back down the same tree. 2 ceil(log2 p) latencies; every rank receives rank 0's
+// bits. Whole vectors, no chunking: for messages where latency dominates.
+#include "algorithms/tracked.hpp"
+
+namespace shoal::algorithms {
+
+void binomial_all_reduce(Schedule& s, const CollectiveArgs& a) {
+  const int p = a.size, r = a.rank;
+  const uint64_t n = a.count * size_of(a.dtype);
+  if (a.count == 0) return;
+  Tracked t(s, a);
+  const Slice out = t.out(0, n);
+  t.copy(out, t.in(0, n));
+  std::vector<int> children;  // smallest subtree first
+  int parent = -1;
+  for (int mask = 1; mask < p; mask <<= 1) {
+    if (r & mask) {
+      parent = r - mask;
+      break;
+    }
+    if (r + mask < p) children.push_back(r + mask);
+  }
+  // Two receive slots: one child's data arrives while the previous one is reduced.
+  const uint64_t slots = children.empty() ? 0 : t.alloc(2 * n);
+  for (size_t j = 0; j < children.size(); ++j) {
+    const Slice slot = t.scratch(slots + (j % 2) * n, n);
+    t.recv(children[j], slot);
+    t.reduce(out, out, slot);  // children hold higher ranks: ours comes first
+  }
+  if (parent >= 0) {
+    t.send(parent, out);
+    t.recv(parent, out);
+  } else if (a.op == ReduceOp::avg && p > 1) {
+    t.finalize(out);
+  }
+  for (auto it = children.rbegin(); it != children.rend(); ++it) t.send(*it, out);
+}
+
+}  // namespace shoal::algorithms

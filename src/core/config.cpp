@@ -36,6 +36,10 @@ const std::vector<Setting>& settings() {
        "all_reduce, all_gather, reduce_scatter, broadcast and reduce publishing up to this many bytes "
        "per rank, among ranks that all share one host's memory, run through shared slots, on the "
        "calling thread when they block (0: never). Equal on all ranks"},
+      {"SHOAL_ALGO", "string", "",
+       "forces algorithms: collective:name or collective:min-max:name, ';'-separated, first match "
+       "wins (all_reduce:rabenseifner;all_gather:0-64K:bruck); shoal-info --algorithms lists them. "
+       "Equal on all ranks"},
       {"SHOAL_CHUNK_BYTES", "bytes", "512K",
        "pipeline chunk of ring algorithms: reduction of one chunk overlaps the transfer of the next"},
       {"SHOAL_SOCKET_BUFFER", "bytes", "4M", "SO_SNDBUF/SO_RCVBUF of data connections (0: kernel default)"},

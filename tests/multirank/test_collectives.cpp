@@ -3,8 +3,11 @@
 // reference (tests/support/values.hpp).
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <cstdlib>
 #include <sstream>
 
+#include "algorithms/registry.hpp"
 #include "support/ranks.hpp"
 #include "support/values.hpp"
 
@@ -142,6 +145,110 @@ TEST(Collectives16, EveryCollectiveAtSixteenRanks) {
     c.barrier();
   });
   EXPECT_EQ(err, "");
+}
+
+// ---- every registry algorithm of all_reduce, all_gather and reduce_scatter, forced as
+// SHOAL_ALGO would (a per-thread override, so each rank sets its own before every call) and
+// run by the engine over the real transport ----
+
+// Sets an environment variable for the life of the object (read at communicator creation).
+struct ScopedEnv {
+  std::string name, old;
+  bool had;
+  ScopedEnv(const char* n, const char* v) : name(n) {
+    const char* o = std::getenv(n);
+    had = o != nullptr;
+    if (had) old = o;
+    setenv(n, v, 1);
+  }
+  ~ScopedEnv() {
+    if (had) setenv(name.c_str(), old.c_str(), 1);
+    else unsetenv(name.c_str());
+  }
+};
+
+void check_forced(Communicator& c, const algorithms::AlgorithmInfo& algo, DataType t, uint64_t count) {
+  using algorithms::Collective;
+  const int p = c.size(), r = c.rank();
+  algorithms::detail::set_thread_algorithm_override(std::string(to_string(algo.collective)) + ":" +
+                                                    std::string(algo.name));
+  const std::string label = std::string(to_string(algo.collective)) + ":" + std::string(algo.name);
+  if (algo.collective == Collective::all_gather) {
+    const ReduceOp op = ReduceOp::sum;
+    auto mine = bytes_for(count, t);
+    for (uint64_t i = 0; i < count; ++i) store(mine.data(), i, t, value(r, i, t, op));
+    auto from_block = [&](uint64_t i) {
+      return as_stored(value(static_cast<int>(i / count), i % count, t, op), t);
+    };
+    auto out = bytes_for(count * p, t);
+    c.all_gather(mine.data(), out.data(), count, t);
+    EXPECT_EQ(wrong(out.data(), 0, count * p, t, from_block), 0u) << where(label.c_str(), t, op, count, r, "out-of-place");
+    auto inplace = bytes_for(count * p, t);
+    std::memcpy(inplace.data() + r * count * size_of(t), mine.data(), count * size_of(t));
+    c.all_gather(inplace.data(), count, t);
+    EXPECT_EQ(wrong(inplace.data(), 0, count * p, t, from_block), 0u) << where(label.c_str(), t, op, count, r, "in-place");
+  } else {
+    for (ReduceOp op : kAllOps) {
+      const bool rs = algo.collective == Collective::reduce_scatter;
+      const uint64_t n = rs ? count * p : count;
+      auto in = bytes_for(n, t);
+      for (uint64_t i = 0; i < n; ++i) store(in.data(), i, t, value(r, i, t, op));
+      const uint64_t first = rs ? r * count : 0;
+      auto want = [&](uint64_t j) { return expected(p, first + j, t, op); };
+      auto out = bytes_for(count, t);
+      if (rs) c.reduce_scatter(in.data(), out.data(), count, t, op);
+      else c.all_reduce(in.data(), out.data(), count, t, op);
+      EXPECT_EQ(wrong(out.data(), 0, count, t, want), 0u) << where(label.c_str(), t, op, count, r, "out-of-place");
+      if (rs) c.reduce_scatter(in.data(), count, t, op);
+      else c.all_reduce(in.data(), count, t, op);
+      EXPECT_EQ(wrong(in.data(), first, count, t, want), 0u) << where(label.c_str(), t, op, count, r, "in-place");
+    }
+  }
+  algorithms::detail::set_thread_algorithm_override("");
+}
+
+class ForcedAlgorithms : public ::testing::TestWithParam<int> {};
+
+TEST_P(ForcedAlgorithms, EveryAlgorithmMatchesReference) {
+  ScopedEnv no_flat("SHOAL_FLAT_MAX_BYTES", "0");  // small calls would skip the schedule
+  std::string err = run_ranks(GetParam(), [&](Communicator& c) {
+    for (const auto& algo : algorithms::registry()) {
+      using algorithms::Collective;
+      if (algo.collective != Collective::all_reduce && algo.collective != Collective::all_gather &&
+          algo.collective != Collective::reduce_scatter)
+        continue;
+      for (uint64_t count : {uint64_t{0}, uint64_t{1}, uint64_t{7}, uint64_t{1000}, uint64_t{20003}})
+        for (DataType t : kAllTypes) check_forced(c, algo, t, count);
+      check_forced(c, algo, DataType::float32, (1u << 18) + 3);  // frames past the eager limits
+    }
+    c.barrier();
+  });
+  EXPECT_EQ(err, "");
+}
+
+INSTANTIATE_TEST_SUITE_P(Worlds, ForcedAlgorithms, ::testing::Values(2, 3, 4, 5, 8),
+                         [](const auto& info) { return "world" + std::to_string(info.param); });
+
+// Ranks that chose different algorithms fail with MismatchError instead of waiting forever.
+TEST(ForcedAlgorithms, DifferentChoicesMismatch) {
+  ScopedEnv no_flat("SHOAL_FLAT_MAX_BYTES", "0");
+  std::atomic<int> mismatches{0}, other{0};
+  run_ranks(2, [&](Communicator& c) {
+    algorithms::detail::set_thread_algorithm_override(c.rank() == 0 ? "all_reduce:ring"
+                                                                    : "all_reduce:recursive_doubling");
+    std::vector<float> v(1000, 1.0f);
+    try {
+      c.all_reduce(std::span<float>(v), ReduceOp::sum);
+      ++other;
+    } catch (const MismatchError&) {
+      ++mismatches;
+    } catch (const Error&) {
+      ++other;
+    }
+    algorithms::detail::set_thread_algorithm_override("");
+  });
+  EXPECT_EQ(mismatches.load(), 2);
+  EXPECT_EQ(other.load(), 0);
 }
 
 INSTANTIATE_TEST_SUITE_P(WorldSizes, Collectives, ::testing::Values(1, 2, 3, 4, 5, 8),
