@@ -9,7 +9,11 @@ packages=(
   libcli11-dev libfmt-dev nlohmann-json3-dev
   openmpi-bin libopenmpi-dev      # Open MPI: a launcher we support and a peer we benchmark against
   libgloo-dev                     # Gloo: a peer we benchmark against
+  mpich libmpich-dev              # MPICH: a peer (mpicc.mpich, mpiexec.mpich; Open MPI stays the default mpicc/mpirun)
+  python3-matplotlib              # bench/plot.py: the benchmark figures
   python3-torch                   # torchrun: a launcher we support
+  libtorch-dev pybind11-dev python3-pybind11 python3-dev   # the torch.distributed backend (src/torch)
+  python3-pytest                  # its tests (tests/python)
   iproute2 procps psmisc
 )
 

@@ -1,11 +1,15 @@
 #!/usr/bin/env bash
 # Builds the peer harnesses into $BUILD/peers/ (default build/peers/):
-#   mpi_bench   over the MPI found by mpicc (Open MPI here; MPICH works as well)
+#   mpi_bench   over the MPI found by mpicc (Open MPI, Debian's default mpicc)
+#   mpich_bench the same mpi_bench.c over MPICH, built with MPICH's own wrapper mpicc.mpich
+#               (run it with mpiexec.mpich; the mpicc/mpirun alternatives stay Open MPI's)
 #   gloo_bench  over Debian's libgloo (tcp transport)
-# Idempotent: a binary newer than its sources is left alone.
+# Idempotent: a binary newer than its sources is left alone. Without --only, a missing MPICH
+# is a note (mpich_bench is skipped), not an error.
 #
-#   bench/peers/build.sh [--only mpi|gloo] [--force]
-# Environment: BUILD (build folder, default build), MPICC (default mpicc), CXX (default g++).
+#   bench/peers/build.sh [--only mpi|mpich|gloo] [--force]
+# Environment: BUILD (build folder, default build), MPICC (default mpicc), MPICH_CC (default
+# mpicc.mpich), CXX (default g++).
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -18,24 +22,39 @@ force=0
 
 while [ $# -gt 0 ]; do
   case "$1" in
-    --only) only="${2:?--only needs mpi or gloo}"; shift 2 ;;
+    --only) only="${2:?--only needs mpi, mpich or gloo}"; shift 2 ;;
     --force) force=1; shift ;;
-    -h|--help) sed -n '2,9p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,13p' "$0"; exit 0 ;;
     *) echo "build.sh: unknown argument '$1' (try --help)" >&2; exit 2 ;;
   esac
 done
-case "$only" in ""|mpi|gloo) ;; *) echo "build.sh: --only takes mpi or gloo, not '$only'" >&2; exit 2 ;; esac
+case "$only" in ""|mpi|mpich|gloo) ;; *) echo "build.sh: --only takes mpi, mpich or gloo, not '$only'" >&2; exit 2 ;; esac
 
-want_mpi=1; want_gloo=1
-[ "$only" = gloo ] && want_mpi=0
-[ "$only" = mpi ] && want_gloo=0
+want_mpi=1; want_gloo=1; want_mpich=1
+[ -n "$only" ] && [ "$only" != mpi ] && want_mpi=0
+[ -n "$only" ] && [ "$only" != gloo ] && want_gloo=0
+[ -n "$only" ] && [ "$only" != mpich ] && want_mpich=0
 
 mpicc="${MPICC:-mpicc}"
+mpich_cc="${MPICH_CC:-mpicc.mpich}"
 cxx="${CXX:-g++}"
 missing=()
 if [ $want_mpi = 1 ]; then
   command -v "$mpicc" >/dev/null 2>&1 || missing+=("openmpi-bin libopenmpi-dev (no '$mpicc' on PATH)")
   command -v mpirun >/dev/null 2>&1 || missing+=("openmpi-bin (no 'mpirun' on PATH)")
+fi
+if [ $want_mpich = 1 ]; then
+  mpich_missing=""
+  command -v "$mpich_cc" >/dev/null 2>&1 || mpich_missing="libmpich-dev (no '$mpich_cc' on PATH)"
+  command -v mpiexec.mpich >/dev/null 2>&1 || mpich_missing="${mpich_missing:+$mpich_missing, }mpich (no 'mpiexec.mpich' on PATH)"
+  if [ -n "$mpich_missing" ]; then
+    if [ "$only" = mpich ]; then
+      missing+=("$mpich_missing")
+    else
+      echo "build.sh: note: skipping mpich_bench: missing $mpich_missing" >&2
+      want_mpich=0
+    fi
+  fi
 fi
 if [ $want_gloo = 1 ]; then
   if ! command -v "$cxx" >/dev/null 2>&1; then
@@ -76,6 +95,17 @@ if [ $want_mpi = 1 ]; then
     "$mpicc" -std=c99 -D_POSIX_C_SOURCE=200809L -O2 -Wall -Wextra -I "$driver_dir" \
       -o "$out/mpi_bench.tmp" "$here/mpi_bench.c"
     mv -f "$out/mpi_bench.tmp" "$out/mpi_bench"
+  fi
+fi
+
+if [ $want_mpich = 1 ]; then
+  if up_to_date "$out/mpich_bench" "$here/mpi_bench.c" "$common"; then
+    echo "build.sh: $out/mpich_bench is up to date"
+  else
+    echo "build.sh: building $out/mpich_bench (MPICH $(mpichversion 2>/dev/null | awk -F'\t' '/^MPICH Version/ { print $2 }'))"
+    "$mpich_cc" -std=c99 -D_POSIX_C_SOURCE=200809L -O2 -Wall -Wextra -I "$driver_dir" \
+      -o "$out/mpich_bench.tmp" "$here/mpi_bench.c"
+    mv -f "$out/mpich_bench.tmp" "$out/mpich_bench"
   fi
 fi
 
