@@ -1,0 +1,197 @@
+#!/usr/bin/env python3
+"""torch.distributed: "shoal" against "gloo", measured in the same run, interleaved.
+
+    PYTHONPATH=build/python /usr/bin/python3 bench/torch_bench.py            # everything
+    PYTHONPATH=build/python /usr/bin/python3 bench/torch_bench.py --no-ddp   # collectives only
+
+1. Collectives, 2 ranks (one job, both backends: the world group is gloo, a new_group is shoal):
+   all_reduce, _all_gather_base (all_gather_into_tensor in torch 2) and _reduce_scatter_base
+   (reduce_scatter_tensor), float32, 1 KiB .. 64 MiB. For every size the two backends alternate
+   for --rounds rounds; the median time per call (the slowest rank's) gives the bus bandwidth
+   the way nccl-tests computes it: busbw = algbw * 2(p-1)/p for all_reduce, * (p-1)/p for the
+   other two, where the size is the whole buffer (all_gather's output, reduce_scatter's input).
+2. DDP step time of examples/ddp_train.py at 2 and 4 ranks with each backend, runs alternating.
+
+Prints markdown tables with shoal/gloo ratios. Ranks are started with <build>/bin/shoal-run.
+"""
+
+import argparse
+import json
+import os
+import pathlib
+import statistics
+import subprocess
+import sys
+import time
+import warnings
+
+REPO = pathlib.Path(__file__).resolve().parents[1]
+KiB, MiB = 1 << 10, 1 << 20
+
+
+def build_dir():
+    if os.environ.get("SHOAL_BUILD_DIR"):
+        return pathlib.Path(os.environ["SHOAL_BUILD_DIR"])
+    import shoal  # <build>/python/shoal/__init__.py
+
+    return pathlib.Path(shoal.__file__).resolve().parents[2]
+
+
+def human(n):
+    return f"{n // MiB} MiB" if n >= MiB else f"{n // KiB} KiB"
+
+
+# ------------------------------------------------------------------------------------------
+# worker: runs on every rank under shoal-run
+
+
+def worker(args):
+    import torch
+    import torch.distributed as dist
+
+    import shoal.torch  # noqa: F401
+
+    torch.set_num_threads(1)
+    warnings.filterwarnings("ignore", message=".*private function.*")
+    all_gather_into_tensor = getattr(dist, "all_gather_into_tensor", dist._all_gather_base)
+    reduce_scatter_tensor = getattr(dist, "reduce_scatter_tensor", dist._reduce_scatter_base)
+    dist.init_process_group("gloo")
+    rank, world = dist.get_rank(), dist.get_world_size()
+    groups = {"gloo": dist.group.WORLD, "shoal": dist.new_group(backend="shoal")}
+
+    def slowest(seconds):
+        t = torch.tensor([seconds], dtype=torch.float64)
+        dist.all_reduce(t, op=dist.ReduceOp.MAX)  # gloo world group: not part of the timing
+        return t.item()
+
+    def measure(fn, group, iters):
+        fn(group)  # warm-up
+        dist.barrier(group=group)
+        start = time.perf_counter()
+        for _ in range(iters):
+            fn(group)
+        return slowest((time.perf_counter() - start) / iters)
+
+    results = []
+    sizes = [s for s in args.sizes if s <= args.max_bytes]
+    for size in sizes:
+        n = size // 4
+        full = torch.zeros(n)
+        part = torch.zeros(n // world)
+        chunks = list(full.chunk(world))
+        # gloo (torch 1.13) has neither _allgather_base nor any reduce_scatter: it runs what a
+        # user of gloo would, all_gather into views of the buffer and all_reduce of the buffer.
+        colls = {
+            "all_reduce": ({"shoal": lambda g: dist.all_reduce(full, group=g),
+                            "gloo": lambda g: dist.all_reduce(full, group=g)}, 2 * (world - 1) / world),
+            "all_gather": ({"shoal": lambda g: all_gather_into_tensor(full, part, group=g),
+                            "gloo": lambda g: dist.all_gather(chunks, part, group=g)}, (world - 1) / world),
+            "reduce_scatter": ({"shoal": lambda g: reduce_scatter_tensor(part, full, group=g),
+                                "gloo": lambda g: dist.all_reduce(full, group=g)}, (world - 1) / world),
+        }
+        iters = max(2, min(args.max_iters, int(args.target_bytes // size)))
+        for name, (fns, factor) in colls.items():
+            times = {"gloo": [], "shoal": []}
+            for r in range(args.rounds):
+                order = ["gloo", "shoal"] if r % 2 == 0 else ["shoal", "gloo"]
+                for backend in order:
+                    times[backend].append(measure(fns[backend], groups[backend], iters))
+            row = {"collective": name, "bytes": size, "iters": iters}
+            for backend, ts in times.items():
+                t = statistics.median(ts)
+                row[backend] = {"us": t * 1e6, "busbw": size / t * factor / 1e9}
+            results.append(row)
+            if rank == 0 and not args.quiet:
+                print(f"# {name:15s} {human(size):>7s}  gloo {row['gloo']['busbw']:7.3f} GB/s  "
+                      f"shoal {row['shoal']['busbw']:7.3f} GB/s", file=sys.stderr, flush=True)
+    if rank == 0:
+        print("JSON " + json.dumps({"world": world, "collectives": results}), flush=True)
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+# ------------------------------------------------------------------------------------------
+# driver
+
+
+def run(cmd, env, timeout):
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
+    if proc.returncode != 0:
+        sys.exit(f"torch_bench: {' '.join(map(str, cmd))} exited {proc.returncode}\n{proc.stdout}\n{proc.stderr}")
+    sys.stderr.write(proc.stderr if "--quiet" not in cmd else "")
+    line = next(l for l in proc.stdout.splitlines() if l.startswith("JSON "))
+    return json.loads(line[5:])
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    p.add_argument("--ranks", type=int, default=2, help="ranks of the collective measurements")
+    p.add_argument("--max-bytes", type=int, default=64 * MiB)
+    p.add_argument("--rounds", type=int, default=3, help="alternating rounds per size (median)")
+    p.add_argument("--target-bytes", type=float, default=256 * MiB, help="bytes moved per measurement")
+    p.add_argument("--max-iters", type=int, default=200)
+    p.add_argument("--no-ddp", action="store_true")
+    p.add_argument("--ddp-ranks", type=int, nargs="+", default=[2, 4])
+    p.add_argument("--ddp-steps", type=int, default=12)
+    p.add_argument("--ddp-repeats", type=int, default=2, help="runs per backend and world size (alternating)")
+    p.add_argument("--json", help="also write the raw results to this file")
+    p.add_argument("--quiet", action="store_true")
+    args = p.parse_args()
+    args.sizes = [KiB << (2 * i) for i in range(9)]  # 1 KiB, 4 KiB, ... 64 MiB
+    if args.worker:
+        return worker(args)
+
+    build = build_dir()
+    shoal_run = build / "bin" / "shoal-run"
+    env = dict(os.environ, OMP_NUM_THREADS="1", SHOAL_BUILD_DIR=str(build))
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(build / "python"), env.get("PYTHONPATH")]))
+    py = sys.executable
+    out = {}
+
+    cmd = [str(shoal_run), "-n", str(args.ranks), py, __file__, "--worker", "--max-bytes", str(args.max_bytes),
+           "--rounds", str(args.rounds), "--target-bytes", str(args.target_bytes), "--max-iters", str(args.max_iters)]
+    if args.quiet:
+        cmd.append("--quiet")
+    coll = run(cmd, env, timeout=1800)
+    out["collectives"] = coll
+    print(f"\n### torch.distributed collectives, {coll['world']} ranks, float32 "
+          f"(bus bandwidth GB/s, median of {args.rounds} interleaved rounds)\n")
+    print("gloo in torch 1.13 has no all_gather_into_tensor and no reduce_scatter: its rows time "
+          "all_gather into views of the output, and all_reduce of the whole buffer.\n")
+    print("| collective | size | gloo busbw | shoal busbw | shoal / gloo | gloo µs | shoal µs |")
+    print("|---|---:|---:|---:|---:|---:|---:|")
+    for row in coll["collectives"]:
+        g, s = row["gloo"], row["shoal"]
+        print(f"| {row['collective']} | {human(row['bytes'])} | {g['busbw']:.3f} | {s['busbw']:.3f} | "
+              f"{s['busbw'] / g['busbw']:.2f}x | {g['us']:.0f} | {s['us']:.0f} |")
+
+    if not args.no_ddp:
+        ddp = {}
+        for world in args.ddp_ranks:
+            for rep in range(args.ddp_repeats):
+                order = ["gloo", "shoal"] if rep % 2 == 0 else ["shoal", "gloo"]
+                for backend in order:
+                    r = run([str(shoal_run), "-n", str(world), py, str(REPO / "examples" / "ddp_train.py"),
+                             "--backend", backend, "--steps", str(args.ddp_steps), "--json", "--quiet"],
+                            env, timeout=600)
+                    ddp.setdefault((world, backend), []).append(r)
+        out["ddp"] = {f"{w}/{b}": v for (w, b), v in ddp.items()}
+        params = next(iter(ddp.values()))[0]["params"]
+        print(f"\n### DDP step time, examples/ddp_train.py ({params} parameters, {args.ddp_steps} steps, "
+              f"median step after warm-up; best of {args.ddp_repeats} alternating runs)\n")
+        print("| ranks | gloo ms/step | shoal ms/step | gloo / shoal | losses equal |")
+        print("|---:|---:|---:|---:|---|")
+        for world in args.ddp_ranks:
+            g = min(r["step_ms"] for r in ddp[(world, "gloo")])
+            s = min(r["step_ms"] for r in ddp[(world, "shoal")])
+            lg, ls = ddp[(world, "gloo")][0]["losses"], ddp[(world, "shoal")][0]["losses"]
+            worst = max(abs(a - b) / abs(b) for a, b in zip(ls, lg))
+            print(f"| {world} | {g:.1f} | {s:.1f} | {g / s:.2f}x | max rel. diff {worst:.1e} |")
+    if args.json:
+        pathlib.Path(args.json).write_text(json.dumps(out, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

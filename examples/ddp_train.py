@@ -1,0 +1,157 @@
+#!/usr/bin/env python3
+"""Trains a small GPT-style transformer on synthetic data with DistributedDataParallel (CPU).
+
+    shoal-run -n 2 /usr/bin/python3 examples/ddp_train.py --backend shoal
+    torchrun --standalone --nproc_per_node 2 --redirects 1 --tee 1 examples/ddp_train.py --backend gloo
+    /usr/bin/python3 examples/ddp_train.py --nproc 2 --backend shoal     # starts its own ranks
+
+Every rank draws its own batches from a generator seeded with (seed, rank, step), so a run is
+reproducible and the losses of two backends can be compared step by step. Rank 0 prints
+"step N loss X" and, with --json, one JSON line with every loss and the median step time.
+Needs PYTHONPATH=<build>/python for --backend shoal (docs/torch.md).
+"""
+
+import argparse
+import datetime
+import json
+import math
+import os
+import statistics
+import sys
+import tempfile
+import time
+
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+import torch.nn.functional as F
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+
+class Block(nn.Module):
+    def __init__(self, dim, heads):
+        super().__init__()
+        self.heads = heads
+        self.ln1 = nn.LayerNorm(dim)
+        self.qkv = nn.Linear(dim, 3 * dim)
+        self.proj = nn.Linear(dim, dim)
+        self.ln2 = nn.LayerNorm(dim)
+        self.mlp = nn.Sequential(nn.Linear(dim, 4 * dim), nn.GELU(), nn.Linear(4 * dim, dim))
+
+    def forward(self, x):
+        b, t, d = x.shape
+        q, k, v = self.qkv(self.ln1(x)).split(d, dim=2)
+        q, k, v = (z.view(b, t, self.heads, d // self.heads).transpose(1, 2) for z in (q, k, v))
+        att = (q @ k.transpose(-2, -1)) / math.sqrt(d // self.heads)
+        mask = torch.ones(t, t, dtype=torch.bool).tril()
+        att = att.masked_fill(~mask, float("-inf")).softmax(dim=-1)
+        y = (att @ v).transpose(1, 2).reshape(b, t, d)
+        x = x + self.proj(y)
+        return x + self.mlp(self.ln2(x))
+
+
+class GPT(nn.Module):
+    def __init__(self, vocab, seq, dim, heads, layers):
+        super().__init__()
+        self.tok = nn.Embedding(vocab, dim)
+        self.pos = nn.Embedding(seq, dim)
+        self.blocks = nn.Sequential(*[Block(dim, heads) for _ in range(layers)])
+        self.ln = nn.LayerNorm(dim)
+        self.head = nn.Linear(dim, vocab, bias=False)
+
+    def forward(self, idx):
+        pos = torch.arange(idx.shape[1])
+        return self.head(self.ln(self.blocks(self.tok(idx) + self.pos(pos))))
+
+
+def batch(args, rank, step):
+    """Synthetic sequences with structure to learn: x[i+1] = (a * x[i] + c) mod vocab, per row."""
+    g = torch.Generator().manual_seed(args.seed * 1_000_003 + rank * 10_007 + step)
+    start = torch.randint(0, args.vocab, (args.batch, 1), generator=g)
+    a = torch.randint(1, 4, (args.batch, 1), generator=g)
+    c = torch.randint(0, args.vocab, (args.batch, 1), generator=g)
+    seq = [start]
+    for _ in range(args.seq):
+        seq.append((a * seq[-1] + c) % args.vocab)
+    data = torch.cat(seq, dim=1)
+    return data[:, :-1], data[:, 1:]
+
+
+def train(args):
+    rank, world = dist.get_rank(), dist.get_world_size()
+    torch.manual_seed(args.seed)  # same initial weights everywhere (DDP broadcasts rank 0's anyway)
+    model = GPT(args.vocab, args.seq, args.dim, args.heads, args.layers)
+    ddp = DDP(model, bucket_cap_mb=args.bucket_mb)
+    opt = torch.optim.AdamW(ddp.parameters(), lr=args.lr)
+    losses, times = [], []
+    for step in range(args.steps):
+        x, y = batch(args, rank, step)
+        start = time.perf_counter()
+        opt.zero_grad(set_to_none=True)
+        loss = F.cross_entropy(ddp(x).reshape(-1, args.vocab), y.reshape(-1))
+        loss.backward()
+        opt.step()
+        times.append(time.perf_counter() - start)
+        losses.append(loss.item())
+        if rank == 0 and not args.quiet:
+            print(f"step {step} loss {loss.item():.6f}", flush=True)
+    warm = times[args.warmup:] or times
+    result = {"backend": args.backend, "world": world, "losses": losses,
+              "step_ms": 1000 * statistics.median(warm), "params": sum(p.numel() for p in model.parameters())}
+    if rank == 0 and args.json:
+        print("JSON " + json.dumps(result), flush=True)
+    return result
+
+
+def init(args, rank=None, world=None, init_method=None):
+    if args.backend == "shoal":
+        import shoal.torch  # noqa: F401  registers the backend
+    torch.set_num_threads(args.threads)
+    kwargs = dict(timeout=datetime.timedelta(seconds=args.timeout))
+    if init_method:
+        kwargs.update(init_method=init_method, rank=rank, world_size=world)
+    dist.init_process_group(args.backend, **kwargs)
+
+
+def _spawned(rank, args, world, init_method):
+    init(args, rank, world, init_method)
+    train(args)
+    dist.destroy_process_group()
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--backend", default="shoal", choices=["shoal", "gloo"])
+    p.add_argument("--steps", type=int, default=10)
+    p.add_argument("--warmup", type=int, default=2, help="steps left out of the step time")
+    p.add_argument("--batch", type=int, default=8)
+    p.add_argument("--seq", type=int, default=32)
+    p.add_argument("--vocab", type=int, default=64)
+    p.add_argument("--dim", type=int, default=64)
+    p.add_argument("--heads", type=int, default=4)
+    p.add_argument("--layers", type=int, default=2)
+    p.add_argument("--lr", type=float, default=3e-3)
+    p.add_argument("--bucket-mb", type=float, default=25.0)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--threads", type=int, default=1, help="torch intra-op threads per rank")
+    p.add_argument("--timeout", type=float, default=300.0, help="process group timeout, seconds")
+    p.add_argument("--nproc", type=int, default=0, help="start this many ranks here (no launcher)")
+    p.add_argument("--json", action="store_true", help="rank 0 prints one JSON line at the end")
+    p.add_argument("--quiet", action="store_true", help="no per-step lines")
+    args = p.parse_args()
+    if args.nproc:
+        import torch.multiprocessing as mp
+        with tempfile.TemporaryDirectory(prefix="shoal-ddp-") as tmp:
+            mp.spawn(_spawned, args=(args, args.nproc, "file://" + os.path.join(tmp, "store")),
+                     nprocs=args.nproc, join=True)
+        return 0
+    if "RANK" not in os.environ:
+        sys.exit("ddp_train.py: run under torchrun or shoal-run, or pass --nproc N")
+    init(args)
+    train(args)
+    dist.destroy_process_group()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,787 @@
+// ProcessGroupShoal: see process_group.hpp. Everything torch-specific about staging tensors
+// (dtype mapping, contiguity, copy-back) lives in this file.
+#include <Python.h>  // first, as Python asks; only to let go of the GIL in the destructor
+
+#include "process_group.hpp"
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <sstream>
+#include <string>
+
+#include "shoal/error.hpp"
+#include "store_adapter.hpp"
+
+namespace shoal::torch_glue {
+
+using c10d::OpType;
+using Op = ProcessGroupShoal::Op;
+
+namespace {
+
+[[noreturn]] void fail(const std::string& what) {
+  throw shoal::InvalidArgumentError("shoal (torch backend): " + what);
+}
+
+std::string dtype_name(at::ScalarType t) { return c10::toString(t); }
+
+/// How a tensor travels through shoal: element type, op, elements per torch element, and the
+/// dtype of the staging buffer (the tensor's own unless shoal needs a wider one).
+struct Spec {
+  shoal::DataType dt = shoal::DataType::uint8;
+  shoal::ReduceOp op = shoal::ReduceOp::sum;
+  int64_t factor = 1;
+  at::ScalarType work = at::kByte;
+};
+
+std::optional<shoal::DataType> native_type(at::ScalarType t) {
+  switch (t) {
+    case at::kFloat: return shoal::DataType::float32;
+    case at::kDouble: return shoal::DataType::float64;
+    case at::kHalf: return shoal::DataType::float16;
+    case at::kBFloat16: return shoal::DataType::bfloat16;
+    case at::kChar: return shoal::DataType::int8;
+    case at::kByte: return shoal::DataType::uint8;
+    case at::kInt: return shoal::DataType::int32;
+    case at::kLong: return shoal::DataType::int64;
+    default: return std::nullopt;
+  }
+}
+
+void check_tensor(const at::Tensor& t, const char* op) {
+  if (!t.defined()) fail(std::string(op) + ": undefined tensor");
+  if (!t.device().is_cpu())
+    fail(std::string(op) + ": tensors must be on the CPU, got one on " + t.device().str() +
+         " (shoal's torch backend moves host memory only)");
+  if (t.is_sparse()) fail(std::string(op) + ": sparse tensors are not supported");
+}
+
+/// Data movement: any dtype travels, as bytes when shoal has no type for it.
+Spec move_spec(const at::Tensor& t) {
+  Spec s;
+  s.work = t.scalar_type();
+  if (auto dt = native_type(t.scalar_type())) {
+    s.dt = *dt;
+  } else {
+    s.dt = shoal::DataType::uint8;
+    s.factor = static_cast<int64_t>(t.element_size());
+  }
+  return s;
+}
+
+const char* op_name(c10d::ReduceOp::RedOpType op) {
+  switch (op) {
+    case c10d::ReduceOp::SUM: return "SUM";
+    case c10d::ReduceOp::AVG: return "AVG";
+    case c10d::ReduceOp::PRODUCT: return "PRODUCT";
+    case c10d::ReduceOp::MIN: return "MIN";
+    case c10d::ReduceOp::MAX: return "MAX";
+    case c10d::ReduceOp::BAND: return "BAND";
+    case c10d::ReduceOp::BOR: return "BOR";
+    case c10d::ReduceOp::BXOR: return "BXOR";
+    case c10d::ReduceOp::PREMUL_SUM: return "PREMUL_SUM";
+    default: return "UNKNOWN";
+  }
+}
+
+/// Reductions: shoal's five ops on its eight types; bool as uint8 (SUM/BOR = MAX, PRODUCT/BAND
+/// = MIN), int16 widened to int32, complex SUM/AVG as pairs of reals.
+Spec reduce_spec(const at::Tensor& t, const c10d::ReduceOp& reduce_op, const char* opname) {
+  const auto rop = reduce_op.op_;
+  const auto type = t.scalar_type();
+  Spec s;
+  s.work = type;
+  auto unsupported = [&](const std::string& why) {
+    fail(std::string(opname) + ": ReduceOp." + op_name(rop) + " on " + dtype_name(type) + " is not supported: " + why);
+  };
+  if (type == at::kBool) {
+    s.dt = shoal::DataType::uint8;
+    switch (rop) {
+      case c10d::ReduceOp::SUM: case c10d::ReduceOp::MAX: case c10d::ReduceOp::BOR: s.op = shoal::ReduceOp::max; break;
+      case c10d::ReduceOp::PRODUCT: case c10d::ReduceOp::MIN: case c10d::ReduceOp::BAND: s.op = shoal::ReduceOp::min; break;
+      default: unsupported("bool tensors reduce with SUM, PRODUCT, MIN, MAX, BAND or BOR");
+    }
+    return s;
+  }
+  switch (rop) {
+    case c10d::ReduceOp::SUM: s.op = shoal::ReduceOp::sum; break;
+    case c10d::ReduceOp::AVG: s.op = shoal::ReduceOp::avg; break;
+    case c10d::ReduceOp::PRODUCT: s.op = shoal::ReduceOp::prod; break;
+    case c10d::ReduceOp::MIN: s.op = shoal::ReduceOp::min; break;
+    case c10d::ReduceOp::MAX: s.op = shoal::ReduceOp::max; break;
+    case c10d::ReduceOp::BAND: case c10d::ReduceOp::BOR: case c10d::ReduceOp::BXOR:
+      unsupported("shoal has no bitwise reductions (it supports SUM, PRODUCT, MIN, MAX, AVG)");
+      break;
+    default:
+      unsupported("shoal supports SUM, PRODUCT, MIN, MAX, AVG");
+  }
+  if (auto dt = native_type(type)) {
+    s.dt = *dt;
+  } else if (type == at::kShort) {
+    s.dt = shoal::DataType::int32;  // int16 reduces in int32 and narrows back (wraps like int16)
+    s.work = at::kInt;
+  } else if (type == at::kComplexFloat || type == at::kComplexDouble) {
+    if (s.op != shoal::ReduceOp::sum && s.op != shoal::ReduceOp::avg)
+      unsupported("complex tensors reduce with SUM or AVG only");
+    s.dt = type == at::kComplexFloat ? shoal::DataType::float32 : shoal::DataType::float64;
+    s.factor = 2;
+  } else {
+    unsupported("shoal reduces float32/64, float16, bfloat16, int8/16/32/64, uint8, bool and complex");
+  }
+  return s;
+}
+
+size_t count_of(const at::Tensor& buf, const Spec& s) { return static_cast<size_t>(buf.numel() * s.factor); }
+
+/// A contiguous tensor of dtype `work` holding t's values: t itself when it already is one.
+at::Tensor stage_in(Op& op, const at::Tensor& t, at::ScalarType work) {
+  if (t.is_contiguous() && t.scalar_type() == work) {
+    op.keep.push_back(t);
+    return t;
+  }
+  auto b = at::empty(t.sizes(), t.options().dtype(work));
+  b.copy_(t);
+  op.keep.push_back(b);
+  return b;
+}
+
+/// Like stage_in, for a tensor the operation writes: a staging copy is copied back into t
+/// (converting the dtype) once the operation succeeded.
+at::Tensor stage_out(Op& op, const at::Tensor& t, at::ScalarType work, bool copy_in, bool copy_back = true) {
+  if (t.is_contiguous() && t.scalar_type() == work) {
+    op.keep.push_back(t);
+    return t;
+  }
+  auto b = at::empty(t.sizes(), t.options().dtype(work));
+  if (copy_in) b.copy_(t);
+  op.keep.push_back(b);
+  if (copy_back) op.finish.push_back([t, b]() { t.copy_(b); });
+  return b;
+}
+
+int64_t total_numel(const std::vector<at::Tensor>& ts) {
+  int64_t n = 0;
+  for (const auto& t : ts) n += t.numel();
+  return n;
+}
+
+/// One flat buffer of dtype `work` holding the tensors one after another.
+at::Tensor flatten(Op& op, const std::vector<at::Tensor>& ts, at::ScalarType work) {
+  auto flat = at::empty({total_numel(ts)}, ts.front().options().dtype(work));
+  int64_t off = 0;
+  for (const auto& t : ts) {
+    flat.narrow(0, off, t.numel()).view(t.sizes()).copy_(t);
+    off += t.numel();
+  }
+  op.keep.push_back(flat);
+  return flat;
+}
+
+/// After success, copies consecutive pieces of `flat` (from element `offset`) into the tensors.
+void unflatten_later(Op& op, const at::Tensor& flat, std::vector<at::Tensor> ts, int64_t offset = 0) {
+  op.finish.push_back([flat, ts = std::move(ts), offset]() {
+    int64_t off = offset;
+    for (const auto& t : ts) {
+      t.copy_(flat.narrow(0, off, t.numel()).view(t.sizes()));
+      off += t.numel();
+    }
+  });
+}
+
+const at::Tensor& single(const std::vector<at::Tensor>& ts, const char* opname) {
+  if (ts.size() != 1)
+    fail(std::string(opname) + ": expects exactly one tensor per rank, got " + std::to_string(ts.size()) +
+         " (several tensors per call are for several devices; shoal is CPU-only)");
+  check_tensor(ts[0], opname);
+  return ts[0];
+}
+
+void check_same(const at::Tensor& t, const at::Tensor& ref, const char* opname, const char* what) {
+  check_tensor(t, opname);
+  if (t.scalar_type() != ref.scalar_type())
+    fail(std::string(opname) + ": " + what + " has dtype " + dtype_name(t.scalar_type()) + ", expected " +
+         dtype_name(ref.scalar_type()));
+  if (t.numel() != ref.numel())
+    fail(std::string(opname) + ": " + what + " has " + std::to_string(t.numel()) + " elements, expected " +
+         std::to_string(ref.numel()));
+}
+
+char* byte_ptr(const at::Tensor& buf, int64_t element_offset) {
+  return static_cast<char*>(buf.data_ptr()) + element_offset * static_cast<int64_t>(buf.element_size());
+}
+
+constexpr int kAllToAllTag = 0x5a110000;  // point-to-point tag of the uneven all_to_all
+// How long destroying a group waits for operations still in flight before leaving them behind.
+constexpr std::chrono::seconds kDestroyGrace{5};
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------
+// WorkShoal
+
+WorkShoal::WorkShoal(int rank, OpType type, const char* title, std::vector<at::Tensor> inputs,
+                     std::vector<at::Tensor> outputs)
+    : c10d::Work(rank, type, title, c10::optional<std::vector<at::Tensor>>(std::move(inputs))),
+      name_(title),
+      outputs_(std::move(outputs)),
+      future_(c10::make_intrusive<c10::ivalue::Future>(c10::ListType::create(c10::TensorType::get()))) {}
+
+bool WorkShoal::isCompleted() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return completed_;
+}
+
+bool WorkShoal::isSuccess() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return completed_ && !exception_;
+}
+
+std::exception_ptr WorkShoal::exception() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return exception_;
+}
+
+int WorkShoal::sourceRank() const {
+  if (source_rank_ < 0) fail("sourceRank() is only defined for a receive from any source");
+  return source_rank_;
+}
+
+bool WorkShoal::wait(std::chrono::milliseconds timeout) {
+  std::unique_lock<std::mutex> lock(mutex_);
+  if (timeout == kNoTimeout || timeout.count() < 0) {
+    cv_.wait(lock, [&] { return completed_; });
+  } else if (!cv_.wait_for(lock, timeout, [&] { return completed_; })) {
+    std::ostringstream msg;
+    msg << "shoal (torch backend): rank " << rank_ << ": " << name_ << " did not complete within the wait's "
+        << timeout.count() << " ms timeout; the operation stays in flight (a peer has not joined it yet or "
+        << "is slow): wait again, or make sure every rank issues the same calls";
+    throw shoal::TimeoutError(msg.str());
+  }
+  if (exception_) std::rethrow_exception(exception_);
+  return true;
+}
+
+void WorkShoal::complete(std::exception_ptr error) {
+  // The future first: DDP and Python callbacks chain on it; wait() returns after both.
+  if (error) {
+    future_->setError(error);
+  } else {
+    future_->markCompleted(c10::IValue(outputs_));
+  }
+  finish(error);
+}
+
+// ---------------------------------------------------------------------------------------------
+// ProcessGroupShoal: creation, queue, completion
+
+ProcessGroupShoal::ProcessGroupShoal(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
+                                     std::chrono::milliseconds timeout)
+    : BackendBase(rank, size), store_(store), timeout_(timeout) {
+  shoal::Options options;
+  // An explicit SHOAL_TIMEOUT wins; otherwise torch's timeout (init_process_group(timeout=...)).
+  const char* env_timeout = std::getenv("SHOAL_TIMEOUT");
+  if (!(env_timeout && *env_timeout)) options.timeout = timeout;
+  auto adapter = std::make_shared<C10dStore>(store, timeout);
+  comm_.emplace(shoal::Communicator::create(adapter, rank, size, options));
+  if (const char* e = std::getenv("SHOAL_TORCH_ANY_SOURCE")) any_source_ = std::string(e) != "0";
+  received_from_.assign(static_cast<size_t>(size), 0);
+  completion_ = std::thread(completion_loop, queue_);
+}
+
+ProcessGroupShoal::~ProcessGroupShoal() {
+  // destroy_process_group() drops the group with the GIL held, while the completion thread may
+  // need the GIL to free a tensor whose Python object it kept alive: let go of it while waiting.
+  PyThreadState* saved = (Py_IsInitialized() && PyGILState_Check()) ? PyEval_SaveThread() : nullptr;
+  bool drained;
+  {
+    std::unique_lock<std::mutex> lock(queue_->mutex);
+    drained = queue_->idle_cv.wait_for(lock, kDestroyGrace, [&] { return queue_->ops.empty() && !queue_->busy; });
+    queue_->stop = true;
+  }
+  queue_->cv.notify_all();
+  if (drained) {
+    completion_.join();
+    comm_.reset();  // says goodbye to the peers
+  } else {
+    // An operation no peer joins (shoal has no public abort): rather than hang here until the
+    // group's timeout, leave it, its thread and the communicator behind; the thread finishes
+    // when the operation fails or completes, or the process exits.
+    std::fprintf(stderr,
+                 "shoal (torch backend): rank %d: process group destroyed with operations still in flight "
+                 "after %lld s; leaving them to finish in the background\n",
+                 getRank(), static_cast<long long>(kDestroyGrace.count()));
+    completion_.detach();
+    new shoal::Communicator(std::move(*comm_));  // deliberately leaked: the thread still waits on it
+    comm_.reset();
+  }
+  if (saved) PyEval_RestoreThread(saved);
+}
+
+c10::intrusive_ptr<BackendBase> ProcessGroupShoal::create(const c10::intrusive_ptr<c10d::Store>& store, int rank,
+                                                          int size, std::chrono::milliseconds timeout) {
+  return c10::make_intrusive<ProcessGroupShoal>(store, rank, size, timeout);
+}
+
+std::string ProcessGroupShoal::describe() const { return comm_->describe(); }
+
+template <class F>
+c10::intrusive_ptr<c10d::Work> ProcessGroupShoal::run(OpType type, const char* title, std::vector<at::Tensor> inputs,
+                                                      std::vector<at::Tensor> outputs, F&& issue) {
+  auto work = c10::make_intrusive<WorkShoal>(getRank(), type, title, std::move(inputs), std::move(outputs));
+  Op op;
+  op.work = work;
+  std::lock_guard<std::mutex> lock(issue_mutex_);
+  ++sequence_;
+  std::exception_ptr failed;
+  try {
+    issue(op);
+  } catch (...) {
+    if (op.pending.empty()) throw;  // nothing in flight
+    // Part of it is in flight: the completion thread waits for it before freeing the buffers.
+    op.issue_error = failed = std::current_exception();
+  }
+  {
+    std::lock_guard<std::mutex> qlock(queue_->mutex);
+    queue_->ops.push_back(std::move(op));
+  }
+  queue_->cv.notify_one();
+  if (failed) std::rethrow_exception(failed);
+  return work;
+}
+
+void ProcessGroupShoal::completion_loop(std::shared_ptr<Queue> queue) {
+  for (;;) {
+    Op op;
+    {
+      std::unique_lock<std::mutex> lock(queue->mutex);
+      queue->busy = false;
+      if (queue->ops.empty()) queue->idle_cv.notify_all();
+      queue->cv.wait(lock, [&] { return queue->stop || !queue->ops.empty(); });
+      if (queue->ops.empty()) return;
+      op = std::move(queue->ops.front());
+      queue->ops.pop_front();
+      queue->busy = true;
+    }
+    std::exception_ptr error = op.issue_error;
+    // Wait for every piece even after a failure: they use buffers this Op keeps alive.
+    for (auto& w : op.pending) {
+      try {
+        w.wait();
+      } catch (...) {
+        if (!error) error = std::current_exception();
+      }
+    }
+    if (!error) {
+      try {
+        for (auto& f : op.finish) f();
+      } catch (...) {
+        error = std::current_exception();
+      }
+    }
+    op.work->complete(error);
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// collectives
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupShoal::allreduce(std::vector<at::Tensor>& tensors,
+                                                            const c10d::AllreduceOptions& opts) {
+  const auto& t = single(tensors, "allreduce");
+  const Spec s = reduce_spec(t, opts.reduceOp, "allreduce");
+  return run(OpType::ALLREDUCE, "shoal:all_reduce", tensors, tensors, [&](Op& op) {
+    auto buf = stage_out(op, t, s.work, true);
+    op.pending.push_back(comm_->all_reduce_async(buf.data_ptr(), count_of(buf, s), s.dt, s.op));
+  });
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupShoal::allreduce_coalesced(std::vector<at::Tensor>& tensors,
+                                                                      const c10d::AllreduceCoalescedOptions& opts) {
+  if (tensors.empty()) fail("allreduce_coalesced: no tensors");
+  for (const auto& t : tensors) {
+    check_tensor(t, "allreduce_coalesced");
+    if (t.scalar_type() != tensors[0].scalar_type())
+      fail("allreduce_coalesced: every tensor must have the same dtype, got " + dtype_name(t.scalar_type()) +
+           " and " + dtype_name(tensors[0].scalar_type()));
+  }
+  const Spec s = reduce_spec(tensors[0], opts.reduceOp, "allreduce_coalesced");
+  return run(OpType::ALLREDUCE_COALESCED, "shoal:all_reduce_coalesced", tensors, tensors, [&](Op& op) {
+    auto flat = flatten(op, tensors, s.work);
+    op.pending.push_back(comm_->all_reduce_async(flat.data_ptr(), count_of(flat, s), s.dt, s.op));
+    unflatten_later(op, flat, tensors);
+  });
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupShoal::broadcast(std::vector<at::Tensor>& tensors,
+                                                            const c10d::BroadcastOptions& opts) {
+  const auto& t = single(tensors, "broadcast");
+  if (opts.rootTensor != 0) fail("broadcast: rootTensor must be 0");
+  const int root = static_cast<int>(opts.rootRank);
+  const Spec s = move_spec(t);
+  return run(OpType::BROADCAST, "shoal:broadcast", tensors, tensors, [&](Op& op) {
+    const bool is_root = getRank() == root;
+    auto buf = stage_out(op, t, s.work, is_root, !is_root);
+    op.pending.push_back(comm_->broadcast_async(buf.data_ptr(), count_of(buf, s), s.dt, root));
+  });
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupShoal::reduce(std::vector<at::Tensor>& tensors,
+                                                         const c10d::ReduceOptions& opts) {
+  const auto& t = single(tensors, "reduce");
+  if (opts.rootTensor != 0) fail("reduce: rootTensor must be 0");
+  const int root = static_cast<int>(opts.rootRank);
+  const Spec s = reduce_spec(t, opts.reduceOp, "reduce");
+  return run(OpType::REDUCE, "shoal:reduce", tensors, tensors, [&](Op& op) {
+    auto buf = stage_out(op, t, s.work, true, getRank() == root);
+    op.pending.push_back(
+        comm_->reduce_async(buf.data_ptr(), buf.data_ptr(), count_of(buf, s), s.dt, s.op, root));
+  });
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupShoal::allgather(std::vector<std::vector<at::Tensor>>& outputs,
+                                                            std::vector<at::Tensor>& inputs,
+                                                            const c10d::AllgatherOptions&) {
+  const auto& in = single(inputs, "allgather");
+  if (outputs.size() != 1 || outputs[0].size() != static_cast<size_t>(getSize()))
+    fail("allgather: expects one output list of " + std::to_string(getSize()) + " tensors");
+  for (const auto& o : outputs[0]) check_same(o, in, "allgather", "an output tensor");
+  const Spec s = move_spec(in);
+  return run(OpType::ALLGATHER, "shoal:all_gather", inputs, outputs[0], [&](Op& op) {
+    auto src = stage_in(op, in, s.work);
+    auto flat = at::empty({in.numel() * getSize()}, in.options());
+    op.keep.push_back(flat);
+    op.pending.push_back(comm_->all_gather_async(src.data_ptr(), flat.data_ptr(), count_of(src, s), s.dt));
+    unflatten_later(op, flat, outputs[0]);
+  });
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupShoal::_allgather_base(at::Tensor& output, at::Tensor& input,
+                                                                  const c10d::AllgatherOptions&) {
+  check_tensor(input, "_allgather_base");
+  check_tensor(output, "_allgather_base");
+  if (output.scalar_type() != input.scalar_type() || output.numel() != input.numel() * getSize())
+    fail("_allgather_base: the output must have the input's dtype and world size (" + std::to_string(getSize()) +
+         ") times its " + std::to_string(input.numel()) + " elements, got " + std::to_string(output.numel()) + " " +
+         dtype_name(output.scalar_type()));
+  const Spec s = move_spec(input);
+  return run(OpType::_ALLGATHER_BASE, "shoal:all_gather_base", {input}, {output}, [&](Op& op) {
+    auto src = stage_in(op, input, s.work);
+    auto dst = stage_out(op, output, s.work, false);
+    op.pending.push_back(comm_->all_gather_async(src.data_ptr(), dst.data_ptr(), count_of(src, s), s.dt));
+  });
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupShoal::allgather_coalesced(std::vector<std::vector<at::Tensor>>& outputs,
+                                                                      std::vector<at::Tensor>& inputs,
+                                                                      const c10d::AllgatherOptions&) {
+  if (inputs.empty()) fail("allgather_coalesced: no input tensors");
+  if (outputs.size() != static_cast<size_t>(getSize()))
+    fail("allgather_coalesced: expects " + std::to_string(getSize()) + " output lists");
+  for (const auto& t : inputs) check_tensor(t, "allgather_coalesced");
+  for (const auto& t : inputs)
+    if (t.scalar_type() != inputs[0].scalar_type()) fail("allgather_coalesced: every input must have one dtype");
+  for (const auto& list : outputs) {
+    if (list.size() != inputs.size()) fail("allgather_coalesced: every output list must match the input list");
+    for (size_t i = 0; i < list.size(); ++i) check_same(list[i], inputs[i], "allgather_coalesced", "an output");
+  }
+  const Spec s = move_spec(inputs[0]);
+  std::vector<at::Tensor> all_outputs;
+  for (const auto& list : outputs) all_outputs.insert(all_outputs.end(), list.begin(), list.end());
+  return run(OpType::ALLGATHER_COALESCED, "shoal:all_gather_coalesced", inputs, all_outputs, [&](Op& op) {
+    auto flat_in = flatten(op, inputs, s.work);
+    auto flat_out = at::empty({flat_in.numel() * getSize()}, flat_in.options());
+    op.keep.push_back(flat_out);
+    op.pending.push_back(
+        comm_->all_gather_async(flat_in.data_ptr(), flat_out.data_ptr(), count_of(flat_in, s), s.dt));
+    unflatten_later(op, flat_out, all_outputs);
+  });
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupShoal::gather(std::vector<std::vector<at::Tensor>>& outputs,
+                                                         std::vector<at::Tensor>& inputs,
+                                                         const c10d::GatherOptions& opts) {
+  const auto& in = single(inputs, "gather");
+  const int root = static_cast<int>(opts.rootRank);
+  const bool is_root = getRank() == root;
+  if (is_root) {
+    if (outputs.size() != 1 || outputs[0].size() != static_cast<size_t>(getSize()))
+      fail("gather: the root expects one output list of " + std::to_string(getSize()) + " tensors");
+    for (const auto& o : outputs[0]) check_same(o, in, "gather", "an output tensor");
+  } else if (!outputs.empty() && !outputs[0].empty()) {
+    fail("gather: only the root (rank " + std::to_string(root) + ") passes output tensors");
+  }
+  const Spec s = move_spec(in);
+  std::vector<at::Tensor> outs = is_root ? outputs[0] : std::vector<at::Tensor>{};
+  return run(OpType::GATHER, "shoal:gather", inputs, outs, [&](Op& op) {
+    auto src = stage_in(op, in, s.work);
+    at::Tensor flat;
+    if (is_root) {
+      flat = at::empty({in.numel() * getSize()}, in.options());
+      op.keep.push_back(flat);
+    }
+    op.pending.push_back(comm_->gather_async(src.data_ptr(), is_root ? flat.data_ptr() : nullptr,
+                                             count_of(src, s), s.dt, root));
+    if (is_root) unflatten_later(op, flat, outs);
+  });
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupShoal::scatter(std::vector<at::Tensor>& outputs,
+                                                          std::vector<std::vector<at::Tensor>>& inputs,
+                                                          const c10d::ScatterOptions& opts) {
+  const auto& out = single(outputs, "scatter");
+  const int root = static_cast<int>(opts.rootRank);
+  const bool is_root = getRank() == root;
+  if (is_root) {
+    if (inputs.size() != 1 || inputs[0].size() != static_cast<size_t>(getSize()))
+      fail("scatter: the root expects one input list of " + std::to_string(getSize()) + " tensors");
+    for (const auto& i : inputs[0]) check_same(i, out, "scatter", "an input tensor");
+  } else if (!inputs.empty() && !inputs[0].empty()) {
+    fail("scatter: only the root (rank " + std::to_string(root) + ") passes input tensors");
+  }
+  const Spec s = move_spec(out);
+  std::vector<at::Tensor> ins = is_root ? inputs[0] : std::vector<at::Tensor>{};
+  return run(OpType::SCATTER, "shoal:scatter", ins, outputs, [&](Op& op) {
+    at::Tensor flat;
+    if (is_root) flat = flatten(op, ins, s.work);
+    auto dst = stage_out(op, out, s.work, false);
+    op.pending.push_back(
+        comm_->scatter_async(is_root ? flat.data_ptr() : nullptr, dst.data_ptr(), count_of(dst, s), s.dt, root));
+  });
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupShoal::reduce_scatter(std::vector<at::Tensor>& outputs,
+                                                                 std::vector<std::vector<at::Tensor>>& inputs,
+                                                                 const c10d::ReduceScatterOptions& opts) {
+  const auto& out = single(outputs, "reduce_scatter");
+  if (inputs.size() != 1 || inputs[0].size() != static_cast<size_t>(getSize()))
+    fail("reduce_scatter: expects one input list of " + std::to_string(getSize()) + " tensors");
+  for (const auto& i : inputs[0]) check_same(i, out, "reduce_scatter", "an input tensor");
+  const Spec s = reduce_spec(out, opts.reduceOp, "reduce_scatter");
+  return run(OpType::REDUCE_SCATTER, "shoal:reduce_scatter", inputs[0], outputs, [&](Op& op) {
+    auto flat = flatten(op, inputs[0], s.work);
+    auto dst = stage_out(op, out, s.work, false);
+    op.pending.push_back(
+        comm_->reduce_scatter_async(flat.data_ptr(), dst.data_ptr(), count_of(dst, s), s.dt, s.op));
+  });
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupShoal::_reduce_scatter_base(at::Tensor& output, at::Tensor& input,
+                                                                       const c10d::ReduceScatterOptions& opts) {
+  check_tensor(input, "_reduce_scatter_base");
+  check_tensor(output, "_reduce_scatter_base");
+  if (output.scalar_type() != input.scalar_type() || input.numel() != output.numel() * getSize())
+    fail("_reduce_scatter_base: the input must have the output's dtype and world size (" +
+         std::to_string(getSize()) + ") times its " + std::to_string(output.numel()) + " elements, got " +
+         std::to_string(input.numel()) + " " + dtype_name(input.scalar_type()));
+  const Spec s = reduce_spec(output, opts.reduceOp, "_reduce_scatter_base");
+  return run(OpType::_REDUCE_SCATTER_BASE, "shoal:reduce_scatter_base", {input}, {output}, [&](Op& op) {
+    auto src = stage_in(op, input, s.work);
+    auto dst = stage_out(op, output, s.work, false);
+    op.pending.push_back(
+        comm_->reduce_scatter_async(src.data_ptr(), dst.data_ptr(), count_of(dst, s), s.dt, s.op));
+  });
+}
+
+// ---------------------------------------------------------------------------------------------
+// all_to_all
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupShoal::alltoall_base(at::Tensor& output, at::Tensor& input,
+                                                                std::vector<int64_t>& output_splits,
+                                                                std::vector<int64_t>& input_splits,
+                                                                const c10d::AllToAllOptions&) {
+  check_tensor(input, "alltoall_base");
+  check_tensor(output, "alltoall_base");
+  if (input.scalar_type() != output.scalar_type())
+    fail("alltoall_base: input and output dtypes differ (" + dtype_name(input.scalar_type()) + " vs " +
+         dtype_name(output.scalar_type()) + ")");
+  const int p = getSize();
+  const Spec s = move_spec(input);
+  if (output_splits.empty() && input_splits.empty()) {
+    if (input.numel() != output.numel() || input.numel() % p != 0)
+      fail("alltoall_base: without split sizes input and output need the same number of elements, divisible by " +
+           std::to_string(p));
+    return run(OpType::ALLTOALL_BASE, "shoal:all_to_all", {input}, {output}, [&](Op& op) {
+      auto src = stage_in(op, input, s.work);
+      auto dst = stage_out(op, output, s.work, false);
+      op.pending.push_back(
+          comm_->all_to_all_async(src.data_ptr(), dst.data_ptr(), count_of(src, s) / p, s.dt));
+    });
+  }
+  // Uneven: rows along dim 0, one send and one receive per peer (no native alltoallv in shoal).
+  auto splits = [&](std::vector<int64_t> sp, const at::Tensor& t, const char* which) {
+    const int64_t rows = t.dim() == 0 ? 1 : t.size(0);
+    if (sp.empty()) {
+      if (rows % p != 0) fail(std::string("alltoall_base: ") + which + " rows not divisible by world size");
+      sp.assign(static_cast<size_t>(p), rows / p);
+    }
+    if (sp.size() != static_cast<size_t>(p))
+      fail(std::string("alltoall_base: ") + which + " split sizes need one entry per rank");
+    int64_t sum = 0;
+    for (auto v : sp) {
+      if (v < 0) fail("alltoall_base: negative split size");
+      sum += v;
+    }
+    if (sum != rows)
+      fail(std::string("alltoall_base: ") + which + " split sizes add up to " + std::to_string(sum) + ", not the " +
+           std::to_string(rows) + " rows of the tensor");
+    return sp;
+  };
+  const auto in_sp = splits(input_splits, input, "input");
+  const auto out_sp = splits(output_splits, output, "output");
+  const int64_t in_row = input.dim() == 0 || input.size(0) == 0 ? 0 : input.numel() / input.size(0);
+  const int64_t out_row = output.dim() == 0 || output.size(0) == 0 ? 0 : output.numel() / output.size(0);
+  return run(OpType::ALLTOALL_BASE, "shoal:all_to_all_v", {input}, {output}, [&](Op& op) {
+    auto src = stage_in(op, input, s.work);
+    auto dst = stage_out(op, output, s.work, false);
+    std::vector<int64_t> in_off(p + 1, 0), out_off(p + 1, 0);
+    for (int r = 0; r < p; ++r) {
+      in_off[r + 1] = in_off[r] + in_sp[r] * in_row;
+      out_off[r + 1] = out_off[r] + out_sp[r] * out_row;
+    }
+    const int me = getRank();
+    if (in_sp[me] * in_row != out_sp[me] * out_row) fail("alltoall_base: this rank's own block sizes differ");
+    if (in_sp[me] > 0)
+      dst.view({-1}).narrow(0, out_off[me], out_sp[me] * out_row)
+          .copy_(src.view({-1}).narrow(0, in_off[me], in_sp[me] * in_row));
+    for (int k = 1; k < p; ++k) {
+      const int to = (me + k) % p, from = (me - k + p) % p;
+      const int64_t n_send = in_sp[to] * in_row, n_recv = out_sp[from] * out_row;
+      if (n_send > 0)
+        post_p2p_send(op, src, in_off[to], n_send * s.factor, to, kAllToAllTag, false);
+      if (n_recv > 0)
+        op.pending.push_back(comm_->recv_async(byte_ptr(dst, out_off[from]), static_cast<size_t>(n_recv * s.factor),
+                                               s.dt, from, kAllToAllTag));
+    }
+  });
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupShoal::alltoall(std::vector<at::Tensor>& outputs,
+                                                           std::vector<at::Tensor>& inputs,
+                                                           const c10d::AllToAllOptions&) {
+  const int p = getSize();
+  if (inputs.size() != static_cast<size_t>(p) || outputs.size() != static_cast<size_t>(p))
+    fail("alltoall: expects " + std::to_string(p) + " input and " + std::to_string(p) + " output tensors");
+  bool even = true;
+  for (int r = 0; r < p; ++r) {
+    check_tensor(inputs[r], "alltoall");
+    check_tensor(outputs[r], "alltoall");
+    if (inputs[r].scalar_type() != inputs[0].scalar_type() || outputs[r].scalar_type() != inputs[0].scalar_type())
+      fail("alltoall: every tensor must have the same dtype");
+    if (inputs[r].numel() != inputs[0].numel() || outputs[r].numel() != inputs[0].numel()) even = false;
+  }
+  const Spec s = move_spec(inputs[0]);
+  if (even) {
+    return run(OpType::ALLTOALL, "shoal:all_to_all", inputs, outputs, [&](Op& op) {
+      auto flat_in = flatten(op, inputs, s.work);
+      auto flat_out = at::empty({flat_in.numel()}, flat_in.options());
+      op.keep.push_back(flat_out);
+      op.pending.push_back(
+          comm_->all_to_all_async(flat_in.data_ptr(), flat_out.data_ptr(), count_of(inputs[0], s), s.dt));
+      unflatten_later(op, flat_out, outputs);
+    });
+  }
+  return run(OpType::ALLTOALL, "shoal:all_to_all_v", inputs, outputs, [&](Op& op) {
+    const int me = getRank();
+    if (inputs[me].numel() != outputs[me].numel()) fail("alltoall: this rank's own input and output sizes differ");
+    auto self_out = stage_out(op, outputs[me], s.work, false);
+    self_out.copy_(inputs[me]);
+    for (int k = 1; k < p; ++k) {
+      const int to = (me + k) % p, from = (me - k + p) % p;
+      if (inputs[to].numel() > 0) {
+        auto src = stage_in(op, inputs[to], s.work);
+        post_p2p_send(op, src, 0, src.numel() * s.factor, to, kAllToAllTag, false);
+      }
+      if (outputs[from].numel() > 0) {
+        auto dst = stage_out(op, outputs[from], s.work, false);
+        op.pending.push_back(comm_->recv_async(dst.data_ptr(), count_of(dst, s), s.dt, from, kAllToAllTag));
+      }
+    }
+  });
+}
+
+// ---------------------------------------------------------------------------------------------
+// point to point
+
+std::string ProcessGroupShoal::any_source_key(int src, int dst) const {
+  return "shoal_any_source/" + std::to_string(src) + "/" + std::to_string(dst);
+}
+
+void ProcessGroupShoal::post_p2p_send(Op& op, const at::Tensor& buf, int64_t offset, int64_t count, int peer,
+                                      int tag, bool count_for_any_source) {
+  if (count_for_any_source && any_source_) store_->add(any_source_key(getRank(), peer), 1);
+  const Spec s = move_spec(buf);
+  op.pending.push_back(comm_->send_async(byte_ptr(buf, offset), static_cast<size_t>(count), s.dt, peer, tag));
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupShoal::send(std::vector<at::Tensor>& tensors, int dst, int tag) {
+  const auto& t = single(tensors, "send");
+  if (dst < 0 || dst >= getSize() || dst == getRank())
+    fail("send: destination rank " + std::to_string(dst) + " is not another rank of this group of " +
+         std::to_string(getSize()));
+  const Spec s = move_spec(t);
+  return run(OpType::SEND, "shoal:send", tensors, tensors, [&](Op& op) {
+    auto buf = stage_in(op, t, s.work);
+    post_p2p_send(op, buf, 0, buf.numel() * s.factor, dst, tag, true);
+  });
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupShoal::recv(std::vector<at::Tensor>& tensors, int src, int tag) {
+  const auto& t = single(tensors, "recv");
+  if (src < 0 || src >= getSize() || src == getRank())
+    fail("recv: source rank " + std::to_string(src) + " is not another rank of this group of " +
+         std::to_string(getSize()));
+  const Spec s = move_spec(t);
+  return run(OpType::RECV, "shoal:recv", tensors, tensors, [&](Op& op) {
+    auto buf = stage_out(op, t, s.work, false);
+    op.pending.push_back(comm_->recv_async(buf.data_ptr(), count_of(buf, s), s.dt, src, tag));
+    ++received_from_[src];
+  });
+}
+
+// shoal matches point-to-point messages by position per pair and has no wildcard. Every send
+// counts itself in the store (key per sender and receiver); a receive from any source polls
+// those counters for a sender with more sends than this rank has received from it, then posts
+// an ordinary receive from that rank. The call blocks until some sender has issued its send.
+c10::intrusive_ptr<c10d::Work> ProcessGroupShoal::recvAnysource(std::vector<at::Tensor>& tensors, int tag) {
+  const auto& t = single(tensors, "recvAnysource");
+  if (!any_source_)
+    fail("recvAnysource: receives from any source are disabled (SHOAL_TORCH_ANY_SOURCE=0 on this rank)");
+  const int me = getRank(), p = getSize();
+  const auto deadline = std::chrono::steady_clock::now() + timeout_;
+  auto pause = std::chrono::microseconds(50);
+  int src = -1;
+  for (int round = 0; src < 0; ++round) {
+    std::vector<int64_t> received;
+    {
+      std::lock_guard<std::mutex> lock(issue_mutex_);
+      received = received_from_;
+    }
+    for (int k = 1; k < p && src < 0; ++k) {
+      const int r = (me + round + k) % p;
+      if (r == me) continue;
+      if (store_->add(any_source_key(r, me), 0) > received[r]) src = r;
+    }
+    if (src >= 0) break;
+    if (std::chrono::steady_clock::now() > deadline)
+      throw shoal::TimeoutError("shoal (torch backend): rank " + std::to_string(me) +
+                                ": recvAnysource found no sender within the group's timeout of " +
+                                std::to_string(timeout_.count()) + " ms");
+    std::this_thread::sleep_for(pause);
+    pause = std::min(pause * 2, std::chrono::microseconds(5000));
+  }
+  const Spec s = move_spec(t);
+  auto work = run(OpType::RECVANYSOURCE, "shoal:recv_any_source", tensors, tensors, [&](Op& op) {
+    auto buf = stage_out(op, t, s.work, false);
+    op.pending.push_back(comm_->recv_async(buf.data_ptr(), count_of(buf, s), s.dt, src, tag));
+    ++received_from_[src];
+    op.work->set_source_rank(src);
+  });
+  return work;
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupShoal::barrier(const c10d::BarrierOptions&) {
+  return run(OpType::BARRIER, "shoal:barrier", {}, {}, [&](Op& op) { op.pending.push_back(comm_->barrier_async()); });
+}
+
+}  // namespace shoal::torch_glue

@@ -1,0 +1,161 @@
+// ProcessGroupShoal: a c10d backend over shoal::Communicator.
+//
+// Every call stages its tensors into contiguous buffers of a dtype shoal handles, issues the
+// shoal operation(s) asynchronously under one mutex (so the issue order is the queue order),
+// and queues them. One completion thread per group waits for the queued operations in issue
+// order (shoal completes them in that order), copies results back into non-contiguous or
+// converted tensors, and completes the Work and its Future with the output tensors.
+#pragma once
+
+#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
+#include <torch/csrc/distributed/c10d/Store.hpp>
+#include <torch/csrc/distributed/c10d/Work.hpp>
+#include <torch/version.h>
+
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <thread>
+#include <vector>
+
+#include "shoal/communicator.hpp"
+
+// torch 2.x moved the collectives to c10d::Backend (ProcessGroup dispatches to it);
+// torch 1.13's plugins subclass ProcessGroup itself. Same switch as torch-ccl.
+#if TORCH_VERSION_MAJOR >= 2
+#include <torch/csrc/distributed/c10d/Backend.hpp>
+#define SHOAL_TORCH_BACKEND_BASE ::c10d::Backend
+#else
+#define SHOAL_TORCH_BACKEND_BASE ::c10d::ProcessGroup
+#endif
+
+namespace shoal::torch_glue {
+
+using BackendBase = SHOAL_TORCH_BACKEND_BASE;
+
+/// The Work of one torch call: completed by the group's completion thread.
+class WorkShoal : public c10d::Work {
+ public:
+  WorkShoal(int rank, c10d::OpType type, const char* title, std::vector<at::Tensor> inputs,
+            std::vector<at::Tensor> outputs);
+
+  bool isCompleted() override;
+  bool isSuccess() const override;
+  std::exception_ptr exception() const override;
+  int sourceRank() const override;
+  std::vector<at::Tensor> result() override { return outputs_; }
+  void synchronize() override {}
+  /// Waits for completion (at most `timeout` unless it is zero) and rethrows a failure.
+  bool wait(std::chrono::milliseconds timeout = kNoTimeout) override;
+  c10::intrusive_ptr<c10::ivalue::Future> getFuture() override { return future_; }
+
+  void complete(std::exception_ptr error);
+  void set_source_rank(int r) { source_rank_ = r; }
+  const char* name() const { return name_; }
+
+ private:
+  const char* name_;
+  std::vector<at::Tensor> outputs_;
+  c10::intrusive_ptr<c10::ivalue::Future> future_;
+  int source_rank_ = -1;
+};
+
+class ProcessGroupShoal : public BackendBase {
+ public:
+  ProcessGroupShoal(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
+                    std::chrono::milliseconds timeout);
+  ~ProcessGroupShoal() override;
+
+  /// The creator torch.distributed calls: (store, rank, size, timeout).
+  static c10::intrusive_ptr<BackendBase> create(const c10::intrusive_ptr<c10d::Store>& store, int rank,
+                                                int size, std::chrono::milliseconds timeout);
+
+  const std::string getBackendName() const override { return "shoal"; }
+  std::string describe() const;
+
+  c10::intrusive_ptr<c10d::Work> broadcast(std::vector<at::Tensor>& tensors,
+                                           const c10d::BroadcastOptions& opts = {}) override;
+  c10::intrusive_ptr<c10d::Work> allreduce(std::vector<at::Tensor>& tensors,
+                                           const c10d::AllreduceOptions& opts = {}) override;
+  c10::intrusive_ptr<c10d::Work> allreduce_coalesced(std::vector<at::Tensor>& tensors,
+                                                     const c10d::AllreduceCoalescedOptions& opts = {}) override;
+  c10::intrusive_ptr<c10d::Work> reduce(std::vector<at::Tensor>& tensors,
+                                        const c10d::ReduceOptions& opts = {}) override;
+  c10::intrusive_ptr<c10d::Work> allgather(std::vector<std::vector<at::Tensor>>& outputs,
+                                           std::vector<at::Tensor>& inputs,
+                                           const c10d::AllgatherOptions& opts = {}) override;
+  c10::intrusive_ptr<c10d::Work> _allgather_base(at::Tensor& output, at::Tensor& input,
+                                                 const c10d::AllgatherOptions& opts = {}) override;
+  c10::intrusive_ptr<c10d::Work> allgather_coalesced(std::vector<std::vector<at::Tensor>>& outputs,
+                                                     std::vector<at::Tensor>& inputs,
+                                                     const c10d::AllgatherOptions& opts = {}) override;
+  c10::intrusive_ptr<c10d::Work> gather(std::vector<std::vector<at::Tensor>>& outputs,
+                                        std::vector<at::Tensor>& inputs,
+                                        const c10d::GatherOptions& opts = {}) override;
+  c10::intrusive_ptr<c10d::Work> scatter(std::vector<at::Tensor>& outputs,
+                                         std::vector<std::vector<at::Tensor>>& inputs,
+                                         const c10d::ScatterOptions& opts = {}) override;
+  c10::intrusive_ptr<c10d::Work> reduce_scatter(std::vector<at::Tensor>& outputs,
+                                                std::vector<std::vector<at::Tensor>>& inputs,
+                                                const c10d::ReduceScatterOptions& opts = {}) override;
+  c10::intrusive_ptr<c10d::Work> _reduce_scatter_base(at::Tensor& output, at::Tensor& input,
+                                                      const c10d::ReduceScatterOptions& opts = {}) override;
+  c10::intrusive_ptr<c10d::Work> alltoall_base(at::Tensor& output, at::Tensor& input,
+                                               std::vector<int64_t>& output_splits,
+                                               std::vector<int64_t>& input_splits,
+                                               const c10d::AllToAllOptions& opts = {}) override;
+  c10::intrusive_ptr<c10d::Work> alltoall(std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
+                                          const c10d::AllToAllOptions& opts = {}) override;
+  c10::intrusive_ptr<c10d::Work> send(std::vector<at::Tensor>& tensors, int dst, int tag) override;
+  c10::intrusive_ptr<c10d::Work> recv(std::vector<at::Tensor>& tensors, int src, int tag) override;
+  c10::intrusive_ptr<c10d::Work> recvAnysource(std::vector<at::Tensor>& tensors, int tag) override;
+  c10::intrusive_ptr<c10d::Work> barrier(const c10d::BarrierOptions& opts = {}) override;
+
+  void setSequenceNumberForGroup() override {}
+  uint64_t getSequenceNumberForGroup() override { return sequence_; }
+
+  /// One queued torch call: the shoal operations it issued and what to do once they finish.
+  struct Op {
+    c10::intrusive_ptr<WorkShoal> work;
+    std::vector<shoal::Work> pending;
+    std::vector<std::function<void()>> finish;  // copy-backs, run after success in order
+    std::vector<at::Tensor> keep;               // staging buffers the shoal operations use
+    std::exception_ptr issue_error;             // the issue failed part-way
+  };
+
+ private:
+  template <class F>
+  c10::intrusive_ptr<c10d::Work> run(c10d::OpType type, const char* title, std::vector<at::Tensor> inputs,
+                                     std::vector<at::Tensor> outputs, F&& issue);
+  /// The queue the completion thread drains; shared with it, so that a group destroyed with an
+  /// operation that cannot complete can leave the thread (and the communicator) behind.
+  struct Queue {
+    std::mutex mutex;
+    std::condition_variable cv;       // new work or stop
+    std::condition_variable idle_cv;  // the queue ran empty
+    std::deque<Op> ops;
+    bool busy = false;
+    bool stop = false;
+  };
+  static void completion_loop(std::shared_ptr<Queue> queue);
+  void post_p2p_send(Op& op, const at::Tensor& buf, int64_t offset, int64_t count, int peer, int tag,
+                     bool count_for_any_source);
+  std::string any_source_key(int src, int dst) const;
+
+  c10::intrusive_ptr<c10d::Store> store_;
+  std::chrono::milliseconds timeout_;
+  std::optional<shoal::Communicator> comm_;
+  bool any_source_ = true;
+
+  std::mutex issue_mutex_;  // issue order == queue order
+  std::vector<int64_t> received_from_;  // user recvs matched per source (for recvAnysource)
+  uint64_t sequence_ = 0;
+
+  std::shared_ptr<Queue> queue_ = std::make_shared<Queue>();
+  std::thread completion_;
+};
+
+}  // namespace shoal::torch_glue

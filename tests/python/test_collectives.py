@@ -1,0 +1,227 @@
+"""Every collective of the "shoal" torch backend, on several dtypes, contiguous or not."""
+
+import pytest
+import torch
+import torch.distributed as dist
+
+from ranks import run_ranks
+
+DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int8, torch.uint8,
+          torch.int16, torch.int32, torch.int64]
+WORLDS = [2, 3]
+
+
+def value(rank, n, dtype):
+    """Small, exactly representable values that differ per rank and per element."""
+    return (torch.arange(n, dtype=torch.int64) % 7 + rank + 1).to(dtype)
+
+
+def noncontig(t):
+    """A non-contiguous tensor with t's values (a transposed view)."""
+    base = torch.zeros((t.numel(), 2), dtype=t.dtype)
+    base[:, 0] = t.reshape(-1)
+    view = base[:, 0]
+    assert not view.is_contiguous()
+    return view
+
+
+def _all_reduce(rank, world):
+    n = 37
+    for dtype in DTYPES:
+        cases = [(dist.ReduceOp.SUM, sum), (dist.ReduceOp.MAX, max), (dist.ReduceOp.MIN, min)]
+        if not dtype.is_floating_point and dtype != torch.uint8 and dtype != torch.int8:
+            cases.append((dist.ReduceOp.PRODUCT, None))
+        for op, _ in cases:
+            for contiguous in (True, False):
+                t = value(rank, n, dtype)
+                if not contiguous:
+                    t = noncontig(t)
+                dist.all_reduce(t, op=op)
+                vals = [value(r, n, torch.float64) for r in range(world)]
+                if op == dist.ReduceOp.SUM:
+                    want = sum(vals)
+                elif op == dist.ReduceOp.MAX:
+                    want = torch.stack(vals).max(0).values
+                elif op == dist.ReduceOp.MIN:
+                    want = torch.stack(vals).min(0).values
+                else:
+                    want = torch.stack(vals).prod(0)
+                assert torch.equal(t.to(torch.float64), want.to(dtype).to(torch.float64)), (dtype, op, contiguous)
+    # AVG (float), bool as logical or/and, complex sum
+    t = value(rank, n, torch.float32)
+    dist.all_reduce(t, op=dist.ReduceOp.AVG)
+    assert torch.allclose(t, sum(value(r, n, torch.float32) for r in range(world)) / world)
+    b = torch.tensor([rank == 0, False, True])
+    dist.all_reduce(b, op=dist.ReduceOp.SUM)
+    assert b.tolist() == [True, False, True]
+    b = torch.tensor([rank == 0, False, True])
+    dist.all_reduce(b, op=dist.ReduceOp.MIN)
+    assert b.tolist() == [False, False, True]
+    c = torch.tensor([1 + 2j, rank * 1j], dtype=torch.complex64)
+    dist.all_reduce(c)
+    assert torch.allclose(c, torch.tensor([world * (1 + 2j), sum(range(world)) * 1j], dtype=torch.complex64))
+    return True
+
+
+@pytest.mark.parametrize("world", WORLDS)
+def test_all_reduce(world):
+    run_ranks(_all_reduce, world)
+
+
+def _unsupported_ops(rank, world):
+    t = torch.ones(4, dtype=torch.int32)
+    with pytest.raises(RuntimeError, match="BAND.*no bitwise"):
+        dist.all_reduce(t, op=dist.ReduceOp.BAND)
+    with pytest.raises(RuntimeError, match="complex tensors reduce with SUM or AVG"):
+        _raise_complex_max()
+    # the group still works after rejected calls
+    dist.all_reduce(t)
+    assert t.tolist() == [world] * 4
+    return True
+
+
+def _raise_complex_max():
+    # torch's Python layer rejects MAX on complex itself: call the process group directly
+    pg = dist.distributed_c10d._get_default_group()
+    opts = dist.AllreduceOptions()
+    opts.reduceOp = dist.ReduceOp.MAX
+    pg.allreduce([torch.ones(2, dtype=torch.complex64)], opts).wait()
+
+
+def test_unsupported_ops_raise():
+    run_ranks(_unsupported_ops, 2)
+
+
+def _coalesced(rank, world):
+    ts = [torch.full((3,), float(rank)), noncontig(torch.full((5,), float(rank + 1))), torch.tensor(float(rank))]
+    dist.all_reduce_coalesced(ts)
+    s = sum(range(world))
+    assert ts[0].tolist() == [s] * 3 and ts[1].tolist() == [s + world] * 5 and ts[2].item() == s
+    outs = [[torch.zeros(2), torch.zeros(3, dtype=torch.float32)] for _ in range(world)]
+    dist.all_gather_coalesced(outs, [torch.full((2,), float(rank)), torch.full((3,), 10.0 + rank)])
+    for r in range(world):
+        assert outs[r][0].tolist() == [r] * 2 and outs[r][1].tolist() == [10 + r] * 3
+    return True
+
+
+def test_coalesced():
+    run_ranks(_coalesced, 3)
+
+
+def _broadcast_reduce(rank, world):
+    for dtype in DTYPES + [torch.bool, torch.complex128]:
+        for root in range(world):
+            t = value(rank, 9, torch.int64).to(dtype) if dtype != torch.complex128 else \
+                torch.full((9,), complex(rank, -rank), dtype=dtype)
+            want = value(root, 9, torch.int64).to(dtype) if dtype != torch.complex128 else \
+                torch.full((9,), complex(root, -root), dtype=dtype)
+            t = noncontig(t) if root % 2 else t
+            dist.broadcast(t, root)
+            assert torch.equal(t, want), (dtype, root)
+    for dtype in DTYPES:
+        for root in range(world):
+            t = value(rank, 11, dtype)
+            dist.reduce(t, root, op=dist.ReduceOp.SUM)
+            if rank == root:
+                want = sum(value(r, 11, torch.float64) for r in range(world)).to(dtype)
+                assert torch.equal(t, want), (dtype, root)
+    return True
+
+
+@pytest.mark.parametrize("world", WORLDS)
+def test_broadcast_reduce(world):
+    run_ranks(_broadcast_reduce, world)
+
+
+def _gathers(rank, world):
+    for dtype in [torch.float32, torch.bfloat16, torch.int64, torch.uint8, torch.bool, torch.int16]:
+        x = value(rank, 6, torch.int64).to(dtype)
+        outs = [torch.zeros(6, dtype=dtype) for _ in range(world)]
+        outs[0] = noncontig(outs[0])
+        dist.all_gather(outs, x)
+        for r in range(world):
+            assert torch.equal(outs[r], value(r, 6, torch.int64).to(dtype)), dtype
+        flat = torch.zeros(world * 6, dtype=dtype)
+        dist._all_gather_base(flat, x)
+        assert torch.equal(flat, torch.cat([value(r, 6, torch.int64).to(dtype) for r in range(world)]))
+        for root in range(world):
+            glist = [torch.zeros(6, dtype=dtype) for _ in range(world)] if rank == root else None
+            dist.gather(x, glist, dst=root)
+            if rank == root:
+                for r in range(world):
+                    assert torch.equal(glist[r], value(r, 6, torch.int64).to(dtype))
+            out = torch.zeros(6, dtype=dtype)
+            slist = [torch.full((6,), (r + root) % 2).to(dtype) for r in range(world)] if rank == root else None
+            dist.scatter(out, slist, src=root)
+            assert torch.equal(out, torch.full((6,), (rank + root) % 2).to(dtype))
+    return True
+
+
+@pytest.mark.parametrize("world", WORLDS)
+def test_gathers(world):
+    run_ranks(_gathers, world)
+
+
+def _reduce_scatters(rank, world):
+    for dtype in [torch.float32, torch.float64, torch.float16, torch.int32, torch.int8, torch.int16]:
+        n = 5
+        ins = [value(rank, n, dtype) + r for r in range(world)]
+        out = noncontig(torch.zeros(n, dtype=dtype))
+        dist.reduce_scatter(out, ins)
+        want = sum(value(q, n, torch.float64) + rank for q in range(world))
+        assert torch.equal(out.to(torch.float64), want), dtype
+        flat_in = torch.cat([value(rank, n, dtype) * (r + 1) for r in range(world)])
+        out2 = torch.zeros(n, dtype=dtype)
+        dist._reduce_scatter_base(out2, flat_in, op=dist.ReduceOp.MAX)
+        want2 = torch.stack([value(q, n, torch.float64) * (rank + 1) for q in range(world)]).max(0).values
+        assert torch.equal(out2.to(torch.float64), want2), dtype
+    return True
+
+
+@pytest.mark.parametrize("world", WORLDS)
+def test_reduce_scatter(world):
+    run_ranks(_reduce_scatters, world)
+
+
+def _all_to_all(rank, world):
+    # even, single tensor
+    x = torch.arange(world * 4, dtype=torch.float32) + 100 * rank
+    y = torch.zeros_like(x)
+    dist.all_to_all_single(y, x)
+    for r in range(world):
+        assert torch.equal(y[r * 4:(r + 1) * 4], torch.arange(rank * 4, rank * 4 + 4, dtype=torch.float32) + 100 * r)
+    # uneven splits: rank r sends (q + r + 1) rows of 3 to rank q
+    in_splits = [q + rank + 1 for q in range(world)]
+    out_splits = [rank + q + 1 for q in range(world)]
+    x = torch.cat([torch.full((in_splits[q], 3), float(10 * rank + q)) for q in range(world)])
+    y = torch.zeros(sum(out_splits), 3)
+    dist.all_to_all_single(y, x, out_splits, in_splits)
+    off = 0
+    for q in range(world):
+        assert torch.equal(y[off:off + out_splits[q]], torch.full((out_splits[q], 3), float(10 * q + rank)))
+        off += out_splits[q]
+    # list form, even and uneven, int64
+    ins = [torch.full((2,), 10 * rank + q, dtype=torch.int64) for q in range(world)]
+    outs = [torch.zeros(2, dtype=torch.int64) for _ in range(world)]
+    dist.all_to_all(outs, ins)
+    assert [o.tolist() for o in outs] == [[10 * q + rank] * 2 for q in range(world)]
+    ins = [torch.full((q + rank + 1,), 10 * rank + q, dtype=torch.int64) for q in range(world)]
+    outs = [torch.zeros(rank + q + 1, dtype=torch.int64) for q in range(world)]
+    dist.all_to_all(outs, ins)
+    assert [o.tolist() for o in outs] == [[10 * q + rank] * (rank + q + 1) for q in range(world)]
+    return True
+
+
+@pytest.mark.parametrize("world", WORLDS)
+def test_all_to_all(world):
+    run_ranks(_all_to_all, world)
+
+
+def _barrier(rank, world):
+    for _ in range(5):
+        dist.barrier()
+    return True
+
+
+def test_barrier():
+    run_ranks(_barrier, 3)
