@@ -59,7 +59,7 @@ done
 want() { [[ ",$only," == *",$1,"* ]]; }
 
 ts="$(date +%Y%m%d-%H%M%S)"
-rundir="$build/scenarios/$ts$([ $quick = 1 ] && echo -quick)"
+rundir="$build/scenarios/$ts$(if [ $quick = 1 ]; then echo -quick; fi)"
 out="${out:-$rundir/scenarios.md}"
 if [ $dry = 1 ]; then out=/dev/null; else mkdir -p "$rundir" "$(dirname "$out")"; fi
 csv="$rundir/scenarios.csv"
