@@ -7,6 +7,7 @@ packages=(
   build-essential g++ cmake make pkg-config git
   libgtest-dev libgmock-dev googletest libbenchmark-dev
   libcli11-dev libfmt-dev nlohmann-json3-dev
+  libsodium-dev                   # HMAC-SHA256 of the transport's authentication (SHOAL_AUTH_KEY)
   openmpi-bin libopenmpi-dev      # Open MPI: a launcher we support and a peer we benchmark against
   libgloo-dev                     # Gloo: a peer we benchmark against
   mpich libmpich-dev              # MPICH: a peer (mpicc.mpich, mpiexec.mpich; Open MPI stays the default mpicc/mpirun)

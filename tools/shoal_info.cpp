@@ -3,12 +3,14 @@
 #include <CLI/CLI.hpp>
 #include <cstdio>
 #include <cstdlib>
+#include <sstream>
 #include <vector>
 
 #include "algorithms/registry.hpp"
 #include "core/config.hpp"
 #include "shoal/shoal.hpp"
 #include "store/bootstrap.hpp"
+#include "tune/dispatcher.hpp"
 
 using namespace shoal;
 
@@ -23,12 +25,47 @@ static void print_settings() {
 
 static void print_algorithms() {
   std::printf("# algorithms\n");
-  std::printf("# the first row of a collective runs unless SHOAL_ALGO=collective:name picks another\n");
+  std::printf("# SHOAL_ALGO=collective:name forces a row; else the dispatcher picks (below); "
+              "SHOAL_DISPATCH=off: the first row\n");
   std::printf("%-15s %-19s %-50s %s\n", "collective", "algorithm", "constraints", "description");
   for (const auto& a : algorithms::registry())
     std::printf("%-15s %-19s %-50s %s\n", std::string(algorithms::to_string(a.collective)).c_str(),
                 std::string(a.name).c_str(), std::string(a.constraints).c_str(),
                 std::string(a.description).c_str());
+}
+
+// Which row the dispatcher takes per collective and size for a job of `ctx` (SHOAL_TUNE_FILE,
+// SHOAL_DISPATCH and SHOAL_TUNE_* as set here; SHOAL_ALGO rules shown where they win).
+static void print_dispatch(const tune::Context& ctx, const std::string& size_list) {
+  std::vector<uint64_t> sizes;
+  std::stringstream ss(size_list);
+  for (std::string item; std::getline(ss, item, ',');)
+    if (!item.empty()) sizes.push_back(config::parse_bytes(item, "--sizes"));
+  const tune::Dispatcher d = tune::Dispatcher::from_environment(ctx);
+  const auto& c = d.params();
+  std::printf("\n# the dispatcher's choice for %d ranks, %d per host, over %s (SHOAL_DISPATCH=%s, "
+              "SHOAL_TUNE_FILE=%s; cost model alpha %.3g s, beta %.3g s/B, gamma %.3g s/B)\n",
+              ctx.world, ctx.ranks_per_host, std::string(tune::to_string(ctx.transport)).c_str(),
+              d.enabled() ? "on" : "off", config::get("SHOAL_TUNE_FILE").empty() ? "-" : config::get("SHOAL_TUNE_FILE").c_str(),
+              c.alpha, c.beta, c.gamma);
+  std::printf("# bytes as the cost models count them: all_reduce the vector, all_gather the gathered output, "
+              "reduce_scatter the input\n");
+  std::printf("%-15s %12s %-19s %-12s %s\n", "collective", "bytes", "algorithm", "from", "predicted");
+  for (auto coll : {algorithms::Collective::all_reduce, algorithms::Collective::all_gather,
+                    algorithms::Collective::reduce_scatter}) {
+    for (uint64_t bytes : sizes) {
+      const tune::Choice ch = d.choose(coll, bytes);
+      // SHOAL_ALGO ranges count count x element size; all_gather and reduce_scatter's per rank
+      const uint64_t rule_bytes = coll == algorithms::Collective::all_reduce ? bytes : bytes / ctx.world;
+      const algorithms::AlgorithmInfo* forced = algorithms::override_for(coll, rule_bytes);
+      char predicted[32] = "-";
+      if (ch.predicted_s > 0) std::snprintf(predicted, sizeof predicted, "%.1f us", ch.predicted_s * 1e6);
+      std::printf("%-15s %12llu %-19s %-12s %s\n", std::string(algorithms::to_string(coll)).c_str(),
+                  static_cast<unsigned long long>(bytes),
+                  std::string(forced ? forced->name : ch.algorithm->name).c_str(),
+                  forced ? "SHOAL_ALGO" : std::string(tune::to_string(ch.source)).c_str(), forced ? "-" : predicted);
+    }
+  }
 }
 
 static int check() {
@@ -54,7 +91,20 @@ int main(int argc, char** argv) {
                "all_reduce, print one line per rank");
   app.add_flag("--algorithms", algos, "list the algorithms");
   app.add_flag("--settings", settings, "list the SHOAL_* settings");
+  std::string sizes = "8,1K,64K,1M,16M,256M", transport = "shm";
+  tune::Context ctx;
+  ctx.world = 8;
+  ctx.ranks_per_host = 0;
+  app.add_option("--sizes", sizes, "with --algorithms: sizes for the dispatcher's choice")->capture_default_str();
+  app.add_option("--world", ctx.world, "with --algorithms: world size of the choice")->capture_default_str()
+      ->check(CLI::Range(1, 1 << 20));
+  app.add_option("--ranks-per-host", ctx.ranks_per_host, "with --algorithms: ranks per host (default: the world)")
+      ->check(CLI::Range(1, 1 << 20));
+  app.add_option("--transport", transport, "with --algorithms: shm (one host) or tcp")->capture_default_str()
+      ->check(CLI::IsMember({"shm", "tcp"}));
   CLI11_PARSE(app, argc, argv);
+  if (ctx.ranks_per_host == 0 || ctx.ranks_per_host > ctx.world) ctx.ranks_per_host = ctx.world;
+  ctx.transport = transport == "shm" ? tune::Transport::shm : tune::Transport::tcp;
   try {
     if (do_check) return check();
     std::printf("shoal %s: collectives for distributed deep learning\n", "0.1.0");
@@ -64,6 +114,7 @@ int main(int argc, char** argv) {
     if (algos || !settings) {
       std::printf("\n");
       print_algorithms();
+      if (algos) print_dispatch(ctx, sizes);
     }
   } catch (const Error& e) {
     std::fprintf(stderr, "shoal-info: %s error: %s\n", std::string(to_string(e.code())).c_str(), e.what());

@@ -6,7 +6,10 @@
 //    in the same order (a difference raises MismatchError instead of corrupting memory);
 //  - `X(...)` blocks, `X_async(...)` returns a Work; buffers must outlive the Work;
 //  - out of place takes (send, recv); in place takes one buffer;
-//  - typed std::span overloads infer the DataType and the count.
+//  - typed std::span overloads infer the DataType and the count;
+//  - across hosts, large all_reduce, all_gather and reduce_scatter run hierarchically on
+//    sub-communicators (SHOAL_HIERARCHICAL, docs/algorithms.md) behind a helper thread: another
+//    call issued while such an operation is pending waits for it first, keeping issue order.
 #pragma once
 
 #include <chrono>
@@ -22,6 +25,7 @@
 namespace shoal {
 
 namespace detail { class CommImpl; }
+struct HostSplit;
 
 /// Per-communicator settings; unset fields take the SHOAL_* environment defaults.
 struct Options {
@@ -50,6 +54,24 @@ class Communicator {
   int local_size() const;
   /// Number of distinct hosts in the communicator.
   int num_hosts() const;
+
+  // ---- sub-communicators ----
+  /// An empty communicator (what split() gives a rank that passes kNoColor): only valid(),
+  /// moving and destruction are allowed on it.
+  Communicator() = default;
+  /// False for an empty communicator.
+  bool valid() const { return impl_ != nullptr; }
+  /// The color of a rank that joins no sub-communicator in split().
+  static constexpr int kNoColor = -1;
+  /// Collective over this communicator, like MPI_Comm_split: the ranks passing the same color
+  /// form a new communicator, ranked by (key, rank here); a negative color (kNoColor) gives an
+  /// empty one. Every rank calls it at the same position among its collectives (a rank calling
+  /// something else there raises MismatchError). Children inherit the timeout and are
+  /// independent of the parent (their own connections and progress thread).
+  Communicator split(int color, int key);
+  /// Two splits at once: the ranks of this host, and the ranks with this local rank on every
+  /// host (ordered by host). Collective, like split().
+  HostSplit split_by_host();
 
   // ---- all_reduce: recv[i] = op over ranks of send[i] ----
   Work all_reduce_async(const void* send, void* recv, size_t count, DataType dtype, ReduceOp op) {
@@ -82,7 +104,7 @@ class Communicator {
   // ---- all_gather: recv[r*count + i] = send_r[i]; in place: rank r's block already in buf ----
   Work all_gather_async(const void* send, void* recv, size_t count, DataType dtype);
   void all_gather(const void* send, void* recv, size_t count, DataType dtype) {
-    all_gather_async(send, recv, count, dtype).wait();
+    all_gather_call(send, recv, count, dtype, true).wait();
   }
   void all_gather(void* buf, size_t count, DataType dtype) {
     all_gather(static_cast<char*>(buf) + rank() * count * size_of(dtype), buf, count, dtype);
@@ -103,7 +125,7 @@ class Communicator {
   // ---- reduce_scatter: recv[i] = op over ranks of send[rank*count + i] ----
   Work reduce_scatter_async(const void* send, void* recv, size_t count, DataType dtype, ReduceOp op);
   void reduce_scatter(const void* send, void* recv, size_t count, DataType dtype, ReduceOp op) {
-    reduce_scatter_async(send, recv, count, dtype, op).wait();
+    reduce_scatter_call(send, recv, count, dtype, op, true).wait();
   }
   /// In place: buf holds size()*count elements; the result lands in this rank's block.
   void reduce_scatter(void* buf, size_t count, DataType dtype, ReduceOp op) {
@@ -121,7 +143,7 @@ class Communicator {
   // ---- broadcast: every rank's recv = root's send ----
   Work broadcast_async(const void* send, void* recv, size_t count, DataType dtype, int root);
   void broadcast(const void* send, void* recv, size_t count, DataType dtype, int root) {
-    broadcast_async(send, recv, count, dtype, root).wait();
+    broadcast_call(send, recv, count, dtype, root, true).wait();
   }
   void broadcast(void* buf, size_t count, DataType dtype, int root) { broadcast(buf, buf, count, dtype, root); }
   Work broadcast_async(void* buf, size_t count, DataType dtype, int root) {
@@ -137,7 +159,7 @@ class Communicator {
   // ---- reduce: root's recv = op over ranks of send (recv unused elsewhere, may be null) ----
   Work reduce_async(const void* send, void* recv, size_t count, DataType dtype, ReduceOp op, int root);
   void reduce(const void* send, void* recv, size_t count, DataType dtype, ReduceOp op, int root) {
-    reduce_async(send, recv, count, dtype, op, root).wait();
+    reduce_call(send, recv, count, dtype, op, root, true).wait();
   }
   void reduce(void* buf, size_t count, DataType dtype, ReduceOp op, int root) {
     reduce(buf, buf, count, dtype, op, root);
@@ -205,6 +227,24 @@ class Communicator {
     recv(buf.data(), buf.size(), data_type_of_v<T>, peer, tag);
   }
 
+  // ---- failures ----
+  /// Fails every pending and later operation of this communicator with AbortedError, here and
+  /// (through abort frames, or the abort note in shared memory) on every rank it can reach.
+  /// Callable from any thread, also while another thread is blocked in a collective.
+  void abort();
+  /// After a failure: the ranks still alive agree, through the store, on who they are and
+  /// form a new communicator of them, ranked in their old order (like MPI_Comm_shrink,
+  /// ncclCommShrink). Every survivor calls it; the first to arrive waits until every rank it
+  /// does not know to be dead has joined, or `wait` (0: SHOAL_SHRINK_WAIT) has passed, and
+  /// publishes the members. A survivor that joins after that gets PeerFailureError.
+  Communicator shrink(std::chrono::milliseconds wait = std::chrono::milliseconds{0});
+  /// A larger communicator: this one's ranks keep their numbers and `joining` new processes,
+  /// which call join(store, name) with the same store and name, follow in order of arrival.
+  /// Collective over this communicator.
+  Communicator grow(int joining, const std::string& name);
+  /// The new process's side of grow(): waits for the job's grow(name) through `store`.
+  static Communicator join(std::shared_ptr<Store> store, const std::string& name, const Options& options = {});
+
   /// Human-readable description: ranks, hosts, transport, settings in force.
   std::string describe() const;
 
@@ -212,11 +252,22 @@ class Communicator {
 
  private:
   explicit Communicator(std::unique_ptr<detail::CommImpl> impl);
-  /// `blocking`: the caller waits at once, so a small all_reduce may run on its thread.
+  /// `blocking`: the caller waits at once, so a small collective may run on its thread.
   Work all_reduce_call(const void* send, void* recv, size_t count, DataType dtype, ReduceOp op, bool blocking);
+  Work all_gather_call(const void* send, void* recv, size_t count, DataType dtype, bool blocking);
+  Work reduce_scatter_call(const void* send, void* recv, size_t count, DataType dtype, ReduceOp op, bool blocking);
+  Work broadcast_call(const void* send, void* recv, size_t count, DataType dtype, int root, bool blocking);
+  Work reduce_call(const void* send, void* recv, size_t count, DataType dtype, ReduceOp op, int root,
+                   bool blocking);
   void check_equal(size_t a, size_t b, const char* op) const;
   void check_divisible(size_t n, const char* op) const;
   std::unique_ptr<detail::CommImpl> impl_;
+};
+
+/// The result of Communicator::split_by_host().
+struct HostSplit {
+  Communicator local;         // ranks on this host, ordered by rank
+  Communicator rank_aligned;  // local rank i of every host, ordered by host (first rank)
 };
 
 }  // namespace shoal

@@ -246,16 +246,41 @@ void set_thread_algorithm_override(std::string_view spec) {
 
 }  // namespace detail
 
-const AlgorithmInfo& choose(const CollectiveArgs& args) {
+const AlgorithmInfo* override_for(Collective collective, uint64_t bytes) {
   const Rules rules = current_rules();
-  const uint64_t bytes = args.count * size_of(args.dtype);
   if (rules)
     for (const auto& rule : *rules)
-      if (rule.collective == args.collective && bytes >= rule.min_bytes && bytes <= rule.max_bytes)
-        return *rule.algorithm;
+      if (rule.collective == collective && bytes >= rule.min_bytes && bytes <= rule.max_bytes)
+        return rule.algorithm;
+  return nullptr;
+}
+
+const AlgorithmInfo& first_row(Collective collective) {
   for (const auto& row : registry())
-    if (row.collective == args.collective) return row;
-  SHOAL_THROW(Internal, "no algorithm serves " << to_string(args.collective));
+    if (row.collective == collective) return row;
+  SHOAL_THROW(Internal, "no algorithm serves " << to_string(collective));
+}
+
+const AlgorithmInfo& choose(const CollectiveArgs& args) {
+  if (const AlgorithmInfo* forced = override_for(args.collective, args.count * size_of(args.dtype)))
+    return *forced;
+  if (args.algorithm) {
+    SHOAL_CHECK(args.algorithm->collective == args.collective, Internal,
+                "the dispatcher chose " << to_string(args.algorithm->collective) << ":"
+                                        << args.algorithm->name << " for " << to_string(args.collective));
+    return *args.algorithm;
+  }
+  return first_row(args.collective);
+}
+
+uint64_t model_bytes(const CollectiveArgs& a) {
+  const uint64_t n = a.count * size_of(a.dtype);
+  switch (a.collective) {
+    case Collective::all_gather: case Collective::gather: case Collective::reduce_scatter:
+    case Collective::scatter:
+      return n * static_cast<uint64_t>(a.size);
+    default: return n;
+  }
 }
 
 Schedule build_schedule(const CollectiveArgs& args, std::string* algorithm_name) {

@@ -1,6 +1,7 @@
 // The table of algorithms: one row per (algorithm, collective), with a one-line description,
-// its constraints and an alpha-beta-gamma cost model. Without an override (SHOAL_ALGO) a
-// collective runs the first row that serves it.
+// its constraints and an alpha-beta-gamma cost model. A call runs the SHOAL_ALGO override's
+// row if one matches, else the row its CollectiveArgs names (the dispatcher's pick, src/tune),
+// else the first row that serves its collective.
 #pragma once
 
 #include <cstdint>
@@ -37,9 +38,21 @@ const std::vector<AlgorithmInfo>& registry();
 /// The row named `name` that serves `collective`, or nullptr.
 const AlgorithmInfo* find_algorithm(Collective collective, std::string_view name);
 
-/// The row that runs `args`: the override's (SHOAL_ALGO) if one matches, else the first row.
-/// Throws InvalidArgumentError when SHOAL_ALGO is malformed.
+/// The row that runs `args`: the override's (SHOAL_ALGO) if one matches, else args.algorithm
+/// (the dispatcher's), else the first row. Throws InvalidArgumentError when SHOAL_ALGO is
+/// malformed, InternalError when args.algorithm serves another collective.
 const AlgorithmInfo& choose(const CollectiveArgs& args);
+
+/// The first row that serves `collective` (the choice without override or dispatcher).
+const AlgorithmInfo& first_row(Collective collective);
+
+/// The SHOAL_ALGO rule's row for this collective and count x element size, or nullptr.
+const AlgorithmInfo* override_for(Collective collective, uint64_t bytes);
+
+/// `n` of the cost models for a call: the whole vector of all_reduce, broadcast and reduce, the
+/// gathered output of all_gather and gather, the input of reduce_scatter and scatter (count x
+/// element size x p), a rank's buffer for all_to_all. The dispatcher and tuning files use it.
+uint64_t model_bytes(const CollectiveArgs& args);
 
 /// One rule of an override: collective, inclusive byte range of count x element size, row.
 struct OverrideRule {

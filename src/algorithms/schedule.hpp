@@ -23,6 +23,8 @@ enum class Collective : uint8_t {
 };
 std::string_view to_string(Collective c);
 
+struct AlgorithmInfo;  // a row of the table (registry.hpp)
+
 /// What a collective call asks for, as every rank sees it.
 struct CollectiveArgs {
   Collective collective = Collective::all_reduce;
@@ -36,6 +38,9 @@ struct CollectiveArgs {
   int size = 1;
   bool in_place = false;          // input and output are the same memory (as the API defines it)
   uint64_t chunk_bytes = 512 << 10;  // pipeline granularity
+  /// The row the dispatcher chose (src/tune); null: the first row of the collective. A
+  /// matching SHOAL_ALGO rule still wins (algorithms::choose), and the name is in signature().
+  const AlgorithmInfo* algorithm = nullptr;
 };
 
 enum class Buffer : uint8_t { input, output, scratch };
@@ -109,7 +114,7 @@ inline uint64_t block_count(uint64_t count, int p, int b) {
   return block_begin(count, p, b + 1) - block_begin(count, p, b);
 }
 
-/// Builds the schedule of the algorithm chosen for `args` (see registry.hpp).
+/// Builds the schedule of the algorithm chosen for `args` (algorithms::choose, registry.hpp).
 Schedule build_schedule(const CollectiveArgs& args, std::string* algorithm_name = nullptr);
 
 /// Sizes in bytes of the input and output buffers a call with `args` uses on this rank.

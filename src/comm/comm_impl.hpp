@@ -2,12 +2,15 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "algorithms/schedule.hpp"
 #include "comm/engine.hpp"
+#include "comm/hierarchical.hpp"
 #include "comm/topology.hpp"
 #include "shoal/communicator.hpp"
+#include "tune/dispatcher.hpp"
 
 namespace shoal::detail {
 
@@ -18,6 +21,12 @@ class CommImpl {
   /// Validates the call (InvalidArgumentError before anything is sent) and queues it.
   Work submit(algorithms::Collective collective, const void* input, void* output, uint64_t count,
               DataType dtype, ReduceOp op, int root, int peer = -1, int tag = 0, bool blocking = false);
+
+  /// What the dispatcher's choice depends on (equal on all ranks): world, ranks per host, and
+  /// shm when every rank shares one host's memory, else tcp.
+  tune::Context tune_context() const {
+    return tune::make_context(topology.host_of, engine->shm() != nullptr && engine->shm()->all_ranks_share_memory());
+  }
 
   /// "shm with 3 peer(s), tcp with 4 peer(s) on 10.0.0.2".
   std::string transport_summary() const;
@@ -30,10 +39,36 @@ class CommImpl {
   std::chrono::milliseconds timeout{0};
   uint64_t chunk_bytes = 0;
   uint64_t comm_id = 0;
+  uint64_t shrinks = 0;  // Communicator::shrink calls so far (each gets its own key scope)
   std::shared_ptr<Store> store;
   std::unique_ptr<comm::Engine> engine;
 
+  // ---- split and hierarchical collectives (comm/split.cpp, comm/hierarchical.cpp) ----
+  /// The child of Communicator::split (collective); empty for a negative color.
+  Communicator split(int color, int key);
+  /// Runs the call hierarchically when SHOAL_HIERARCHICAL and the layout say so, else nullopt
+  /// (also for invalid arguments, which submit() then reports).
+  std::optional<Work> try_hierarchical(const comm::HierCall& call, bool blocking);
+  /// Keeps issue order: waits for hierarchical work issued before (one load when there is none).
+  void fence_hierarchical() {
+    if (hierarchy && hierarchy->pending()) hierarchy->drain();
+  }
+  int splits = 0;  // split() calls so far, equal on all ranks: scopes the children's keys
+  std::optional<comm::HierarchyMode> hierarchy_mode;  // read at the first eligible call
+  uint64_t hierarchy_min_bytes = 0;
+  std::unique_ptr<comm::Hierarchy> hierarchy;  // after engine: stopped before the engine is
+
  private:
+  /// The dispatcher's row for `a` (null: the first row). Made at the first call, which reads
+  /// and checks SHOAL_DISPATCH and SHOAL_TUNE_FILE; every input is equal on all ranks, and so
+  /// is the pick.
+  const algorithms::AlgorithmInfo* dispatch(const algorithms::CollectiveArgs& a) {
+    if (!dispatcher_) dispatcher_.emplace(tune::Dispatcher::from_environment(tune_context()));
+    if (flat_eligible(a)) return nullptr;  // no schedule to pick (and the latency path)
+    return dispatcher_->choose(a.collective, algorithms::model_bytes(a)).algorithm;
+  }
+  std::optional<tune::Dispatcher> dispatcher_;
+
   /// Small all_reduce among ranks that all share memory: run here, on the caller's thread.
   bool flat_eligible(const algorithms::CollectiveArgs& a) const;
   Work run_flat_here(const comm::OpRequest& request);

@@ -127,6 +127,7 @@ Work CommImpl::submit(Collective collective, const void* input, void* output, ui
   a.size = size;
   a.chunk_bytes = chunk_bytes;
   a.in_place = input != nullptr && input == output;
+  a.algorithm = dispatch(a);  // a SHOAL_ALGO rule still wins (algorithms::choose)
   const uint64_t in_bytes = algorithms::input_bytes(a), out_bytes = algorithms::output_bytes(a);
   SHOAL_CHECK(in_bytes == 0 || input != nullptr, InvalidArgument,
               name << ": the input buffer is null but " << in_bytes << " bytes are needed");
@@ -223,40 +224,72 @@ int Communicator::num_hosts() const { return impl_->topology.num_hosts; }
 
 Work Communicator::all_reduce_call(const void* send, void* recv, size_t count, DataType dtype, ReduceOp op,
                                    bool blocking) {
+  if (auto w = impl_->try_hierarchical({Collective::all_reduce, send, recv, count, dtype, op}, blocking)) return *w;
+  impl_->fence_hierarchical();
   return impl_->submit(Collective::all_reduce, send, recv, count, dtype, op, -1, -1, 0, blocking);
 }
 Work Communicator::all_gather_async(const void* send, void* recv, size_t count, DataType dtype) {
-  return impl_->submit(Collective::all_gather, send, recv, count, dtype, ReduceOp::sum, -1);
+  return all_gather_call(send, recv, count, dtype, false);
+}
+Work Communicator::all_gather_call(const void* send, void* recv, size_t count, DataType dtype, bool blocking) {
+  if (auto w = impl_->try_hierarchical({Collective::all_gather, send, recv, count, dtype, ReduceOp::sum}, blocking))
+    return *w;
+  impl_->fence_hierarchical();
+  return impl_->submit(Collective::all_gather, send, recv, count, dtype, ReduceOp::sum, -1, -1, 0, blocking);
 }
 Work Communicator::reduce_scatter_async(const void* send, void* recv, size_t count, DataType dtype, ReduceOp op) {
-  return impl_->submit(Collective::reduce_scatter, send, recv, count, dtype, op, -1);
+  return reduce_scatter_call(send, recv, count, dtype, op, false);
+}
+Work Communicator::reduce_scatter_call(const void* send, void* recv, size_t count, DataType dtype, ReduceOp op,
+                                       bool blocking) {
+  if (auto w = impl_->try_hierarchical({Collective::reduce_scatter, send, recv, count, dtype, op}, blocking))
+    return *w;
+  impl_->fence_hierarchical();
+  return impl_->submit(Collective::reduce_scatter, send, recv, count, dtype, op, -1, -1, 0, blocking);
 }
 Work Communicator::broadcast_async(const void* send, void* recv, size_t count, DataType dtype, int root) {
+  return broadcast_call(send, recv, count, dtype, root, false);
+}
+Work Communicator::broadcast_call(const void* send, void* recv, size_t count, DataType dtype, int root,
+                                  bool blocking) {
+  impl_->fence_hierarchical();  // issue order behind hierarchical work
   // Only the root's input matters; elsewhere the buffer is the output.
   return impl_->submit(Collective::broadcast, rank() == root ? send : nullptr, recv, count, dtype,
-                       ReduceOp::sum, root);
+                       ReduceOp::sum, root, -1, 0, blocking);
 }
 Work Communicator::reduce_async(const void* send, void* recv, size_t count, DataType dtype, ReduceOp op, int root) {
-  return impl_->submit(Collective::reduce, send, rank() == root ? recv : nullptr, count, dtype, op, root);
+  return reduce_call(send, recv, count, dtype, op, root, false);
+}
+Work Communicator::reduce_call(const void* send, void* recv, size_t count, DataType dtype, ReduceOp op, int root,
+                               bool blocking) {
+  impl_->fence_hierarchical();  // issue order behind hierarchical work
+  return impl_->submit(Collective::reduce, send, rank() == root ? recv : nullptr, count, dtype, op, root, -1, 0,
+                       blocking);
 }
 Work Communicator::all_to_all_async(const void* send, void* recv, size_t count, DataType dtype) {
+  impl_->fence_hierarchical();  // issue order behind hierarchical work
   return impl_->submit(Collective::all_to_all, send, recv, count, dtype, ReduceOp::sum, -1);
 }
 Work Communicator::gather_async(const void* send, void* recv, size_t count, DataType dtype, int root) {
+  impl_->fence_hierarchical();  // issue order behind hierarchical work
   return impl_->submit(Collective::gather, send, rank() == root ? recv : nullptr, count, dtype,
                        ReduceOp::sum, root);
 }
 Work Communicator::scatter_async(const void* send, void* recv, size_t count, DataType dtype, int root) {
+  impl_->fence_hierarchical();  // issue order behind hierarchical work
   return impl_->submit(Collective::scatter, rank() == root ? send : nullptr, recv, count, dtype,
                        ReduceOp::sum, root);
 }
 Work Communicator::barrier_async() {
+  impl_->fence_hierarchical();  // issue order behind hierarchical work
   return impl_->submit(Collective::barrier, nullptr, nullptr, 0, DataType::uint8, ReduceOp::sum, -1);
 }
 Work Communicator::send_async(const void* buf, size_t count, DataType dtype, int peer, int tag) {
+  impl_->fence_hierarchical();  // issue order behind hierarchical work
   return impl_->submit(Collective::send, buf, nullptr, count, dtype, ReduceOp::sum, -1, peer, tag);
 }
 Work Communicator::recv_async(void* buf, size_t count, DataType dtype, int peer, int tag) {
+  impl_->fence_hierarchical();  // issue order behind hierarchical work
   return impl_->submit(Collective::recv, nullptr, buf, count, dtype, ReduceOp::sum, -1, peer, tag);
 }
 

@@ -63,6 +63,7 @@ Engine::Engine(int rank, int size, uint64_t comm_id,
   if (shm_) sleeping_flag_ = shm_->sleeping_flag();
   watch_peers_ = shm_ && size > 1 && shm_->all_ranks_share_memory();
   peer_closed_ = std::make_unique<std::atomic<bool>[]>(size);
+  peer_failed_ = std::make_unique<std::atomic<bool>[]>(size);
   next_send_seq_.assign(size, 0);
   next_recv_seq_.assign(size, 0);
   send_queue_.resize(size);
@@ -377,6 +378,8 @@ Engine::Op* Engine::find_op(uint32_t id) {
 void Engine::on_send_complete(uint64_t cookie) { completions_.push_back(cookie); }
 void Engine::on_recv_complete(uint64_t cookie) { completions_.push_back(cookie); }
 void Engine::on_connection_error(int culprit, ErrorCode code, const std::string& message) {
+  if (code == ErrorCode::PeerFailure && culprit >= 0 && culprit < size_ && culprit != rank_)
+    peer_failed_[culprit].store(true, std::memory_order_release);
   if (!pending_error_) pending_error_ = PendingError{code, message, culprit};
 }
 

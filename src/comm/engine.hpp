@@ -63,6 +63,8 @@ class Engine : public transport::ConnectionListener {
   const transport::shm::ShmMesh* shm() const { return shm_.get(); }
   /// True once `peer` closed its communicator (cleanly).
   bool peer_closed(int peer) const { return peer_closed_[peer].load(std::memory_order_acquire); }
+  /// True once this rank learned that `peer` failed (its connection broke, or a peer said so).
+  bool peer_failed(int peer) const { return peer_failed_[peer].load(std::memory_order_acquire); }
 
  private:
   struct Op;
@@ -120,6 +122,7 @@ class Engine : public transport::ConnectionListener {
   std::atomic<bool> broken_flag_{false};
   std::atomic<uint64_t> outstanding_{0};  // submitted and not yet completed
   std::unique_ptr<std::atomic<bool>[]> peer_closed_;
+  std::unique_ptr<std::atomic<bool>[]> peer_failed_;
   struct CallerBreak {
     ErrorCode code;
     std::string message;

@@ -10,7 +10,12 @@
 
 namespace shoal::comm {
 
+static thread_local std::string thread_host_id;
+
+void set_thread_host_id_for_testing(std::string id) { thread_host_id = std::move(id); }
+
 std::string host_identity() {
+  if (!thread_host_id.empty()) return thread_host_id;
   std::string id = config::get("SHOAL_HOST_ID");
   if (!id.empty()) return id;
   char host[256] = {0};

@@ -21,4 +21,8 @@ std::string host_identity();
 
 Topology discover_topology(Store& store, const std::string& prefix, int rank, int size);
 
+/// Test hook: the host identity of communicators created on the calling thread from now on
+/// (over SHOAL_HOST_ID; empty: none), so that ranks run as threads can play different hosts.
+void set_thread_host_id_for_testing(std::string id);
+
 }  // namespace shoal::comm

@@ -16,6 +16,8 @@ const std::vector<Setting>& settings() {
       {"SHOAL_SOCKET_IFNAME", "string", "",
        "network interfaces to use, comma-separated, one TCP connection per peer on each (rails); "
        "default: the one routing to the store, then the other up interfaces"},
+      {"SHOAL_SHRINK_WAIT", "seconds", "5",
+       "Communicator::shrink: how long the first survivor waits for the others to join"},
       {"SHOAL_SOCKET_RAILS", "int", "4",
        "most NICs (rails) a rank uses towards each peer on another host; 1 turns striping off"},
       {"SHOAL_HOST_ID", "string", "",
@@ -40,6 +42,26 @@ const std::vector<Setting>& settings() {
        "forces algorithms: collective:name or collective:min-max:name, ';'-separated, first match "
        "wins (all_reduce:rabenseifner;all_gather:0-64K:bruck); shoal-info --algorithms lists them. "
        "Equal on all ranks"},
+      {"SHOAL_DISPATCH", "enum", "on",
+       "on: pick each call's algorithm from the tuning file (SHOAL_TUNE_FILE) or the cost model; "
+       "off: the first row of each collective. SHOAL_ALGO wins over both. Equal on all ranks"},
+      {"SHOAL_TUNE_FILE", "string", "",
+       "tuning file written by shoal-tune: measured times per collective, world, ranks per host, "
+       "transport and size, from which the dispatcher picks. Same file on all ranks"},
+      {"SHOAL_TUNE_ALPHA", "string", "",
+       "cost model: seconds per message (default per transport: shm 5e-6, tcp 3e-5). Equal on all ranks"},
+      {"SHOAL_TUNE_BETA", "string", "",
+       "cost model: seconds per byte moved (default: shm 2e-10, tcp 8e-10). Equal on all ranks"},
+      {"SHOAL_TUNE_GAMMA", "string", "",
+       "cost model: seconds per byte reduced (default 2e-10). Equal on all ranks"},
+      {"SHOAL_HIERARCHICAL", "enum", "auto",
+       "all_reduce, all_gather, reduce_scatter across hosts in an intra-host and an inter-host phase "
+       "on sub-communicators (rank-aligned groups at once). auto: when every host has the same number "
+       ">1 of ranks, >1 host, the message is at least SHOAL_HIERARCHICAL_MIN_BYTES and SHOAL_ALGO is "
+       "unset; on: whenever that layout holds; off: never. Equal on all ranks"},
+      {"SHOAL_HIERARCHICAL_MIN_BYTES", "bytes", "1M",
+       "smallest message SHOAL_HIERARCHICAL=auto runs hierarchically: the all_reduce vector, the "
+       "all_gather output, the reduce_scatter input. Equal on all ranks"},
       {"SHOAL_CHUNK_BYTES", "bytes", "512K",
        "pipeline chunk of ring algorithms: reduction of one chunk overlaps the transfer of the next"},
       {"SHOAL_SOCKET_BUFFER", "bytes", "4M", "SO_SNDBUF/SO_RCVBUF of data connections (0: kernel default)"},
@@ -53,6 +75,12 @@ const std::vector<Setting>& settings() {
        "1: the store at SHOAL_STORE_ADDR is hosted by another process; every rank connects, none binds"},
       {"SHOAL_STORE_MAX_VALUE", "bytes", "256M",
        "largest value the TCP store server accepts (keys: 64K); a larger request closes that client"},
+      {"SHOAL_AUTH_KEY", "string", "",
+       "shared secret of the job: every transport connection proves it knows it (HMAC-SHA256 "
+       "challenge-response) before any frame; empty: the job is open (one warning). Same on all ranks"},
+      {"SHOAL_AUTH_KEY_FILE", "string", "",
+       "file holding the shared secret instead (SHOAL_AUTH_KEY shows in the environment of the "
+       "processes and in shoal-info)"},
   };
   return table;
 }

@@ -48,6 +48,7 @@
 #include "core/check.hpp"
 #include "core/config.hpp"
 #include "shoal/store.hpp"
+#include "store/tcp_store_fuzz.hpp"
 
 namespace shoal {
 namespace {
@@ -216,7 +217,13 @@ bool is_wildcard(const std::string& host) {
 class Server {
  public:
   Server(const std::string& host, uint16_t port);
+  // Detached: no listening socket and no thread; the caller adds clients and dispatches their
+  // events (tests/fuzz drives the request handling this way).
+  struct Detached {};
+  explicit Server(Detached);
   ~Server();
+  uint64_t add_client(int fd, const std::string& peer);
+  void dispatch(uint64_t id, uint32_t events);
   uint16_t port() const { return port_; }
   // Where the hosting process's own client connects.
   std::string local_address() const { return loopback_; }
@@ -371,15 +378,23 @@ Server::Server(const std::string& host, uint16_t port) {
 
 Server::~Server() {
   stop_.store(true);
-  uint64_t one = 1;
-  ssize_t ignored = ::write(wake_fd_, &one, sizeof one);
-  (void)ignored;
+  if (wake_fd_ >= 0) {
+    uint64_t one = 1;
+    ssize_t ignored = ::write(wake_fd_, &one, sizeof one);
+    (void)ignored;
+  }
   if (thread_.joinable()) thread_.join();
   for (auto& [id, c] : clients_) ::close(c.fd);
   clients_.clear();
-  ::close(listen_fd_);
-  ::close(wake_fd_);
+  if (listen_fd_ >= 0) ::close(listen_fd_);
+  if (wake_fd_ >= 0) ::close(wake_fd_);
   ::close(epoll_fd_);
+}
+
+Server::Server(Detached) {
+  max_value_ = config::get_bytes("SHOAL_STORE_MAX_VALUE");
+  epoll_fd_ = ::epoll_create1(EPOLL_CLOEXEC);
+  SHOAL_CHECK(epoll_fd_ >= 0, Internal, "TCP store server: epoll_create failed: " << errno_text(errno));
 }
 
 void Server::run() {
@@ -403,21 +418,25 @@ void Server::run() {
         continue;
       }
       if (id == 1) continue;  // woken to stop
-      auto it = clients_.find(id);
-      if (it == clients_.end()) continue;  // closed earlier in this batch
-      Client& c = it->second;
-      try {
-        if (events[i].events & EPOLLOUT) on_writable(c);
-        if (events[i].events & (EPOLLIN | EPOLLHUP | EPOLLERR)) on_readable(c);
-      } catch (const std::exception& e) {
-        // Nothing a client sends may bring the server down: drop that client only.
-        to_close_.push_back(id);
-        SHOAL_WARN("TCP store server: closing client " << c.peer << ": " << e.what());
-      }
-      for (uint64_t dead : to_close_) close_client(dead, "", false);
-      to_close_.clear();
+      dispatch(id, events[i].events);
     }
   }
+}
+
+void Server::dispatch(uint64_t id, uint32_t events) {
+  auto it = clients_.find(id);
+  if (it == clients_.end()) return;  // closed earlier in this batch
+  Client& c = it->second;
+  try {
+    if (events & EPOLLOUT) on_writable(c);
+    if (events & (EPOLLIN | EPOLLHUP | EPOLLERR)) on_readable(c);
+  } catch (const std::exception& e) {
+    // Nothing a client sends may bring the server down: drop that client only.
+    to_close_.push_back(id);
+    SHOAL_WARN("TCP store server: closing client " << c.peer << ": " << e.what());
+  }
+  for (uint64_t dead : to_close_) close_client(dead, "", false);
+  to_close_.clear();
 }
 
 void Server::accept_all() {
@@ -448,22 +467,27 @@ void Server::accept_all() {
       inet_ntop(AF_INET, &s->sin_addr, host, sizeof host);
       port = ntohs(s->sin_port);
     }
-    const uint64_t id = next_id_++;
-    Client& c = clients_[id];
-    c.fd = fd;
-    c.id = id;
-    c.peer = std::string(host) + ":" + std::to_string(port);
-    epoll_event ev{};
-    ev.events = EPOLLIN;
-    ev.data.u64 = id;
-    if (::epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, fd, &ev) != 0) {
-      SHOAL_WARN("TCP store server: epoll_ctl failed for " << c.peer << ": " << errno_text(errno));
-      ::close(fd);
-      clients_.erase(id);
-      continue;
-    }
-    SHOAL_TRACE("TCP store server: client " << c.peer << " connected");
+    add_client(fd, std::string(host) + ":" + std::to_string(port));
   }
+}
+
+uint64_t Server::add_client(int fd, const std::string& peer) {
+  const uint64_t id = next_id_++;
+  Client& c = clients_[id];
+  c.fd = fd;
+  c.id = id;
+  c.peer = peer;
+  epoll_event ev{};
+  ev.events = EPOLLIN;
+  ev.data.u64 = id;
+  if (::epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, fd, &ev) != 0) {
+    SHOAL_WARN("TCP store server: epoll_ctl failed for " << c.peer << ": " << errno_text(errno));
+    ::close(fd);
+    clients_.erase(id);
+    return 0;
+  }
+  SHOAL_TRACE("TCP store server: client " << c.peer << " connected");
+  return id;
 }
 
 void Server::on_readable(Client& c) {
@@ -744,6 +768,58 @@ void Server::close_client(uint64_t id, const std::string& why, bool warn) {
 }
 
 }  // namespace
+
+namespace store_fuzz {
+
+void serve_requests(const uint8_t* data, size_t size) {
+  // Input: chunks. A chunk's first byte b picks the client (b & 1), whether the client reads
+  // its replies (b & 2), whether it then closes (b & 4); the next byte is the chunk's length.
+  Server server{Server::Detached{}};
+  int ends[2] = {-1, -1};  // the clients' sides of the socket pairs
+  uint64_t ids[2] = {0, 0};
+  char sink[4096];
+  auto open_client = [&](int who) {
+    int sv[2];
+    if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, sv) != 0) return false;
+    ends[who] = sv[1];
+    ids[who] = server.add_client(sv[0], "fuzz-client-" + std::to_string(who));
+    return true;
+  };
+  size_t i = 0;
+  while (i + 2 <= size) {
+    const uint8_t b = data[i];
+    const size_t len = std::min<size_t>(data[i + 1], size - i - 2);
+    const int who = b & 1;
+    i += 2;
+    if (ends[who] < 0 && !open_client(who)) break;
+    for (size_t off = 0; off < len;) {
+      ssize_t n = ::send(ends[who], data + i + off, len - off, MSG_NOSIGNAL);
+      if (n <= 0) break;  // the server closed this client
+      off += static_cast<size_t>(n);
+      server.dispatch(ids[who], EPOLLIN);
+    }
+    i += len;
+    if (b & 2) {
+      while (::recv(ends[who], sink, sizeof sink, 0) > 0) {
+      }
+      server.dispatch(ids[who], EPOLLOUT);
+    }
+    if (b & 4) {
+      ::shutdown(ends[who], SHUT_WR);
+      server.dispatch(ids[who], EPOLLIN);
+      ::close(ends[who]);
+      ends[who] = -1;
+    }
+  }
+  // The rest as one client's last bytes.
+  if (i < size && (ends[0] >= 0 || open_client(0))) {
+    if (::send(ends[0], data + i, size - i, MSG_NOSIGNAL) > 0) server.dispatch(ids[0], EPOLLIN);
+  }
+  for (int fd : ends)
+    if (fd >= 0) ::close(fd);
+}
+
+}  // namespace store_fuzz
 
 // ======================================================================================
 // Client

@@ -352,8 +352,10 @@ bool Connection::start_frame() {
       listener_->on_send_complete(cookie);
       return true;
     }
-    case FrameKind::abort:
-      abort_payload_.assign(std::min<uint64_t>(hdr_.length, 64 * 1024), '\0');
+    case FrameKind::abort: {
+      // A copy: std::min takes references, and the packed header's fields may be misaligned.
+      const uint64_t length = hdr_.length;
+      abort_payload_.assign(std::min<uint64_t>(length, 64 * 1024), '\0');
       if (hdr_.length > abort_payload_.size()) {
         fail(ErrorCode::PeerFailure, "rank " + std::to_string(peer_) + " sent an oversized abort frame");
         return false;
@@ -361,6 +363,7 @@ bool Connection::start_frame() {
       payload_got_ = 0;
       rx_ = Rx::payload_abort;
       return true;
+    }
     default:
       break;
   }

@@ -4,8 +4,12 @@
 #include <gtest/gtest.h>
 #include <sys/socket.h>
 
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
+#include <iomanip>
+#include <set>
 #include <sstream>
 #include <thread>
 
@@ -29,7 +33,7 @@ int expect_error(int rank, const ProcessJob& job, Call call) {
     call();
   } catch (const ErrorType& e) {
     std::ostringstream os;
-    os << monotonic_seconds() << "\n" << e.peer() << "\n" << e.what();
+    os << std::fixed << std::setprecision(6) << monotonic_seconds() << "\n" << e.peer() << "\n" << e.what();
     job.report(rank, os.str());
     return kGotExpectedError;
   } catch (const std::exception& e) {
@@ -124,20 +128,26 @@ TEST(Failures, DifferentCollectivesRaiseMismatchOnBothRanks) {
 
 // Each rank believes it is the root: a root needs nothing from its peers, yet the mismatch
 // must be caught at this call (flat path: 64 floats; engine: 1M floats), not corrupt the next.
+// Over TCP two roots of a reduce both wait for frames that never come and nothing tells them
+// of each other: there it ends at the timeout (no hang, but no MismatchError either).
 TEST(Failures, DifferentRootsRaiseMismatch) {
+  const char* transport = std::getenv("SHOAL_TRANSPORT");
+  const bool tcp = transport && std::string(transport) == "tcp";
   for (int n : {64, 1 << 20}) {
     for (bool broadcast : {true, false}) {
+      const bool times_out = tcp && !broadcast;
       ProcessJob job(2);
       auto results = job.run([&](int rank, const ProcessJob& j) {
         Options o;
-        o.timeout = 20s;
+        o.timeout = times_out ? 2s : 20s;
         Communicator comm = Communicator::create(j.store(), rank, 2, o);
         std::vector<float> in(n, 1.0f), out(n);
-        return expect_error<MismatchError>(rank, j, [&] {
+        auto call = [&] {
           if (broadcast) comm.broadcast(in.data(), out.data(), n, DataType::float32, rank);
           else comm.reduce(in.data(), out.data(), n, DataType::float32, ReduceOp::sum, rank);
           comm.barrier();
-        });
+        };
+        return times_out ? expect_error<TimeoutError>(rank, j, call) : expect_error<MismatchError>(rank, j, call);
       });
       for (const auto& r : results) {
         SCOPED_TRACE(std::to_string(n) + (broadcast ? " floats, broadcast: " : " floats, reduce: ") + r.report);
@@ -145,6 +155,118 @@ TEST(Failures, DifferentRootsRaiseMismatch) {
       }
     }
   }
+}
+
+// abort() from another thread while every rank waits (rank 3 never joins): each rank that can
+// be reached fails with AbortedError soon after, whether it waits in the progress thread (a
+// large all_reduce) or on its own thread in a futex (a small, flat one).
+TEST(Failures, AbortFromAnotherThreadFailsEveryRank) {
+  for (size_t n : {size_t{4}, size_t{1} << 20}) {
+    ProcessJob job(4);
+    auto results = job.run([&](int rank, const ProcessJob& j) {
+      Options o;
+      o.timeout = 60s;  // far longer than the test: only the abort may end the wait
+      Communicator comm = Communicator::create(j.store(), rank, 4, o);
+      std::vector<float> buf(n, 1.0f);
+      comm.barrier();
+      if (rank == 3) {
+        std::this_thread::sleep_for(1500ms);  // absent while the others wait, then too late
+        return expect_error<AbortedError>(rank, j, [&] { comm.barrier(); });
+      }
+      std::thread aborter;
+      if (rank == 1)
+        aborter = std::thread([&] {
+          std::this_thread::sleep_for(300ms);
+          std::ofstream(j.dir() + "/aborted_at") << std::fixed << std::setprecision(6) << monotonic_seconds();
+          comm.abort();
+        });
+      const int code = expect_error<AbortedError>(rank, j, [&] {
+        comm.all_reduce(buf.data(), buf.size(), DataType::float32, ReduceOp::sum);
+      });
+      if (aborter.joinable()) aborter.join();
+      return code;
+    }, 60s);
+    double aborted_at = 0;
+    std::ifstream(job.dir() + "/aborted_at") >> aborted_at;
+    for (int r = 0; r < 4; ++r) {
+      SCOPED_TRACE(std::to_string(n) + " floats, rank " + std::to_string(r) + ": " + results[r].report);
+      ASSERT_EQ(results[r].exit_code, kGotExpectedError);
+      EXPECT_NE(results[r].report.find("aborted the communicator"), std::string::npos);
+      if (r < 3) {
+        const double took = reported_time(results[r]) - aborted_at;
+        std::printf("  %zu floats: rank %d failed %.1f ms after the abort\n", n, r, took * 1e3);
+        EXPECT_LT(took, 2.0) << "the abort must reach every rank at once, not at a timeout";
+      }
+    }
+  }
+}
+
+// A rank dies; the survivors see PeerFailureError, shrink, and go on with a communicator of
+// three ranks numbered in their old order.
+TEST(Failures, SurvivorsShrinkAndContinue) {
+  ProcessJob job(4);
+  const int victim = 2;
+  auto results = job.run([&](int rank, const ProcessJob& j) {
+    Options o;
+    o.timeout = 30s;
+    Communicator comm = Communicator::create(j.store(), rank, 4, o);
+    comm.barrier();
+    if (rank == victim) raise(SIGKILL);
+    float x = static_cast<float>(rank + 1);
+    try {
+      for (int i = 0; i < 100; ++i) comm.all_reduce(&x, 1, DataType::float32, ReduceOp::sum);
+      j.report(rank, "no failure seen");
+      return 3;
+    } catch (const PeerFailureError&) {
+    }
+    Communicator survivors = comm.shrink();
+    const int expected_rank = rank < victim ? rank : rank - 1;
+    std::vector<float> v(1000, static_cast<float>(rank + 1));
+    survivors.all_reduce(std::span<float>(v), ReduceOp::sum);  // 1 + 2 + 4
+    std::vector<int> ranks(3);
+    int mine = rank;
+    survivors.all_gather(std::span<const int>(&mine, 1), std::span<int>(ranks));
+    std::ostringstream os;
+    os << survivors.rank() << "/" << survivors.size() << " sum " << v[0] << " old ranks " << ranks[0] << ","
+       << ranks[1] << "," << ranks[2];
+    j.report(rank, os.str());
+    return survivors.rank() == expected_rank && survivors.size() == 3 && v[0] == 7.0f &&
+                   ranks == std::vector<int>{0, 1, 3}
+               ? 0
+               : 1;
+  }, 60s);
+  ASSERT_EQ(results[victim].exit_code, 128 + SIGKILL);
+  for (int r : {0, 1, 3}) {
+    SCOPED_TRACE("rank " + std::to_string(r) + ": " + results[r].report);
+    EXPECT_EQ(results[r].exit_code, 0);
+  }
+}
+
+// Three ranks form a job; two more processes join it through the store; all five reduce.
+TEST(Failures, NewProcessesJoinAGrowingJob) {
+  ProcessJob job(5);
+  auto results = job.run([&](int rank, const ProcessJob& j) {
+    Options o;
+    o.timeout = 30s;
+    Communicator grown = [&] {
+      if (rank >= 3) return Communicator::join(j.store(), "epoch1", o);
+      Communicator comm = Communicator::create(j.store(), rank, 3, o);
+      comm.barrier();
+      return comm.grow(2, "epoch1");
+    }();
+    std::vector<double> v(5000, 1.0);
+    grown.all_reduce(std::span<double>(v), ReduceOp::sum);
+    j.report(rank, std::to_string(grown.rank()) + "/" + std::to_string(grown.size()) + " sum " + std::to_string(v[0]));
+    const bool rank_ok = rank < 3 ? grown.rank() == rank : grown.rank() >= 3;
+    return rank_ok && grown.size() == 5 && v[0] == 5.0 ? 0 : 1;
+  }, 60s);
+  std::set<std::string> seen;
+  for (int r = 0; r < 5; ++r) {
+    SCOPED_TRACE("process " + std::to_string(r) + ": " + results[r].report);
+    EXPECT_EQ(results[r].exit_code, 0);
+    seen.insert(results[r].report.substr(0, results[r].report.find(' ')));
+  }
+  EXPECT_EQ(seen.size(), 5u) << "every process must get its own rank";
 }
 
 TEST(Failures, TimeoutBoundsAWaitForAnAbsentPeer) {

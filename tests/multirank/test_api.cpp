@@ -156,5 +156,93 @@ TEST(Api, DestroyingWaitsForPendingWork) {
   EXPECT_EQ(ok.load(), 2);
 }
 
+// ---- Communicator::split ----
+
+TEST(Split, EvenAndOddRanksFormTwoCommunicatorsThatRunAtOnce) {
+  std::string err = run_ranks(5, [](Communicator& c) {
+    Communicator half = c.split(c.rank() % 2, c.rank());
+    ASSERT_TRUE(half.valid());
+    EXPECT_EQ(half.size(), c.rank() % 2 == 0 ? 3 : 2);
+    EXPECT_EQ(half.rank(), c.rank() / 2);
+    // Both children and the parent busy at the same time.
+    std::vector<int32_t> big(1 << 18, c.rank());
+    Work w = half.all_reduce_async(std::span<int32_t>(big), ReduceOp::sum);
+    int32_t x = 1;
+    c.all_reduce(&x, 1, DataType::int32, ReduceOp::sum);
+    w.wait();
+    EXPECT_EQ(x, 5);
+    EXPECT_EQ(big.back(), c.rank() % 2 == 0 ? 0 + 2 + 4 : 1 + 3);
+  });
+  EXPECT_EQ(err, "");
+}
+
+TEST(Split, KeysOrderTheNewRanks) {
+  std::string err = run_ranks(4, [](Communicator& c) {
+    Communicator reversed = c.split(7, -c.rank());
+    EXPECT_EQ(reversed.rank(), 3 - c.rank());
+    int32_t mine = c.rank(), all[4];
+    reversed.all_gather(&mine, all, 1, DataType::int32);
+    for (int i = 0; i < 4; ++i) EXPECT_EQ(all[i], 3 - i);
+    // Equal keys: the parent's order decides.
+    Communicator same = c.split(0, 0);
+    EXPECT_EQ(same.rank(), c.rank());
+  });
+  EXPECT_EQ(err, "");
+}
+
+TEST(Split, NoColorGivesAnEmptyCommunicator) {
+  std::string err = run_ranks(3, [](Communicator& c) {
+    Communicator sub = c.split(c.rank() == 1 ? Communicator::kNoColor : 0, 0);
+    if (c.rank() == 1) {
+      EXPECT_FALSE(sub.valid());
+    } else {
+      ASSERT_TRUE(sub.valid());
+      EXPECT_EQ(sub.size(), 2);
+      EXPECT_EQ(sub.rank(), c.rank() / 2);
+      float v = 1;
+      sub.all_reduce(&v, 1, DataType::float32, ReduceOp::sum);
+      EXPECT_EQ(v, 2.0f);
+    }
+    c.barrier();  // the parent still works for everyone
+  });
+  EXPECT_EQ(err, "");
+}
+
+TEST(Split, NestedSplitsAndRepeatedSplitsStayApart) {
+  std::string err = run_ranks(6, [](Communicator& c) {
+    Communicator half = c.split(c.rank() / 3, c.rank());          // {0,1,2} {3,4,5}
+    Communicator pair = half.split(half.rank() == 2 ? 1 : 0, 0);  // {0,1} {2} in each half
+    Communicator again = c.split(c.rank() / 3, c.rank());         // a second split, same colors
+    EXPECT_EQ(pair.size(), half.rank() == 2 ? 1 : 2);
+    int32_t v = c.rank(), w = c.rank();
+    pair.all_reduce(&v, 1, DataType::int32, ReduceOp::sum);
+    again.all_reduce(&w, 1, DataType::int32, ReduceOp::max);
+    const int base = c.rank() / 3 * 3;
+    EXPECT_EQ(v, half.rank() == 2 ? c.rank() : 2 * base + 1);
+    EXPECT_EQ(w, base + 2);
+  });
+  EXPECT_EQ(err, "");
+}
+
+TEST(Split, AMismatchedCallFailsInsteadOfHanging) {
+  Options options;
+  options.timeout = 20s;
+  const auto start = std::chrono::steady_clock::now();
+  std::string err = run_ranks(2, [](Communicator& c) {
+    int32_t x[4] = {1, 2, 3, 4};
+    if (c.rank() == 0) EXPECT_THROW(c.split(0, 0), Error);
+    else EXPECT_THROW(c.all_reduce(x, 4, DataType::int32, ReduceOp::sum), Error);
+  }, options);
+  EXPECT_EQ(err, "");
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 15s) << "the mismatch was found by the timeout";
+  // A rank that gathers four integers where its peer splits: the split names the difference.
+  err = run_ranks(2, [](Communicator& c) {
+    int32_t x[4] = {1, 2, 3, 4}, all[8];
+    if (c.rank() == 0) EXPECT_THROW(c.split(0, 0), MismatchError);
+    else c.all_gather(x, all, 4, DataType::int32);
+  }, options);
+  EXPECT_EQ(err, "");
+}
+
 }  // namespace
 }  // namespace shoal::testing

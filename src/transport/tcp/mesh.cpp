@@ -13,6 +13,7 @@
 
 #include "core/check.hpp"
 #include "transport/frame.hpp"
+#include "transport/tcp/auth.hpp"
 
 namespace shoal::transport::tcp {
 
@@ -34,12 +35,25 @@ Published parse_published(const std::string& text, int peer) {
   return p;
 }
 
-int connect_rail(const std::string& ip, uint16_t port, const Hello& hello, Clock::time_point deadline, int peer) {
-  int fd = connect_with_retry(ip, port, deadline, "rank " + std::to_string(peer) + " at " + ip);
+// `connect_by` bounds the connection attempts, `deadline` the handshake (an acceptor answers
+// the authentication only once it has connected to the ranks below it).
+int connect_rail(const std::string& ip, uint16_t port, Hello hello, Clock::time_point connect_by,
+                 Clock::time_point deadline, int peer) {
+  int fd = connect_with_retry(ip, port, connect_by, "rank " + std::to_string(peer) + " at " + ip);
+  const std::string& key = auth_key();
+  if (!key.empty()) hello.reserved |= kHelloAuth;
   std::string err;
   if (!write_all(fd, &hello, sizeof hello, deadline, err)) {
     close(fd);
     SHOAL_THROW(PeerFailure, "handshake with rank " << peer << " at " << ip << " failed: " << err, peer);
+  }
+  if (!key.empty()) {
+    try {
+      authenticate_to(fd, hello, peer, ip + ":" + std::to_string(port), key, deadline);
+    } catch (...) {
+      close(fd);
+      throw;
+    }
   }
   configure_data_socket(fd);
   return fd;
@@ -47,27 +61,58 @@ int connect_rail(const std::string& ip, uint16_t port, const Hello& hello, Clock
 
 }  // namespace
 
+std::optional<std::string> HelloBook::admit(const Hello& h, int fd, std::vector<std::vector<int>>& fds) {
+  if (auto bad = validate(h, comm_id_, size_)) return bad;
+  if (h.rails > kMaxRails) return "peer announced " + std::to_string(h.rails) + " rails";
+  if (h.rank <= rank_ || !fds[h.rank].empty()) return "unexpected or duplicate rank " + std::to_string(h.rank);
+  Pending& pd = pending_[h.rank];
+  // A rail twice is a stranger or a confused peer: it would give the pair a connection too many.
+  if ((h.rail == 0 && pd.primary >= 0) || (h.rail != 0 && pd.extras.count(h.rail)))
+    return "duplicate rail " + std::to_string(h.rail) + " of rank " + std::to_string(h.rank);
+  if (h.rail == 0) {
+    // Rails announced before rail 0 must fit what it announces.
+    if (!pd.extras.empty() && pd.extras.rbegin()->first >= h.rails)
+      return "rank " + std::to_string(h.rank) + " announced " + std::to_string(h.rails) +
+             " rails after connecting rail " + std::to_string(pd.extras.rbegin()->first);
+    pd.primary = fd;
+    pd.announced = h.rails;
+  } else {
+    if (pd.primary >= 0 && h.rail >= pd.announced)
+      return "rail " + std::to_string(h.rail) + " of rank " + std::to_string(h.rank) + ", which announced " +
+             std::to_string(pd.announced);
+    pd.extras[h.rail] = fd;
+  }
+  if (pd.primary >= 0 && pd.extras.size() + 1 == pd.announced) {
+    fds[h.rank].push_back(pd.primary);
+    for (const auto& [rail, extra] : pd.extras) fds[h.rank].push_back(extra);
+    pending_.erase(h.rank);
+  }
+  return std::nullopt;
+}
+
+std::vector<int> HelloBook::pending_fds() const {
+  std::vector<int> out;
+  for (const auto& [peer, pd] : pending_) {
+    if (pd.primary >= 0) out.push_back(pd.primary);
+    for (const auto& [rail, fd] : pd.extras) out.push_back(fd);
+  }
+  return out;
+}
+
 std::vector<std::vector<int>> connect_mesh(Store& store, const std::string& key_prefix, int rank, int size,
                                            uint64_t comm_id, const std::vector<InterfaceAddress>& rails,
                                            Clock::time_point deadline) {
   std::vector<std::vector<int>> fds(size);
   if (size == 1) return fds;
+  const std::string& key = auth_key();  // read (and, without one, warned about) once
   uint16_t port = 0;
   int listener = listen_on(rails.size() > 1 ? "0.0.0.0" : rails.front().ip, port);
-  struct PendingRank {
-    int primary = -1;
-    size_t announced = 0;
-    std::vector<int> extras;
-  };
-  std::map<int, PendingRank> pending;  // higher ranks with some of their connections in
+  HelloBook book(rank, size, comm_id);  // higher ranks with some of their connections in
   auto cleanup = [&] {
     close(listener);
     for (auto& peer : fds)
       for (int fd : peer) close(fd);
-    for (auto& [peer, pd] : pending) {
-      if (pd.primary >= 0) close(pd.primary);
-      for (int fd : pd.extras) close(fd);
-    }
+    for (int fd : book.pending_fds()) close(fd);
   };
   try {
     std::string published;
@@ -96,7 +141,7 @@ std::vector<std::vector<int>> connect_mesh(Store& store, const std::string& key_
           hello.rails = static_cast<uint16_t>(rails.size());
           try {
             extras.push_back(connect_rail(theirs.ips[j], theirs.port, hello,
-                                          std::min(deadline, Clock::now() + std::chrono::seconds(2)), peer));
+                                          std::min(deadline, Clock::now() + std::chrono::seconds(2)), deadline, peer));
             used.push_back(theirs.ips[j]);
           } catch (const Error& e) {
             SHOAL_WARN("rank " << rank << ": no extra connection to rank " << peer << " over " << rails[mine].name
@@ -107,7 +152,7 @@ std::vector<std::vector<int>> connect_mesh(Store& store, const std::string& key_
       }
       hello.rail = 0;
       hello.rails = static_cast<uint16_t>(extras.size() + 1);
-      fds[peer].push_back(connect_rail(theirs.ips.front(), theirs.port, hello, deadline, peer));
+      fds[peer].push_back(connect_rail(theirs.ips.front(), theirs.port, hello, deadline, deadline, peer));
       fds[peer].insert(fds[peer].end(), extras.begin(), extras.end());
     }
     // Accept every connection of every higher rank; a rank is connected once its rail 0 and
@@ -125,37 +170,43 @@ std::vector<std::vector<int>> connect_mesh(Store& store, const std::string& key_
       }
       pollfd p{listener, POLLIN, 0};
       if (poll(&p, 1, static_cast<int>(std::min<int64_t>(left, 1000))) <= 0) continue;
-      int fd = accept4(listener, nullptr, nullptr, SOCK_CLOEXEC);
+      sockaddr_in from{};
+      socklen_t from_len = sizeof from;
+      int fd = accept4(listener, reinterpret_cast<sockaddr*>(&from), &from_len, SOCK_CLOEXEC);
       if (fd < 0) continue;
+      char from_ip[INET_ADDRSTRLEN] = "?";
+      inet_ntop(AF_INET, &from.sin_addr, from_ip, sizeof from_ip);
+      const std::string who = std::string(from_ip) + ":" + std::to_string(ntohs(from.sin_port));
       Hello h;
       std::string err;
-      if (!read_all(fd, &h, sizeof h, std::min(deadline, Clock::now() + std::chrono::seconds(10)), err)) {
-        SHOAL_WARN("dropped a connection that sent no handshake: " << err);
+      const auto handshake_deadline = std::min(deadline, Clock::now() + std::chrono::seconds(10));
+      if (!read_all(fd, &h, sizeof h, handshake_deadline, err)) {
+        SHOAL_WARN("dropped a connection from " << who << " that sent no handshake: " << err);
         close(fd);
         continue;
       }
-      auto bad = validate(h, comm_id, size);
-      if (!bad && (h.rank <= rank || !fds[h.rank].empty() || (h.rail == 0 && pending[h.rank].primary >= 0)))
-        bad = "unexpected or duplicate rank " + std::to_string(h.rank);
-      if (bad) {
+      // Authentication before the handshake counts: a stranger never takes a rank's place.
+      std::optional<std::string> refused;
+      if (auto bad = validate(h, comm_id, size)) refused = "invalid handshake: " + *bad;
+      else if (key.empty() && (h.reserved & kHelloAuth))
+        refused = "it authenticates, but this rank has no SHOAL_AUTH_KEY: set the same key on every rank";
+      else if (!key.empty() && !(h.reserved & kHelloAuth))
+        refused = "it does not authenticate (no SHOAL_AUTH_KEY there?): set the same key on every rank";
+      else if (!key.empty() && !authenticate_from(fd, h, rank, key, handshake_deadline, err))
+        refused = "Unauthorized: " + err;
+      if (refused) {
+        SHOAL_WARN("rank " << rank << ": dropped a connection from " << who << " claiming to be rank " << h.rank
+                           << ": " << *refused);
+        close(fd);
+        continue;
+      }
+      if (auto bad = book.admit(h, fd, fds)) {
         SHOAL_WARN("dropped a connection with an invalid handshake: " << *bad);
         close(fd);
         continue;
       }
       configure_data_socket(fd);
-      PendingRank& pd = pending[h.rank];
-      if (h.rail == 0) {
-        pd.primary = fd;
-        pd.announced = h.rails;
-      } else {
-        pd.extras.push_back(fd);
-      }
-      if (pd.primary >= 0 && pd.extras.size() + 1 >= pd.announced) {
-        fds[h.rank].push_back(pd.primary);
-        fds[h.rank].insert(fds[h.rank].end(), pd.extras.begin(), pd.extras.end());
-        pending.erase(h.rank);
-        --expected;
-      }
+      if (!fds[h.rank].empty()) --expected;  // this connection completed rank h.rank
     }
   } catch (...) {
     cleanup();

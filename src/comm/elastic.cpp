@@ -1,0 +1,103 @@
+// Elastic communicators: abort (fail everything at once on request), shrink (continue with the
+// survivors after a failure) and grow/join (admit new processes).
+//
+// Shrink agrees on the survivors through the store, which outlives any rank (torchrun's agent,
+// shoal-run, a file): under key scope shoal/shrink/<communicator id>/<epoch>, each survivor
+// marks itself alive and bumps a counter; the first to arrive (the counter says who) waits
+// until every rank it does not know to be dead has joined, or the wait has passed, then
+// publishes the sorted list of those that joined. Everyone reads the list and forms a new
+// communicator of it under a scope of its own. One decision, made by one rank and read by all,
+// is what makes the survivors agree even when they saw different failures.
+#include <algorithm>
+#include <sstream>
+#include <thread>
+
+#include "comm/comm_impl.hpp"
+#include "core/check.hpp"
+#include "core/config.hpp"
+
+namespace shoal {
+
+void Communicator::abort() {
+  impl_->engine->break_from_caller(ErrorCode::Aborted,
+                                   "rank " + std::to_string(rank()) +
+                                       " aborted the communicator (Communicator::abort)",
+                                   rank());
+}
+
+Communicator Communicator::shrink(std::chrono::milliseconds wait) {
+  auto& c = *impl_;
+  if (wait.count() <= 0) wait = config::get_duration("SHOAL_SHRINK_WAIT");
+  std::ostringstream scope;
+  scope << "shoal/shrink/" << std::hex << c.comm_id << std::dec << "/" << ++c.shrinks;
+  const std::string base = scope.str();
+  Store& store = *c.store;
+  const auto old_timeout = store.timeout();
+  store.set_timeout(c.timeout);
+  store.set(base + "/alive/" + std::to_string(c.rank), "1");
+  const int64_t arrival = store.add(base + "/count", 1);
+  if (arrival == 1) {
+    // The coordinator: wait for every rank not known dead, then decide.
+    int expected = 0;
+    for (int q = 0; q < c.size; ++q) expected += q == c.rank || !(c.engine->peer_closed(q) || c.engine->peer_failed(q));
+    const auto deadline = comm::Clock::now() + wait;
+    while (store.add(base + "/count", 0) < expected && comm::Clock::now() < deadline)
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    std::string members;
+    for (int q = 0; q < c.size; ++q)
+      if (store.check({base + "/alive/" + std::to_string(q)}))
+        members += (members.empty() ? "" : ",") + std::to_string(q);
+    store.set(base + "/members", members);
+  }
+  std::vector<int> members;
+  {
+    std::stringstream ss(store.get_string(base + "/members"));  // waits (bounded by the timeout)
+    for (std::string item; std::getline(ss, item, ',');) members.push_back(std::stoi(item));
+  }
+  store.set_timeout(old_timeout);
+  const auto me = std::find(members.begin(), members.end(), c.rank);
+  if (me == members.end())
+    SHOAL_THROW(PeerFailure,
+                "rank " << c.rank << ": shrink #" << c.shrinks << " was decided without this rank (it joined after "
+                        "the survivors' list was published): the job continues without it",
+                c.rank);
+  Options options;
+  options.timeout = c.timeout;
+  return create(std::make_shared<PrefixStore>(base + "/comm/", c.store), static_cast<int>(me - members.begin()),
+                static_cast<int>(members.size()), options);
+}
+
+Communicator Communicator::grow(int joining, const std::string& name) {
+  auto& c = *impl_;
+  SHOAL_CHECK(joining >= 0, InvalidArgument, "grow: " << joining << " joining processes");
+  SHOAL_CHECK(!name.empty(), InvalidArgument, "grow: the name that joining processes pass to join() is empty");
+  const std::string base = "shoal/grow/" + name;
+  const auto old_timeout = c.store->timeout();
+  c.store->set_timeout(c.timeout);
+  if (c.rank == 0) c.store->set(base + "/sizes", std::to_string(c.size) + "," + std::to_string(joining));
+  c.store->set_timeout(old_timeout);
+  Options options;
+  options.timeout = c.timeout;
+  return create(std::make_shared<PrefixStore>(base + "/comm/", c.store), c.rank, c.size + joining, options);
+}
+
+Communicator Communicator::join(std::shared_ptr<Store> store, const std::string& name, const Options& options) {
+  SHOAL_CHECK(store != nullptr, InvalidArgument, "join: needs the job's store");
+  const std::string base = "shoal/grow/" + name;
+  const auto timeout = options.timeout.count() > 0 ? options.timeout : config::get_duration("SHOAL_TIMEOUT");
+  const auto old_timeout = store->timeout();
+  store->set_timeout(timeout);
+  const std::string sizes = store->get_string(base + "/sizes");  // waits for the job's grow()
+  const int64_t index = store->add(base + "/joined", 1) - 1;
+  store->set_timeout(old_timeout);
+  const auto comma = sizes.find(',');
+  SHOAL_CHECK(comma != std::string::npos, Internal, "join '" << name << "': malformed sizes '" << sizes << "'");
+  const int old_size = std::stoi(sizes.substr(0, comma)), joining = std::stoi(sizes.substr(comma + 1));
+  SHOAL_CHECK(index < joining, InvalidArgument,
+              "join '" << name << "': the job admits " << joining << " new process(es) and " << index + 1
+                       << " tried to join: start as many joiners as grow() was told");
+  return create(std::make_shared<PrefixStore>(base + "/comm/", std::move(store)), old_size + static_cast<int>(index),
+                old_size + joining, options);
+}
+
+}  // namespace shoal

@@ -1,0 +1,308 @@
+#include "comm/hierarchical.hpp"
+
+#include <sched.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "comm/comm_impl.hpp"
+#include "core/check.hpp"
+#include "core/config.hpp"
+#include "core/reduce.hpp"
+
+namespace shoal {
+
+using algorithms::Collective;
+
+namespace comm {
+
+bool hierarchy_fits(const Topology& t) {
+  if (t.num_hosts < 2) return false;
+  std::vector<int> per_host(t.num_hosts, 0);
+  for (int h : t.host_of) ++per_host[h];
+  return per_host[0] > 1 && std::all_of(per_host.begin(), per_host.end(), [&](int n) { return n == per_host[0]; });
+}
+
+Hierarchy::Hierarchy(shoal::detail::CommImpl& parent) : parent_(parent) {
+  const auto& t = parent.topology;
+  ranks_of_host_.resize(t.num_hosts);
+  for (int r = 0; r < parent.size; ++r) ranks_of_host_[t.host_of[r]].push_back(r);
+  host_ = t.host_of[parent.rank];
+  local_rank_ = t.local_rank;
+  hosts_ = t.num_hosts;
+  per_host_ = t.local_size;
+}
+
+Hierarchy::~Hierarchy() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stopping_ = true;
+  }
+  cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+void Hierarchy::ensure_groups() {
+  if (local_.valid()) return;
+  // Local ranks by global rank and hosts by first rank, as ranks_of_host_ numbers them.
+  local_ = parent_.split(host_, parent_.rank);
+  aligned_ = parent_.split(local_rank_, host_);
+  SHOAL_CHECK(local_.size() == per_host_ && local_.rank() == local_rank_ && aligned_.size() == hosts_ &&
+                  aligned_.rank() == host_,
+              Internal, "rank " << parent_.rank << ": hierarchical sub-communicators do not match the topology");
+}
+
+// The parent's earlier operations finish before a hierarchical one starts (issue order; they
+// may touch the same buffers). Later parent calls are held back by fence(), so idle stays idle.
+void Hierarchy::wait_parent_idle() const {
+  for (int i = 0; !parent_.engine->idle(); ++i) {
+    if (i < 200) sched_yield();
+    else std::this_thread::sleep_for(std::chrono::microseconds(std::min(1000, 10 * (i - 199))));
+  }
+}
+
+static Work finished_work(std::exception_ptr e = nullptr) {
+  auto s = std::make_shared<shoal::detail::WorkState>();
+  s->complete(std::move(e));
+  return Work(s);
+}
+
+Work Hierarchy::run(const HierCall& call, bool blocking) {
+  ensure_groups();
+  if (blocking && !pending()) {
+    wait_parent_idle();
+    try {
+      execute(call);
+    } catch (...) {
+      return finished_work(std::current_exception());
+    }
+    return finished_work();
+  }
+  auto state = std::make_shared<shoal::detail::WorkState>();
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    pending_.fetch_add(1, std::memory_order_acq_rel);
+    queue_.push_back({call, state});
+    if (!thread_.joinable()) thread_ = std::thread([this] { worker(); });
+  }
+  cv_.notify_all();
+  return Work(state);
+}
+
+void Hierarchy::drain() {
+  std::unique_lock<std::mutex> lock(mutex_);
+  cv_.wait(lock, [&] { return pending_.load(std::memory_order_acquire) == 0; });
+}
+
+void Hierarchy::worker() {
+  for (;;) {
+    Item item;
+    {
+      std::unique_lock<std::mutex> lock(mutex_);
+      cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
+      if (queue_.empty()) return;  // stopping, and everything queued has run
+      item = std::move(queue_.front());
+      queue_.pop_front();
+    }
+    std::exception_ptr error;
+    try {
+      wait_parent_idle();
+      execute(item.call);
+    } catch (...) {
+      error = std::current_exception();
+    }
+    item.state->complete(error);
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      pending_.fetch_sub(1, std::memory_order_acq_rel);
+    }
+    cv_.notify_all();
+  }
+}
+
+void Hierarchy::execute(const HierCall& call) {
+  calls_.fetch_add(1, std::memory_order_relaxed);
+  try {
+    switch (call.collective) {
+      case Collective::all_reduce: all_reduce(call); break;
+      case Collective::all_gather: all_gather(call); break;
+      case Collective::reduce_scatter: reduce_scatter(call); break;
+      default: SHOAL_THROW(Internal, "no hierarchical " << algorithms::to_string(call.collective));
+    }
+  } catch (const Error& e) {
+    // A phase failed half way: peers may wait for frames of a later phase. Break both groups
+    // so that they fail now (abort frames) rather than at their timeout.
+    for (Communicator* c : {&local_, &aligned_})
+      if (c->valid()) c->impl().engine->break_from_caller(e.code(), e.what(), e.peer());
+    throw;
+  }
+}
+
+// Waits for every Work, then rethrows the first error: no buffer is left in use on return.
+static void wait_all(std::vector<Work>& works) {
+  std::exception_ptr first;
+  for (auto& w : works) {
+    try {
+      w.wait();
+    } catch (...) {
+      if (!first) first = std::current_exception();
+    }
+  }
+  works.clear();
+  if (first) std::rethrow_exception(first);
+}
+
+// intra-host reduce_scatter -> all_reduce of each rank's slice on its rank-aligned group ->
+// intra-host all_gather, all in place in the output; the count % ranks-per-host elements left
+// over go through an all_reduce on each group (tiny: fewer than ranks per host).
+void Hierarchy::all_reduce(const HierCall& c) {
+  const size_t es = size_of(c.dtype);
+  const uint64_t q = c.count / per_host_, rem = c.count % per_host_;
+  const auto* in = static_cast<const uint8_t*>(c.input);
+  auto* out = static_cast<uint8_t*>(c.output);
+  // avg is summed in both phases and divided once, by the whole world, as the flat path does.
+  const ReduceOp op = c.op == ReduceOp::avg ? ReduceOp::sum : c.op;
+  const int world = parent_.size;
+  if (q > 0) {
+    uint8_t* slice = out + local_rank_ * q * es;
+    local_.reduce_scatter(in, slice, q, c.dtype, op);  // in place when in == out
+    aligned_.all_reduce(slice, q, c.dtype, op);
+    if (c.op == ReduceOp::avg) kernels::finalize_avg(slice, q, c.dtype, world);
+    local_.all_gather(slice, out, q, c.dtype);  // the in-place form: slice is block local_rank_
+  }
+  if (rem > 0) {
+    const uint64_t at = per_host_ * q * es;
+    local_.all_reduce(in + at, out + at, rem, c.dtype, op);
+    aligned_.all_reduce(out + at, rem, c.dtype, op);
+    if (c.op == ReduceOp::avg) kernels::finalize_avg(out + at, rem, c.dtype, world);
+  }
+}
+
+// Inter-host first: each rank exchanges its block with its rank-aligned peers, receiving
+// straight into the final places (any layout: no shuffle copy); then it forwards each block,
+// as it arrives, to the other ranks of its host, which receive into the final places too.
+void Hierarchy::all_gather(const HierCall& c) {
+  const size_t bytes = c.count * size_of(c.dtype);
+  const auto* in = static_cast<const uint8_t*>(c.input);
+  auto* out = static_cast<uint8_t*>(c.output);
+  auto block = [&](int h, int l) { return out + static_cast<size_t>(global(h, l)) * bytes; };
+  if (block(host_, local_rank_) != in) std::memcpy(block(host_, local_rank_), in, bytes);
+  // Host order of the blocks a rank forwards: its own host, then as the inter receives are
+  // posted. Ranks of one host agree on it, so sends and receives match pair by pair.
+  auto nth_host = [&](int k) { return (host_ - k + hosts_) % hosts_; };
+  std::vector<Work> inter, intra;
+  for (int k = 1; k < hosts_; ++k)
+    inter.push_back(aligned_.recv_async(block(nth_host(k), local_rank_), c.count, c.dtype, nth_host(k)));
+  for (int k = 1; k < hosts_; ++k)
+    inter.push_back(aligned_.send_async(in, c.count, c.dtype, (host_ + k) % hosts_));
+  for (int j = 1; j < per_host_; ++j) {
+    const int from = (local_rank_ - j + per_host_) % per_host_;
+    for (int k = 0; k < hosts_; ++k)
+      intra.push_back(local_.recv_async(block(nth_host(k), from), c.count, c.dtype, from));
+  }
+  std::exception_ptr error;
+  for (int k = 0; k < hosts_ && !error; ++k) {
+    try {
+      if (k > 0) inter[k - 1].wait();
+    } catch (...) {
+      error = std::current_exception();
+      break;
+    }
+    for (int j = 1; j < per_host_; ++j)
+      intra.push_back(local_.send_async(block(nth_host(k), local_rank_), c.count, c.dtype,
+                                        (local_rank_ + j) % per_host_));
+  }
+  if (error) {
+    // The receives of this host's peers cannot complete: fail them now (execute() breaks the
+    // groups), then let every Work finish before the buffers are given back.
+    local_.impl().engine->break_from_caller(ErrorCode::PeerFailure, "hierarchical all_gather failed", -1);
+    try { wait_all(inter); } catch (...) {}
+    try { wait_all(intra); } catch (...) {}
+    std::rethrow_exception(error);
+  }
+  wait_all(inter);
+  wait_all(intra);
+}
+
+// Intra-host first: each rank receives from every other rank of its host the blocks this rank
+// is aligned with (block (h, its local rank) for every host h), straight from their inputs, and
+// reduces them with its own; then a reduce_scatter on its rank-aligned group leaves its block.
+void Hierarchy::reduce_scatter(const HierCall& c) {
+  const size_t es = size_of(c.dtype), bytes = c.count * es, host_bytes = hosts_ * bytes;
+  const auto* in = static_cast<const uint8_t*>(c.input);
+  const ReduceOp op = c.op == ReduceOp::avg ? ReduceOp::sum : c.op;
+  auto block = [&](int h, int l) { return in + static_cast<size_t>(global(h, l)) * bytes; };
+  // acc (one block per host) then one receive area per other local rank.
+  if (scratch_.size() < per_host_ * host_bytes) scratch_.resize(per_host_ * host_bytes);
+  uint8_t* acc = scratch_.data();
+  auto area = [&](int j) { return acc + j * host_bytes; };  // j = 1 .. per_host_ - 1
+  std::vector<std::vector<Work>> recvs(per_host_);
+  std::vector<Work> sends;
+  for (int j = 1; j < per_host_; ++j) {
+    const int from = (local_rank_ - j + per_host_) % per_host_;
+    for (int h = 0; h < hosts_; ++h)
+      recvs[j].push_back(local_.recv_async(area(j) + h * bytes, c.count, c.dtype, from));
+  }
+  for (int j = 1; j < per_host_; ++j) {
+    const int to = (local_rank_ + j) % per_host_;
+    for (int h = 0; h < hosts_; ++h) sends.push_back(local_.send_async(block(h, to), c.count, c.dtype, to));
+  }
+  std::exception_ptr error;
+  for (int j = 1; j < per_host_; ++j) {
+    try {
+      wait_all(recvs[j]);
+    } catch (...) {
+      if (!error) error = std::current_exception();
+      continue;
+    }
+    if (error) continue;
+    if (j == 1) {
+      for (int h = 0; h < hosts_; ++h)
+        kernels::reduce(acc + h * bytes, block(h, local_rank_), area(1) + h * bytes, c.count, c.dtype, op);
+    } else {
+      kernels::reduce_into(acc, area(j), hosts_ * c.count, c.dtype, op);
+    }
+  }
+  try {
+    wait_all(sends);
+  } catch (...) {
+    if (!error) error = std::current_exception();
+  }
+  if (error) std::rethrow_exception(error);
+  aligned_.reduce_scatter(acc, c.output, c.count, c.dtype, op);
+  if (c.op == ReduceOp::avg) kernels::finalize_avg(c.output, c.count, c.dtype, parent_.size);
+}
+
+}  // namespace comm
+
+namespace detail {
+
+std::optional<Work> CommImpl::try_hierarchical(const comm::HierCall& c, bool blocking) {
+  if (!hierarchy_mode) {
+    const std::string mode = config::get("SHOAL_HIERARCHICAL");
+    SHOAL_CHECK(mode == "auto" || mode == "on" || mode == "off", InvalidArgument,
+                "SHOAL_HIERARCHICAL='" << mode << "' must be auto, on or off");
+    hierarchy_mode = mode == "on" ? comm::HierarchyMode::on
+                     : mode == "off" ? comm::HierarchyMode::off : comm::HierarchyMode::automatic;
+    hierarchy_min_bytes = config::get_bytes("SHOAL_HIERARCHICAL_MIN_BYTES");
+    if (*hierarchy_mode != comm::HierarchyMode::off && !comm::hierarchy_fits(topology))
+      hierarchy_mode = comm::HierarchyMode::off;  // uneven hosts, one host, one rank per host
+    // A forced algorithm is meant for the whole communicator (shoal-bench --algo): auto stands aside.
+    if (*hierarchy_mode == comm::HierarchyMode::automatic && !config::get("SHOAL_ALGO").empty())
+      hierarchy_mode = comm::HierarchyMode::off;
+  }
+  if (*hierarchy_mode == comm::HierarchyMode::off || c.count == 0) return std::nullopt;
+  // Invalid arguments go to submit(), which names the problem.
+  if (static_cast<int>(c.dtype) >= kNumDataTypes || static_cast<int>(c.op) >= kNumReduceOps ||
+      c.input == nullptr || c.output == nullptr ||
+      c.count > (uint64_t{1} << 56) / size_of(c.dtype) / static_cast<uint64_t>(size))
+    return std::nullopt;
+  // The size the threshold applies to: the whole vector, the gathered output, the scattered input.
+  const uint64_t bytes = c.count * size_of(c.dtype) * (c.collective == Collective::all_reduce ? 1 : size);
+  if (*hierarchy_mode == comm::HierarchyMode::automatic && bytes < hierarchy_min_bytes) return std::nullopt;
+  if (!hierarchy) hierarchy = std::make_unique<comm::Hierarchy>(*this);
+  return hierarchy->run(c, blocking);
+}
+
+}  // namespace detail
+}  // namespace shoal

@@ -1,0 +1,309 @@
+#include "sim/calibrate.hpp"
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "algorithms/registry.hpp"
+#include "core/check.hpp"
+#include "sim/executor.hpp"
+
+namespace shoal::sim {
+
+using algorithms::Collective;
+
+namespace {
+
+Collective collective_named(const std::string& name, const std::string& where) {
+  for (int c = 0; c <= static_cast<int>(Collective::recv); ++c)
+    if (algorithms::to_string(static_cast<Collective>(c)) == name) return static_cast<Collective>(c);
+  SHOAL_THROW(InvalidArgument, where << ": unknown collective '" << name << "'");
+}
+
+// "... transport shm with 3 peer(s) ..., chunk 524288 B" -> transport, chunk.
+void read_communicator(const std::string& text, Measurement& m) {
+  if (auto pos = text.find("transport "); pos != std::string::npos)
+    m.transport = text.compare(pos + 10, 3, "shm") == 0 && text.find("tcp with", pos) == std::string::npos ? "shm" : "tcp";
+  if (auto pos = text.find(", chunk "); pos != std::string::npos) m.chunk_bytes = std::stoull(text.substr(pos + 8));
+}
+
+}  // namespace
+
+std::vector<Measurement> read_bench_file(const std::string& path, const std::string& algorithm) {
+  std::ifstream f(path);
+  SHOAL_CHECK(f.good(), InvalidArgument, "calibrate: cannot read " << path);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  const std::string text = ss.str();
+  Measurement proto;
+  proto.file = path;
+  proto.algorithm = algorithm;
+  std::vector<Measurement> out;
+  const size_t start = text.find_first_not_of(" \t\r\n");
+  if (start != std::string::npos && text[start] == '{') {
+    nlohmann::json j;
+    try {
+      j = nlohmann::json::parse(text);
+      proto.collective = collective_named(j.at("collective").get<std::string>(), path);
+      proto.ranks = j.at("nranks").get<int>();
+      proto.hosts = j.value("hosts", 1);
+      if (auto t = parse_data_type(j.value("dtype", std::string("float32")))) proto.dtype = *t;
+      read_communicator(j.value("communicator", std::string()), proto);
+      if (proto.algorithm.empty()) proto.algorithm = j.value("algo", std::string());
+      for (const auto& row : j.at("rows")) {
+        if (row.at("out_of_place").is_null()) continue;
+        Measurement m = proto;
+        m.size = row.at("size").get<uint64_t>();
+        m.seconds = row.at("out_of_place").at("time_us").get<double>() * 1e-6;
+        // The less disturbed of the two runs of the same call (on a loaded machine they differ).
+        if (row.contains("in_place") && row["in_place"].is_object())
+          m.seconds = std::min(m.seconds, row["in_place"].at("time_us").get<double>() * 1e-6);
+        out.push_back(m);
+      }
+    } catch (const nlohmann::json::exception& e) {
+      SHOAL_THROW(InvalidArgument, "calibrate: " << path << ": not a shoal-bench --json file: " << e.what());
+    }
+  } else {
+    std::istringstream in(text);
+    std::string line;
+    int lineno = 0;
+    while (std::getline(in, line)) {
+      ++lineno;
+      if (line.rfind("# shoal-bench ", 0) == 0) {  // "# shoal-bench all_reduce: 4 ranks (1 hosts), dtype float32, ..."
+        std::istringstream h(line.substr(14));
+        std::string coll;
+        h >> coll;
+        if (!coll.empty() && coll.back() == ':') coll.pop_back();
+        proto.collective = collective_named(coll, path + ":" + std::to_string(lineno));
+        h >> proto.ranks;
+        if (auto pos = line.find(" ranks ("); pos != std::string::npos) proto.hosts = std::stoi(line.substr(pos + 8));
+        if (auto pos = line.find("dtype "); pos != std::string::npos) {
+          std::string d = line.substr(pos + 6, line.find(',', pos) - pos - 6);
+          if (auto t = parse_data_type(d)) proto.dtype = *t;
+        }
+      } else if (line.find("transport ") != std::string::npos && line.rfind("#", 0) == 0) {
+        read_communicator(line, proto);
+      } else if (!line.empty() && line[0] != '#') {
+        std::istringstream row(line);
+        std::vector<std::string> tok;
+        for (std::string t; row >> t;) tok.push_back(t);
+        if (tok.size() < 8) continue;
+        SHOAL_CHECK(proto.ranks > 0, InvalidArgument,
+                    "calibrate: " << path << ":" << lineno << ": a row before the '# shoal-bench' header");
+        Measurement m = proto;
+        try {
+          m.size = std::stoull(tok[0]);
+          m.seconds = std::stod(tok[5]) * 1e-6;
+          if (tok.size() >= 10 && tok[9] != "N/A") m.seconds = std::min(m.seconds, std::stod(tok[9]) * 1e-6);
+        } catch (const std::exception&) {
+          SHOAL_THROW(InvalidArgument, "calibrate: " << path << ":" << lineno << ": not a shoal-bench row");
+        }
+        out.push_back(m);
+      }
+    }
+  }
+  SHOAL_CHECK(!out.empty(), InvalidArgument, "calibrate: " << path << ": no measurements");
+  for (auto& m : out) {
+    if (m.transport.empty()) m.transport = m.hosts > 1 ? "tcp" : "shm";
+    SHOAL_CHECK(m.algorithm.empty() || algorithms::find_algorithm(m.collective, m.algorithm), InvalidArgument,
+                "calibrate: " << path << ": " << algorithms::to_string(m.collective) << " has no algorithm '"
+                              << m.algorithm << "'");
+    if (m.algorithm.empty()) m.algorithm = std::string(algorithms::first_row(m.collective).name);
+  }
+  return out;
+}
+
+ClusterModel job_model(const Measurement& m, const ClusterModel& base) {
+  ClusterModel j = base;
+  j.hosts_per_leaf = 0;
+  if (m.transport == "shm") {
+    j.ranks_per_host = m.ranks;
+  } else {
+    j.ranks_per_host = m.hosts > 1 ? std::max(1, m.ranks / m.hosts) : 1;
+    j.nics = 1;
+  }
+  return j;
+}
+
+namespace {
+
+using Theta = std::array<double, 3>;  // latency, seconds per byte, seconds per byte reduced
+
+ClusterModel with_theta(ClusterModel m, const std::string& transport, const Theta& t) {
+  auto bw = [](double spb) { return spb > 0 ? 1.0 / spb : 1e30; };
+  if (transport == "shm") {
+    m.intra_latency = t[0];
+    m.intra_bw = bw(t[1]);
+    m.intra_flow_bw = 0;
+  } else {
+    m.nic_latency = t[0];
+    m.nic_bw = bw(t[1]);
+  }
+  m.reduce_cost = m.copy_cost = t[2];
+  m.overhead = 0;  // keeps the time homogeneous in theta (see calibrate)
+  return m;
+}
+
+// Weighted non-negative least squares over 3 unknowns: tries every subset of free variables.
+Theta nnls3(const std::vector<Theta>& raw, const std::vector<double>& rhs) {
+  // Columns scaled to unit norm: latency and per-byte gradients differ by ~10 orders.
+  Theta scale{0, 0, 0};
+  for (const auto& r : raw)
+    for (int j = 0; j < 3; ++j) scale[j] += r[j] * r[j];
+  for (int j = 0; j < 3; ++j) scale[j] = scale[j] > 0 ? std::sqrt(scale[j]) : 1;
+  std::vector<Theta> rows = raw;
+  for (auto& r : rows)
+    for (int j = 0; j < 3; ++j) r[j] /= scale[j];
+  Theta best{0, 0, 0};
+  double best_res = 1e300;
+  for (int mask = 1; mask < 8; ++mask) {
+    std::vector<int> idx;
+    for (int j = 0; j < 3; ++j)
+      if (mask >> j & 1) idx.push_back(j);
+    const int k = static_cast<int>(idx.size());
+    double a[3][4] = {};
+    for (size_t i = 0; i < rows.size(); ++i)
+      for (int x = 0; x < k; ++x) {
+        for (int y = 0; y < k; ++y) a[x][y] += rows[i][idx[x]] * rows[i][idx[y]];
+        a[x][3] += rows[i][idx[x]] * rhs[i];
+      }
+    // Scaled Gauss-Jordan with partial pivoting; singular subsets are skipped.
+    bool ok = true;
+    for (int c = 0; c < k && ok; ++c) {
+      int piv = c;
+      for (int r = c + 1; r < k; ++r)
+        if (std::fabs(a[r][c]) > std::fabs(a[piv][c])) piv = r;
+      if (std::fabs(a[piv][c]) < 1e-300) ok = false;
+      else {
+        std::swap(a[c], a[piv]);
+        for (int r = 0; r < k; ++r)
+          if (r != c) {
+            const double f = a[r][c] / a[c][c];
+            for (int y = c; y < 4; ++y) a[r][y] -= f * a[c][y];
+          }
+      }
+    }
+    if (!ok) continue;
+    Theta t{0, 0, 0};
+    for (int x = 0; x < k; ++x) {
+      t[idx[x]] = a[x][3] / a[x][x];
+      if (!(t[idx[x]] >= 0)) ok = false;
+    }
+    if (!ok) continue;
+    double res = 0;
+    for (size_t i = 0; i < rows.size(); ++i) {
+      const double e = rows[i][0] * t[0] + rows[i][1] * t[1] + rows[i][2] * t[2] - rhs[i];
+      res += e * e;
+    }
+    if (res < best_res) {
+      best_res = res;
+      best = t;
+    }
+  }
+  for (int j = 0; j < 3; ++j) best[j] /= scale[j];
+  return best;
+}
+
+struct Point {
+  Measurement* m;
+  Programs prog;
+};
+
+Programs compile_point(const Measurement& m) {
+  auto a = args_for(m.collective, m.size, m.ranks, m.dtype);
+  a.chunk_bytes = m.chunk_bytes;
+  return compile(a, algorithms::find_algorithm(m.collective, m.algorithm), 1);
+}
+
+}  // namespace
+
+double predict(const Measurement& m, const ClusterModel& model) {
+  return simulate(compile_point(m), job_model(m, model)).time;
+}
+
+std::vector<Fit> calibrate(std::vector<Measurement>& points, ClusterModel& model, int iterations) {
+  std::map<std::string, std::vector<Point>> by_transport;
+  for (auto& m : points) by_transport[m.transport].push_back({&m, compile_point(m)});
+  std::vector<Fit> fits;
+  for (const std::string transport : {"tcp", "shm"}) {  // shm last: its reduce cost wins
+    auto it = by_transport.find(transport);
+    if (it == by_transport.end()) continue;
+    auto& pts = it->second;
+    // The simulated time is homogeneous of degree 1 and piecewise linear in theta (every
+    // cost is latency, bytes x seconds per byte, or bytes x reduce cost), so T(theta) =
+    // grad T(theta) . theta: each iteration takes the gradient at theta by finite differences
+    // and solves the linear least-squares problem for the next theta (Gauss-Newton).
+    Theta theta{10e-6, 1e-10, 1e-10};
+    const Theta floor_step{1e-7, 1e-12, 1e-12};
+    auto time_at = [&](const Point& p, const Theta& t) {
+      return simulate(p.prog, job_model(*p.m, with_theta(model, transport, t))).time;
+    };
+    // Points far off the first fit (a loaded machine's stalls: 1 KiB taking milliseconds)
+    // are left out of the second one, and counted.
+    std::vector<char> use(pts.size(), 1);
+    auto fit_theta = [&] {
+      for (int iter = 0; iter < iterations; ++iter) {
+        std::vector<Theta> rows;
+        std::vector<double> rhs;
+        for (size_t i = 0; i < pts.size(); ++i) {
+          if (!use[i]) continue;
+          const auto& p = pts[i];
+          const double base = time_at(p, theta);
+          Theta g{};
+          for (int j = 0; j < 3; ++j) {
+            Theta t = theta;
+            const double h = std::max(theta[j] * 0.05, floor_step[j]);
+            t[j] += h;
+            g[j] = (time_at(p, t) - base) / h;
+          }
+          const double w = 1.0 / p.m->seconds;  // relative error
+          rows.push_back({g[0] * w, g[1] * w, g[2] * w});
+          rhs.push_back(1.0);
+        }
+        const Theta next = nnls3(rows, rhs);
+        double change = 0;
+        for (int j = 0; j < 3; ++j)
+          change = std::max(change, std::fabs(next[j] - theta[j]) / std::max(theta[j], floor_step[j]));
+        theta = next;
+        if (change < 1e-3) break;
+      }
+    };
+    auto errors = [&] {
+      std::vector<double> e;
+      for (const auto& p : pts) e.push_back(std::fabs(time_at(p, theta) - p.m->seconds) / p.m->seconds);
+      return e;
+    };
+    fit_theta();
+    {
+      std::vector<double> e = errors(), sorted = e;
+      std::sort(sorted.begin(), sorted.end());
+      const double cut = std::max(0.25, 3 * sorted[sorted.size() / 2]);
+      for (size_t i = 0; i < pts.size(); ++i) use[i] = e[i] <= cut;
+      fit_theta();
+    }
+    Fit fit;
+    fit.transport = transport;
+    fit.latency = theta[0];
+    fit.seconds_per_byte = theta[1];
+    fit.reduce_cost = theta[2];
+    std::vector<double> errs;
+    for (auto& p : pts) {
+      p.m->predicted = time_at(p, theta);
+      errs.push_back(std::fabs(p.m->predicted - p.m->seconds) / p.m->seconds);
+    }
+    std::sort(errs.begin(), errs.end());
+    fit.points = static_cast<int>(errs.size());
+    fit.outliers = static_cast<int>(std::count(use.begin(), use.end(), 0));
+    fit.median_error = errs.size() % 2 ? errs[errs.size() / 2] : (errs[errs.size() / 2 - 1] + errs[errs.size() / 2]) / 2;
+    fit.max_error = errs.back();
+    model = with_theta(model, transport, theta);
+    fits.push_back(fit);
+  }
+  return fits;
+}
+
+}  // namespace shoal::sim

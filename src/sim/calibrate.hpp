@@ -1,0 +1,53 @@
+// Fitting a ClusterModel to measurements: shoal-bench output files (its nccl-tests table or
+// its --json) give (collective, algorithm, ranks, transport, size, time) points; the fit
+// finds, per transport, the latency, the seconds per byte and the seconds per byte reduced
+// that make the simulator's times closest to the measured ones (least squares of the
+// relative error; docs/scale.md).
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "algorithms/schedule.hpp"
+#include "sim/model.hpp"
+
+namespace shoal::sim {
+
+struct Measurement {
+  std::string file;
+  algorithms::Collective collective = algorithms::Collective::all_reduce;
+  std::string algorithm;   // a registry row of the collective
+  std::string transport;   // "shm" (one host, shared memory) or "tcp"
+  int ranks = 0, hosts = 1;
+  uint64_t size = 0;       // nccl-tests size (bytes)
+  uint64_t chunk_bytes = 512 << 10;
+  DataType dtype = DataType::float32;
+  double seconds = 0;      // measured: the lesser of out of place and in place
+  double predicted = 0;    // filled by calibrate()
+};
+
+/// Reads a shoal-bench table or --json file. `algorithm` names the row that ran (shoal-bench
+/// --algo), "" for the first row. Throws InvalidArgumentError naming the file and line.
+std::vector<Measurement> read_bench_file(const std::string& path, const std::string& algorithm);
+
+/// The model of a measurement's job: one host of `ranks` ranks on shared memory; with tcp,
+/// every rank its own host with one NIC (loopback on one machine), unless hosts > 1.
+ClusterModel job_model(const Measurement& m, const ClusterModel& base);
+
+struct Fit {
+  std::string transport;
+  double latency = 0, seconds_per_byte = 0, reduce_cost = 0;
+  double median_error = 0, max_error = 0;  // |predicted - measured| / measured
+  int points = 0;
+  int outliers = 0;  // points the final fit left out (error above max(25%, 3 x the first median))
+};
+
+/// Fits every transport present in `points` (predictions written back into them) and returns
+/// the fits; `model` gets intra_* from shm, nic_* from tcp, reduce and copy cost from the
+/// last fit (shm preferred).
+std::vector<Fit> calibrate(std::vector<Measurement>& points, ClusterModel& model, int iterations = 8);
+
+/// Predicted seconds of one measurement's call on `model` (through job_model).
+double predict(const Measurement& m, const ClusterModel& model);
+
+}  // namespace shoal::sim

@@ -1,0 +1,43 @@
+// The cluster a simulation runs on: hosts of `ranks_per_host` ranks with `nics` NICs each,
+// an optional two-level fat tree above them, and the per-byte costs of local work. Times in
+// seconds, bandwidths in bytes per second (one direction of a NIC or link).
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace shoal::sim {
+
+struct ClusterModel {
+  int ranks_per_host = 8;
+  int nics = 1;                  // per host; local rank i uses NIC i mod nics
+  double nic_bw = 25e9;          // per NIC and direction
+  double nic_latency = 2e-6;     // one message between hosts, start to first byte delivered
+  double intra_bw = 100e9;       // a host's memory bus, shared by every intra-host transfer on it
+  double intra_flow_bw = 0;      // cap of one intra-host transfer (one core copying); 0: none
+  double intra_latency = 0.5e-6;
+  double overhead = 0;           // CPU seconds per message on the sending and the receiving rank
+  double reduce_cost = 0.1e-9;   // seconds per byte reduced (on the rank's core)
+  double copy_cost = 0.05e-9;    // seconds per byte copied or finalized
+  uint64_t eager_bytes = 64 << 10;  // larger messages wait until their receive is posted
+  // Fat tree: hosts_per_leaf hosts under each leaf switch; a leaf's uplink (and downlink) to
+  // the core carries hosts_per_leaf * nics * nic_bw / taper. 0: a full-bisection network.
+  int hosts_per_leaf = 0;
+  double taper = 1;
+
+  int host_of(int rank) const { return rank / ranks_per_host; }
+  int nic_of(int rank) const { return (rank % ranks_per_host) % nics; }
+};
+
+/// JSON text of the model (every field, SI units as above).
+std::string to_json(const ClusterModel& m);
+/// Reads the fields a JSON object has (the others keep their values in `base`); throws
+/// InvalidArgumentError naming the field on a bad value.
+ClusterModel model_from_json(const std::string& text, ClusterModel base = {});
+/// Loads a model file; throws InvalidArgumentError when unreadable.
+ClusterModel load_model(const std::string& path, ClusterModel base = {});
+
+/// Frontier-like node: 8 ranks (GCDs), 4 NICs of 25 GB/s, 2 us, fast local links.
+ClusterModel frontier_model();
+
+}  // namespace shoal::sim

@@ -1,0 +1,163 @@
+#include "tune/dispatcher.hpp"
+
+#include <algorithm>
+#include <cerrno>
+#include <cmath>
+#include <cstdlib>
+#include <map>
+
+#include "core/check.hpp"
+#include "core/config.hpp"
+
+namespace shoal::tune {
+
+using algorithms::AlgorithmInfo;
+using algorithms::Collective;
+using algorithms::CostParams;
+
+namespace {
+
+double distance_log2(int a, int b) { return std::abs(std::log2(static_cast<double>(a)) - std::log2(static_cast<double>(b))); }
+
+// A SHOAL_TUNE_* constant: "" keeps the default.
+double setting_or(const char* name, double fallback) {
+  const std::string v = config::get(name);
+  if (v.empty()) return fallback;
+  char* end = nullptr;
+  errno = 0;
+  const double x = std::strtod(v.c_str(), &end);
+  SHOAL_CHECK(end && *end == '\0' && errno != ERANGE && std::isfinite(x) && x >= 0, InvalidArgument,
+              name << "='" << v << "' is not a non-negative number of seconds (example: 5e-6)");
+  return x;
+}
+
+}  // namespace
+
+std::string_view to_string(Choice::Source s) {
+  switch (s) {
+    case Choice::Source::first_row: return "first row";
+    case Choice::Source::cost_model: return "cost model";
+    case Choice::Source::tuning_file: return "tuning file";
+  }
+  return "?";
+}
+
+Context make_context(const std::vector<int>& host_of, bool all_shared) {
+  Context c;
+  c.world = std::max<int>(1, static_cast<int>(host_of.size()));
+  std::map<int, int> per_host;
+  for (int h : host_of) c.ranks_per_host = std::max(c.ranks_per_host, ++per_host[h]);
+  c.transport = all_shared ? Transport::shm : Transport::tcp;
+  return c;
+}
+
+CostParams default_cost_params(Transport t) {
+  // Orders of magnitude of this project's machines (docs/algorithms.md, "The dispatcher"):
+  // shared memory costs a few microseconds per message and moves bytes at memory speed (one
+  // copy by reference); TCP costs tens of microseconds per message on loopback and more
+  // between hosts, and a fraction of memory bandwidth.
+  CostParams c;
+  if (t == Transport::shm) {
+    c.alpha = 5e-6;
+    c.beta = 2e-10;
+  } else {
+    c.alpha = 3e-5;
+    c.beta = 8e-10;
+  }
+  c.gamma = 2e-10;
+  return c;
+}
+
+CostParams cost_params(Transport t) {
+  CostParams c = default_cost_params(t);
+  c.alpha = setting_or("SHOAL_TUNE_ALPHA", c.alpha);
+  c.beta = setting_or("SHOAL_TUNE_BETA", c.beta);
+  c.gamma = setting_or("SHOAL_TUNE_GAMMA", c.gamma);
+  return c;
+}
+
+const AlgorithmInfo& cost_model_choice(Collective collective, uint64_t bytes, int world,
+                                       const CostParams& params) {
+  const AlgorithmInfo* best = nullptr;
+  double best_cost = 0;
+  for (const auto& row : algorithms::registry()) {
+    if (row.collective != collective) continue;
+    const double cost = row.cost(world, bytes, params);
+    // Strictly less: ties go to the earlier row, on every rank alike.
+    if (!best || cost < best_cost) {
+      best = &row;
+      best_cost = cost;
+    }
+  }
+  SHOAL_CHECK(best != nullptr, Internal, "no algorithm serves " << algorithms::to_string(collective));
+  return *best;
+}
+
+Dispatcher::Dispatcher(Context context, CostParams params, std::shared_ptr<const TuningFile> file,
+                       bool enabled, Interpolation interpolation)
+    : context_(context), params_(params), file_(std::move(file)), enabled_(enabled), interpolation_(interpolation) {
+  for (const auto& row : algorithms::registry()) ++rows_[static_cast<int>(row.collective)];
+  if (!file_) return;
+  // Per collective, the table of the same transport nearest in world size, then in ranks per
+  // host (log distance; an exact match is 0); the first in the file on a tie.
+  for (const auto& m : file_->tables) {
+    if (m.transport != context_.transport) continue;
+    const Measurements*& slot = tables_[static_cast<int>(m.collective)];
+    auto key = [&](const Measurements& t) {
+      return std::pair(distance_log2(t.world, context_.world),
+                       distance_log2(t.ranks_per_host, context_.ranks_per_host));
+    };
+    if (!slot || key(m) < key(*slot)) slot = &m;
+  }
+}
+
+Dispatcher Dispatcher::from_environment(const Context& context) {
+  const std::string mode = config::get("SHOAL_DISPATCH");
+  SHOAL_CHECK(mode == "on" || mode == "off", InvalidArgument,
+              "SHOAL_DISPATCH='" << mode << "' is not on or off");
+  std::shared_ptr<const TuningFile> file;
+  const std::string path = config::get("SHOAL_TUNE_FILE");
+  if (mode == "on" && !path.empty()) file = std::make_shared<const TuningFile>(load_tuning_file(path));
+  return Dispatcher(context, cost_params(context.transport), std::move(file), mode == "on");
+}
+
+const Measurements* Dispatcher::table_for(Collective collective) const {
+  return tables_[static_cast<int>(collective)];
+}
+
+Choice Dispatcher::choose(Collective collective, uint64_t bytes) const {
+  Choice choice;
+  if (!enabled_ || rows_[static_cast<int>(collective)] <= 1) {
+    choice.algorithm = &algorithms::first_row(collective);
+    return choice;
+  }
+  const Measurements* m = tables_[static_cast<int>(collective)];
+  if (m && bytes >= m->sizes.front() && bytes <= m->sizes.back()) {
+    // The measured neighbours lo <= bytes <= hi.
+    const size_t hi = static_cast<size_t>(std::lower_bound(m->sizes.begin(), m->sizes.end(), bytes) - m->sizes.begin());
+    const size_t lo = m->sizes[hi] == bytes ? hi : hi - 1;
+    double w = 0;  // weight of hi
+    if (lo != hi) {
+      const double x = std::log(static_cast<double>(bytes)), x0 = std::log(static_cast<double>(m->sizes[lo])),
+                   x1 = std::log(static_cast<double>(m->sizes[hi]));
+      w = (x - x0) / (x1 - x0);
+      if (interpolation_ == Interpolation::nearest) w = w < 0.5 ? 0 : 1;
+    }
+    for (const auto& [row, seconds] : m->times) {
+      const double t = (1 - w) * seconds[lo] + w * seconds[hi];
+      if (!choice.algorithm || t < choice.predicted_s) {
+        choice.algorithm = row;
+        choice.predicted_s = t;
+      }
+    }
+    choice.source = Choice::Source::tuning_file;
+    return choice;
+  }
+  // Outside what was measured (or nothing measured): the cost model.
+  choice.algorithm = &cost_model_choice(collective, bytes, context_.world, params_);
+  choice.source = Choice::Source::cost_model;
+  choice.predicted_s = choice.algorithm->cost(context_.world, bytes, params_);
+  return choice;
+}
+
+}  // namespace shoal::tune

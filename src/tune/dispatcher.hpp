@@ -1,0 +1,86 @@
+// The dispatcher: which algorithm runs a call, from (collective, bytes, world size, ranks per
+// host, transport). Measured times from a tuning file (SHOAL_TUNE_FILE, written by shoal-tune)
+// where they cover the call, interpolated in log(size); the alpha-beta-gamma cost models of the
+// registry otherwise. Every input is the same on every rank (the file, the settings, the
+// topology), so every rank picks the same row: the pick is part of each frame's signature.
+#pragma once
+
+#include <array>
+#include <memory>
+#include <string_view>
+#include <vector>
+
+#include "algorithms/registry.hpp"
+#include "tune/tuning_file.hpp"
+
+namespace shoal::tune {
+
+/// What the choice depends on besides the call.
+struct Context {
+  int world = 1;
+  int ranks_per_host = 1;  // the most ranks on one host
+  Transport transport = Transport::shm;
+};
+
+/// The context of a communicator: `host_of` is every rank's host index; `all_shared` says
+/// whether every rank shares one host's memory (then the transport is shm).
+Context make_context(const std::vector<int>& host_of, bool all_shared);
+
+/// Cost-model constants per transport, before SHOAL_TUNE_ALPHA/BETA/GAMMA.
+algorithms::CostParams default_cost_params(Transport t);
+/// default_cost_params with SHOAL_TUNE_ALPHA/BETA/GAMMA applied (InvalidArgumentError when one
+/// is not a non-negative number).
+algorithms::CostParams cost_params(Transport t);
+
+/// The row of `collective` with the least predicted time for `bytes` (model_bytes) on `world`
+/// ranks; ties go to the earlier row.
+const algorithms::AlgorithmInfo& cost_model_choice(algorithms::Collective collective, uint64_t bytes,
+                                                   int world, const algorithms::CostParams& params);
+
+/// How measured times are read between two measured sizes.
+enum class Interpolation : uint8_t {
+  log_linear,  // time linear in log(size) between the neighbours
+  nearest,     // the neighbour nearer in log(size)
+};
+
+struct Choice {
+  enum class Source : uint8_t { first_row, cost_model, tuning_file };
+  const algorithms::AlgorithmInfo* algorithm = nullptr;
+  Source source = Source::first_row;
+  double predicted_s = 0;  // the model's or the table's time; 0 for first_row
+};
+std::string_view to_string(Choice::Source s);
+
+class Dispatcher {
+ public:
+  /// `file` may be null (cost model only); `enabled` false always gives the first row.
+  Dispatcher(Context context, algorithms::CostParams params, std::shared_ptr<const TuningFile> file,
+             bool enabled = true, Interpolation interpolation = Interpolation::log_linear);
+
+  /// From SHOAL_DISPATCH, SHOAL_TUNE_FILE (read and checked here) and SHOAL_TUNE_ALPHA/BETA/GAMMA.
+  static Dispatcher from_environment(const Context& context);
+
+  /// The row for a call of `collective` moving `bytes` (algorithms::model_bytes). Does not look
+  /// at SHOAL_ALGO: algorithms::choose gives that priority.
+  Choice choose(algorithms::Collective collective, uint64_t bytes) const;
+
+  /// The measured table this dispatcher reads for `collective` (nearest world size and ranks
+  /// per host on the same transport), or nullptr.
+  const Measurements* table_for(algorithms::Collective collective) const;
+
+  const Context& context() const { return context_; }
+  const algorithms::CostParams& params() const { return params_; }
+  bool enabled() const { return enabled_; }
+
+ private:
+  static constexpr int kCollectives = static_cast<int>(algorithms::Collective::recv) + 1;
+  Context context_;
+  algorithms::CostParams params_;
+  std::shared_ptr<const TuningFile> file_;
+  bool enabled_;
+  Interpolation interpolation_;
+  std::array<const Measurements*, kCollectives> tables_{};
+  std::array<int, kCollectives> rows_{};  // how many rows serve each collective
+};
+
+}  // namespace shoal::tune

@@ -1,0 +1,222 @@
+// Hierarchical all_reduce, all_gather and reduce_scatter on emulated hosts: ranks run as threads,
+// each with a host identity of its own (comm::set_thread_host_id_for_testing), so ranks of one
+// "host" share memory and the others talk TCP; results against support/values.hpp.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <functional>
+#include <iterator>
+#include <mutex>
+#include <thread>
+
+#include "comm/comm_impl.hpp"
+#include "comm/topology.hpp"
+#include "support/ranks.hpp"
+#include "support/values.hpp"
+
+namespace shoal::testing {
+namespace {
+
+using algorithms::Collective;
+
+// Before any thread starts: force the hierarchy (SHOAL_HIERARCHICAL is read once per
+// communicator), and keep the emulated hosts' TCP on loopback whatever NICs the machine has.
+const bool kEnvironment = [] {
+  setenv("SHOAL_HIERARCHICAL", "on", 1);
+  setenv("SHOAL_SOCKET_IFNAME", "lo", 0);
+  return true;
+}();
+
+/// Runs one rank per entry of `host_of` (its host index) as threads; returns the first error.
+std::string run_on_hosts(const std::vector<int>& host_of, const std::function<void(Communicator&)>& fn) {
+  auto server = make_server_store();
+  const int n = static_cast<int>(host_of.size());
+  std::mutex mu;
+  std::string first_error;
+  std::vector<std::thread> threads;
+  for (int r = 0; r < n; ++r) {
+    threads.emplace_back([&, r] {
+      comm::set_thread_host_id_for_testing("emulated-host-" + std::to_string(host_of[r]));
+      try {
+        TcpStore::Options o;
+        o.timeout = std::chrono::seconds(60);
+        auto store = std::make_shared<TcpStore>("127.0.0.1", server->port(), o);
+        Options options;
+        options.timeout = std::chrono::seconds(60);
+        Communicator comm = Communicator::create(store, r, n, options);
+        fn(comm);
+      } catch (const std::exception& e) {
+        std::lock_guard<std::mutex> lock(mu);
+        if (first_error.empty()) first_error = "rank " + std::to_string(r) + ": " + e.what();
+      }
+      comm::set_thread_host_id_for_testing("");
+    });
+  }
+  for (auto& t : threads) t.join();
+  return first_error;
+}
+
+uint64_t hierarchical_calls(Communicator& c) {
+  const auto& h = c.impl().hierarchy;
+  return h ? h->calls() : 0;
+}
+
+std::string name(Collective k, DataType t, ReduceOp op, uint64_t count, bool in_place, bool async) {
+  std::string s = std::string(algorithms::to_string(k)) + " " + std::string(to_string(t)) + " " +
+                  std::string(to_string(op)) + " x" + std::to_string(count);
+  return s + (in_place ? " in place" : "") + (async ? " async" : "");
+}
+
+// One call of `k` on every rank and a check of every element; failures name the case.
+void check_call(Communicator& c, Collective k, DataType t, ReduceOp op, uint64_t count, bool in_place, bool async) {
+  SCOPED_TRACE(name(k, t, op, count, in_place, async) + " on rank " + std::to_string(c.rank()));
+  const int p = c.size(), r = c.rank();
+  const size_t es = size_of(t);
+  auto done = [&](Work w) {
+    if (async) w.wait();
+  };
+  if (k == Collective::all_reduce) {
+    auto send = bytes_for(count, t), recv = bytes_for(count, t);
+    for (uint64_t i = 0; i < count; ++i) store(send.data(), i, t, value(r, i, t, op));
+    void* result = in_place ? send.data() : recv.data();
+    if (async) done(c.all_reduce_async(send.data(), result, count, t, op));
+    else c.all_reduce(send.data(), result, count, t, op);
+    for (uint64_t i = 0; i < count; ++i)
+      ASSERT_EQ(load(result, i, t), expected(p, i, t, op)) << "element " << i;
+  } else if (k == Collective::all_gather) {
+    auto send = bytes_for(count, t), recv = bytes_for(count * p, t);
+    uint8_t* mine = in_place ? recv.data() + r * count * es : send.data();
+    for (uint64_t i = 0; i < count; ++i) store(mine, i, t, value(r, i, t, ReduceOp::sum));
+    if (async) done(c.all_gather_async(mine, recv.data(), count, t));
+    else c.all_gather(mine, recv.data(), count, t);
+    for (int q = 0; q < p; ++q)
+      for (uint64_t i = 0; i < count; ++i)
+        ASSERT_EQ(load(recv.data(), q * count + i, t), as_stored(value(q, i, t, ReduceOp::sum), t))
+            << "block " << q << " element " << i;
+  } else {
+    auto send = bytes_for(count * p, t), recv = bytes_for(count, t);
+    for (uint64_t i = 0; i < count * p; ++i) store(send.data(), i, t, value(r, i, t, op));
+    void* result = in_place ? send.data() + r * count * es : recv.data();
+    if (async) done(c.reduce_scatter_async(send.data(), result, count, t, op));
+    else c.reduce_scatter(send.data(), result, count, t, op);
+    for (uint64_t i = 0; i < count; ++i)
+      ASSERT_EQ(load(result, i, t), expected(p, r * count + i, t, op)) << "element " << i;
+  }
+}
+
+// Every collective x dtype (or a subset) x op (all_gather: sum only) x count, in place and not,
+// blocking and asynchronous alternately.
+void run_matrix(Communicator& c, bool every_type) {
+  static constexpr DataType kSomeTypes[] = {DataType::uint8, DataType::float16, DataType::int64,
+                                            DataType::float32};
+  std::vector<DataType> types(std::begin(kSomeTypes), std::end(kSomeTypes));
+  if (every_type) types.assign(std::begin(kAllTypes), std::end(kAllTypes));
+  int n = 0;
+  for (Collective k : {Collective::all_reduce, Collective::all_gather, Collective::reduce_scatter})
+    for (DataType t : types)
+      for (ReduceOp op : kAllOps) {
+        if (k == Collective::all_gather && op != ReduceOp::sum) continue;
+        for (uint64_t count : {uint64_t{1}, uint64_t{7}, uint64_t{1003}})
+          for (bool in_place : {false, true}) check_call(c, k, t, op, count, in_place, ++n % 2 == 0);
+      }
+  // Larger than the chunk and the shared-memory direct threshold.
+  for (Collective k : {Collective::all_reduce, Collective::all_gather, Collective::reduce_scatter})
+    for (bool in_place : {false, true}) check_call(c, k, DataType::float32, ReduceOp::sum, 300001, in_place, in_place);
+}
+
+struct Layout {
+  const char* name;
+  std::vector<int> host_of;
+  bool hierarchical;  // whether the layout allows the hierarchy
+  bool every_type;    // all dtypes, else a subset (test time)
+};
+
+class Hierarchical : public ::testing::TestWithParam<Layout> {};
+
+TEST_P(Hierarchical, EveryCollectiveTypeOpAndCountMatchesTheReference) {
+  const Layout& l = GetParam();
+  std::string err = run_on_hosts(l.host_of, [&](Communicator& c) {
+    run_matrix(c, l.every_type);
+    if (l.hierarchical) EXPECT_GT(hierarchical_calls(c), 0u) << "the hierarchy was not used";
+    else EXPECT_EQ(hierarchical_calls(c), 0u) << "an uneven layout must run the flat algorithms";
+  });
+  EXPECT_EQ(err, "");
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Layouts, Hierarchical,
+    ::testing::Values(Layout{"hosts2x2", {0, 0, 1, 1}, true, true},
+                      Layout{"hosts2x3", {0, 0, 0, 1, 1, 1}, true, true},
+                      Layout{"hosts3x2", {0, 0, 1, 1, 2, 2}, true, true},
+                      Layout{"hosts4x2", {0, 0, 1, 1, 2, 2, 3, 3}, true, true},
+                      Layout{"interleaved2x2", {0, 1, 0, 1}, true, true},
+                      Layout{"uneven3plus1", {0, 0, 0, 1}, false, false}),
+    [](const ::testing::TestParamInfo<Layout>& info) { return std::string(info.param.name); });
+
+// A hierarchical call and the parent's calls around it keep issue order, also asynchronously.
+TEST(HierarchicalOrder, ParentCallsWaitForPendingHierarchicalWork) {
+  std::string err = run_on_hosts({0, 0, 1, 1}, [](Communicator& c) {
+    const int p = c.size();
+    std::vector<int32_t> a(1 << 16, 1), b(1 << 16, 2);
+    Work wa = c.all_reduce_async(std::span<int32_t>(a), ReduceOp::sum);  // helper thread
+    Work wb = c.all_reduce_async(std::span<int32_t>(b), ReduceOp::sum);  // queued behind it
+    // A flat collective on the parent reading `a` must see the all_reduce's result.
+    c.reduce(a.data(), 1, DataType::int32, ReduceOp::sum, 0);
+    EXPECT_TRUE(wa.test());
+    EXPECT_TRUE(wb.test());
+    EXPECT_EQ(a[0], c.rank() == 0 ? p * p : p);
+    EXPECT_EQ(a.back(), p);
+    EXPECT_EQ(b.back(), 2 * p);
+    // And a hierarchical call issued behind pending parent work starts after it.
+    std::vector<int32_t> x(1 << 16, c.rank() == 0 ? 1 : 5);  // the broadcast makes it all 1
+    Work wx = c.broadcast_async(x.data(), x.size(), DataType::int32, 0);
+    c.all_reduce(std::span<int32_t>(x), ReduceOp::sum);
+    EXPECT_TRUE(wx.test());
+    EXPECT_EQ(x.back(), p);
+    EXPECT_EQ(hierarchical_calls(c), 3u);
+  });
+  EXPECT_EQ(err, "");
+}
+
+// auto takes the hierarchy from SHOAL_HIERARCHICAL_MIN_BYTES (1 MiB) on, not below.
+TEST(HierarchicalAuto, ChoosesByMessageSize) {
+  setenv("SHOAL_HIERARCHICAL", "auto", 1);
+  std::string err = run_on_hosts({0, 0, 1, 1}, [](Communicator& c) {
+    std::vector<float> small(1000, 1.0f), big(1 << 18, 1.0f);  // 4 KB, 1 MiB
+    c.all_reduce(std::span<float>(small), ReduceOp::sum);
+    EXPECT_EQ(hierarchical_calls(c), 0u);
+    c.all_reduce(std::span<float>(big), ReduceOp::sum);
+    EXPECT_EQ(hierarchical_calls(c), 1u);
+    EXPECT_EQ(small.back(), 4.0f);
+    EXPECT_EQ(big.back(), 4.0f);
+  });
+  setenv("SHOAL_HIERARCHICAL", "on", 1);
+  EXPECT_EQ(err, "");
+}
+
+TEST(HierarchicalSplit, SplitByHostGivesLocalAndRankAlignedGroups) {
+  // Interleaved: host 0 has ranks 0 and 2, host 1 ranks 1 and 3.
+  std::string err = run_on_hosts({0, 1, 0, 1}, [](Communicator& c) {
+    ASSERT_EQ(c.num_hosts(), 2);
+    HostSplit s = c.split_by_host();
+    ASSERT_TRUE(s.local.valid());
+    ASSERT_TRUE(s.rank_aligned.valid());
+    EXPECT_EQ(s.local.size(), 2);
+    EXPECT_EQ(s.local.rank(), c.rank() / 2);
+    EXPECT_EQ(s.local.num_hosts(), 1);
+    EXPECT_EQ(s.rank_aligned.size(), 2);
+    EXPECT_EQ(s.rank_aligned.rank(), c.rank() % 2);
+    EXPECT_EQ(s.rank_aligned.num_hosts(), 2);
+    int32_t mine = c.rank(), peers[2];
+    s.local.all_gather(&mine, peers, 1, DataType::int32);
+    EXPECT_EQ(peers[0], c.rank() % 2);
+    EXPECT_EQ(peers[1], c.rank() % 2 + 2);
+    s.rank_aligned.all_gather(&mine, peers, 1, DataType::int32);
+    EXPECT_EQ(peers[0], c.rank() / 2 * 2);
+    EXPECT_EQ(peers[1], c.rank() / 2 * 2 + 1);
+  });
+  EXPECT_EQ(err, "");
+}
+
+}  // namespace
+}  // namespace shoal::testing

@@ -1,0 +1,372 @@
+// The dispatcher (src/tune): the cost model's picks, SHOAL_ALGO's priority, SHOAL_DISPATCH=off,
+// tuning files (picks, interpolation, nearest world, fallbacks) and malformed files.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <optional>
+#include <set>
+#include <string>
+
+#include "algorithms/registry.hpp"
+#include "shoal/error.hpp"
+#include "tune/dispatcher.hpp"
+
+namespace shoal {
+namespace {
+
+using algorithms::Collective;
+using tune::Choice;
+using tune::Context;
+using tune::Dispatcher;
+using tune::Transport;
+
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, std::optional<std::string> value) : name_(name) {
+    if (const char* old = std::getenv(name)) old_ = old;
+    if (value) ::setenv(name, value->c_str(), 1);
+    else ::unsetenv(name);
+  }
+  ~ScopedEnv() {
+    if (old_) ::setenv(name_, old_->c_str(), 1);
+    else ::unsetenv(name_);
+  }
+  ScopedEnv(const ScopedEnv&) = delete;
+  ScopedEnv& operator=(const ScopedEnv&) = delete;
+
+ private:
+  const char* name_;
+  std::optional<std::string> old_;
+};
+
+// A file under /tmp that disappears with the test.
+struct TempFile {
+  std::string path;
+  explicit TempFile(const std::string& text) {
+    char name[] = "/tmp/shoal-tune-test-XXXXXX";
+    const int fd = mkstemp(name);
+    EXPECT_GE(fd, 0);
+    close(fd);
+    path = name;
+    std::ofstream(path) << text;
+  }
+  ~TempFile() { std::remove(path.c_str()); }
+};
+
+std::string pick(const Dispatcher& d, Collective c, uint64_t bytes) {
+  return std::string(d.choose(c, bytes).algorithm->name);
+}
+
+Dispatcher model_only(int world, Transport t) {
+  return Dispatcher(Context{world, world, t}, tune::default_cost_params(t), nullptr);
+}
+
+// ---- the cost model ----
+
+TEST(CostModel, SmallMessagesAtSixteenRanksAndMoreTakeLogLatencyAlgorithms) {
+  for (Transport t : {Transport::shm, Transport::tcp})
+    for (int p : {16, 24, 32, 64, 1024})
+      for (uint64_t bytes : {uint64_t{8}, uint64_t{256}, uint64_t{4096}}) {
+        const Dispatcher d = model_only(p, t);
+        const std::string why = "p=" + std::to_string(p) + " bytes=" + std::to_string(bytes);
+        // all_gather and reduce_scatter need at least a byte per rank
+        const uint64_t per_rank_bytes = bytes * static_cast<uint64_t>(p);
+        EXPECT_NE(pick(d, Collective::all_reduce, bytes), "ring") << why;
+        EXPECT_NE(pick(d, Collective::all_gather, per_rank_bytes), "ring") << why;
+        EXPECT_NE(pick(d, Collective::reduce_scatter, per_rank_bytes), "ring") << why;
+        EXPECT_EQ(d.choose(Collective::all_reduce, bytes).source, Choice::Source::cost_model);
+      }
+  // the latency-optimal one for the smallest vectors
+  EXPECT_EQ(pick(model_only(16, Transport::tcp), Collective::all_reduce, 8), "recursive_doubling");
+  EXPECT_EQ(pick(model_only(24, Transport::tcp), Collective::all_gather, 24 * 8), "bruck");
+}
+
+TEST(CostModel, LargeMessagesTakeBandwidthOptimalAlgorithms) {
+  const std::set<std::string> bandwidth_optimal = {"ring", "rabenseifner", "swing"};
+  for (Transport t : {Transport::shm, Transport::tcp})
+    for (int p : {2, 3, 4, 8, 16, 24, 64})
+      for (uint64_t bytes : {uint64_t{64} << 20, uint64_t{1} << 30}) {
+        const Dispatcher d = model_only(p, t);
+        EXPECT_TRUE(bandwidth_optimal.count(pick(d, Collective::all_reduce, bytes)))
+            << "p=" << p << ": " << pick(d, Collective::all_reduce, bytes);
+      }
+  // Without a power of two the butterflies pay the fold (the whole vector twice more): ring.
+  for (int p : {3, 24, 100}) {
+    EXPECT_EQ(pick(model_only(p, Transport::tcp), Collective::all_reduce, uint64_t{1} << 30), "ring") << p;
+    EXPECT_EQ(pick(model_only(p, Transport::tcp), Collective::reduce_scatter, uint64_t{1} << 30), "ring") << p;
+  }
+}
+
+TEST(CostModel, SingleRowCollectivesAndOneRankGiveTheirRow) {
+  const Dispatcher d = model_only(16, Transport::tcp);
+  EXPECT_EQ(pick(d, Collective::broadcast, 1 << 20), "binomial");
+  EXPECT_EQ(pick(d, Collective::barrier, 0), "dissemination");
+  EXPECT_EQ(pick(d, Collective::send, 8), "direct");
+  EXPECT_NO_THROW(model_only(1, Transport::shm).choose(Collective::all_reduce, 0));
+}
+
+TEST(CostModel, SettingsOverrideTheConstants) {
+  {
+    ScopedEnv a("SHOAL_TUNE_ALPHA", "1e-3"), b("SHOAL_TUNE_BETA", std::nullopt), g("SHOAL_TUNE_GAMMA", "0");
+    const auto c = tune::cost_params(Transport::shm);
+    EXPECT_EQ(c.alpha, 1e-3);
+    EXPECT_EQ(c.beta, tune::default_cost_params(Transport::shm).beta);
+    EXPECT_EQ(c.gamma, 0.0);
+  }
+  ScopedEnv a("SHOAL_TUNE_ALPHA", "fast");
+  try {
+    tune::cost_params(Transport::tcp);
+    FAIL() << "no error";
+  } catch (const InvalidArgumentError& e) {
+    EXPECT_NE(std::string(e.what()).find("SHOAL_TUNE_ALPHA"), std::string::npos) << e.what();
+  }
+}
+
+TEST(Context, FromTopology) {
+  const Context c = tune::make_context({0, 0, 0, 1, 1, 2}, false);
+  EXPECT_EQ(c.world, 6);
+  EXPECT_EQ(c.ranks_per_host, 3);
+  EXPECT_EQ(c.transport, Transport::tcp);
+  EXPECT_EQ(tune::make_context({0, 0}, true).transport, Transport::shm);
+}
+
+// ---- wiring: CollectiveArgs::algorithm, SHOAL_ALGO's priority, SHOAL_DISPATCH=off ----
+
+algorithms::CollectiveArgs args_for(Collective c, uint64_t count, int p) {
+  algorithms::CollectiveArgs a;
+  a.collective = c;
+  a.count = count;
+  a.size = p;
+  return a;
+}
+
+TEST(Wiring, ArgsAlgorithmIsBuiltAndSigned) {
+  auto a = args_for(Collective::all_reduce, 1000, 8);
+  std::string name;
+  algorithms::build_schedule(a, &name);
+  EXPECT_EQ(name, "ring");  // null: the first row
+  const uint32_t ring_sig = algorithms::signature(a);
+  a.algorithm = algorithms::find_algorithm(Collective::all_reduce, "swing");
+  algorithms::build_schedule(a, &name);
+  EXPECT_EQ(name, "swing");
+  EXPECT_NE(algorithms::signature(a), ring_sig);  // ranks that chose differently mismatch
+}
+
+TEST(Wiring, OverrideBeatsTheDispatcher) {
+  auto a = args_for(Collective::all_reduce, 1000, 8);
+  a.algorithm = algorithms::find_algorithm(Collective::all_reduce, "swing");
+  algorithms::detail::set_algorithm_override("all_reduce:binomial;all_gather:bruck");
+  EXPECT_EQ(algorithms::choose(a).name, "binomial");
+  a.collective = Collective::reduce_scatter;  // no rule for it: the args' row
+  a.algorithm = algorithms::find_algorithm(Collective::reduce_scatter, "recursive_halving");
+  EXPECT_EQ(algorithms::choose(a).name, "recursive_halving");
+  algorithms::detail::set_thread_algorithm_override("reduce_scatter:swing");
+  EXPECT_EQ(algorithms::choose(a).name, "swing");
+  algorithms::detail::set_thread_algorithm_override("");
+  algorithms::detail::set_algorithm_override("");
+  EXPECT_EQ(algorithms::choose(a).name, "recursive_halving");
+}
+
+TEST(Wiring, DispatchOffGivesTheFirstRow) {
+  const std::string text = R"({"format": "shoal-tune 1", "tables": [
+    {"collective": "all_reduce", "world": 16, "ranks_per_host": 16, "transport": "shm",
+     "sizes": [8, 1048576], "times_us": {"ring": [9, 9], "swing": [1, 1]}}]})";
+  TempFile f(text);
+  ScopedEnv file("SHOAL_TUNE_FILE", f.path);
+  const Context ctx{16, 16, Transport::shm};
+  {
+    ScopedEnv off("SHOAL_DISPATCH", "off");
+    const Dispatcher d = Dispatcher::from_environment(ctx);
+    EXPECT_FALSE(d.enabled());
+    for (uint64_t bytes : {uint64_t{8}, uint64_t{1} << 20, uint64_t{1} << 30}) {
+      EXPECT_EQ(pick(d, Collective::all_reduce, bytes), "ring");
+      EXPECT_EQ(d.choose(Collective::all_reduce, bytes).source, Choice::Source::first_row);
+      EXPECT_EQ(pick(d, Collective::all_gather, bytes), "ring");
+    }
+  }
+  ScopedEnv on("SHOAL_DISPATCH", std::nullopt);  // default: on
+  EXPECT_EQ(pick(Dispatcher::from_environment(ctx), Collective::all_reduce, 1024), "swing");
+  ScopedEnv bad("SHOAL_DISPATCH", "maybe");
+  EXPECT_THROW(Dispatcher::from_environment(ctx), InvalidArgumentError);
+}
+
+// ---- tuning files ----
+
+// all_reduce at 4 ranks on shm: recursive_doubling up to 4K, then rabenseifner, ring from 16M;
+// at 8 ranks: binomial everywhere; one tcp table at 4 ranks: swing.
+const char* kGoodFile = R"({
+  "format": "shoal-tune 1", "host": "test", "command": "by hand",
+  "tables": [
+    {"collective": "all_reduce", "world": 4, "ranks_per_host": 4, "transport": "shm",
+     "sizes": [1024, 4096, 65536, 16777216],
+     "times_us": {"ring": [50, 60, 100, 1000], "rabenseifner": [40, 45, 80, 1100],
+                  "recursive_doubling": [10, 20, 400, 9000], "swing": [41, 46, 81, 1101],
+                  "binomial": [30, 60, 900, 20000]}},
+    {"collective": "all_reduce", "world": 8, "ranks_per_host": 8, "transport": "shm",
+     "sizes": [1024, 1048576], "times_us": {"ring": [50, 500], "binomial": [5, 50]}},
+    {"collective": "all_reduce", "world": 4, "ranks_per_host": 4, "transport": "tcp",
+     "sizes": [1024, 1048576], "times_us": {"ring": [50, 500], "swing": [5, 50]}},
+    {"collective": "all_gather", "world": 4, "ranks_per_host": 4, "transport": "shm",
+     "sizes": [1024, 1048576], "times_us": {"ring": [50, 500], "bruck": [5, 600]}}
+  ]})";
+
+TEST(TuningFile, PicksAreHonoured) {
+  TempFile f(kGoodFile);
+  ScopedEnv file("SHOAL_TUNE_FILE", f.path);
+  const Dispatcher d = Dispatcher::from_environment(Context{4, 4, Transport::shm});
+  ASSERT_NE(d.table_for(Collective::all_reduce), nullptr);
+  EXPECT_EQ(d.table_for(Collective::all_reduce)->world, 4);
+  EXPECT_EQ(pick(d, Collective::all_reduce, 1024), "recursive_doubling");
+  EXPECT_EQ(pick(d, Collective::all_reduce, 4096), "recursive_doubling");
+  EXPECT_EQ(pick(d, Collective::all_reduce, 65536), "rabenseifner");
+  EXPECT_EQ(pick(d, Collective::all_reduce, 16 << 20), "ring");
+  const Choice c = d.choose(Collective::all_reduce, 1024);
+  EXPECT_EQ(c.source, Choice::Source::tuning_file);
+  EXPECT_DOUBLE_EQ(c.predicted_s, 10e-6);
+  // all_gather: bruck for small, ring for large; a collective without a table: the cost model
+  EXPECT_EQ(pick(d, Collective::all_gather, 1024), "bruck");
+  EXPECT_EQ(pick(d, Collective::all_gather, 1 << 20), "ring");
+  EXPECT_EQ(d.choose(Collective::reduce_scatter, 1 << 20).source, Choice::Source::cost_model);
+}
+
+TEST(TuningFile, InterpolatesInLogSize) {
+  TempFile f(kGoodFile);
+  ScopedEnv file("SHOAL_TUNE_FILE", f.path);
+  const Dispatcher d = Dispatcher::from_environment(Context{4, 4, Transport::shm});
+  // Between 4K and 64K (16K is the log-midpoint): recursive_doubling 20 -> 400 (210 at 16K),
+  // rabenseifner 45 -> 80 (62.5 at 16K): rabenseifner. Just above 4K recursive_doubling still wins.
+  EXPECT_EQ(pick(d, Collective::all_reduce, 16384), "rabenseifner");
+  EXPECT_EQ(pick(d, Collective::all_reduce, 4200), "recursive_doubling");  // w = 0.0088: 23.3 < 45.3
+  const Choice mid = d.choose(Collective::all_reduce, 16384);
+  EXPECT_NEAR(mid.predicted_s, 62.5e-6, 1e-9);
+  // the nearest measured size (in log) instead: 5000 reads 4K's times, 30000 64K's
+  const Dispatcher n(Context{4, 4, Transport::shm}, tune::default_cost_params(Transport::shm),
+                     std::make_shared<const tune::TuningFile>(tune::load_tuning_file(f.path)), true,
+                     tune::Interpolation::nearest);
+  EXPECT_EQ(pick(n, Collective::all_reduce, 5000), "recursive_doubling");
+  EXPECT_EQ(pick(n, Collective::all_reduce, 30000), "rabenseifner");
+}
+
+TEST(TuningFile, OutsideTheMeasuredSizesTheCostModelDecides) {
+  TempFile f(kGoodFile);
+  ScopedEnv file("SHOAL_TUNE_FILE", f.path);
+  const Dispatcher d = Dispatcher::from_environment(Context{4, 4, Transport::shm});
+  const Dispatcher model = model_only(4, Transport::shm);
+  for (uint64_t bytes : {uint64_t{0}, uint64_t{8}, uint64_t{1023}, uint64_t{16 << 20} + 1, uint64_t{1} << 34}) {
+    EXPECT_EQ(d.choose(Collective::all_reduce, bytes).source, Choice::Source::cost_model) << bytes;
+    EXPECT_EQ(pick(d, Collective::all_reduce, bytes), pick(model, Collective::all_reduce, bytes)) << bytes;
+  }
+}
+
+TEST(TuningFile, NearestWorldOnTheSameTransport) {
+  TempFile f(kGoodFile);
+  ScopedEnv file("SHOAL_TUNE_FILE", f.path);
+  // 6 and 16 ranks are nearer (in log2) to the 8-rank table, 3 and 2 to the 4-rank one
+  for (int p : {6, 16}) {
+    const Dispatcher d = Dispatcher::from_environment(Context{p, p, Transport::shm});
+    EXPECT_EQ(d.table_for(Collective::all_reduce)->world, 8) << p;
+    EXPECT_EQ(pick(d, Collective::all_reduce, 4096), "binomial") << p;
+  }
+  for (int p : {2, 3}) {
+    const Dispatcher d = Dispatcher::from_environment(Context{p, p, Transport::shm});
+    EXPECT_EQ(d.table_for(Collective::all_reduce)->world, 4) << p;
+  }
+  // tcp has only the 4-rank all_reduce table; nothing for all_gather over tcp
+  const Dispatcher t = Dispatcher::from_environment(Context{8, 4, Transport::tcp});
+  EXPECT_EQ(pick(t, Collective::all_reduce, 4096), "swing");
+  EXPECT_EQ(t.table_for(Collective::all_gather), nullptr);
+  EXPECT_EQ(t.choose(Collective::all_gather, 4096).source, Choice::Source::cost_model);
+}
+
+TEST(TuningFile, RoundTripsThroughJson) {
+  const tune::TuningFile a = tune::parse_tuning_file(kGoodFile, "mem");
+  const tune::TuningFile b = tune::parse_tuning_file(tune::to_json(a, R"({"host": "x"})"), "mem2");
+  ASSERT_EQ(a.tables.size(), b.tables.size());
+  for (size_t i = 0; i < a.tables.size(); ++i) {
+    EXPECT_EQ(a.tables[i].sizes, b.tables[i].sizes);
+    ASSERT_EQ(a.tables[i].times.size(), b.tables[i].times.size());
+    for (size_t j = 0; j < a.tables[i].times.size(); ++j) {
+      EXPECT_EQ(a.tables[i].times[j].first, b.tables[i].times[j].first);
+      for (size_t k = 0; k < a.tables[i].sizes.size(); ++k)
+        EXPECT_NEAR(a.tables[i].times[j].second[k], b.tables[i].times[j].second[k], 1e-12);
+    }
+  }
+}
+
+// Each malformed file raises InvalidArgumentError naming the file and the problem.
+void expect_rejected(const std::string& text, const std::string& problem) {
+  TempFile f(text);
+  ScopedEnv file("SHOAL_TUNE_FILE", f.path);
+  try {
+    Dispatcher::from_environment(Context{4, 4, Transport::shm});
+    ADD_FAILURE() << "accepted: " << text;
+  } catch (const InvalidArgumentError& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find(f.path), std::string::npos) << what;
+    EXPECT_NE(what.find(problem), std::string::npos) << "expected '" << problem << "' in: " << what;
+  }
+}
+
+std::string table(const std::string& body) {
+  return R"({"format": "shoal-tune 1", "tables": [)" + body + "]}";
+}
+
+TEST(TuningFile, MalformedFilesAreRejectedWithTheProblem) {
+  expect_rejected("{\"format\": \"shoal-tune 1\", \"tables\": [", "not valid JSON");
+  expect_rejected("[1, 2]", "must be an object");
+  expect_rejected(R"({"tables": []})", "missing field 'format'");
+  expect_rejected(R"({"format": "shoal-tune 9", "tables": []})", "expected \"shoal-tune 1\"");
+  expect_rejected(R"({"format": "shoal-tune 1"})", "missing field 'tables'");
+  expect_rejected(table(R"({"collective": "all_reduce", "world": 4, "ranks_per_host": 4, "transport": "shm",
+                            "times_us": {"ring": [1]}})"),
+                  "tables[0]: missing field 'sizes'");
+  expect_rejected(table(R"({"world": 4, "ranks_per_host": 4, "transport": "shm", "sizes": [8],
+                            "times_us": {"ring": [1]}})"),
+                  "missing field 'collective'");
+  expect_rejected(table(R"({"collective": "all_smash", "world": 4, "ranks_per_host": 4, "transport": "shm",
+                            "sizes": [8], "times_us": {"ring": [1]}})"),
+                  "unknown collective 'all_smash'");
+  expect_rejected(table(R"({"collective": "all_reduce", "world": 4, "ranks_per_host": 4, "transport": "shm",
+                            "sizes": [8], "times_us": {"ringg": [1]}})"),
+                  "unknown algorithm 'ringg' for all_reduce (it has: ring, rabenseifner");
+  expect_rejected(table(R"({"collective": "all_gather", "world": 4, "ranks_per_host": 4, "transport": "shm",
+                            "sizes": [8], "times_us": {"rabenseifner": [1]}})"),
+                  "unknown algorithm 'rabenseifner' for all_gather");
+  expect_rejected(table(R"({"collective": "all_reduce", "world": 4, "ranks_per_host": 4, "transport": "shm",
+                            "sizes": [8, 16], "times_us": {"ring": [1]}})"),
+                  "times_us.ring: must be an array of 2 times");
+  expect_rejected(table(R"({"collective": "all_reduce", "world": 4, "ranks_per_host": 4, "transport": "shm",
+                            "sizes": [16, 8], "times_us": {"ring": [1, 2]}})"),
+                  "sizes must increase strictly");
+  expect_rejected(table(R"({"collective": "all_reduce", "world": 4, "ranks_per_host": 4, "transport": "shm",
+                            "sizes": [8], "times_us": {"ring": [-1]}})"),
+                  "must be a positive number of microseconds");
+  expect_rejected(table(R"({"collective": "all_reduce", "world": 0, "ranks_per_host": 4, "transport": "shm",
+                            "sizes": [8], "times_us": {"ring": [1]}})"),
+                  "world: must be a positive integer");
+  expect_rejected(table(R"({"collective": "all_reduce", "world": 4, "ranks_per_host": 8, "transport": "shm",
+                            "sizes": [8], "times_us": {"ring": [1]}})"),
+                  "more than the world size");
+  expect_rejected(table(R"({"collective": "all_reduce", "world": 4, "ranks_per_host": 4, "transport": "ib",
+                            "sizes": [8], "times_us": {"ring": [1]}})"),
+                  "must be \"shm\" or \"tcp\"");
+  const std::string t = R"({"collective": "all_reduce", "world": 4, "ranks_per_host": 4, "transport": "shm",
+                            "sizes": [8], "times_us": {"ring": [1]}})";
+  expect_rejected(table(t + "," + t), "tables[1]: a second table for all_reduce world 4");
+}
+
+TEST(TuningFile, AMissingFileIsNamed) {
+  ScopedEnv file("SHOAL_TUNE_FILE", "/nonexistent/tune.json");
+  try {
+    Dispatcher::from_environment(Context{4, 4, Transport::shm});
+    FAIL() << "no error";
+  } catch (const InvalidArgumentError& e) {
+    EXPECT_NE(std::string(e.what()).find("/nonexistent/tune.json' cannot be read"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace shoal

@@ -1,0 +1,517 @@
+// The virtual-time executor (src/sim) and a symbolic one that proves the schedules right at
+// large world sizes.
+//  - Symbolic execution: every byte of every rank's buffers is tracked as (the logical byte of
+//    the collective's data it holds, the set of ranks whose contributions are summed into it)
+//    — no real data. Sets are sorted interval lists of ranks, so a reduction of two operands
+//    that share a contributor is caught (every contribution exactly once), and all_gather
+//    bytes carry the logical offset of the source rank's input, which only that rank has (the
+//    right block from the right rank). Every row of all_reduce, all_gather and reduce_scatter
+//    at p = 1000, 1024 and 4096 (ring and swing at 4096: SHOAL_SIM_LONG=1, ~80M steps each).
+//  - Simulation invariants: every byte sent is received and nothing deadlocks; no schedule
+//    beats the bandwidth lower bound of its collective; a lone message costs latency + n/B;
+//    ring all_reduce's latency term grows linearly in p and recursive doubling's as log2 p;
+//    a tapered core is never faster.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <map>
+#include <memory>
+#include <thread>
+
+#include "algorithms/registry.hpp"
+#include "sim/calibrate.hpp"
+#include "sim/executor.hpp"
+
+namespace shoal::testing {
+namespace {
+
+using namespace shoal::algorithms;
+using shoal::sim::ClusterModel;
+
+// ---- symbolic execution ----
+
+using Intervals = std::vector<std::pair<int, int>>;  // sorted, disjoint, non-adjacent [lo, hi)
+using RankSet = std::shared_ptr<const Intervals>;
+
+struct Seg {
+  uint64_t hi;
+  uint64_t origin;  // logical byte held by the segment's first byte
+  RankSet set;      // nullptr: garbage (never written)
+};
+struct Piece {
+  uint64_t len, origin;
+  RankSet set;
+};
+
+bool same_set(const RankSet& a, const RankSet& b) { return a == b || (a && b && *a == *b); }
+
+// One address space (a rank's user memory or its scratch): an interval map of segments.
+class Space {
+ public:
+  std::vector<Piece> read(uint64_t lo, uint64_t len) const {
+    std::vector<Piece> out;
+    const uint64_t hi = lo + len;
+    auto it = map_.upper_bound(lo);
+    if (it != map_.begin()) --it;
+    uint64_t at = lo;
+    for (; it != map_.end() && it->first < hi; ++it) {
+      const uint64_t s = it->first, e = it->second.hi;
+      if (e <= at) continue;
+      if (s > at) {
+        out.push_back({s - at, 0, nullptr});
+        at = s;
+      }
+      const uint64_t end = std::min(e, hi);
+      out.push_back({end - at, it->second.origin + (at - s), it->second.set});
+      at = end;
+    }
+    if (at < hi) out.push_back({hi - at, 0, nullptr});
+    return out;
+  }
+
+  void write(uint64_t lo, const std::vector<Piece>& pieces) {
+    uint64_t len = 0;
+    for (const auto& p : pieces) len += p.len;
+    if (len == 0) return;
+    const uint64_t hi = lo + len;
+    cut(lo);
+    cut(hi);
+    map_.erase(map_.lower_bound(lo), map_.lower_bound(hi));
+    uint64_t at = lo;
+    for (const auto& p : pieces) {
+      if (p.set) map_[at] = {at + p.len, p.origin, p.set};
+      at += p.len;
+    }
+    merge_around(lo, hi);
+  }
+
+ private:
+  void cut(uint64_t x) {  // splits the segment that strictly contains x
+    auto it = map_.upper_bound(x);
+    if (it == map_.begin()) return;
+    --it;
+    if (it->first < x && x < it->second.hi) {
+      Seg right{it->second.hi, it->second.origin + (x - it->first), it->second.set};
+      it->second.hi = x;
+      map_[x] = right;
+    }
+  }
+  void merge_around(uint64_t lo, uint64_t hi) {
+    auto it = map_.lower_bound(lo);
+    if (it != map_.begin()) --it;
+    while (it != map_.end() && it->first <= hi) {
+      auto next = std::next(it);
+      if (next == map_.end()) break;
+      if (it->second.hi == next->first && it->second.origin + (it->second.hi - it->first) == next->second.origin &&
+          same_set(it->second.set, next->second.set)) {
+        it->second.hi = next->second.hi;
+        map_.erase(next);
+      } else {
+        it = next;
+      }
+    }
+  }
+  std::map<uint64_t, Seg> map_;
+};
+
+// Union of two disjoint sets; nullptr when they share a rank.
+RankSet unite(const Intervals& a, const Intervals& b) {
+  auto out = std::make_shared<Intervals>();
+  size_t i = 0, j = 0;
+  while (i < a.size() || j < b.size()) {
+    std::pair<int, int> x;
+    if (j == b.size() || (i < a.size() && a[i].first < b[j].first)) x = a[i++];
+    else x = b[j++];
+    if (!out->empty() && x.first < out->back().second) return nullptr;
+    if (!out->empty() && x.first == out->back().second) out->back().second = x.second;
+    else out->push_back(x);
+  }
+  return out;
+}
+
+struct SymRank {
+  Space user, scratch;
+  CollectiveArgs args;
+  uint64_t block = 0;
+};
+
+// Where a slice lives, with the in-place aliasing of the API (every call here is in place
+// for all_reduce and all_gather's and reduce_scatter's blocks, as Tracked assumes anyway).
+std::pair<Space*, uint64_t> locate(SymRank& m, const Slice& s) {
+  const uint64_t r = static_cast<uint64_t>(m.args.rank);
+  if (s.buffer == Buffer::scratch) return {&m.scratch, s.offset};
+  const Collective c = m.args.collective;
+  if (s.buffer == Buffer::input && c == Collective::all_gather) return {&m.user, r * m.block + s.offset};
+  if (s.buffer == Buffer::output && c == Collective::reduce_scatter) return {&m.user, r * m.block + s.offset};
+  return {&m.user, s.offset};
+}
+
+std::vector<Piece> read(SymRank& m, const Slice& s) {
+  auto [space, off] = locate(m, s);
+  return space->read(off, s.bytes);
+}
+void write(SymRank& m, const Slice& s, const std::vector<Piece>& v) {
+  auto [space, off] = locate(m, s);
+  space->write(off, v);
+}
+
+// Executes the schedules of all ranks symbolically (in place); "" on success.
+std::string symbolic_run(const AlgorithmInfo& row, int p, uint64_t count, uint64_t chunk, double* seconds) {
+  const auto t0 = std::chrono::steady_clock::now();
+  const Collective c = row.collective;
+  const uint64_t es = 4, block = count * es;
+  std::vector<SymRank> ranks(p);
+  std::vector<Schedule> sch(p);
+  auto gathered = std::make_shared<const Intervals>(Intervals{{-1, 0}});  // all_gather bytes: origin only
+  for (int r = 0; r < p; ++r) {
+    CollectiveArgs& a = ranks[r].args;
+    a.collective = c;
+    a.dtype = DataType::float32;
+    a.count = count;
+    a.rank = r;
+    a.size = p;
+    a.in_place = true;
+    a.chunk_bytes = chunk;
+    ranks[r].block = block;
+    const RankSet own = std::make_shared<const Intervals>(Intervals{{r, r + 1}});
+    if (c == Collective::all_gather) ranks[r].user.write(r * block, {{block, r * block, gathered}});
+    else if (c == Collective::reduce_scatter) ranks[r].user.write(0, {{block * p, 0, own}});
+    else ranks[r].user.write(0, {{block, 0, own}});
+  }
+  {  // Building dominates for Swing (Tracked's scan): use the cores.
+    const int n = static_cast<int>(std::max(1u, std::min(4u, std::thread::hardware_concurrency())));
+    std::vector<std::thread> workers;
+    for (int w = 0; w < n; ++w)
+      workers.emplace_back([&, w] {
+        for (int r = w; r < p; r += n) row.build(sch[r], ranks[r].args);
+      });
+    for (auto& t : workers) t.join();
+  }
+  // Dependency-driven, a send meets the receive of the same index on its pair (schedule.hpp).
+  struct State {
+    std::vector<uint32_t> remaining;
+    std::vector<std::vector<uint32_t>> dependents;
+    std::map<int, std::vector<uint32_t>> sends, recvs;
+    std::map<int, size_t> send_head, recv_head;
+    size_t done = 0;
+  };
+  std::vector<State> st(p);
+  std::vector<std::pair<int, uint32_t>> ready;
+  for (int r = 0; r < p; ++r) {
+    State& x = st[r];
+    x.remaining.assign(sch[r].steps.size(), 0);
+    x.dependents.assign(sch[r].steps.size(), {});
+    for (auto [from, to] : sch[r].edges) {
+      ++x.remaining[to];
+      x.dependents[from].push_back(to);
+    }
+    for (uint32_t i = 0; i < sch[r].steps.size(); ++i) {
+      const Step& s = sch[r].steps[i];
+      if (s.kind == StepKind::send) x.sends[s.peer].push_back(i);
+      if (s.kind == StepKind::recv) x.recvs[s.peer].push_back(i);
+      if (x.remaining[i] == 0) ready.emplace_back(r, i);
+    }
+  }
+  std::string error;
+  auto complete = [&](int r, uint32_t i) {
+    ++st[r].done;
+    for (uint32_t d : st[r].dependents[i])
+      if (--st[r].remaining[d] == 0) ready.emplace_back(r, d);
+  };
+  auto try_pair = [&](int a, int b) {
+    State &x = st[a], &y = st[b];
+    auto& sends = x.sends[b];
+    auto& recvs = y.recvs[a];
+    size_t& sh = x.send_head[b];
+    size_t& rh = y.recv_head[a];
+    while (sh < sends.size() && rh < recvs.size() && x.remaining[sends[sh]] == 0 && y.remaining[recvs[rh]] == 0) {
+      const Step &s = sch[a].steps[sends[sh]], &d = sch[b].steps[recvs[rh]];
+      if (s.src.bytes != d.dst.bytes) {
+        error = "frame length mismatch from " + std::to_string(a) + " to " + std::to_string(b);
+        return;
+      }
+      write(ranks[b], d.dst, read(ranks[a], s.src));
+      x.remaining[sends[sh]] = UINT32_MAX;  // done; never ready again
+      y.remaining[recvs[rh]] = UINT32_MAX;
+      const uint32_t si = sends[sh++], ri = recvs[rh++];
+      complete(a, si);
+      complete(b, ri);
+    }
+  };
+  while (!ready.empty() && error.empty()) {
+    auto [r, i] = ready.back();
+    ready.pop_back();
+    const Step& s = sch[r].steps[i];
+    switch (s.kind) {
+      case StepKind::send: try_pair(r, s.peer); break;
+      case StepKind::recv: try_pair(s.peer, r); break;
+      case StepKind::copy: write(ranks[r], s.dst, read(ranks[r], s.src)); complete(r, i); break;
+      case StepKind::finalize: complete(r, i); break;
+      case StepKind::reduce: {
+        auto x = read(ranks[r], s.src), y = read(ranks[r], s.src2);
+        std::vector<Piece> out;
+        size_t ix = 0, iy = 0;
+        uint64_t ox = 0, oy = 0;  // consumed bytes of x[ix], y[iy]
+        while (ix < x.size() && iy < y.size()) {
+          const uint64_t len = std::min(x[ix].len - ox, y[iy].len - oy);
+          const Piece &px = x[ix], &py = y[iy];
+          if (!px.set || !py.set) {
+            error = "rank " + std::to_string(r) + " step " + std::to_string(i) + " reduces bytes never written";
+            break;
+          }
+          if (px.origin + ox != py.origin + oy) {
+            error = "rank " + std::to_string(r) + " step " + std::to_string(i) + " reduces logical bytes " +
+                    std::to_string(px.origin + ox) + " and " + std::to_string(py.origin + oy);
+            break;
+          }
+          RankSet u = unite(*px.set, *py.set);
+          if (!u) {
+            error = "rank " + std::to_string(r) + " step " + std::to_string(i) + " adds a contribution twice";
+            break;
+          }
+          if (!out.empty() && same_set(out.back().set, u) && out.back().origin + out.back().len == px.origin + ox)
+            out.back().len += len;
+          else out.push_back({len, px.origin + ox, u});
+          ox += len;
+          oy += len;
+          if (ox == px.len) ++ix, ox = 0;
+          if (oy == py.len) ++iy, oy = 0;
+        }
+        if (error.empty()) {
+          write(ranks[r], s.dst, out);
+          complete(r, i);
+        }
+        break;
+      }
+    }
+  }
+  if (!error.empty()) return error;
+  for (int r = 0; r < p; ++r)
+    if (st[r].done != sch[r].steps.size()) return "deadlock at rank " + std::to_string(r);
+  // The result: logical offsets and full sets (or, for all_gather, the gathered marker).
+  const Intervals everyone{{0, p}};
+  for (int r = 0; r < p; ++r) {
+    uint64_t lo = 0, len = block, origin = 0;
+    if (c == Collective::all_gather) len = block * p;
+    if (c == Collective::reduce_scatter) lo = origin = r * block;
+    uint64_t at = origin;
+    for (const Piece& x : ranks[r].user.read(lo, len)) {
+      const bool ok = x.set && x.origin == at &&
+                      (c == Collective::all_gather ? x.set == gathered : *x.set == everyone);
+      if (!ok) {
+        std::string what = !x.set ? "garbage" : x.origin != at ? "logical byte " + std::to_string(x.origin)
+                                                               : std::to_string(x.set->size()) + " rank intervals";
+        return "rank " + std::to_string(r) + " output byte " + std::to_string(at - origin) + " holds " + what;
+      }
+      at += x.len;
+    }
+  }
+  *seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return "";
+}
+
+bool long_tests() {
+  const char* v = std::getenv("SHOAL_SIM_LONG");
+  return v && *v && std::string(v) != "0";
+}
+
+std::vector<const AlgorithmInfo*> rows_of_interest() {
+  std::vector<const AlgorithmInfo*> rows;
+  for (const auto& row : registry())
+    if (row.collective == Collective::all_reduce || row.collective == Collective::all_gather ||
+        row.collective == Collective::reduce_scatter)
+      rows.push_back(&row);
+  return rows;
+}
+
+TEST(Symbolic, DetectsDoubleContribution) {
+  Intervals a{{0, 3}}, b{{2, 5}}, c{{3, 5}};
+  EXPECT_EQ(unite(a, b), nullptr);
+  ASSERT_NE(unite(a, c), nullptr);
+  EXPECT_EQ(*unite(a, c), (Intervals{{0, 5}}));
+  Space s;
+  auto one = std::make_shared<const Intervals>(Intervals{{1, 2}});
+  s.write(0, {{8, 0, one}});
+  s.write(4, {{4, 100, one}});
+  auto v = s.read(0, 12);
+  ASSERT_EQ(v.size(), 3u);
+  EXPECT_EQ(v[1].origin, 100u);
+  EXPECT_EQ(v[2].set, nullptr);
+}
+
+TEST(Symbolic, SmallWorldsWithChunking) {
+  for (const auto* row : rows_of_interest())
+    for (int p : {1, 2, 3, 5, 8, 13, 16, 24, 33}) {
+      double secs = 0;
+      // Uneven blocks and several chunks per block.
+      const std::string e = symbolic_run(*row, p, row->collective == Collective::all_reduce ? 7 * p + 3 : 7, 8, &secs);
+      EXPECT_EQ(e, "") << to_string(row->collective) << ":" << row->name << " p=" << p;
+    }
+}
+
+TEST(Symbolic, EveryRankRightAtScale) {
+  for (int p : {1000, 1024, 4096})
+    for (const auto* row : rows_of_interest()) {
+      const bool heavy = p == 4096 && (row->name == "ring" || row->name == "swing");
+      if (heavy && !long_tests()) continue;  // ~20k steps per rank: SHOAL_SIM_LONG=1
+      double secs = 0;
+      const uint64_t count = row->collective == Collective::all_reduce ? 3 * static_cast<uint64_t>(p) + 1 : 2;
+      const std::string e = symbolic_run(*row, p, count, 512 << 10, &secs);
+      EXPECT_EQ(e, "") << to_string(row->collective) << ":" << row->name << " p=" << p;
+      std::printf("  symbolic %s:%s p=%d: %.2f s\n", std::string(to_string(row->collective)).c_str(),
+                  std::string(row->name).c_str(), p, secs);
+    }
+}
+
+// ---- virtual time ----
+
+ClusterModel one_rank_per_host(double bw, double latency) {
+  ClusterModel m;
+  m.ranks_per_host = 1;
+  m.nics = 1;
+  m.nic_bw = bw;
+  m.nic_latency = latency;
+  m.reduce_cost = m.copy_cost = 0;
+  m.overhead = 0;
+  return m;
+}
+
+sim::SimResult sim_row(const AlgorithmInfo& row, uint64_t size, int p, const ClusterModel& m,
+                       uint64_t chunk = 512 << 10) {
+  auto a = sim::args_for(row.collective, size, p);
+  a.chunk_bytes = chunk;
+  const auto prog = sim::compile(a, &row, 1);
+  EXPECT_EQ(prog.error, "") << row.name;
+  return sim::simulate(prog, m);
+}
+
+TEST(Sim, LoneMessageCostsLatencyPlusBytesOverBandwidth) {
+  const auto m = one_rank_per_host(1e9, 5e-6);
+  const auto* ring = find_algorithm(Collective::all_gather, "ring");
+  const auto r = sim_row(*ring, 2 << 20, 2, m, 4 << 20);  // each rank sends its 1 MiB block once
+  ASSERT_EQ(r.error, "");
+  EXPECT_NEAR(r.time, 5e-6 + (1 << 20) / 1e9, 1e-9);
+  EXPECT_EQ(r.messages, 2u);
+}
+
+TEST(Sim, BytesConservedNoDeadlockAndBandwidthBound) {
+  ClusterModel m = one_rank_per_host(10e9, 2e-6);
+  m.reduce_cost = 1e-11;
+  m.copy_cost = 5e-12;
+  for (const auto* row : rows_of_interest())
+    for (int p : {2, 3, 7, 8, 24, 64})
+      for (uint64_t size : {uint64_t{4096} * p, uint64_t{1} << 24}) {
+        const auto r = sim_row(*row, size, p, m);
+        ASSERT_EQ(r.error, "") << row->name << " p=" << p;
+        EXPECT_EQ(r.bytes_sent, r.bytes_received) << row->name;
+        // Every rank must get (p-1)/p of n (all_gather, reduce_scatter) or send and get it twice
+        // (all_reduce) through its NIC.
+        const auto a = sim::args_for(row->collective, size, p);
+        const double n = static_cast<double>(model_bytes(a));
+        const double bound = sim::bus_factor(row->collective, p) * n / m.nic_bw + m.nic_latency;
+        EXPECT_GE(r.time, bound * (1 - 1e-9)) << to_string(row->collective) << ":" << row->name << " p=" << p
+                                              << " size=" << size;
+      }
+}
+
+TEST(Sim, RingLatencyLinearRecursiveDoublingLogarithmic) {
+  const double alpha = 1e-6;
+  const auto m = one_rank_per_host(1e18, alpha);  // bandwidth out of the picture
+  const auto* ring = find_algorithm(Collective::all_reduce, "ring");
+  const auto* rd = find_algorithm(Collective::all_reduce, "recursive_doubling");
+  for (int p : {16, 64, 256, 1024}) {
+    const uint64_t size = 4 * static_cast<uint64_t>(p);  // one element per block
+    const double t_ring = sim_row(*ring, size, p, m).time, t_rd = sim_row(*rd, size, p, m).time;
+    EXPECT_NEAR(t_ring / alpha, 2.0 * (p - 1), 0.01 * p) << p;
+    EXPECT_NEAR(t_rd / alpha, std::log2(p), 0.01) << p;
+  }
+}
+
+TEST(Sim, TaperNeverHelpsAndSharedNicsSlowDown) {
+  ClusterModel m = sim::frontier_model();
+  m.hosts_per_leaf = 4;
+  const auto* rd = find_algorithm(Collective::all_gather, "recursive_doubling");
+  const auto* rab = find_algorithm(Collective::all_reduce, "rabenseifner");
+  for (const auto* row : {rd, rab}) {
+    const double flat = sim_row(*row, 64 << 20, 128, m).time;
+    m.taper = 4;
+    const double tapered = sim_row(*row, 64 << 20, 128, m).time;
+    m.taper = 1;
+    EXPECT_GT(tapered, flat * 1.5) << row->name;  // distant partners cross the thin core
+    ClusterModel one_nic = m;
+    one_nic.nics = 1;
+    EXPECT_GT(sim_row(*row, 64 << 20, 128, one_nic).time, flat * 1.5) << row->name;
+  }
+}
+
+TEST(Sim, ForcedRowsAtScaleRunQuickly) {
+  // The log-depth rows at 4096 ranks on the Frontier-like model, timed (the rings and Swing
+  // take ~20k steps per rank: shoal-sim measures them; docs/scale.md).
+  const ClusterModel m = sim::frontier_model();
+  for (const char* name : {"rabenseifner", "recursive_doubling", "binomial"}) {
+    const auto* row = find_algorithm(Collective::all_reduce, name);
+    const auto t0 = std::chrono::steady_clock::now();
+    const auto r = sim_row(*row, 256 << 20, 4096, m);
+    ASSERT_EQ(r.error, "") << name;
+    // What leaves a host: 2(H-1)/H of the vector through its NICs (a host-level bound).
+    const double hosts = 4096 / m.ranks_per_host;
+    EXPECT_GT(r.time, 2.0 * (hosts - 1) / hosts * (256 << 20) / (m.nics * m.nic_bw)) << name;
+    std::printf("  %s at 4096 ranks: %.1f us virtual, %.2f s wall\n", name, r.time * 1e6,
+                std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  }
+}
+
+TEST(Calibrate, RecoversTheModelItWasGivenAndReadsBenchTables) {
+  // Measurements made by the simulator itself, with known constants: the fit must find them.
+  ClusterModel truth;
+  truth.ranks_per_host = 4;
+  truth.intra_latency = 7e-6;
+  truth.intra_bw = 3e9;
+  truth.intra_flow_bw = 0;
+  truth.reduce_cost = truth.copy_cost = 4e-10;
+  truth.overhead = 0;
+  std::vector<sim::Measurement> pts;
+  for (const char* algo : {"ring", "rabenseifner", "recursive_doubling"})
+    for (uint64_t size = 1024; size <= (16u << 20); size *= 4) {
+      sim::Measurement x;
+      x.algorithm = algo;
+      x.transport = "shm";
+      x.ranks = 4;
+      x.size = size;
+      x.seconds = sim::predict(x, truth);
+      pts.push_back(x);
+    }
+  ClusterModel fitted;
+  const auto fits = sim::calibrate(pts, fitted);
+  ASSERT_EQ(fits.size(), 1u);
+  EXPECT_LT(fits[0].median_error, 0.01);
+  EXPECT_NEAR(fitted.intra_latency, 7e-6, 0.3e-6);
+  EXPECT_NEAR(fitted.intra_bw, 3e9, 0.15e9);
+  EXPECT_NEAR(fitted.reduce_cost, 4e-10, 0.3e-10);
+
+  const std::string path = ::testing::TempDir() + "/shoal_sim_bench.txt";
+  {
+    std::FILE* f = std::fopen(path.c_str(), "w");
+    ASSERT_NE(f, nullptr);
+    std::fputs("# shoal-bench all_reduce: 4 ranks (1 hosts), dtype float32, op sum, iters 20, warmup 5\n"
+               "# rank 0 of 4 (local 0 of 4, 1 host(s)), transport shm with 3 peer(s), timeout 300 s, chunk 524288 B\n"
+               "        1024           256     float     sum      -1    20.50    0.05    0.07      0    21.00    0.05    0.07      0\n"
+               "     1048576        262144     float     sum      -1   900.00    1.17    1.75      0   910.00    1.15    1.73      0\n",
+               f);
+    std::fclose(f);
+  }
+  const auto read = sim::read_bench_file(path, "rabenseifner");
+  ASSERT_EQ(read.size(), 2u);
+  EXPECT_EQ(read[1].size, 1048576u);
+  EXPECT_DOUBLE_EQ(read[1].seconds, 900e-6);  // the lesser of out of place and in place
+  EXPECT_DOUBLE_EQ(read[0].seconds, 20.5e-6);
+  EXPECT_EQ(read[0].transport, "shm");
+  EXPECT_EQ(read[0].ranks, 4);
+  EXPECT_EQ(read[0].algorithm, "rabenseifner");
+}
+
+}  // namespace
+}  // namespace shoal::testing

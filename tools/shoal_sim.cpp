@@ -1,0 +1,243 @@
+// shoal-sim: runs shoal's own schedules in virtual time on a modelled cluster (docs/scale.md).
+//   shoal-sim run --collective all_reduce --algo all --world 4096 --ranks-per-host 8 --nics 4
+//       --nic-gbps 200 --latency-us 2 --sizes 1M:1G:4 [--taper 2 --hosts-per-leaf 16]
+//   shoal-sim calibrate [--algo NAME] [-o model.json] FILE[@ALGO]...
+// The model starts from built-in defaults, then SHOAL_SIM_MODEL or --model (JSON, as calibrate
+// writes it), then the flags given on the command line.
+#include <CLI/CLI.hpp>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "algorithms/registry.hpp"
+#include "core/config.hpp"
+#include "shoal/error.hpp"
+#include "sim/calibrate.hpp"
+#include "sim/executor.hpp"
+
+namespace {
+
+using namespace shoal;
+using algorithms::Collective;
+
+// "1M:1G:4" (min:max:factor) or "1K,64K,1M".
+std::vector<uint64_t> parse_sizes(const std::string& text) {
+  std::vector<uint64_t> out;
+  if (text.find(':') != std::string::npos) {
+    std::vector<std::string> parts;
+    std::stringstream ss(text);
+    for (std::string item; std::getline(ss, item, ':');) parts.push_back(item);
+    if (parts.size() != 3) throw InvalidArgumentError("--sizes: expected MIN:MAX:FACTOR, e.g. 1M:1G:4");
+    const uint64_t lo = config::parse_bytes(parts[0], "--sizes"), hi = config::parse_bytes(parts[1], "--sizes");
+    const uint64_t f = std::stoull(parts[2]);
+    if (lo == 0 || f < 2 || lo > hi) throw InvalidArgumentError("--sizes: need 0 < MIN <= MAX and FACTOR >= 2");
+    for (uint64_t s = lo; s <= hi; s *= f) out.push_back(s);
+  } else {
+    std::stringstream ss(text);
+    for (std::string item; std::getline(ss, item, ',');)
+      if (!item.empty()) out.push_back(config::parse_bytes(item, "--sizes"));
+  }
+  return out;
+}
+
+Collective parse_collective(const std::string& name) {
+  for (int c = 0; c <= static_cast<int>(Collective::all_to_all); ++c)
+    if (algorithms::to_string(static_cast<Collective>(c)) == name) return static_cast<Collective>(c);
+  throw InvalidArgumentError("--collective: unknown '" + name + "'");
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"shoal-sim: shoal's schedules in virtual time on a modelled cluster (docs/scale.md)"};
+  app.require_subcommand(1);
+
+  // ---- run ----
+  auto* run = app.add_subcommand("run", "predict the time of a collective per algorithm and size");
+  std::string coll_name = "all_reduce", algo = "all", sizes_text = "1M:1G:4", model_path, dtype_name = "float32",
+              json_out;
+  int world = 8, threads = 0;
+  uint64_t chunk = 512 << 10;
+  double nic_gbps = 0, latency_us = 0, intra_gbps = 0, intra_flow_gbps = 0, intra_latency_us = 0, reduce_gbps = 0,
+         copy_gbps = 0, overhead_us = 0, taper = 0;
+  int rph = 0, nics = 0, hosts_per_leaf = -1;
+  bool frontier = false;
+  run->add_option("--collective,-c", coll_name, "all_reduce, all_gather, reduce_scatter, broadcast, reduce, ...");
+  run->add_option("--algo,-a", algo, "a registry row, or 'all' (every row of the collective)");
+  run->add_option("--world,-p", world, "number of ranks")->check(CLI::Range(1, 1 << 20));
+  run->add_option("--sizes,-s", sizes_text, "MIN:MAX:FACTOR or a list (nccl-tests sizes: bytes of the vector, "
+                                            "the all_gather output, the reduce_scatter input)");
+  run->add_option("--dtype", dtype_name, "element type (its size sets element alignment)");
+  run->add_option("--chunk", chunk, "pipeline chunk in bytes (SHOAL_CHUNK_BYTES)");
+  run->add_option("--model", model_path, "model JSON (default: SHOAL_SIM_MODEL); flags below override it");
+  run->add_flag("--frontier", frontier, "start from the Frontier-like model (8 ranks, 4 NICs of 25 GB/s per node)");
+  run->add_option("--ranks-per-host", rph, "ranks per host");
+  run->add_option("--nics", nics, "NICs per host (local rank i uses NIC i mod nics)");
+  run->add_option("--nic-gbps", nic_gbps, "Gbit/s per NIC and direction");
+  run->add_option("--latency-us", latency_us, "latency between hosts (us)");
+  run->add_option("--intra-gbps", intra_gbps, "GB/s (bytes) of a host's memory bus, shared by its local transfers");
+  run->add_option("--intra-flow-gbps", intra_flow_gbps, "GB/s cap of one local transfer (0: none)");
+  run->add_option("--intra-latency-us", intra_latency_us, "latency inside a host (us)");
+  run->add_option("--overhead-us", overhead_us, "CPU time per message on sender and receiver (us)");
+  run->add_option("--reduce-gbps", reduce_gbps, "GB/s of reduction on one rank");
+  run->add_option("--copy-gbps", copy_gbps, "GB/s of local copies on one rank");
+  run->add_option("--hosts-per-leaf", hosts_per_leaf, "hosts under a leaf switch (0: full bisection)");
+  run->add_option("--taper", taper, "core taper of the fat tree (needs --hosts-per-leaf; default 16 hosts)");
+  run->add_option("--threads", threads, "schedule builders at once (0: every core)");
+  run->add_option("--json", json_out, "also write every line to this JSON file");
+
+  // ---- calibrate ----
+  auto* cal = app.add_subcommand("calibrate", "fit latency, bandwidth and reduction cost to shoal-bench files");
+  std::vector<std::string> files;
+  std::string cal_algo, cal_out, cal_base;
+  int iterations = 8;
+  cal->add_option("files", files, "shoal-bench output (table or --json); FILE@ALGO names the --algo it ran")
+      ->required();
+  cal->add_option("--algo", cal_algo, "the algorithm of files without @ALGO (default: the first row)");
+  cal->add_option("--model", cal_base, "model to start from (its other fields are kept)");
+  cal->add_option("-o,--output", cal_out, "write the fitted model here (JSON)");
+  cal->add_option("--iterations", iterations, "Gauss-Newton iterations");
+
+  CLI11_PARSE(app, argc, argv);
+  try {
+    if (*cal) {
+      sim::ClusterModel model = cal_base.empty() ? sim::ClusterModel{} : sim::load_model(cal_base);
+      std::vector<sim::Measurement> points;
+      for (const auto& f : files) {
+        std::string path = f, a = cal_algo;
+        if (auto at = f.rfind('@'); at != std::string::npos) {
+          path = f.substr(0, at);
+          a = f.substr(at + 1);
+        }
+        auto more = sim::read_bench_file(path, a);
+        points.insert(points.end(), more.begin(), more.end());
+      }
+      auto fits = sim::calibrate(points, model, iterations);
+      nlohmann::ordered_json doc;
+      doc["model"] = nlohmann::json::parse(sim::to_json(model));
+      doc["fits"] = nlohmann::json::array();
+      for (const auto& fit : fits)
+        doc["fits"].push_back({{"transport", fit.transport}, {"latency_us", fit.latency * 1e6},
+                               {"bandwidth_GBps", fit.seconds_per_byte > 0 ? 1e-9 / fit.seconds_per_byte : 0},
+                               {"reduce_GBps", fit.reduce_cost > 0 ? 1e-9 / fit.reduce_cost : 0},
+                               {"points", fit.points}, {"outliers", fit.outliers},
+                               {"median_error", fit.median_error},
+                               {"max_error", fit.max_error}});
+      doc["points"] = nlohmann::json::array();
+      std::printf("# %-14s %-18s %-9s %5s %12s %12s %12s %7s\n", "collective", "algorithm", "transport", "ranks",
+                  "size", "measured_us", "predicted_us", "error");
+      for (const auto& m : points) {
+        const double err = (m.predicted - m.seconds) / m.seconds;
+        std::printf("  %-14s %-18s %-9s %5d %12llu %12.2f %12.2f %+6.1f%%\n",
+                    std::string(algorithms::to_string(m.collective)).c_str(), m.algorithm.c_str(),
+                    m.transport.c_str(), m.ranks, static_cast<unsigned long long>(m.size), m.seconds * 1e6,
+                    m.predicted * 1e6, err * 100);
+        doc["points"].push_back({{"file", m.file}, {"collective", std::string(algorithms::to_string(m.collective))},
+                                 {"algorithm", m.algorithm}, {"transport", m.transport}, {"ranks", m.ranks},
+                                 {"size", m.size}, {"measured_us", m.seconds * 1e6},
+                                 {"predicted_us", m.predicted * 1e6}, {"error", err}});
+      }
+      for (const auto& fit : fits)
+        std::printf("# %s: latency %.2f us, bandwidth %.3f GB/s, reduction %.3f GB/s; %d points (%d left out of "
+                    "the fit), median error %.1f%%, max %.1f%% (over all points)\n",
+                    fit.transport.c_str(), fit.latency * 1e6,
+                    fit.seconds_per_byte > 0 ? 1e-9 / fit.seconds_per_byte : 0.0,
+                    fit.reduce_cost > 0 ? 1e-9 / fit.reduce_cost : 0.0, fit.points, fit.outliers,
+                    fit.median_error * 100, fit.max_error * 100);
+      const std::string text = doc.dump(2);
+      if (!cal_out.empty()) {
+        std::ofstream f(cal_out);
+        f << text << "\n";
+        if (!f) throw InvalidArgumentError("cannot write " + cal_out);
+        std::printf("# model written to %s (use: --model %s or SHOAL_SIM_MODEL)\n", cal_out.c_str(), cal_out.c_str());
+      } else {
+        std::printf("%s\n", text.c_str());
+      }
+      return 0;
+    }
+
+    // run
+    sim::ClusterModel model = frontier ? sim::frontier_model() : sim::ClusterModel{};
+    if (model_path.empty())
+      if (const char* env = std::getenv("SHOAL_SIM_MODEL"); env && *env) model_path = env;
+    if (!model_path.empty()) model = sim::load_model(model_path, model);
+    if (run->count("--ranks-per-host")) model.ranks_per_host = rph;
+    if (run->count("--nics")) model.nics = nics;
+    if (run->count("--nic-gbps")) model.nic_bw = nic_gbps * 1e9 / 8;
+    if (run->count("--latency-us")) model.nic_latency = latency_us * 1e-6;
+    if (run->count("--intra-gbps")) model.intra_bw = intra_gbps * 1e9;
+    if (run->count("--intra-flow-gbps")) model.intra_flow_bw = intra_flow_gbps * 1e9;
+    if (run->count("--intra-latency-us")) model.intra_latency = intra_latency_us * 1e-6;
+    if (run->count("--overhead-us")) model.overhead = overhead_us * 1e-6;
+    if (run->count("--reduce-gbps")) model.reduce_cost = 1.0 / (reduce_gbps * 1e9);
+    if (run->count("--copy-gbps")) model.copy_cost = 1.0 / (copy_gbps * 1e9);
+    if (hosts_per_leaf >= 0) model.hosts_per_leaf = hosts_per_leaf;
+    if (run->count("--taper")) {
+      model.taper = taper;
+      if (model.hosts_per_leaf == 0) model.hosts_per_leaf = 16;
+    }
+    if (model.ranks_per_host < 1 || model.nics < 1 || model.nic_bw <= 0 || model.taper <= 0)
+      throw InvalidArgumentError("ranks per host, NICs, NIC bandwidth and taper must be positive");
+    const Collective coll = parse_collective(coll_name);
+    const auto dtype = parse_data_type(dtype_name);
+    if (!dtype) throw InvalidArgumentError("--dtype: unknown '" + dtype_name + "'");
+    std::vector<const algorithms::AlgorithmInfo*> rows;
+    for (const auto& row : algorithms::registry())
+      if (row.collective == coll && (algo == "all" || row.name == algo)) rows.push_back(&row);
+    if (rows.empty()) throw InvalidArgumentError("--algo: " + coll_name + " has no algorithm '" + algo + "'");
+    const auto sizes = parse_sizes(sizes_text);
+    const int hosts = (world + model.ranks_per_host - 1) / model.ranks_per_host;
+    std::printf("# shoal-sim %s: %d ranks (%d hosts x %d, %d NICs x %.1f GB/s, %.2f us; local %.0f GB/s, %.2f us",
+                coll_name.c_str(), world, hosts, model.ranks_per_host, model.nics, model.nic_bw * 1e-9,
+                model.nic_latency * 1e6, model.intra_bw * 1e-9, model.intra_latency * 1e6);
+    if (model.hosts_per_leaf > 0) std::printf("; fat tree %d hosts/leaf, taper %.2f", model.hosts_per_leaf, model.taper);
+    std::printf("), dtype %s, chunk %llu B\n", dtype_name.c_str(), static_cast<unsigned long long>(chunk));
+    std::printf("# %-18s %12s %12s %8s %6s %12s %8s %8s %10s %8s\n", "algorithm", "size", "count", "type", "redop",
+                "time(us)", "algbw", "busbw", "steps", "wall(s)");
+    nlohmann::json lines = nlohmann::json::array();
+    int rc = 0;
+    for (const auto* row : rows)
+      for (uint64_t size : sizes) {
+        auto a = sim::args_for(coll, size, world, *dtype);
+        a.chunk_bytes = chunk;
+        const auto prog = sim::compile(a, row, threads);
+        const auto res = sim::simulate(prog, model);
+        const double wall = prog.build_seconds + res.run_seconds;
+        if (!res.error.empty()) {
+          std::printf("  %-18s %12llu  error: %s\n", std::string(row->name).c_str(),
+                      static_cast<unsigned long long>(size), res.error.c_str());
+          rc = 1;
+          continue;
+        }
+        const double algbw = res.time > 0 ? size / res.time * 1e-9 : 0, busbw = algbw * sim::bus_factor(coll, world);
+        std::printf("  %-18s %12llu %12llu %8s %6s %12.2f %8.2f %8.2f %10zu %8.2f\n", std::string(row->name).c_str(),
+                    static_cast<unsigned long long>(size), static_cast<unsigned long long>(a.count),
+                    dtype_name.c_str(), coll == Collective::all_gather ? "none" : "sum", res.time * 1e6, algbw, busbw,
+                    prog.steps(), wall);
+        std::fflush(stdout);
+        lines.push_back({{"algorithm", std::string(row->name)}, {"size", size}, {"count", a.count}, {"time_us", res.time * 1e6},
+                         {"algbw", algbw}, {"busbw", busbw}, {"steps", prog.steps()}, {"messages", res.messages},
+                         {"build_s", prog.build_seconds}, {"sim_s", res.run_seconds}});
+      }
+    if (!json_out.empty()) {
+      nlohmann::ordered_json doc;
+      doc["tool"] = "shoal-sim";
+      doc["collective"] = coll_name;
+      doc["world"] = world;
+      doc["model"] = nlohmann::json::parse(sim::to_json(model));
+      doc["rows"] = lines;
+      std::ofstream f(json_out);
+      f << doc.dump(2) << "\n";
+      if (!f) throw InvalidArgumentError("cannot write " + json_out);
+    }
+    return rc;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "shoal-sim: %s\n", e.what());
+    return 2;
+  }
+}

@@ -1,0 +1,297 @@
+// shoal-tune: measures every algorithm of all_reduce, all_gather and reduce_scatter at a list of
+// sizes on the real job, and rank 0 writes a tuning file the dispatcher reads (SHOAL_TUNE_FILE).
+//
+//   shoal-run -n 4 shoal-tune -o tune.json [-b 1K -e 16M -f 2 | --sizes 1K,64K,4M] [-n 10] [-w 2]
+//   shoal-tune --report tune.json     # no job: markdown tables and held-out accuracy
+//
+// Every rank forces the same algorithm in the same order (algorithms::detail::
+// set_algorithm_override, part of every frame's signature), so the sweep itself is a sequence of
+// ordinary collectives. Each point is the mean time per call of the slowest rank; the algorithms
+// of a size run interleaved, --rounds times, and the fastest round counts (shared machines drift).
+#include <CLI/CLI.hpp>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <map>
+#include <sstream>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "algorithms/registry.hpp"
+#include "comm/comm_impl.hpp"
+#include "core/check.hpp"
+#include "core/config.hpp"
+#include "shoal/shoal.hpp"
+#include "tune/dispatcher.hpp"
+
+using namespace shoal;
+using algorithms::AlgorithmInfo;
+using algorithms::Collective;
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+constexpr Collective kTuned[] = {Collective::all_reduce, Collective::all_gather, Collective::reduce_scatter};
+
+std::vector<uint64_t> parse_sizes(const std::string& list) {
+  std::vector<uint64_t> out;
+  std::stringstream ss(list);
+  for (std::string item; std::getline(ss, item, ',');)
+    if (!item.empty()) out.push_back(config::parse_bytes(item, "--sizes"));
+  std::sort(out.begin(), out.end());
+  out.erase(std::unique(out.begin(), out.end()), out.end());
+  return out;
+}
+
+std::string human(uint64_t b) {
+  char buf[32];
+  if (b >= (1u << 20) && b % (1u << 20) == 0) std::snprintf(buf, sizeof buf, "%lluM", static_cast<unsigned long long>(b >> 20));
+  else if (b >= 1024 && b % 1024 == 0) std::snprintf(buf, sizeof buf, "%lluK", static_cast<unsigned long long>(b >> 10));
+  else std::snprintf(buf, sizeof buf, "%llu", static_cast<unsigned long long>(b));
+  return buf;
+}
+
+// Elements per rank (float32) for `bytes` as the cost models count them, 0 if too small.
+uint64_t count_for(Collective c, uint64_t bytes, int p) {
+  const uint64_t per = c == Collective::all_reduce ? 4 : 4 * static_cast<uint64_t>(p);
+  return bytes / per;
+}
+uint64_t bytes_for(Collective c, uint64_t count, int p) {
+  return count * 4 * (c == Collective::all_reduce ? 1 : static_cast<uint64_t>(p));
+}
+
+void run_once(Communicator& comm, Collective c, const float* in, float* out, uint64_t count) {
+  switch (c) {
+    case Collective::all_reduce: comm.all_reduce(in, out, count, DataType::float32, ReduceOp::sum); break;
+    case Collective::all_gather: comm.all_gather(in, out, count, DataType::float32); break;
+    default: comm.reduce_scatter(in, out, count, DataType::float32, ReduceOp::sum); break;
+  }
+}
+
+int sweep(const std::string& out_path, const std::vector<uint64_t>& sizes, int iters, int warmup, int rounds,
+          bool append, const std::string& command) {
+  // The dispatcher decides schedules; the flat shared-slot path would hide them at small sizes.
+  setenv("SHOAL_FLAT_MAX_BYTES", "0", 1);
+  Communicator comm = Communicator::from_environment();
+  const int p = comm.size();
+  const tune::Context ctx = comm.impl().tune_context();
+  uint64_t max_elems = 1;
+  for (uint64_t s : sizes) max_elems = std::max(max_elems, s / 4 + 1);
+  std::vector<float> in(max_elems, 1.0f), out(max_elems, 0.0f);
+  tune::TuningFile file;
+  const auto start = Clock::now();
+  for (Collective c : kTuned) {
+    tune::Measurements m;
+    m.collective = c;
+    m.world = p;
+    m.ranks_per_host = ctx.ranks_per_host;
+    m.transport = ctx.transport;
+    std::vector<const AlgorithmInfo*> rows;
+    for (const auto& row : algorithms::registry())
+      if (row.collective == c) rows.push_back(&row);
+    std::vector<std::vector<double>> times(rows.size());
+    for (uint64_t s : sizes) {
+      const uint64_t count = count_for(c, s, p);
+      if (count == 0 || (!m.sizes.empty() && bytes_for(c, count, p) <= m.sizes.back())) continue;
+      m.sizes.push_back(bytes_for(c, count, p));
+      // Fewer iterations for large calls: the sweep must stay short; each is long enough.
+      const uint64_t scaled = static_cast<uint64_t>(iters) * (256u << 10) / std::max<uint64_t>(s, 1);
+      const int n = static_cast<int>(std::min<uint64_t>(static_cast<uint64_t>(iters), std::max<uint64_t>(2, scaled)));
+      std::vector<double> best(rows.size(), 1e30);
+      for (int round = 0; round < rounds; ++round)
+        for (size_t a = 0; a < rows.size(); ++a) {
+          algorithms::detail::set_algorithm_override(std::string(algorithms::to_string(c)) + ":" +
+                                                     std::string(rows[a]->name));
+          for (int i = 0; i < warmup; ++i) run_once(comm, c, in.data(), out.data(), count);
+          comm.barrier();
+          const auto t0 = Clock::now();
+          for (int i = 0; i < n; ++i) run_once(comm, c, in.data(), out.data(), count);
+          double mean = std::chrono::duration<double>(Clock::now() - t0).count() / n;
+          algorithms::detail::set_algorithm_override("");
+          comm.all_reduce(&mean, 1, DataType::float64, ReduceOp::max);  // the slowest rank's
+          best[a] = std::min(best[a], mean);
+        }
+      for (size_t a = 0; a < rows.size(); ++a) times[a].push_back(best[a]);
+      if (comm.rank() == 0) {
+        std::printf("%-15s %8s", std::string(algorithms::to_string(c)).c_str(), human(m.sizes.back()).c_str());
+        for (size_t a = 0; a < rows.size(); ++a)
+          std::printf("  %s %.1fus", std::string(rows[a]->name).c_str(), best[a] * 1e6);
+        std::printf("\n");
+        std::fflush(stdout);
+      }
+    }
+    for (size_t a = 0; a < rows.size(); ++a) m.times.emplace_back(rows[a], std::move(times[a]));
+    if (!m.sizes.empty()) file.tables.push_back(std::move(m));
+  }
+  comm.barrier();
+  if (comm.rank() != 0) return 0;
+  // --append keeps the other (collective, world, ranks per host, transport) tables of the file.
+  if (append && access(out_path.c_str(), F_OK) == 0) {
+    tune::TuningFile old = tune::load_tuning_file(out_path);
+    for (auto& t : old.tables) {
+      bool replaced = false;
+      for (const auto& n : file.tables)
+        replaced |= n.collective == t.collective && n.world == t.world && n.ranks_per_host == t.ranks_per_host &&
+                    n.transport == t.transport;
+      if (!replaced) file.tables.push_back(std::move(t));
+    }
+  }
+  // One order whatever the runs' order: by collective, world, ranks per host, transport.
+  std::sort(file.tables.begin(), file.tables.end(), [](const tune::Measurements& a, const tune::Measurements& b) {
+    return std::tuple(a.collective, a.world, a.ranks_per_host, a.transport) <
+           std::tuple(b.collective, b.world, b.ranks_per_host, b.transport);
+  });
+  char host[256] = "?";
+  gethostname(host, sizeof host - 1);
+  nlohmann::json extra = {{"host", host},
+                          {"command", command},
+                          {"iterations", iters},
+                          {"warmup", warmup},
+                          {"rounds", rounds},
+                          {"seconds", std::chrono::duration<double>(Clock::now() - start).count()}};
+  const std::string text = tune::to_json(file, extra.dump());
+  tune::parse_tuning_file(text, out_path);  // what we write must load
+  std::ofstream os(out_path);
+  os << text << "\n";
+  SHOAL_CHECK(os.good(), InvalidArgument, "cannot write the tuning file '" << out_path << "'");
+  std::printf("shoal-tune: wrote %s (%d ranks, %d per host, %s) in %.1f s\n", out_path.c_str(), p,
+              ctx.ranks_per_host, std::string(tune::to_string(ctx.transport)).c_str(),
+              std::chrono::duration<double>(Clock::now() - start).count());
+  return 0;
+}
+
+// ---- --report: the tables of a file and the held-out accuracy of the decision table ----
+
+// A file holding one table cut to the sizes whose index has parity `keep`.
+std::shared_ptr<const tune::TuningFile> half_of(const tune::Measurements& m, size_t keep) {
+  auto f = std::make_shared<tune::TuningFile>();
+  tune::Measurements h = m;
+  h.sizes.clear();
+  for (auto& [row, t] : h.times) t.clear();
+  for (size_t i = keep; i < m.sizes.size(); i += 2) {
+    h.sizes.push_back(m.sizes[i]);
+    for (size_t a = 0; a < m.times.size(); ++a) h.times[a].second.push_back(m.times[a].second[i]);
+  }
+  f->tables.push_back(std::move(h));
+  return f;
+}
+
+double time_of(const tune::Measurements& m, const AlgorithmInfo* row, size_t i) {
+  for (const auto& [r, t] : m.times)
+    if (r == row) return t[i];
+  return 1e30;  // not measured: never "within 10%"
+}
+
+int report(const std::string& path) {
+  tune::TuningFile file = tune::load_tuning_file(path);
+  std::stable_sort(file.tables.begin(), file.tables.end(), [](const tune::Measurements& a, const tune::Measurements& b) {
+    return std::tuple(a.collective, a.world) < std::tuple(b.collective, b.world);
+  });
+  struct Tally {
+    int hits = 0, total = 0;
+  };
+  std::map<std::string, Tally> tally;  // model -> picks within 10% of the best
+  for (const auto& m : file.tables) {
+    const tune::Context ctx{m.world, m.ranks_per_host, m.transport};
+    const auto params = tune::cost_params(m.transport);
+    // Held out: the dispatcher built from the other half of the sizes predicts each size.
+    const tune::Dispatcher halves[2][2] = {
+        {tune::Dispatcher(ctx, params, half_of(m, 1)), tune::Dispatcher(ctx, params, half_of(m, 0))},
+        {tune::Dispatcher(ctx, params, half_of(m, 1), true, tune::Interpolation::nearest),
+         tune::Dispatcher(ctx, params, half_of(m, 0), true, tune::Interpolation::nearest)}};
+    const tune::Dispatcher model(ctx, params, nullptr);
+    std::printf("\n### %s, %d ranks (%d per host, %s)\n\n", std::string(algorithms::to_string(m.collective)).c_str(),
+                m.world, m.ranks_per_host, std::string(tune::to_string(m.transport)).c_str());
+    std::printf("| bytes |");
+    for (const auto& [row, t] : m.times) std::printf(" %s |", std::string(row->name).c_str());
+    std::printf(" best | held-out pick | cost-model pick |\n|---:|");
+    for (size_t a = 0; a < m.times.size(); ++a) std::printf("---:|");
+    std::printf("---|---|---|\n");
+    for (size_t i = 0; i < m.sizes.size(); ++i) {
+      const uint64_t s = m.sizes[i];
+      const AlgorithmInfo* best = nullptr;
+      double best_t = 0;
+      std::printf("| %s |", human(s).c_str());
+      for (const auto& [row, t] : m.times) {
+        std::printf(" %.1f |", t[i] * 1e6);
+        if (!best || t[i] < best_t) best = row, best_t = t[i];
+      }
+      auto within = [&](const AlgorithmInfo* row) { return time_of(m, row, i) <= 1.1 * best_t; };
+      auto mark = [&](const tune::Choice& c) {
+        const double t = time_of(m, c.algorithm, i);
+        char buf[96];
+        std::snprintf(buf, sizeof buf, "%s%s (%+.0f%%)", std::string(c.algorithm->name).c_str(),
+                      c.source == tune::Choice::Source::cost_model ? "*" : "", (t / best_t - 1) * 100);
+        return std::string(buf);
+      };
+      const tune::Choice held = halves[0][i % 2].choose(m.collective, s);
+      const tune::Choice near = halves[1][i % 2].choose(m.collective, s);
+      const tune::Choice cm = model.choose(m.collective, s);
+      std::printf(" %s | %s | %s |\n", std::string(best->name).c_str(), mark(held).c_str(), mark(cm).c_str());
+      auto count = [&](const std::string& name, const AlgorithmInfo* row) {
+        tally[name].total++;
+        tally[name].hits += within(row);
+      };
+      count("table, log-linear interpolation (held out)", held.algorithm);
+      count("table, nearest measured size (held out)", near.algorithm);
+      count("cost model alone (default constants)", cm.algorithm);
+      count("first row (ring), no dispatcher", &algorithms::first_row(m.collective));
+    }
+  }
+  std::printf("\n* = outside the other half's sizes: the cost model's pick.\n\nHeld-out accuracy (pick within 10%% of "
+              "the best measured time at that size):\n\n| model | within 10%% |\n|---|---:|\n");
+  for (const auto& [name, t] : tally)
+    std::printf("| %s | %d / %d (%.0f%%) |\n", name.c_str(), t.hits, t.total, t.total ? 100.0 * t.hits / t.total : 0.0);
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"shoal-tune: measure every algorithm per collective and size; write a tuning file (SHOAL_TUNE_FILE)"};
+  std::string out = "shoal-tune.json", sizes_list, report_path, min_size = "1K", max_size = "16M";
+  int factor = 2, iters = 10, warmup = 2, rounds = 2;
+  bool append = false;
+  app.add_option("-o,--output", out, "tuning file rank 0 writes")->capture_default_str();
+  app.add_flag("--append", append, "keep the file's tables for other worlds, ranks per host or transports");
+  app.add_option("-b,--min-bytes", min_size, "smallest size (bytes as the cost models count them)")->capture_default_str();
+  app.add_option("-e,--max-bytes", max_size, "largest size")->capture_default_str();
+  app.add_option("-f,--factor", factor, "multiplication factor between sizes")->capture_default_str()->check(CLI::Range(2, 1024));
+  app.add_option("--sizes", sizes_list, "explicit sizes instead of -b/-e/-f (8,1K,1M,...)");
+  app.add_option("-n,--iters", iters, "timed calls per point (fewer above 256K)")->capture_default_str()->check(CLI::Range(1, 100000));
+  app.add_option("-w,--warmup", warmup, "untimed calls per point")->capture_default_str()->check(CLI::Range(0, 1000));
+  app.add_option("--rounds", rounds, "interleaved rounds per size; the fastest counts")->capture_default_str()->check(CLI::Range(1, 100));
+  app.add_option("--report", report_path, "print a tuning file's tables and held-out accuracy (no job)");
+  CLI11_PARSE(app, argc, argv);
+  try {
+    if (!report_path.empty()) return report(report_path);
+    std::vector<uint64_t> sizes;
+    if (!sizes_list.empty()) {
+      sizes = parse_sizes(sizes_list);
+    } else {
+      const uint64_t lo = config::parse_bytes(min_size, "--min-bytes"), hi = config::parse_bytes(max_size, "--max-bytes");
+      for (uint64_t s = std::max<uint64_t>(lo, 1); s <= hi; s *= static_cast<uint64_t>(factor)) sizes.push_back(s);
+    }
+    if (sizes.empty()) {
+      std::fprintf(stderr, "shoal-tune: no sizes\n");
+      return 2;
+    }
+    std::string command;
+    for (int i = 0; i < argc; ++i) command += (i ? " " : "") + std::string(argv[i]);
+    return sweep(out, sizes, iters, warmup, rounds, append, command);
+  } catch (const Error& e) {
+    std::fflush(stdout);
+    std::fprintf(stderr, "shoal-tune: %s error: %s\n", std::string(to_string(e.code())).c_str(), e.what());
+    std::fflush(stderr);
+    std::_Exit(1);  // the peers see this rank go and fail in turn
+  }
+}
