@@ -62,14 +62,15 @@ class CommImpl {
   /// The dispatcher's row for `a` (null: the first row). Made at the first call, which reads
   /// and checks SHOAL_DISPATCH and SHOAL_TUNE_FILE; every input is equal on all ranks, and so
   /// is the pick.
-  const algorithms::AlgorithmInfo* dispatch(const algorithms::CollectiveArgs& a) {
+  /// A flat call (no schedule to pick, the latency path) only gets the dispatcher made.
+  const algorithms::AlgorithmInfo* dispatch(const algorithms::CollectiveArgs& a, bool flat) {
     if (!dispatcher_) dispatcher_.emplace(tune::Dispatcher::from_environment(tune_context()));
-    if (flat_eligible(a)) return nullptr;  // no schedule to pick (and the latency path)
+    if (flat) return nullptr;
     return dispatcher_->choose(a.collective, algorithms::model_bytes(a)).algorithm;
   }
   std::optional<tune::Dispatcher> dispatcher_;
 
-  /// Small all_reduce among ranks that all share memory: run here, on the caller's thread.
+  /// Small collectives among ranks that all share memory: shared slots, no schedule (comm/flat.hpp).
   bool flat_eligible(const algorithms::CollectiveArgs& a) const;
   Work run_flat_here(const comm::OpRequest& request);
   uint64_t flat_max_bytes_ = 0;

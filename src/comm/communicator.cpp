@@ -127,7 +127,8 @@ Work CommImpl::submit(Collective collective, const void* input, void* output, ui
   a.size = size;
   a.chunk_bytes = chunk_bytes;
   a.in_place = input != nullptr && input == output;
-  a.algorithm = dispatch(a);  // a SHOAL_ALGO rule still wins (algorithms::choose)
+  const bool flat = flat_eligible(a);
+  a.algorithm = dispatch(a, flat);  // a SHOAL_ALGO rule still wins (algorithms::choose)
   const uint64_t in_bytes = algorithms::input_bytes(a), out_bytes = algorithms::output_bytes(a);
   SHOAL_CHECK(in_bytes == 0 || input != nullptr, InvalidArgument,
               name << ": the input buffer is null but " << in_bytes << " bytes are needed");
@@ -137,7 +138,7 @@ Work CommImpl::submit(Collective collective, const void* input, void* output, ui
   req.args = a;
   req.input = input;
   req.output = output;
-  if (flat_eligible(a)) {
+  if (flat) {
     req.flat_seq = ++flat_seq_;
     // A blocking call with nothing in flight runs here, on the caller's thread.
     if (blocking && engine->idle()) return run_flat_here(req);

@@ -10,6 +10,7 @@
 #include "algorithms/registry.hpp"
 #include "support/ranks.hpp"
 #include "support/values.hpp"
+#include "support/env.hpp"
 
 namespace shoal::testing {
 namespace {
@@ -151,21 +152,6 @@ TEST(Collectives16, EveryCollectiveAtSixteenRanks) {
 // SHOAL_ALGO would (a per-thread override, so each rank sets its own before every call) and
 // run by the engine over the real transport ----
 
-// Sets an environment variable for the life of the object (read at communicator creation).
-struct ScopedEnv {
-  std::string name, old;
-  bool had;
-  ScopedEnv(const char* n, const char* v) : name(n) {
-    const char* o = std::getenv(n);
-    had = o != nullptr;
-    if (had) old = o;
-    setenv(n, v, 1);
-  }
-  ~ScopedEnv() {
-    if (had) setenv(name.c_str(), old.c_str(), 1);
-    else unsetenv(name.c_str());
-  }
-};
 
 void check_forced(Communicator& c, const algorithms::AlgorithmInfo& algo, DataType t, uint64_t count) {
   using algorithms::Collective;

@@ -16,26 +16,13 @@
 #include "support/ranks.hpp"
 #include "support/values.hpp"
 #include "tune/dispatcher.hpp"
+#include "support/env.hpp"
 
 namespace shoal::testing {
 namespace {
 
 using algorithms::Collective;
 
-struct ScopedEnv {
-  std::string name, old;
-  bool had;
-  ScopedEnv(const char* n, const char* v) : name(n) {
-    const char* o = std::getenv(n);
-    had = o != nullptr;
-    if (had) old = o;
-    setenv(n, v, 1);
-  }
-  ~ScopedEnv() {
-    if (had) setenv(name.c_str(), old.c_str(), 1);
-    else unsetenv(name.c_str());
-  }
-};
 
 // Per collective, one algorithm below the switch size (64K, bytes as the cost models count them)
 // and another above; never ring. Times in microseconds at sizes 1, 64K, 2^40 (the small one's

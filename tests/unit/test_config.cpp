@@ -8,35 +8,15 @@
 
 #include "core/config.hpp"
 #include "shoal/error.hpp"
+#include "support/env.hpp"
 
 namespace shoal {
 namespace {
 
+using shoal::testing::ScopedEnv;
+
 using namespace std::chrono_literals;
 
-// Sets (or unsets, for nullopt) an environment variable for one scope, restoring it afterwards.
-class ScopedEnv {
- public:
-  ScopedEnv(const char* name, std::optional<std::string> value) : name_(name) {
-    if (const char* old = std::getenv(name)) old_ = old;
-    if (value)
-      ::setenv(name, value->c_str(), 1);
-    else
-      ::unsetenv(name);
-  }
-  ~ScopedEnv() {
-    if (old_)
-      ::setenv(name_, old_->c_str(), 1);
-    else
-      ::unsetenv(name_);
-  }
-  ScopedEnv(const ScopedEnv&) = delete;
-  ScopedEnv& operator=(const ScopedEnv&) = delete;
-
- private:
-  const char* name_;
-  std::optional<std::string> old_;
-};
 
 // Expects an InvalidArgumentError whose message names `variable`.
 template <class F>

@@ -13,9 +13,12 @@
 #include "algorithms/registry.hpp"
 #include "shoal/error.hpp"
 #include "tune/dispatcher.hpp"
+#include "support/env.hpp"
 
 namespace shoal {
 namespace {
+
+using shoal::testing::ScopedEnv;
 
 using algorithms::Collective;
 using tune::Choice;
@@ -23,24 +26,6 @@ using tune::Context;
 using tune::Dispatcher;
 using tune::Transport;
 
-class ScopedEnv {
- public:
-  ScopedEnv(const char* name, std::optional<std::string> value) : name_(name) {
-    if (const char* old = std::getenv(name)) old_ = old;
-    if (value) ::setenv(name, value->c_str(), 1);
-    else ::unsetenv(name);
-  }
-  ~ScopedEnv() {
-    if (old_) ::setenv(name_, old_->c_str(), 1);
-    else ::unsetenv(name_);
-  }
-  ScopedEnv(const ScopedEnv&) = delete;
-  ScopedEnv& operator=(const ScopedEnv&) = delete;
-
- private:
-  const char* name_;
-  std::optional<std::string> old_;
-};
 
 // A file under /tmp that disappears with the test.
 struct TempFile {
