@@ -429,7 +429,7 @@ void Engine::break_comm(ErrorCode code, const std::string& message, int peer) {
     if (c) c->stream().post_abort(code, peer, message);
   for (auto& c : conns_)
     if (c) {
-      if (c->broken()) {
+      if (!c->can_send_abort()) {
         c->abandon();
         c->stream().shutdown_write();  // the peer, if alive, learns at once that we stopped
       } else {

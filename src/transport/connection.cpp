@@ -437,6 +437,7 @@ void Connection::on_eof() {
 void Connection::fail(ErrorCode code, const std::string& message) {
   if (broken_ && !peer_closed_) return;
   broken_ = true;
+  failed_on_mismatch_ = code == ErrorCode::Mismatch;
   peer_closed_ = false;
   listener_->on_connection_error(peer_, code, message);
 }

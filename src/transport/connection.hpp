@@ -74,6 +74,9 @@ class Connection {
     return !posted_.empty() || rx_ == Rx::payload_direct || !claimed_empty() || !awaiting_ack_.empty();
   }
   bool broken() const { return broken_; }
+  /// Broken, yet able to carry an abort frame: it found a mismatch itself, its stream is in
+  /// order, and the peer should learn why this rank stops rather than see it leave.
+  bool can_send_abort() const { return !broken_ || failed_on_mismatch_; }
   std::string describe_state() const;
 
   /// Drops every request without touching user buffers again; the connection is dead after.
@@ -136,6 +139,7 @@ class Connection {
 
   bool goodbye_ = false;
   bool broken_ = false;
+  bool failed_on_mismatch_ = false;
   // The peer said goodbye and closed with nothing pending (broken_ is set too): frames it sent
   // before are still in unexpected_ for receives this rank has yet to post; any other receive
   // or send fails at once (it can never complete).
