@@ -30,13 +30,13 @@ clean:
 # memcmp(nullptr, ..., 0) (UBSan: nonnull-attribute, in the test itself) is fixed.
 SAN_BUILD ?= build-asan
 SAN_TESTS ?= test_kernels test_config test_store test_bootstrap test_striped_stream test_shm \
-             test_api test_auth test_failures test_collectives
+             test_api test_auth test_failures test_swarm_net test_collectives
 test-sanitize: deps
 	@if command -v clang++ >/dev/null; then \
 	  extra="-DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ -DSHOAL_FUZZ=ON"; fi; \
 	cmake -S . -B $(SAN_BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSHOAL_TORCH=OFF \
 	  -DSHOAL_SANITIZE=address,undefined $$extra >/dev/null
-	@fuzz=$$(command -v clang++ >/dev/null && echo "fuzz_connection fuzz_store fuzz_hello"); \
+	@fuzz=$$(command -v clang++ >/dev/null && echo "fuzz_connection fuzz_store fuzz_hello fuzz_swarm"); \
 	cmake --build $(SAN_BUILD) -j $(JOBS) --target $(SAN_TESTS) $$fuzz
 	cd $(SAN_BUILD) && ctest --output-on-failure --timeout 600 -j $(JOBS) \
 	  -R '^($(subst $(eval) ,|,$(filter-out test_collectives,$(SAN_TESTS)))|fuzz_.*)$$'

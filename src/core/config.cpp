@@ -81,6 +81,9 @@ const std::vector<Setting>& settings() {
       {"SHOAL_AUTH_KEY_FILE", "string", "",
        "file holding the shared secret instead (SHOAL_AUTH_KEY shows in the environment of the "
        "processes and in shoal-info)"},
+      {"SHOAL_SWARM_MAX_MESSAGE", "bytes", "1G",
+       "largest SWARM message body (activations, gradients, state) a stage server or trainer "
+       "accepts; a larger frame is refused before anything is allocated for it"},
   };
   return table;
 }

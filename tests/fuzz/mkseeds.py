@@ -87,3 +87,32 @@ write("hello", "three_peers", bytes([0, 3]) + hello(1, 4) + hello(3, 4) + hello(
 write("hello", "rails", bytes([1, 3]) + hello(3, 4, 1, 3) + hello(3, 4, 0, 3) + hello(3, 4, 2, 3) + hello(2, 4, 0, 2) +
       hello(2, 4, 1, 2))
 write("hello", "strangers", bytes([0, 1]) + hello(1, 2, comm=1) + hello(0, 2) + hello(1, 2, 1, 2) + hello(1, 2, 0, 2))
+
+
+# ---- swarm: one whole SWARM frame (src/swarm/net/wire.hpp, fuzz_swarm.cpp) ----
+SWRM, SWRM_VERSION = 0x4D525753, 1
+FORWARD, BACKWARD, GETSTATE, INFO, REPLY, ERROR = 1, 2, 3, 4, 64, 65
+INT8, UINT8, INT32, INT64, FLOAT16, BFLOAT16, FLOAT32, FLOAT64 = range(8)
+NONE, FP16, Q8 = 0, 1, 2
+
+
+def tensor(dtype, codec, shape, data, block=0):
+    return struct.pack("<BBBB", dtype, codec, len(shape), 0) + struct.pack(f"<{len(shape)}q", *shape) + \
+        struct.pack("<IQ", block, len(data)) + data
+
+
+def swarm(kind, tensors=(), text=b"", flags=0, rid=7, stage=1, rnd=3, mb=11):
+    body = struct.pack("<QIIQI", rid, stage, rnd, mb, len(text)) + text + struct.pack("<I", len(tensors)) + \
+        b"".join(tensors)
+    return struct.pack("<IHBBQ", SWRM, SWRM_VERSION, kind, flags, len(body)) + body
+
+
+write("swarm", "forward_fp32", swarm(FORWARD, [tensor(FLOAT32, NONE, [2, 3], struct.pack("<6f", *range(6)))]))
+write("swarm", "backward_fp16_int8", swarm(BACKWARD, [
+    tensor(FLOAT32, FP16, [4], struct.pack("<4H", 0x3C00, 0x7BFF, 0x0001, 0xFC00)),
+    tensor(FLOAT32, Q8, [5], struct.pack("<2f", 0.5, 0.25) + bytes([1, 255, 127, 129, 0]), block=3),
+    tensor(INT64, NONE, [2], struct.pack("<2q", 1, -1))]))
+write("swarm", "info_json", swarm(INFO, text=b'{"stage":1,"queue":4}'))
+write("swarm", "error_reply", swarm(ERROR, text=b"stage 1 is overloaded", flags=1))
+write("swarm", "state_reply", swarm(REPLY, [tensor(FLOAT16, NONE, [0, 3], b""), tensor(INT8, NONE, [], b"\x05"),
+                                            tensor(FLOAT64, NONE, [1, 1, 1, 1, 1, 1, 1, 1], bytes(8))]))

@@ -10,7 +10,7 @@ seconds="${1:-60}"
 bin="${2:-$here/../../build-asan/bin}"
 shift 2 2>/dev/null || shift $#
 targets=("$@")
-[ ${#targets[@]} -gt 0 ] || targets=(connection store hello)
+[ ${#targets[@]} -gt 0 ] || targets=(connection store hello swarm)
 work="${SHOAL_FUZZ_WORK:-$bin/../fuzz-work}"
 mkdir -p "$work/artifacts"
 status=0
