@@ -1,0 +1,115 @@
+#include "swarm/net/registry.hpp"
+
+#include <sstream>
+
+#include "shoal/error.hpp"
+
+namespace shoal::swarm {
+
+int64_t wall_ms() {
+  using namespace std::chrono;
+  return duration_cast<milliseconds>(system_clock::now().time_since_epoch()).count();
+}
+
+namespace {
+constexpr const char* kSlotCounter = "swarm/peer_slots";
+std::string slot_key(int64_t slot) { return "swarm/peer/" + std::to_string(slot); }
+}  // namespace
+
+StoreRegistry::StoreRegistry(std::shared_ptr<Store> store) : store_(std::move(store)) {}
+
+// One line of tab-separated fields: ids and host names carry no tabs or newlines (checked).
+std::string StoreRegistry::encode(const PeerRecord& r) {
+  for (const std::string* s : {&r.id, &r.host})
+    if (s->empty() || s->find_first_of("\t\n") != std::string::npos)
+      throw InvalidArgumentError("swarm registry: peer id and host must be non-empty without tabs or newlines");
+  std::ostringstream out;
+  out.precision(17);
+  out << "v1\t" << r.id << '\t' << r.stage << '\t' << r.host << '\t' << r.port << '\t' << r.throughput << '\t'
+      << r.load << '\t' << r.round << '\t' << r.expires_ms;
+  return out.str();
+}
+
+PeerRecord StoreRegistry::decode(const std::string& text) {
+  std::istringstream in(text);
+  std::string version;
+  PeerRecord r;
+  int port = 0;
+  std::getline(in, version, '\t');
+  std::getline(in, r.id, '\t');
+  in >> r.stage;
+  in.ignore(1);
+  std::getline(in, r.host, '\t');
+  in >> port >> r.throughput >> r.load >> r.round >> r.expires_ms;
+  if (version != "v1" || !in || r.id.empty() || r.host.empty() || port <= 0 || port > 65535)
+    throw InvalidArgumentError("swarm registry: malformed peer record '" + text.substr(0, 200) + "'");
+  r.port = static_cast<uint16_t>(port);
+  return r;
+}
+
+int64_t StoreRegistry::slot_of(const std::string& id) {
+  for (auto& [known, slot] : slots_)
+    if (known == id) return slot;
+  int64_t slot = store_->add(kSlotCounter, 1) - 1;
+  slots_.emplace_back(id, slot);
+  return slot;
+}
+
+void StoreRegistry::announce(PeerRecord record) {
+  record.expires_ms = wall_ms() + lease_.count();
+  store_->set(slot_key(slot_of(record.id)), encode(record));
+}
+
+void StoreRegistry::withdraw(const std::string& id) {
+  for (auto& [known, slot] : slots_)
+    if (known == id) {
+      auto record = decode(store_->get_string(slot_key(slot)));
+      record.expires_ms = 0;
+      store_->set(slot_key(slot), encode(record));
+    }
+}
+
+std::vector<PeerRecord> StoreRegistry::peers(int stage) {
+  std::vector<PeerRecord> out;
+  int64_t slots = store_->add(kSlotCounter, 0);
+  int64_t now = wall_ms();
+  for (int64_t slot = 0; slot < slots; ++slot) {
+    // A slot is counted before its record is written: skip one that is not there yet.
+    if (!store_->check({slot_key(slot)})) continue;
+    PeerRecord r;
+    try {
+      r = decode(store_->get_string(slot_key(slot)));
+    } catch (const InvalidArgumentError&) {
+      continue;  // a stranger's bytes in our key space: ignore rather than stop the swarm
+    }
+    if (r.expires_ms <= now) continue;
+    if (stage >= 0 && r.stage != stage) continue;
+    out.push_back(std::move(r));
+  }
+  return out;
+}
+
+std::shared_ptr<Store> connect_registry_store(const std::string& host, uint16_t port, bool may_host,
+                                              std::chrono::milliseconds timeout) {
+  TcpStore::Options client;
+  client.timeout = timeout;
+  if (may_host) {
+    // Someone may already host it: try briefly, then host it ourselves; if another peer won the
+    // race for the port in between, join theirs.
+    client.connect_timeout = std::chrono::milliseconds(300);
+    try {
+      return std::make_shared<TcpStore>(host, port, client);
+    } catch (const Error&) {
+    }
+    try {
+      TcpStore::Options server = client;
+      server.is_server = true;
+      return std::make_shared<TcpStore>(host, port, server);
+    } catch (const Error&) {
+    }
+  }
+  client.connect_timeout = timeout;
+  return std::make_shared<TcpStore>(host, port, client);
+}
+
+}  // namespace shoal::swarm

@@ -1,0 +1,74 @@
+// Where stage servers announce themselves: (stage, address, measured throughput, load, round)
+// under a lease that expires when the peer stops renewing it, so a vanished peer drops out
+// without saying goodbye. Registry is the interface (a DHT could replace it); StoreRegistry is
+// the embedded one, on shoal's key-value store (hosted by `shoal-swarm registry`, by the
+// `local` launcher, or by the first peer).
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "shoal/store.hpp"
+
+namespace shoal::swarm {
+
+/// Wall-clock milliseconds since the epoch: leases must mean the same on every host.
+int64_t wall_ms();
+
+struct PeerRecord {
+  std::string id;        // unique per peer process, e.g. "s1-host-4242"
+  int stage = -1;        // stage served; -1: between stages (migrating)
+  std::string host;      // RPC address
+  uint16_t port = 0;
+  double throughput = 0; // samples per busy second (forward + backward), EMA
+  double load = 0;       // requests queued or running
+  uint32_t round = 0;    // optimizer steps taken by this replica
+  int64_t expires_ms = 0;
+  std::string address() const { return host + ":" + std::to_string(port); }
+};
+
+class Registry {
+ public:
+  virtual ~Registry() = default;
+  /// Creates or refreshes `record`'s lease (expires_ms is set here: now + lease()).
+  virtual void announce(PeerRecord record) = 0;
+  /// Ends `id`'s lease at once (a clean exit or a move between stages).
+  virtual void withdraw(const std::string& id) = 0;
+  /// Every peer whose lease has not expired (stage >= 0 only when `stage` >= 0).
+  virtual std::vector<PeerRecord> peers(int stage = -1) = 0;
+  /// The store where averaging groups, round counters and moves meet.
+  virtual std::shared_ptr<Store> rendezvous() = 0;
+  std::chrono::milliseconds lease() const { return lease_; }
+  void set_lease(std::chrono::milliseconds lease) { lease_ = lease; }
+
+ protected:
+  std::chrono::milliseconds lease_{3000};
+};
+
+/// Records live at "swarm/peer/<slot>", slots handed out by a counter the first time an id
+/// announces; listing reads every slot (a few dozen at most in the regimes we target).
+class StoreRegistry : public Registry {
+ public:
+  explicit StoreRegistry(std::shared_ptr<Store> store);
+  void announce(PeerRecord record) override;
+  void withdraw(const std::string& id) override;
+  std::vector<PeerRecord> peers(int stage = -1) override;
+  std::shared_ptr<Store> rendezvous() override { return store_; }
+
+  static std::string encode(const PeerRecord& record);
+  static PeerRecord decode(const std::string& text);  // InvalidArgumentError when malformed
+
+ private:
+  int64_t slot_of(const std::string& id);
+  std::shared_ptr<Store> store_;
+  std::vector<std::pair<std::string, int64_t>> slots_;  // this process's ids and their slots
+};
+
+/// Connects to the registry at host:port, hosting it here when nobody does yet and `may_host`.
+std::shared_ptr<Store> connect_registry_store(const std::string& host, uint16_t port, bool may_host,
+                                              std::chrono::milliseconds timeout);
+
+}  // namespace shoal::swarm
