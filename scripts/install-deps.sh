@@ -15,6 +15,7 @@ packages=(
   python3-torch                   # torchrun: a launcher we support
   libtorch-dev pybind11-dev python3-pybind11 python3-dev   # the torch.distributed backend (src/torch)
   python3-pytest                  # its tests (tests/python)
+  fortunes                        # the text corpus SWARM trains on (shoal-swarm, docs/swarm.md)
   iproute2 procps psmisc
 )
 
