@@ -1,0 +1,475 @@
+#include "swarm/train/stage_server.hpp"
+
+#include <unistd.h>
+
+#include <condition_variable>
+#include <cstdio>
+#include <mutex>
+#include <random>
+#include <thread>
+
+#include "shoal/communicator.hpp"
+#include "shoal/error.hpp"
+#include "swarm/net/rebalance.hpp"
+#include "swarm/net/rpc.hpp"
+#include "swarm/train/keys.hpp"
+#include "swarm/train/tensors.hpp"
+
+namespace shoal::swarm {
+
+namespace {
+using Clock = std::chrono::steady_clock;
+double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+std::string default_id() {
+  std::random_device rd;
+  return "peer-" + std::to_string(::getpid()) + "-" + std::to_string(rd() % 100000);
+}
+
+void log(const std::string& id, const std::string& text) {
+  std::fprintf(stderr, "[%s] %s\n", id.c_str(), text.c_str());
+}
+}  // namespace
+
+struct StageServer::Impl {
+  ServerOptions opt;
+  std::shared_ptr<Registry> registry;
+  std::shared_ptr<Store> store;
+  std::string address;
+
+  // The stage: module, optimizer, gradient accumulators. model_mu serialises compute (one
+  // request at a time, like one device) and the step.
+  mutable std::mutex model_mu;
+  StageModule module{nullptr};
+  std::unique_ptr<torch::optim::Optimizer> optimizer;
+  std::vector<torch::Tensor> params, accum;
+  int64_t accum_count = 0;
+
+  std::atomic<int> stage{-1};
+  std::atomic<uint32_t> round{0};
+  std::atomic<bool> moving{false};
+  std::mutex round_mu;
+  std::condition_variable round_cv;
+
+  // Throughput: samples per busy second, over announce windows, smoothed.
+  std::atomic<int> load{0};
+  double window_busy = 0, window_samples = 0, throughput = 0;
+  ServerStats counters;
+
+  std::unique_ptr<RpcServer> rpc;
+  std::atomic<bool> stopping{false};
+
+  Impl(ServerOptions o, std::shared_ptr<Registry> r) : opt(std::move(o)), registry(std::move(r)) {
+    if (opt.id.empty()) opt.id = default_id();
+    store = registry->rendezvous();
+    registry->set_lease(opt.lease);
+  }
+
+  PeerRecord record() {
+    PeerRecord r;
+    r.id = opt.id;
+    r.stage = moving ? -1 : stage.load();
+    r.host = opt.host;
+    r.port = rpc->port();
+    {
+      std::lock_guard<std::mutex> lock(model_mu);
+      r.throughput = throughput;
+    }
+    r.load = load;
+    r.round = round;
+    return r;
+  }
+  void announce() {
+    // Fold the window into the throughput first, so the record carries the newest figure.
+    {
+      std::lock_guard<std::mutex> lock(model_mu);
+      // Windows of at least a second of work, smoothed: the figure steers routing and moves.
+      if (window_busy > 1.0) {
+        double rate = window_samples / window_busy;
+        throughput = throughput > 0 ? 0.7 * throughput + 0.3 * rate : rate;
+        window_busy = window_samples = 0;
+      }
+    }
+    registry->announce(record());
+  }
+
+  // ---- the stage's state ----
+  void build_stage(int k) {
+    module = StageModule(opt.model, k);
+    optimizer = make_optimizer(module, opt.optim);
+    params = module->parameters();
+    accum.clear();
+    for (auto& p : params) accum.push_back(torch::zeros_like(p));
+    accum_count = 0;
+    stage = k;
+  }
+
+  /// Takes stage k's parameters and optimizer state from a live replica at round >= min_round;
+  /// false when there is none (the caller keeps its freshly initialised stage).
+  bool load_state_from_peer(int k, uint32_t min_round, Milliseconds patience) {
+    auto deadline = Clock::now() + patience;
+    do {
+      for (auto& peer : registry->peers(k)) {
+        if (peer.id == opt.id || peer.round < min_round) continue;
+        try {
+          RpcClient client(peer.host, peer.port, Milliseconds(2000));
+          Message request;
+          request.type = MsgType::GetState;
+          request.stage = static_cast<uint32_t>(k);
+          Message reply = client.call(request, opt.averaging_timeout);
+          if (reply.tensors.size() != 1 || reply.stage != static_cast<uint32_t>(k)) continue;
+          std::lock_guard<std::mutex> lock(model_mu);
+          load_stage_state(module, *optimizer, wire_to_bytes(reply.tensors[0]));
+          for (auto& a : accum) a.zero_();
+          accum_count = 0;
+          round = reply.round;
+          ++counters.state_loads;
+          log(opt.id, "stage " + std::to_string(k) + ": took state of round " + std::to_string(reply.round) +
+                          " from " + peer.id);
+          return true;
+        } catch (const Error& e) {
+          log(opt.id, "state from " + peer.id + " failed: " + e.what());
+        }
+      }
+      if (Clock::now() >= deadline) break;
+      std::this_thread::sleep_for(Milliseconds(50));
+    } while (!stopping);
+    return false;
+  }
+
+  void adopt_stage(int k) {
+    {
+      std::lock_guard<std::mutex> lock(model_mu);
+      build_stage(k);
+    }
+    if (!registry->peers(k).empty() && load_state_from_peer(k, 0, opt.averaging_timeout)) return;
+    // Nobody serves the stage: start from its initial parameters at the stage's latest round
+    // (its state is lost with its last replica, as in SWARM).
+    if (store->check({keys::stage_round(k)})) round = static_cast<uint32_t>(std::stoul(store->get_string(keys::stage_round(k))));
+    round_cv.notify_all();
+  }
+
+  // ---- requests ----
+  void emulate_device(double compute_s, double device_units) {
+    double extra = (opt.slowdown - 1) * compute_s + opt.slowdown * opt.device_ms * 1e-3 * device_units;
+    if (extra > 0) std::this_thread::sleep_for(std::chrono::duration<double>(extra));
+  }
+
+  void check_stage(const Message& request) {
+    if (moving || static_cast<int>(request.stage) != stage)
+      throw InvalidArgumentError("peer " + opt.id + " serves stage " + std::to_string(moving ? -1 : stage.load()) +
+                                 ", not stage " + std::to_string(request.stage) + " (it moved): ask the registry again");
+  }
+
+  void wait_for_round(uint32_t wanted) {
+    std::unique_lock<std::mutex> lock(round_mu);
+    if (!round_cv.wait_for(lock, opt.averaging_timeout, [&] { return round >= wanted || stopping; }))
+      throw TimeoutError("peer " + opt.id + " is still at round " + std::to_string(round.load()) + ", asked for " +
+                         std::to_string(wanted));
+  }
+
+  torch::Tensor input_of(const Message& request, size_t index) {
+    if (request.tensors.size() <= index)
+      throw InvalidArgumentError("swarm request without tensor " + std::to_string(index));
+    return from_wire(request.tensors[index]);
+  }
+
+  Message forward(const Message& request) {
+    auto x = input_of(request, 0);
+    Message reply;
+    reply.type = MsgType::Reply;
+    std::lock_guard<std::mutex> lock(model_mu);
+    check_stage(request);
+    auto start = Clock::now();
+    torch::NoGradGuard no_grad;
+    auto y = module->forward(x);
+    emulate_device(seconds_since(start), 1);
+    window_busy += seconds_since(start);
+    ++counters.forwards;
+    reply.tensors.push_back(to_wire(y, opt.codec));
+    return reply;
+  }
+
+  Message backward(const Message& request) {
+    auto x = input_of(request, 0);
+    auto second = input_of(request, 1);  // output gradient, or the targets on the last stage
+    Message reply;
+    reply.type = MsgType::Reply;
+    std::lock_guard<std::mutex> lock(model_mu);
+    check_stage(request);
+    auto start = Clock::now();
+    bool last = module->is_last();
+    if (x.is_floating_point()) x = x.detach().requires_grad_(true);
+    auto out = module->forward(x);
+    std::vector<torch::Tensor> inputs = params;
+    if (x.requires_grad()) inputs.push_back(x);
+    std::vector<torch::Tensor> grads;
+    if (last) {
+      auto loss = lm_loss(out, second);
+      char text[64];
+      std::snprintf(text, sizeof text, "%.17g", loss.item<double>());
+      reply.text = text;
+      grads = torch::autograd::grad({loss}, inputs);
+    } else {
+      if (second.sizes() != out.sizes())
+        throw InvalidArgumentError("swarm backward: output gradient of shape " + c10::str(second.sizes()) +
+                                   " for an output of shape " + c10::str(out.sizes()));
+      grads = torch::autograd::grad({out}, inputs, {second});
+    }
+    // Only the first replica to finish a micro-batch counts it: a retry after a lost reply must
+    // not add its gradient twice. A round that already stepped counts nothing.
+    bool first = request.round == round &&
+                 store->add(keys::claim(stage, request.round, request.microbatch), 1) == 1;
+    if (first) {
+      for (size_t i = 0; i < params.size(); ++i) accum[i].add_(grads[i]);
+      ++accum_count;
+      if (store->add(keys::done_count(stage, request.round), 1) == opt.round_microbatches)
+        store->set(keys::full(stage, request.round), "1");
+    } else {
+      ++counters.duplicates;
+    }
+    emulate_device(seconds_since(start), 2);
+    window_busy += seconds_since(start);
+    window_samples += static_cast<double>(x.size(0));
+    ++counters.backwards;
+    if (x.requires_grad()) reply.tensors.push_back(to_wire(grads.back(), opt.codec));
+    return reply;
+  }
+
+  Message get_state(const Message& request) {
+    Message reply;
+    reply.type = MsgType::Reply;
+    std::lock_guard<std::mutex> lock(model_mu);
+    check_stage(request);
+    auto bytes = std::make_shared<const std::string>(save_stage_state(module, *optimizer));
+    reply.stage = static_cast<uint32_t>(stage.load());
+    reply.round = round;
+    reply.tensors.push_back(bytes_to_wire(bytes));
+    return reply;
+  }
+
+  Message handle(Message&& request) {
+    struct LoadCount {
+      std::atomic<int>& n;
+      explicit LoadCount(std::atomic<int>& c) : n(c) { ++n; }
+      ~LoadCount() { --n; }
+    } counted(load);
+    switch (request.type) {
+      case MsgType::Forward:
+        check_stage(request);
+        wait_for_round(request.round);
+        return forward(request);
+      case MsgType::Backward:
+        check_stage(request);
+        wait_for_round(request.round);
+        return backward(request);
+      case MsgType::GetState: return get_state(request);
+      case MsgType::Info: {
+        Message reply;
+        reply.type = MsgType::Reply;
+        reply.stage = static_cast<uint32_t>(stage.load());
+        reply.round = round;
+        reply.text = StoreRegistry::encode(record());
+        return reply;
+      }
+      default: throw InvalidArgumentError("swarm: a stage server does not answer message type " +
+                                          std::to_string(static_cast<int>(request.type)));
+    }
+  }
+
+  // ---- averaging inside the stage ----
+  /// Forms the group of live replicas for round r: the first to arrive leads, waits for the
+  /// replicas the registry lists (or join_window), and closes the group. Returns (rank, size);
+  /// rank >= size means this replica came late and must take the result from a member.
+  std::pair<int, int> form_group(int k, uint32_t r) {
+    std::string base = keys::averaging(k, r);
+    int idx = static_cast<int>(store->add(base + "/joined", 1) - 1);
+    auto size_key = base + "/size";
+    if (idx == 0) {
+      auto deadline = Clock::now() + opt.join_window;
+      while (Clock::now() < deadline) {
+        int64_t live = 0;
+        for (auto& p : registry->peers(k)) live += p.id != opt.id;
+        if (store->add(base + "/joined", 0) >= live + 1) break;
+        std::this_thread::sleep_for(Milliseconds(2));
+      }
+      store->set(size_key, std::to_string(store->add(base + "/joined", 0)));
+    } else {
+      // If the leader dies before closing the group, the first member to notice closes it.
+      auto deadline = Clock::now() + opt.join_window * 2;
+      while (!store->check({size_key})) {
+        if (Clock::now() > deadline && store->add(base + "/close_claim", 1) == 1)
+          store->set(size_key, std::to_string(store->add(base + "/joined", 0)));
+        std::this_thread::sleep_for(Milliseconds(2));
+      }
+    }
+    return {idx, std::stoi(store->get_string(size_key))};
+  }
+
+  void average() {
+    int k = stage;
+    uint32_t r = round;
+    auto [rank, size] = form_group(k, r);
+    bool stepped = false;
+    if (rank < size) {
+      std::vector<torch::Tensor> pieces;
+      {
+        std::lock_guard<std::mutex> lock(model_mu);
+        for (auto& a : accum) pieces.push_back(a.flatten());
+        pieces.push_back(torch::full({1}, static_cast<float>(accum_count)));
+      }
+      auto mine = torch::cat(pieces);
+      auto sum = mine.clone();
+      try {
+        Options copts;
+        copts.timeout = opt.averaging_timeout;
+        auto group_store = std::make_shared<PrefixStore>(keys::averaging(k, r) + "/comm", store);
+        auto comm = Communicator::create(group_store, rank, size, copts);
+        try {
+          comm.all_reduce(sum.data_ptr<float>(), sum.numel(), DataType::float32, ReduceOp::sum);
+        } catch (const Error& e) {
+          // A member died mid-round: the survivors shrink and average what they hold.
+          log(opt.id, std::string("averaging group lost a member (") + e.what() + "), shrinking");
+          ++counters.group_failures;
+          auto survivors = comm.shrink();
+          sum.copy_(mine);
+          survivors.all_reduce(sum.data_ptr<float>(), sum.numel(), DataType::float32, ReduceOp::sum);
+        }
+        step_with(sum, r);
+        stepped = true;
+      } catch (const Error& e) {
+        log(opt.id, std::string("averaging of round ") + std::to_string(r) + " failed: " + e.what());
+        ++counters.group_failures;
+      }
+    }
+    if (!stepped) {
+      // Late or failed: take the stepped state from a replica that made it, else step alone.
+      if (!load_state_from_peer(k, r + 1, opt.averaging_timeout)) {
+        std::vector<torch::Tensor> pieces;
+        {
+          std::lock_guard<std::mutex> lock(model_mu);
+          for (auto& a : accum) pieces.push_back(a.flatten());
+          pieces.push_back(torch::full({1}, static_cast<float>(accum_count)));
+        }
+        step_with(torch::cat(pieces), r);
+      }
+    }
+    store->set(keys::stepped(k, r), "1");
+    store->set(keys::stage_round(k), std::to_string(round.load()));
+    round_cv.notify_all();
+    announce();
+  }
+
+  /// Gradients = summed accumulators / summed micro-batch count, then one optimizer step.
+  void step_with(const torch::Tensor& sum, uint32_t r) {
+    std::lock_guard<std::mutex> lock(model_mu);
+    double count = sum[sum.numel() - 1].item<double>();
+    if (count > 0) {
+      int64_t offset = 0;
+      for (auto& p : params) {
+        auto n = p.numel();
+        p.mutable_grad() = sum.narrow(0, offset, n).view_as(p) / count;
+        offset += n;
+      }
+      optimizer->step();
+      optimizer->zero_grad();
+    }
+    for (auto& a : accum) a.zero_();
+    accum_count = 0;
+    ++counters.rounds_averaged;
+    if (opt.rebalance && Clock::now() >= next_rebalance) plan_rebalance();
+    round = r + 1;
+  }
+
+  // ---- rebalancing ----
+  Clock::time_point next_rebalance = Clock::now();
+  int pending_move = -1;
+
+  void schedule_rebalance() {
+    static thread_local std::mt19937 rng(std::random_device{}());
+    std::uniform_real_distribution<double> jitter(0.75, 1.25);
+    next_rebalance = Clock::now() + std::chrono::duration_cast<Clock::duration>(opt.rebalance_period * jitter(rng));
+  }
+
+  /// Called at a step (no gradient held): if the rule names this peer, it stops serving at once.
+  void plan_rebalance() {
+    schedule_rebalance();
+    int stages = opt.model.stages;
+    int64_t moves_done = store->add(keys::kMovesDone, 0);
+    auto move = plan_move(registry->peers(), stages, opt.rebalance_threshold);
+    if (!move || move->peer != opt.id) return;
+    if (store->add(keys::move_claim(moves_done), 1) != 1) return;  // someone acted on this placement
+    log(opt.id, "rebalancing: stage " + std::to_string(move->from) + " -> " + std::to_string(move->to) +
+                    " (bottleneck " + std::to_string(move->bottleneck_before) + " -> " +
+                    std::to_string(move->bottleneck_after) + " samples/s)");
+    moving = true;
+    pending_move = move->to;
+  }
+
+  void finish_move() {
+    int to = pending_move;
+    pending_move = -1;
+    registry->announce(record());  // stage -1 while moving: trainers stop routing here
+    adopt_stage(to);
+    moving = false;
+    ++counters.moves;
+    announce();
+    store->add(keys::kMovesDone, 1);
+  }
+
+  void run(const std::atomic<bool>& stop) {
+    auto next_announce = Clock::now();
+    schedule_rebalance();
+    while (!stop && !stopping) {
+      if (Clock::now() >= next_announce) {
+        announce();
+        next_announce = Clock::now() + opt.announce_every;
+      }
+      if (!moving && store->check({keys::full(stage, round)})) average();
+      if (pending_move >= 0) finish_move();
+      std::this_thread::sleep_for(Milliseconds(2));
+    }
+  }
+};
+
+StageServer::StageServer(ServerOptions options, std::shared_ptr<Registry> registry)
+    : impl_(std::make_unique<Impl>(std::move(options), std::move(registry))) {
+  auto& im = *impl_;
+  if (im.opt.stage < 0 || im.opt.stage >= im.opt.model.stages)
+    throw InvalidArgumentError("swarm: stage " + std::to_string(im.opt.stage) + " of a " +
+                               std::to_string(im.opt.model.stages) + "-stage model");
+  im.rpc = std::make_unique<RpcServer>(im.opt.host, im.opt.port,
+                                       [&im](Message&& request) { return im.handle(std::move(request)); });
+  im.address = im.opt.host + ":" + std::to_string(im.rpc->port());
+  im.adopt_stage(im.opt.stage);
+  im.announce();
+  log(im.opt.id, "serving stage " + std::to_string(im.stage.load()) + " at " + im.address + " from round " +
+                     std::to_string(im.round.load()));
+}
+
+StageServer::~StageServer() { stop(); }
+
+void StageServer::run(const std::atomic<bool>& stop) { impl_->run(stop); }
+
+void StageServer::stop() {
+  if (impl_->stopping.exchange(true)) return;
+  impl_->round_cv.notify_all();
+  try {
+    impl_->registry->withdraw(impl_->opt.id);
+  } catch (const Error&) {
+  }
+  impl_->rpc->stop();
+}
+
+uint16_t StageServer::port() const { return impl_->rpc->port(); }
+
+ServerStats StageServer::stats() const {
+  std::lock_guard<std::mutex> lock(impl_->model_mu);
+  ServerStats s = impl_->counters;
+  s.stage = impl_->stage;
+  s.round = impl_->round;
+  s.throughput = impl_->throughput;
+  return s;
+}
+
+}  // namespace shoal::swarm
