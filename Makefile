@@ -2,10 +2,14 @@
 BUILD ?= build
 JOBS  ?= $(shell nproc)
 
-.PHONY: run test build deps bench clean test-sanitize
+.PHONY: run run-collectives test build deps bench clean test-sanitize
 
 run: deps build
 	./scripts/main-job.sh
+
+# The collective benchmark sweep that was the main job before SWARM (docs/benchmarks.md).
+run-collectives: deps build
+	./scripts/collectives-job.sh
 
 test: deps build
 	cd $(BUILD) && ctest --output-on-failure --timeout 600 -j $(JOBS)

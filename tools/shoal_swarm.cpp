@@ -185,6 +185,7 @@ struct LocalOptions {
   std::string slowdown = "1", placement, kill_at, routing = "swarm", out = "swarm-run";
   double device_ms = 0, rebalance_period = 0, threshold = 0.1, time_limit = 1800, request_timeout = 20;
   bool check_reference = false;
+  std::string exit_in_averaging;  // "server3:2"
 };
 
 int run_local(Common& c, LocalOptions& o) {
@@ -218,6 +219,11 @@ int run_local(Common& c, LocalOptions& o) {
     for (const std::string& a : std::vector<std::string>{"--stage", std::to_string(ch.stage), "--id", ch.name, "--slowdown",
                           std::to_string(ch.slowdown), "--device-ms", std::to_string(o.device_ms)})
       args.push_back(a);
+    if (auto colon = o.exit_in_averaging.find(':');
+        colon != std::string::npos && o.exit_in_averaging.substr(0, colon) == ch.name) {
+      args.push_back("--exit-in-averaging");
+      args.push_back(o.exit_in_averaging.substr(colon + 1));
+    }
     if (o.rebalance_period > 0)
       for (const std::string& a : std::vector<std::string>{"--rebalance-period", std::to_string(o.rebalance_period), "--rebalance-threshold",
                             std::to_string(o.threshold)})
@@ -251,6 +257,8 @@ int run_local(Common& c, LocalOptions& o) {
   std::ofstream csv(fs::path(o.out) / "progress.csv");
   csv << "time_s,samples,samples_per_s,rounds_done,loss,live_peers,replicas_per_stage,capacity_per_stage,"
          "ideal_samples_per_s\n";
+  std::ofstream peers_csv(fs::path(o.out) / "peers.csv");  // every live peer, every second
+  peers_csv << "time_s,peer,stage,throughput,round\n";
   std::ofstream rounds_csv(fs::path(o.out) / "rounds.csv");
   rounds_csv << "round,time_s,loss\n";
   std::vector<double> round_loss;
@@ -262,6 +270,7 @@ int run_local(Common& c, LocalOptions& o) {
   nlohmann::json kills = nlohmann::json::array();
   std::vector<std::pair<double, double>> ideal_series;  // (time, bottleneck capacity)
   std::vector<double> round_time;
+  std::map<uint32_t, double> stepped_at;
 
   auto trainers_running = [&] {
     return std::any_of(children.begin(), children.end(), [](auto& ch) { return ch.trainer && !ch.exited; });
@@ -303,7 +312,13 @@ int run_local(Common& c, LocalOptions& o) {
       bool stepped = true;
       for (int k = 0; k < S; ++k) stepped = stepped && store->check({keys::stepped(k, r)});
       if (!stepped) break;
-      double loss = store->add(keys::loss_sum(r), 0) * 1e-6 / std::max<int64_t>(1, store->add(keys::loss_count(r), 0));
+      // Trainers post a micro-batch's loss (sum, then count) after its last backward, which may
+      // come after the step: wait for the whole round's, unless micro-batches were lost with a
+      // trainer (then take what came within a grace period).
+      if (!stepped_at.count(r)) stepped_at[r] = t;
+      int64_t count = store->add(keys::loss_count(r), 0);
+      if (count < c.global_batch && t - stepped_at[r] < 5.0) break;
+      double loss = store->add(keys::loss_sum(r), 0) * 1e-6 / std::max<int64_t>(1, count);
       round_loss.push_back(loss);
       round_time.push_back(t);
       rounds_csv << r << ',' << t << ',' << loss << '\n';
@@ -317,6 +332,7 @@ int run_local(Common& c, LocalOptions& o) {
       double rate = history.size() > 1 ? (samples - history.front().second) / (t - history.front().first) : 0.0;
       last_t = t;
       auto peers = registry.peers();
+      for (auto& p : peers) peers_csv << t << ',' << p.id << ',' << p.stage << ',' << p.throughput << ',' << p.round << '\n';
       std::vector<int> replicas(S, 0);
       for (auto& p : peers)
         if (p.stage >= 0 && p.stage < S) ++replicas[p.stage];
@@ -347,6 +363,9 @@ int run_local(Common& c, LocalOptions& o) {
     }
   }
   double elapsed = std::chrono::duration<double>(Clock::now() - start).count();
+  nlohmann::json final_peers = nlohmann::json::array();
+  for (auto& p : registry.peers())
+    final_peers.push_back({{"id", p.id}, {"stage", p.stage}, {"throughput", p.throughput}, {"round", p.round}});
   // Stop the servers (and any trainer left), then reap everyone.
   for (auto& ch : children)
     if (!ch.exited) ::kill(ch.pid, SIGTERM);
@@ -401,6 +420,8 @@ int run_local(Common& c, LocalOptions& o) {
   summary["round_time_s"] = round_time;
   summary["round_loss"] = round_loss;
   summary["kills"] = kills;
+  summary["final_peers"] = final_peers;
+  summary["rebalance_period_s"] = o.rebalance_period;
   summary["trainer_failures"] = trainer_failures;
   summary["completed"] = static_cast<int>(round_loss.size()) == o.rounds && trainer_failures == 0;
   summary["moves"] = store->add(keys::kMovesDone, 0);
@@ -420,6 +441,7 @@ int run_local(Common& c, LocalOptions& o) {
   std::ofstream(fs::path(o.out) / "summary.json") << summary.dump(2) << '\n';
   csv.close();
   rounds_csv.close();
+  peers_csv.close();
   std::printf("done: %zu/%d rounds, %ld samples in %.1f s (%.1f samples/s), %.0f bytes/sample between stages, "
               "loss %.4f -> %.4f%s\n",
               round_loss.size(), o.rounds, (long)samples, elapsed, samples / elapsed,
@@ -454,7 +476,6 @@ int main(int argc, char** argv) {
   reg->add_option("--port", reg_port, "port");
 
   ServerOptions s;
-  bool rebalance = false;
   double period = 10;
   auto* serve = app.add_subcommand("serve", "serve one stage (a replica)");
   add_common(serve, c);
@@ -466,6 +487,8 @@ int main(int argc, char** argv) {
   serve->add_option("--device-ms", s.device_ms, "emulated accelerator time per forward, ms (backward: 2x)");
   auto* rp = serve->add_option("--rebalance-period", period, "seconds between rebalancing checks (enables it)");
   serve->add_option("--rebalance-threshold", s.rebalance_threshold, "relative bottleneck gain a move needs");
+  serve->add_option("--exit-in-averaging", s.exit_in_averaging,
+                    "fault injection for tests: die inside the averaging of this round");
 
   TrainerOptions t;
   std::string routing = "swarm";
@@ -500,6 +523,8 @@ int main(int argc, char** argv) {
   local->add_option("--routing", o.routing, "swarm or static")->check(CLI::IsMember({"swarm", "static"}));
   local->add_option("--request-timeout", o.request_timeout, "seconds before a request is retried elsewhere");
   local->add_option("--time-limit", o.time_limit, "seconds before the run is cut short");
+  local->add_option("--exit-in-averaging", o.exit_in_averaging,
+                    "fault injection for tests, PEER:ROUND: that server dies inside that round's averaging");
   local->add_option("--out", o.out, "directory for progress.csv, rounds.csv, summary.json, swarm.png, logs/");
   local->add_flag("--check-reference", o.check_reference,
                   "compare the loss of every round with single-process training (1 replica per stage, codec none)");

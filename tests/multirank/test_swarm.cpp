@@ -196,6 +196,34 @@ TEST(Swarm, LeavingReplicaIsRoutedAround) {
   EXPECT_LT(losses.back(), losses.front());
 }
 
+// A trainer that dies holding claimed micro-batches stalls their round; another trainer notices
+// the stall and drives them itself, so the swarm finishes every round with the whole batch.
+TEST(Swarm, MicroBatchesOfADeadTrainerAreDrivenAgain) {
+  Swarm swarm(tiny_model(2), 4);
+  swarm.add_server(0, "a0");
+  swarm.add_server(1, "a1");
+  auto options = swarm.trainer_options(3, 2);
+  std::atomic<bool> kill_first{false};
+  Trainer first(options, swarm.registry());
+  std::thread runner([&] {
+    try {
+      first.run(kill_first);
+    } catch (const Error&) {
+    }
+  });
+  // Its workers claim round 1's first micro-batches while round 0 finishes; stopping it then
+  // abandons them, as a crash would.
+  while (swarm.store()->add(keys::claimed(1), 0) < 2) std::this_thread::sleep_for(1ms);
+  kill_first = true;
+  runner.join();
+  options.stall_timeout = 300ms;
+  Trainer second(options, swarm.registry());
+  std::atomic<bool> stop{false};
+  second.run(stop);
+  EXPECT_GT(second.stats().recovered, 0u);
+  for (uint32_t r = 0; r < 3; ++r) EXPECT_EQ(swarm.store()->add(keys::loss_count(r), 0), 4) << "round " << r;
+}
+
 // Compressed activations and gradients: 8-bit blockwise moves about a quarter of the bytes and
 // training still converges.
 TEST(Swarm, Int8CompressionCutsBytesAndStillTrains) {

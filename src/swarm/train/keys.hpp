@@ -27,6 +27,13 @@ inline std::string stage_round(int stage) { return "swarm/s" + std::to_string(st
 /// Trainers: claims on the micro-batches of a round, samples finished, loss sums per round.
 inline std::string claimed(uint32_t round) { return "swarm/claimed/r" + std::to_string(round); }
 inline const char* kSamplesDone = "swarm/samples_done";
+/// A micro-batch's loss is posted once (first add() == 1); unfinished ones are redone after a stall.
+inline std::string finished(uint32_t round, uint64_t mb) {
+  return "swarm/finished/r" + std::to_string(round) + "/" + std::to_string(mb);
+}
+inline std::string reclaim(uint32_t round, uint64_t mb, int epoch) {
+  return "swarm/reclaim/r" + std::to_string(round) + "/" + std::to_string(mb) + "/" + std::to_string(epoch);
+}
 inline std::string loss_sum(uint32_t round) { return "swarm/loss/r" + std::to_string(round) + "/sum_micro"; }
 inline std::string loss_count(uint32_t round) { return "swarm/loss/r" + std::to_string(round) + "/n"; }
 inline const char* kBytesSent = "swarm/bytes_between_stages";

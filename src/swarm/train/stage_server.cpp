@@ -2,8 +2,10 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <condition_variable>
 #include <cstdio>
+#include <cstdlib>
 #include <mutex>
 #include <random>
 #include <thread>
@@ -45,15 +47,27 @@ struct StageServer::Impl {
   std::vector<torch::Tensor> params, accum;
   int64_t accum_count = 0;
 
+  // The averaging group's communicator, kept while the group's members stay the same: forming
+  // one costs a rendezvous (~0.1 s here), an all_reduce of a stage's gradients far less.
+  std::string group_key;
+  std::unique_ptr<Communicator> group;
+
   std::atomic<int> stage{-1};
   std::atomic<uint32_t> round{0};
   std::atomic<bool> moving{false};
   std::mutex round_mu;
   std::condition_variable round_cv;
 
-  // Throughput: samples per busy second, over announce windows, smoothed.
+  // Throughput: samples per busy second, over announce windows, smoothed. Its own mutex: the
+  // lease must be renewed while a slow request holds the stage.
   std::atomic<int> load{0};
+  mutable std::mutex rate_mu;
   double window_busy = 0, window_samples = 0, throughput = 0;
+  void add_busy(double seconds, double samples) {
+    std::lock_guard<std::mutex> lock(rate_mu);
+    window_busy += seconds;
+    window_samples += samples;
+  }
   ServerStats counters;
 
   std::unique_ptr<RpcServer> rpc;
@@ -72,7 +86,7 @@ struct StageServer::Impl {
     r.host = opt.host;
     r.port = rpc->port();
     {
-      std::lock_guard<std::mutex> lock(model_mu);
+      std::lock_guard<std::mutex> lock(rate_mu);
       r.throughput = throughput;
     }
     r.load = load;
@@ -82,7 +96,7 @@ struct StageServer::Impl {
   void announce() {
     // Fold the window into the throughput first, so the record carries the newest figure.
     {
-      std::lock_guard<std::mutex> lock(model_mu);
+      std::lock_guard<std::mutex> lock(rate_mu);
       // Windows of at least a second of work, smoothed: the figure steers routing and moves.
       if (window_busy > 1.0) {
         double rate = window_samples / window_busy;
@@ -138,6 +152,8 @@ struct StageServer::Impl {
   }
 
   void adopt_stage(int k) {
+    group.reset();  // another stage, other peers
+    group_key.clear();
     {
       std::lock_guard<std::mutex> lock(model_mu);
       build_stage(k);
@@ -184,7 +200,7 @@ struct StageServer::Impl {
     torch::NoGradGuard no_grad;
     auto y = module->forward(x);
     emulate_device(seconds_since(start), 1);
-    window_busy += seconds_since(start);
+    add_busy(seconds_since(start), 0);
     ++counters.forwards;
     reply.tensors.push_back(to_wire(y, opt.codec));
     return reply;
@@ -216,6 +232,9 @@ struct StageServer::Impl {
                                    " for an output of shape " + c10::str(out.sizes()));
       grads = torch::autograd::grad({out}, inputs, {second});
     }
+    // The emulated device finishes before the gradient exists: a slow replica must not report
+    // the round full and then keep the stage busy while its peers wait to average.
+    emulate_device(seconds_since(start), 2);
     // Only the first replica to finish a micro-batch counts it: a retry after a lost reply must
     // not add its gradient twice. A round that already stepped counts nothing.
     bool first = request.round == round &&
@@ -228,9 +247,7 @@ struct StageServer::Impl {
     } else {
       ++counters.duplicates;
     }
-    emulate_device(seconds_since(start), 2);
-    window_busy += seconds_since(start);
-    window_samples += static_cast<double>(x.size(0));
+    add_busy(seconds_since(start), static_cast<double>(x.size(0)));
     ++counters.backwards;
     if (x.requires_grad()) reply.tensors.push_back(to_wire(grads.back(), opt.codec));
     return reply;
@@ -303,13 +320,27 @@ struct StageServer::Impl {
         std::this_thread::sleep_for(Milliseconds(2));
       }
     }
+    store->set(base + "/member/" + std::to_string(idx), opt.id);
     return {idx, std::stoi(store->get_string(size_key))};
+  }
+
+  /// The members' ids (closed group of `size`), sorted: ranks in the communicator follow it.
+  std::vector<std::string> group_members(int k, uint32_t r, int size) {
+    std::string base = keys::averaging(k, r);
+    std::vector<std::string> keys_, ids;
+    for (int i = 0; i < size; ++i) keys_.push_back(base + "/member/" + std::to_string(i));
+    store->wait(keys_, opt.averaging_timeout);
+    for (auto& key : keys_) ids.push_back(store->get_string(key));
+    std::sort(ids.begin(), ids.end());
+    return ids;
   }
 
   void average() {
     int k = stage;
     uint32_t r = round;
+    auto started = Clock::now();
     auto [rank, size] = form_group(k, r);
+    double formed_ms = seconds_since(started) * 1e3, t_group = 0, t_reduce = 0;
     bool stepped = false;
     if (rank < size) {
       std::vector<torch::Tensor> pieces;
@@ -321,25 +352,43 @@ struct StageServer::Impl {
       auto mine = torch::cat(pieces);
       auto sum = mine.clone();
       try {
-        Options copts;
-        copts.timeout = opt.averaging_timeout;
-        auto group_store = std::make_shared<PrefixStore>(keys::averaging(k, r) + "/comm", store);
-        auto comm = Communicator::create(group_store, rank, size, copts);
+        auto members = group_members(k, r, size);
+        std::string key;
+        for (auto& m : members) key += m + ",";
+        if (!group || key != group_key) {
+          group.reset();
+          Options copts;
+          copts.timeout = opt.averaging_timeout;
+          int my_rank = static_cast<int>(std::find(members.begin(), members.end(), opt.id) - members.begin());
+          auto group_store = std::make_shared<PrefixStore>(keys::averaging(k, r) + "/comm", store);
+          group = std::make_unique<Communicator>(Communicator::create(group_store, my_rank, size, copts));
+          group_key = key;
+        }
+        t_group = seconds_since(started) * 1e3;
+        if (opt.exit_in_averaging == static_cast<int>(r)) {
+          log(opt.id, "fault injection: dying inside the averaging of round " + std::to_string(r));
+          std::_Exit(3);
+        }
         try {
-          comm.all_reduce(sum.data_ptr<float>(), sum.numel(), DataType::float32, ReduceOp::sum);
+          group->all_reduce(sum.data_ptr<float>(), sum.numel(), DataType::float32, ReduceOp::sum);
+          t_reduce = seconds_since(started) * 1e3;
         } catch (const Error& e) {
           // A member died mid-round: the survivors shrink and average what they hold.
           log(opt.id, std::string("averaging group lost a member (") + e.what() + "), shrinking");
           ++counters.group_failures;
-          auto survivors = comm.shrink();
+          group_key.clear();
+          auto survivors = std::make_unique<Communicator>(group->shrink());
+          group = std::move(survivors);
           sum.copy_(mine);
-          survivors.all_reduce(sum.data_ptr<float>(), sum.numel(), DataType::float32, ReduceOp::sum);
+          group->all_reduce(sum.data_ptr<float>(), sum.numel(), DataType::float32, ReduceOp::sum);
         }
         step_with(sum, r);
         stepped = true;
       } catch (const Error& e) {
         log(opt.id, std::string("averaging of round ") + std::to_string(r) + " failed: " + e.what());
         ++counters.group_failures;
+        group.reset();
+        group_key.clear();
       }
     }
     if (!stepped) {
@@ -356,6 +405,11 @@ struct StageServer::Impl {
     }
     store->set(keys::stepped(k, r), "1");
     store->set(keys::stage_round(k), std::to_string(round.load()));
+    if (std::getenv("SHOAL_SWARM_TRACE"))
+      log(opt.id, "round " + std::to_string(r) + ": group " + std::to_string(rank) + "/" + std::to_string(size) +
+                      " formed in " + std::to_string(formed_ms) + " ms, communicator at " + std::to_string(t_group) +
+                      " ms, reduced at " + std::to_string(t_reduce) + " ms, stepped after " +
+                      std::to_string(seconds_since(started) * 1e3) + " ms");
     round_cv.notify_all();
     announce();
   }
@@ -377,7 +431,6 @@ struct StageServer::Impl {
     for (auto& a : accum) a.zero_();
     accum_count = 0;
     ++counters.rounds_averaged;
-    if (opt.rebalance && Clock::now() >= next_rebalance) plan_rebalance();
     round = r + 1;
   }
 
@@ -391,7 +444,11 @@ struct StageServer::Impl {
     next_rebalance = Clock::now() + std::chrono::duration_cast<Clock::duration>(opt.rebalance_period * jitter(rng));
   }
 
-  /// Called at a step (no gradient held): if the rule names this peer, it stops serving at once.
+  /// Every rebalancing period: if the rule names this peer, it stops serving at once. Gradients
+  /// it accumulated for the current round are dropped, as a failed peer's would be: the round
+  /// still fills (the micro-batches were counted) and its average is over what the remaining
+  /// replicas hold. Waiting for the round's end instead would tie reaction time to round time,
+  /// which is long exactly when the swarm is badly placed.
   void plan_rebalance() {
     schedule_rebalance();
     int stages = opt.model.stages;
@@ -426,6 +483,7 @@ struct StageServer::Impl {
         next_announce = Clock::now() + opt.announce_every;
       }
       if (!moving && store->check({keys::full(stage, round)})) average();
+      if (opt.rebalance && !moving && Clock::now() >= next_rebalance) plan_rebalance();
       if (pending_move >= 0) finish_move();
       std::this_thread::sleep_for(Milliseconds(2));
     }
@@ -468,7 +526,10 @@ ServerStats StageServer::stats() const {
   ServerStats s = impl_->counters;
   s.stage = impl_->stage;
   s.round = impl_->round;
-  s.throughput = impl_->throughput;
+  {
+    std::lock_guard<std::mutex> rate_lock(impl_->rate_mu);
+    s.throughput = impl_->throughput;
+  }
   return s;
 }
 

@@ -40,6 +40,7 @@ struct ServerOptions {
   bool rebalance = false;
   Milliseconds rebalance_period{10000};   // jittered by +-25 % per peer
   double rebalance_threshold = 0.10;
+  int exit_in_averaging = -1;  // fault injection (tests): the process dies inside this round's averaging
 };
 
 /// What a server has done, for logs and tests.

@@ -199,23 +199,54 @@ struct Trainer::Impl {
         grad = from_wire(reply.tensors[0]);
       }
     }
-    store->add(keys::loss_sum(round), std::llround(loss * 1e6));
-    store->add(keys::loss_count(round), 1);
-    store->add(keys::kSamplesDone, opt.micro_batch);
+    // Posted once per micro-batch, also when a stalled one was driven twice (recover_round).
+    if (store->add(keys::finished(round, mb), 1) == 1) {
+      store->add(keys::loss_sum(round), std::llround(loss * 1e6));
+      store->add(keys::loss_count(round), 1);
+      store->add(keys::kSamplesDone, opt.micro_batch);
+    }
     std::lock_guard<std::mutex> lock(stats_mu);
     ++counters.microbatches;
   }
 
-  /// Blocks until every stage has stepped round r (its first replica to step says so).
-  void wait_for_step(uint32_t r, const std::atomic<bool>& stop) {
+  /// Blocks until every stage has stepped round r (its first replica to step says so). A round
+  /// that makes no progress for stall_timeout lost micro-batches with a trainer that died
+  /// holding them: this trainer drives every unfinished one again (servers count each
+  /// micro-batch once per stage, so one that was merely slow is not counted twice).
+  void wait_for_step(uint32_t r, const std::atomic<bool>& stop, Worker& w) {
     std::vector<std::string> stepped;
     for (int k = 0; k < stages; ++k) stepped.push_back(keys::stepped(k, r));
     auto deadline = Clock::now() + opt.give_up;
+    auto stall_check = Clock::now() + opt.stall_timeout;
+    int64_t progress = store->add(keys::loss_count(r), 0);
+    int epoch = 0;
     while (!stop && !failed && !store->check(stepped)) {
       if (Clock::now() > deadline)
         throw TimeoutError("swarm trainer: round " + std::to_string(r) + " was not stepped by every stage within " +
                            "the give-up time");
+      if (Clock::now() > stall_check) {
+        int64_t now = store->add(keys::loss_count(r), 0);
+        if (now == progress) recover_round(w, r, ++epoch);
+        progress = now;
+        stall_check = Clock::now() + opt.stall_timeout;
+      }
       std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    }
+  }
+
+  void recover_round(Worker& w, uint32_t r, int epoch) {
+    for (int j = 0; j < opt.round_microbatches; ++j) {
+      uint64_t mb = static_cast<uint64_t>(r) * opt.round_microbatches + j;
+      if (store->check({keys::finished(r, mb)})) continue;
+      // One trainer per stalled micro-batch and stall epoch.
+      if (store->add(keys::reclaim(r, mb, epoch), 1) != 1) continue;
+      std::fprintf(stderr, "[%s] round %u stalled: driving micro-batch %lu again\n", opt.id.c_str(), r,
+                   static_cast<unsigned long>(mb));
+      {
+        std::lock_guard<std::mutex> lock(stats_mu);
+        ++counters.recovered;
+      }
+      process(w, mb, r);
     }
   }
 
@@ -232,7 +263,7 @@ struct Trainer::Impl {
           ++round;
           continue;
         }
-        if (round > 0) wait_for_step(round - 1, stop);
+        if (round > 0) wait_for_step(round - 1, stop, w);
         if (stop || failed) break;
         process(w, static_cast<uint64_t>(round) * opt.round_microbatches + j, round);
       }
@@ -260,7 +291,10 @@ void Trainer::run(const std::atomic<bool>& stop) {
   im.store->add(keys::kBytesSent, static_cast<int64_t>(im.counters.bytes_sent + im.counters.bytes_received));
   if (im.failed) throw_error(im.error_code, im.error_text);
   // The swarm is done once the last round is stepped everywhere.
-  if (!stop && !im.failed) im.wait_for_step(static_cast<uint32_t>(im.opt.rounds - 1), stop);
+  if (!stop && !im.failed) {
+    Impl::Worker w;
+    im.wait_for_step(static_cast<uint32_t>(im.opt.rounds - 1), stop, w);
+  }
 }
 
 TrainerStats Trainer::stats() const {

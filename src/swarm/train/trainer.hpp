@@ -38,11 +38,13 @@ struct TrainerOptions {
   Routing routing = Routing::swarm;
   std::chrono::milliseconds request_timeout{20000};
   std::chrono::milliseconds give_up{180000};  // a micro-batch no replica could serve for this long
+  std::chrono::milliseconds stall_timeout{20000};  // a round without progress: redo its lost micro-batches
   std::string id;
 };
 
 struct TrainerStats {
   uint64_t microbatches = 0, requests = 0, retries = 0, failures = 0;
+  uint64_t recovered = 0;  // micro-batches of a stalled round driven again
   uint64_t bytes_sent = 0, bytes_received = 0;  // tensor payloads between stages
 };
 

@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# The five SWARM experiments of docs/swarm.md, one `shoal-swarm local` run each, into OUT
+# (default swarm-evidence/); then bench/swarm_report.py prints the tables and draws the figures
+# into docs/img/. About 12 minutes on the 2-core machine; run it on a quiet machine.
+#   bench/swarm_evidence.sh [OUT]          (BIN=build/bin by default)
+set -uo pipefail
+cd "$(dirname "$0")/.."
+BIN=${BIN:-build/bin}
+OUT=${1:-swarm-evidence}
+mkdir -p "$OUT"
+MODEL=(--d-model 64 --layers 3 --seq-len 32 --micro-batch 4)
+# 9 peers over 3 stages, every stage with one peer of each speed (1x, 2x, 4x slower), a 20 ms
+# emulated accelerator per forward (40 ms per backward) so the 2 shared cores are not the limit.
+SWARM9=(--stages 3 --peers 9 --trainers 2 --inflight 8 --device-ms 20 --slowdown 1,2,4,2,4,1,4,1,2)
+run() {
+  local name=$1
+  shift
+  echo "== $name: shoal-swarm local ${MODEL[*]} $*"
+  "$BIN/shoal-swarm" local "${MODEL[@]}" --out "$OUT/$name" "$@" | tail -2
+}
+# 1. correctness: one replica per stage, no compression, against single-process training
+run correctness --stages 3 --peers 3 --trainers 1 --inflight 1 --global-batch 8 --rounds 30 --check-reference
+# 2. heterogeneity: SWARM against the static pipeline over the same peers
+run het-swarm "${SWARM9[@]}" --global-batch 144 --rounds 6
+run het-static "${SWARM9[@]}" --global-batch 144 --rounds 3 --routing static
+# 3. failures: 3 of the 9 peers (33 %) killed at 25, 45 and 65 s; rebalancing every 8 s
+run fail-swarm "${SWARM9[@]}" --global-batch 96 --rounds 22 --kill-at 25,45,65 --rebalance-period 8
+run fail-static "${SWARM9[@]}" --global-batch 96 --rounds 10 --kill-at 25 --routing static
+# 4. rebalancing: 7 of 9 equal peers piled on stage 0
+run rebalance --stages 3 --peers 9 --trainers 2 --inflight 8 --device-ms 20 --global-batch 48 \
+  --placement 0,0,0,0,0,0,0,1,2 --rebalance-period 5 --rounds 25
+# 5. compression of activations and gradients between stages
+for codec in none fp16 int8; do
+  run codec-$codec --stages 3 --peers 3 --trainers 1 --inflight 4 --global-batch 16 --rounds 40 --codec $codec
+done
+/usr/bin/python3 bench/swarm_report.py "$OUT"

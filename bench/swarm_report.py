@@ -1,0 +1,204 @@
+#!/usr/bin/env python3
+"""Tables and figures of docs/swarm.md from the runs of bench/swarm_evidence.sh.
+Usage: swarm_report.py EVIDENCE_DIR [IMG_DIR=docs/img]"""
+import csv
+import itertools
+import json
+import os
+import sys
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+
+def load(base, name):
+    d = os.path.join(base, name)
+    if not os.path.exists(os.path.join(d, "summary.json")):
+        return None
+    with open(os.path.join(d, "summary.json")) as f:
+        summary = json.load(f)
+    with open(os.path.join(d, "progress.csv")) as f:
+        progress = list(csv.DictReader(f))
+    with open(os.path.join(d, "rounds.csv")) as f:
+        rounds = list(csv.DictReader(f))
+    peers = []
+    if os.path.exists(os.path.join(d, "peers.csv")):
+        with open(os.path.join(d, "peers.csv")) as f:
+            peers = list(csv.DictReader(f))
+    return {"summary": summary, "progress": progress, "rounds": rounds, "peers": peers}
+
+
+def survivors_best_at(peers, t, stages):
+    """Best bottleneck the peers live at time t could deliver, from their latest measured speed."""
+    times = sorted({float(p["time_s"]) for p in peers if float(p["time_s"]) <= t})
+    if not times:
+        return float("nan")
+    rows = [p for p in peers if float(p["time_s"]) == times[-1]]
+    return best_bottleneck([float(p["throughput"]) for p in rows if int(p["stage"]) >= 0], stages)
+
+
+def best_bottleneck(rates, stages):
+    """Largest achievable min-stage capacity when the given peer rates are placed optimally."""
+    best = 0.0
+    for placement in itertools.product(range(stages), repeat=len(rates)):
+        cap = [0.0] * stages
+        for r, s in zip(rates, placement):
+            cap[s] += r
+        best = max(best, min(cap))
+    return best
+
+
+def col(rows, key):
+    return [float(r[key]) for r in rows]
+
+
+def main(base, img):
+    os.makedirs(img, exist_ok=True)
+    out = []
+    # 1. correctness
+    c = load(base, "correctness")
+    if c:
+        s = c["summary"]
+        out.append("### 1. Correctness\n")
+        out.append(f"{s['model']}, {s['rounds_done']} rounds: max |loss(swarm) - loss(single process)| = "
+                   f"**{s.get('reference_max_abs_diff', float('nan')):.2e}** "
+                   f"(loss {s['round_loss'][0]:.4f} -> {s['round_loss'][-1]:.4f}).\n")
+        plt.figure(figsize=(6, 4))
+        plt.plot(s["round_loss"], label="swarm (3 stages x 1 replica)")
+        plt.plot(s["reference_loss"], linestyle="--", label="single process")
+        plt.xlabel("round")
+        plt.ylabel("loss")
+        plt.legend()
+        plt.grid(alpha=0.3)
+        plt.tight_layout()
+        plt.savefig(os.path.join(img, "swarm-correctness.png"), dpi=100)
+        plt.close()
+    # 2. heterogeneity
+    hs, hst = load(base, "het-swarm"), load(base, "het-static")
+    if hs and hst:
+        out.append("### 2. Heterogeneity (peers 1x, 2x, 4x slower; 3 of each speed per stage)\n")
+        out.append("| routing | steady samples/s | ideal (bottleneck capacity) | fraction of ideal |")
+        out.append("|---|---|---|---|")
+        for name, r in (("SWARM (stochastic wiring)", hs), ("static pipelines (GPipe-style)", hst)):
+            s = r["summary"]
+            out.append(f"| {name} | {s.get('steady_samples_per_s', s['samples_per_s']):.1f} | "
+                       f"{s.get('ideal_samples_per_s', float('nan')):.1f} | "
+                       f"**{s.get('fraction_of_ideal', float('nan')):.2f}** |")
+        ratio = hs["summary"].get("steady_samples_per_s", 0) / max(1e-9, hst["summary"].get("steady_samples_per_s", 1e-9))
+        out.append(f"\nSWARM / static = **{ratio:.2f}x**.\n")
+    # 3. failures
+    fs, fst = load(base, "fail-swarm"), load(base, "fail-static")
+    if fs:
+        s = fs["summary"]
+        prog = fs["progress"]
+        period = s.get("rebalance_period_s", 0)
+        kills = ", ".join("%.0f s (%s)" % (k["time_s"], k["peer"]) for k in s["kills"])
+        out.append("### 3. Failures (3 of 9 peers killed)\n")
+        out.append(f"Kills at {kills}; {s['rounds_done']}/{s['rounds']} rounds completed; loss "
+                   f"{s['round_loss'][0]:.3f} -> {s['round_loss'][-1]:.3f}. \"Survivors' best\" is the bottleneck "
+                   f"capacity of the best placement of the peers alive after the kill, from their measured speeds "
+                   f"(brute force over placements); rebalancing period {period:.0f} s.\n")
+        out.append("| kill at | survivors' best (samples/s) | back to >= 85 % of it after | "
+                   "samples/s two periods after the kill | as a fraction of survivors' best |")
+        out.append("|---|---|---|---|---|")
+        best_line = []
+        kill_times = [k["time_s"] for k in s["kills"]] + [float("inf")]
+        for i, k in enumerate(s["kills"]):
+            t0 = k["time_s"]
+            # speeds measured a few seconds after the kill: the victim is gone from the registry
+            best = survivors_best_at(fs["peers"], min(t0 + 6.0, kill_times[i + 1] - 0.5), 3)
+            best_line.append((t0, min(kill_times[i + 1], float(prog[-1]["time_s"])), best))
+            later = [r for r in prog if t0 + 5.0 < float(r["time_s"]) < kill_times[i + 1]]
+            hit = next((r for r in later if float(r["samples_per_s"]) >= 0.85 * best), None)
+            at2 = next((r for r in prog if float(r["time_s"]) >= t0 + 2 * period), None)
+            frac = float(at2["samples_per_s"]) / best if at2 and float(at2["time_s"]) < kill_times[i + 1] else float("nan")
+            out.append(f"| {t0:.0f} s | {best:.1f} | {('%.1f s' % (float(hit['time_s']) - t0)) if hit else 'not before the next kill'} | "
+                       f"{float(at2['samples_per_s']) if at2 else float('nan'):.1f} | {frac:.2f} |")
+        if fst:
+            st = fst["summary"]
+            out.append(f"\nStatic pipelines, same peers, one kill at {st['kills'][0]['time_s']:.0f} s: "
+                       f"{st['rounds_done']}/{st['rounds']} rounds, trainer failures {st['trainer_failures']} "
+                       f"({'stopped' if not st['completed'] else 'completed'}).\n")
+        plt.figure(figsize=(7, 4))
+        t = col(prog, "time_s")
+        plt.plot(t, col(prog, "samples_per_s"), label="SWARM samples/s (5 s window)")
+        plt.plot(t, col(prog, "ideal_samples_per_s"), linestyle=":", label="bottleneck capacity of current placement")
+        for i, (a, b, best) in enumerate(best_line):
+            plt.hlines(best, a, b, color="gray", linestyle="--", label="survivors' best placement" if i == 0 else None)
+        for k in s["kills"]:
+            plt.axvline(k["time_s"], color="red", alpha=0.4)
+        if fst:
+            tp = fst["progress"]
+            plt.plot(col(tp, "time_s"), col(tp, "samples_per_s"), label="static pipelines", alpha=0.7)
+        plt.xlabel("time (s)")
+        plt.ylabel("samples/s")
+        plt.title("failures (red: a peer killed)")
+        plt.legend(fontsize=8)
+        plt.grid(alpha=0.3)
+        plt.tight_layout()
+        plt.savefig(os.path.join(img, "swarm-failures.png"), dpi=100)
+        plt.close()
+    # 4. rebalancing
+    rb = load(base, "rebalance")
+    if rb:
+        s = rb["summary"]
+        prog = rb["progress"]
+        out.append("### 4. Rebalancing (7 of 9 peers start on stage 0)\n")
+        first, last = prog[min(2, len(prog) - 1)], prog[-1]
+        out.append(f"Placement {first['replicas_per_stage']} -> {last['replicas_per_stage']} after {s['moves']} moves; "
+                   f"samples/s {float(first['samples_per_s']):.1f} (t={float(first['time_s']):.0f} s) -> "
+                   f"{float(last['samples_per_s']):.1f} (t={float(last['time_s']):.0f} s).\n")
+        out.append("| time (s) | replicas per stage | samples/s |")
+        out.append("|---|---|---|")
+        seen = None
+        for r in prog:
+            if r["replicas_per_stage"] != seen:
+                seen = r["replicas_per_stage"]
+                out.append(f"| {float(r['time_s']):.0f} | {seen} | {float(r['samples_per_s']):.1f} |")
+        fig, ax = plt.subplots(figsize=(7, 4))
+        t = col(prog, "time_s")
+        ax.plot(t, col(prog, "samples_per_s"), label="samples/s")
+        ax.set_xlabel("time (s)")
+        ax.set_ylabel("samples/s")
+        ax2 = ax.twinx()
+        reps = [list(map(int, r["replicas_per_stage"].split("/"))) for r in prog]
+        for k in range(len(reps[0])):
+            ax2.step(t, [x[k] for x in reps], where="post", linestyle="--", label=f"replicas of stage {k}")
+        ax2.set_ylabel("replicas")
+        fig.legend(fontsize=8, loc="center right")
+        ax.grid(alpha=0.3)
+        fig.tight_layout()
+        fig.savefig(os.path.join(img, "swarm-rebalance.png"), dpi=100)
+        plt.close(fig)
+    # 5. compression
+    codecs = [(c, load(base, f"codec-{c}")) for c in ("none", "fp16", "int8")]
+    codecs = [(c, r) for c, r in codecs if r]
+    if codecs:
+        out.append("### 5. Compression between stages\n")
+        out.append("| codec | bytes per sample between stages | vs none | final loss | mean loss, last 10 rounds |")
+        out.append("|---|---|---|---|---|")
+        base_bytes = codecs[0][1]["summary"]["bytes_between_stages_per_sample"]
+        plt.figure(figsize=(6, 4))
+        for c, r in codecs:
+            s = r["summary"]
+            tail = s["round_loss"][-10:]
+            out.append(f"| {c} | {s['bytes_between_stages_per_sample']:.0f} | "
+                       f"{s['bytes_between_stages_per_sample'] / base_bytes:.2f} | {s['round_loss'][-1]:.4f} | "
+                       f"{sum(tail) / len(tail):.4f} |")
+            plt.plot(s["round_loss"], label=c)
+        plt.xlabel("round")
+        plt.ylabel("loss")
+        plt.legend()
+        plt.grid(alpha=0.3)
+        plt.tight_layout()
+        plt.savefig(os.path.join(img, "swarm-compression.png"), dpi=100)
+        plt.close()
+    print("\n".join(out))
+
+
+if __name__ == "__main__":
+    if len(sys.argv) < 2:
+        sys.exit(__doc__)
+    main(sys.argv[1], sys.argv[2] if len(sys.argv) > 2 else "docs/img")

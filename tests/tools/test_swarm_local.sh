@@ -1,0 +1,90 @@
+#!/usr/bin/env bash
+# End-to-end SWARM runs as real processes (shoal-swarm local): a peer killed with SIGKILL is
+# routed around while the static pipeline baseline stops; rebalancing moves peers off a
+# crowded stage; bad invocations fail with clear messages. No process is left behind.
+# Usage: bash test_swarm_local.sh BIN_DIR     (ctest passes the build's bin directory)
+set -u
+BIN=${1:?usage: test_swarm_local.sh BIN_DIR}
+SWARM=$BIN/shoal-swarm
+if [[ ! -x $SWARM ]]; then
+  echo "SKIP: $SWARM not built (libtorch-dev missing)"
+  exit 77
+fi
+if [[ ! -d /usr/share/games/fortunes ]]; then
+  echo "FAIL: the fortunes corpus is missing (scripts/install-deps.sh installs it)"
+  exit 1
+fi
+D=$(mktemp -d /tmp/test_swarm.XXXXXX)
+trap 'rm -rf "$D"' EXIT
+fails=0
+pass() { echo "PASS: $1"; }
+fail() { echo "FAIL: $1"; fails=$((fails + 1)); }
+field() { /usr/bin/python3 -c "import json,sys; print(json.load(open(sys.argv[1]))[sys.argv[2]])" "$1" "$2"; }
+# Small and quick: 2 stages, a 10 ms emulated device so runs last a few seconds.
+SMALL=(--stages 2 --d-model 32 --layers 2 --seq-len 16 --micro-batch 4 --device-ms 10 --registry 127.0.0.1:0)
+
+# 1. A peer killed mid-run: the swarm finishes every round.
+out=$D/kill
+if timeout -s KILL 120 "$SWARM" local "${SMALL[@]}" --peers 4 --trainers 1 --inflight 3 --global-batch 8 \
+  --rounds 12 --kill-at 2 --out "$out" >"$D/kill.log" 2>&1; then
+  if [[ $(field "$out/summary.json" completed) == True && $(field "$out/summary.json" rounds_done) == 12 ]] &&
+    grep -q "killed server" "$D/kill.log"; then
+    pass "swarm survives a killed peer ($(grep -o 'loss [0-9.]* -> [0-9.]*' "$D/kill.log"))"
+  else
+    fail "swarm with a killed peer: $(tail -3 "$D/kill.log")"
+  fi
+else
+  fail "swarm with a killed peer exited $?: $(tail -5 "$D/kill.log")"
+fi
+
+# 1b. A replica dies inside the averaging of round 2: its stage's survivor shrinks the group and
+# goes on.
+out=$D/avgkill
+if timeout -s KILL 120 "$SWARM" local "${SMALL[@]}" --peers 4 --trainers 1 --inflight 3 --global-batch 8 \
+  --rounds 5 --exit-in-averaging server1:2 --out "$out" >"$D/avgkill.log" 2>&1 &&
+  [[ $(field "$out/summary.json" rounds_done) == 5 ]] && grep -q "dying inside the averaging" "$out"/logs/server1.log &&
+  grep -q "shrinking" "$out"/logs/server3.log; then
+  pass "a replica dying mid-averaging: the survivor shrank the group and training finished"
+else
+  fail "replica dying mid-averaging: $(tail -3 "$D/avgkill.log"); $(grep -h "averag\|shrink" "$out"/logs/server*.log 2>/dev/null | head -5)"
+fi
+
+# 2. The static pipeline over the same peers stops at the kill, with a message naming the peer.
+out=$D/static
+if timeout -s KILL 120 "$SWARM" local "${SMALL[@]}" --peers 4 --trainers 1 --inflight 3 --global-batch 8 \
+  --rounds 12 --kill-at 2 --routing static --out "$out" >"$D/static.log" 2>&1; then
+  fail "the static pipeline reported success after losing a peer"
+elif [[ $(field "$out/summary.json" completed) == False && $(field "$out/summary.json" trainer_failures) == 1 ]] &&
+  grep -q "static pipeline: stage .* failed" "$out"/logs/trainer0.log; then
+  pass "static pipeline stops when a peer dies: $(grep -o 'static pipeline: stage [0-9]* replica [a-z0-9]*' "$out"/logs/trainer0.log | head -1)"
+else
+  fail "static pipeline with a killed peer: $(tail -3 "$D/static.log")"
+fi
+
+# 3. Rebalancing: three of four peers start on stage 0; one moves to stage 1.
+out=$D/rebalance
+if timeout -s KILL 120 "$SWARM" local "${SMALL[@]}" --peers 4 --trainers 1 --inflight 4 --global-batch 8 \
+  --rounds 25 --placement 0,0,0,1 --rebalance-period 1 --rebalance-threshold 0.1 --out "$out" \
+  >"$D/rebalance.log" 2>&1 && [[ $(field "$out/summary.json" moves) -ge 1 ]] &&
+  grep -q "rebalancing: stage 0 -> 1" "$out"/logs/server*.log; then
+  pass "rebalancing moved $(field "$out/summary.json" moves) peer(s) from stage 0 to stage 1"
+else
+  fail "rebalancing: $(tail -3 "$D/rebalance.log"); $(grep -h rebalancing "$out"/logs/*.log 2>/dev/null)"
+fi
+
+# 4. Bad invocations: clear errors, non-zero exit.
+msg=$("$SWARM" local "${SMALL[@]}" --peers 1 --out "$D/bad" 2>&1)
+if [[ $? -ne 0 && $msg == *"cannot cover 2 stages"* ]]; then pass "too few peers: $msg"; else fail "too few peers: $msg"; fi
+msg=$(timeout 60 "$SWARM" reference --stages 2 --d-model 32 --layers 2 --seq-len 16 --rounds 1 --corpus /nonexistent 2>&1)
+if [[ $? -ne 0 && $msg == *"/nonexistent"* && $msg == *fortunes* ]]; then pass "missing corpus: $msg"
+else fail "missing corpus: $msg"; fi
+msg=$("$SWARM" local --codec int4 2>&1)
+if [[ $? -ne 0 && $msg == *codec* ]]; then pass "unknown codec rejected"; else fail "unknown codec: $msg"; fi
+
+# Nothing left running (servers and trainers also die with their launcher: PR_SET_PDEATHSIG).
+sleep 0.5
+if pgrep -f "shoal-swarm (serve|train)" >/dev/null; then
+  fail "processes left behind: $(pgrep -af "shoal-swarm (serve|train)")"
+fi
+[[ $fails -eq 0 ]] && echo "all swarm end-to-end cases passed"
+exit $((fails > 0))
