@@ -24,7 +24,7 @@ run correctness --stages 3 --peers 3 --trainers 1 --inflight 1 --global-batch 8 
 run het-swarm "${SWARM9[@]}" --global-batch 144 --rounds 6
 run het-static "${SWARM9[@]}" --global-batch 144 --rounds 3 --routing static
 # 3. failures: 3 of the 9 peers (33 %) killed at 25, 45 and 65 s; rebalancing every 8 s
-run fail-swarm "${SWARM9[@]}" --global-batch 96 --rounds 22 --kill-at 25,45,65 --rebalance-period 8
+run fail-swarm "${SWARM9[@]}" --global-batch 96 --rounds 22 --kill-at 25,45,65 --rebalance-period 8 --check-reference
 run fail-static "${SWARM9[@]}" --global-batch 96 --rounds 10 --kill-at 25 --routing static
 # 4. rebalancing: 7 of 9 equal peers piled on stage 0
 run rebalance --stages 3 --peers 9 --trainers 2 --inflight 8 --device-ms 20 --global-batch 48 \

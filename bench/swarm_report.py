@@ -116,11 +116,30 @@ def main(base, img):
             frac = float(at2["samples_per_s"]) / best if at2 and float(at2["time_s"]) < kill_times[i + 1] else float("nan")
             out.append(f"| {t0:.0f} s | {best:.1f} | {('%.1f s' % (float(hit['time_s']) - t0)) if hit else 'not before the next kill'} | "
                        f"{float(at2['samples_per_s']) if at2 else float('nan'):.1f} | {frac:.2f} |")
+        if "reference_loss" in s:
+            ref = s["reference_loss"]
+            worst = max(range(len(ref)), key=lambda i: abs(ref[i] - s["round_loss"][i]))
+            diffs = sorted(abs(a - b) for a, b in zip(ref, s["round_loss"]))
+            out.append(f"\nSingle-process training on the same batches (no failures): loss {ref[0]:.3f} -> {ref[-1]:.3f}. "
+                       f"Per round, the swarm's loss differs from it by at most {diffs[-1]:.3f} (round {worst}: "
+                       f"{s['round_loss'][worst]:.3f} against {ref[worst]:.3f}), otherwise by at most {diffs[-2]:.4f}; "
+                       f"the differences come from the gradients the killed and moving peers dropped.\n")
         if fst:
             st = fst["summary"]
             out.append(f"\nStatic pipelines, same peers, one kill at {st['kills'][0]['time_s']:.0f} s: "
                        f"{st['rounds_done']}/{st['rounds']} rounds, trainer failures {st['trainer_failures']} "
                        f"({'stopped' if not st['completed'] else 'completed'}).\n")
+        if "reference_loss" in s:
+            plt.figure(figsize=(6, 4))
+            plt.plot(s["round_loss"], label="swarm, 3 of 9 peers killed")
+            plt.plot(s["reference_loss"], linestyle="--", label="single process, no failures")
+            plt.xlabel("round")
+            plt.ylabel("loss")
+            plt.legend()
+            plt.grid(alpha=0.3)
+            plt.tight_layout()
+            plt.savefig(os.path.join(img, "swarm-failures-loss.png"), dpi=100)
+            plt.close()
         plt.figure(figsize=(7, 4))
         t = col(prog, "time_s")
         plt.plot(t, col(prog, "samples_per_s"), label="SWARM samples/s (5 s window)")
@@ -167,7 +186,7 @@ def main(base, img):
         for k in range(len(reps[0])):
             ax2.step(t, [x[k] for x in reps], where="post", linestyle="--", label=f"replicas of stage {k}")
         ax2.set_ylabel("replicas")
-        fig.legend(fontsize=8, loc="center right")
+        fig.legend(fontsize=8, loc="lower right", bbox_to_anchor=(0.86, 0.14))
         ax.grid(alpha=0.3)
         fig.tight_layout()
         fig.savefig(os.path.join(img, "swarm-rebalance.png"), dpi=100)
@@ -177,8 +196,10 @@ def main(base, img):
     codecs = [(c, r) for c, r in codecs if r]
     if codecs:
         out.append("### 5. Compression between stages\n")
-        out.append("| codec | bytes per sample between stages | vs none | final loss | mean loss, last 10 rounds |")
-        out.append("|---|---|---|---|---|")
+        out.append("| codec | bytes per sample between stages | vs none | final loss | mean loss, last 10 rounds | "
+                   "largest per-round loss difference from none |")
+        out.append("|---|---|---|---|---|---|")
+        base_loss = codecs[0][1]["summary"]["round_loss"]
         base_bytes = codecs[0][1]["summary"]["bytes_between_stages_per_sample"]
         plt.figure(figsize=(6, 4))
         for c, r in codecs:
@@ -186,7 +207,8 @@ def main(base, img):
             tail = s["round_loss"][-10:]
             out.append(f"| {c} | {s['bytes_between_stages_per_sample']:.0f} | "
                        f"{s['bytes_between_stages_per_sample'] / base_bytes:.2f} | {s['round_loss'][-1]:.4f} | "
-                       f"{sum(tail) / len(tail):.4f} |")
+                       f"{sum(tail) / len(tail):.4f} | "
+                       f"{max(abs(a - b) for a, b in zip(s['round_loss'], base_loss)):.4f} |")
             plt.plot(s["round_loss"], label=c)
         plt.xlabel("round")
         plt.ylabel("loss")

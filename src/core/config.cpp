@@ -84,6 +84,8 @@ const std::vector<Setting>& settings() {
       {"SHOAL_SWARM_MAX_MESSAGE", "bytes", "1G",
        "largest SWARM message body (activations, gradients, state) a stage server or trainer "
        "accepts; a larger frame is refused before anything is allocated for it"},
+      {"SHOAL_SWARM_TRACE", "int", "0",
+       "1: stage servers log the timing of every averaging round (group formed, reduced, stepped)"},
   };
   return table;
 }

@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "shoal/communicator.hpp"
+#include "core/config.hpp"
 #include "shoal/error.hpp"
 #include "swarm/net/rebalance.hpp"
 #include "swarm/net/rpc.hpp"
@@ -329,7 +330,15 @@ struct StageServer::Impl {
     std::string base = keys::averaging(k, r);
     std::vector<std::string> keys_, ids;
     for (int i = 0; i < size; ++i) keys_.push_back(base + "/member/" + std::to_string(i));
-    store->wait(keys_, opt.averaging_timeout);
+    // Poll: a blocking wait would hold this process's store connection, which the request
+    // threads need for their claims.
+    auto deadline = Clock::now() + opt.averaging_timeout;
+    while (!store->check(keys_)) {
+      if (Clock::now() > deadline)
+        throw TimeoutError("swarm: members of the averaging group of stage " + std::to_string(k) + " round " +
+                           std::to_string(r) + " did not all register");
+      std::this_thread::sleep_for(Milliseconds(1));
+    }
     for (auto& key : keys_) ids.push_back(store->get_string(key));
     std::sort(ids.begin(), ids.end());
     return ids;
@@ -343,13 +352,7 @@ struct StageServer::Impl {
     double formed_ms = seconds_since(started) * 1e3, t_group = 0, t_reduce = 0;
     bool stepped = false;
     if (rank < size) {
-      std::vector<torch::Tensor> pieces;
-      {
-        std::lock_guard<std::mutex> lock(model_mu);
-        for (auto& a : accum) pieces.push_back(a.flatten());
-        pieces.push_back(torch::full({1}, static_cast<float>(accum_count)));
-      }
-      auto mine = torch::cat(pieces);
+      auto mine = flat_accumulators();
       auto sum = mine.clone();
       try {
         auto members = group_members(k, r, size);
@@ -393,25 +396,27 @@ struct StageServer::Impl {
     }
     if (!stepped) {
       // Late or failed: take the stepped state from a replica that made it, else step alone.
-      if (!load_state_from_peer(k, r + 1, opt.averaging_timeout)) {
-        std::vector<torch::Tensor> pieces;
-        {
-          std::lock_guard<std::mutex> lock(model_mu);
-          for (auto& a : accum) pieces.push_back(a.flatten());
-          pieces.push_back(torch::full({1}, static_cast<float>(accum_count)));
-        }
-        step_with(torch::cat(pieces), r);
-      }
+      if (!load_state_from_peer(k, r + 1, opt.averaging_timeout)) step_with(flat_accumulators(), r);
     }
     store->set(keys::stepped(k, r), "1");
     store->set(keys::stage_round(k), std::to_string(round.load()));
-    if (std::getenv("SHOAL_SWARM_TRACE"))
+    if (config::get_int("SHOAL_SWARM_TRACE"))
       log(opt.id, "round " + std::to_string(r) + ": group " + std::to_string(rank) + "/" + std::to_string(size) +
                       " formed in " + std::to_string(formed_ms) + " ms, communicator at " + std::to_string(t_group) +
                       " ms, reduced at " + std::to_string(t_reduce) + " ms, stepped after " +
                       std::to_string(seconds_since(started) * 1e3) + " ms");
     round_cv.notify_all();
     announce();
+  }
+
+  /// The gradient sums, flattened, followed by the number of micro-batches they cover: the
+  /// buffer the replicas of a stage all_reduce.
+  torch::Tensor flat_accumulators() {
+    std::vector<torch::Tensor> pieces;
+    std::lock_guard<std::mutex> lock(model_mu);
+    for (auto& a : accum) pieces.push_back(a.flatten());
+    pieces.push_back(torch::full({1}, static_cast<float>(accum_count)));
+    return torch::cat(pieces);
   }
 
   /// Gradients = summed accumulators / summed micro-batch count, then one optimizer step.
