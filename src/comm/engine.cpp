@@ -380,7 +380,19 @@ void Engine::on_recv_complete(uint64_t cookie) { completions_.push_back(cookie);
 void Engine::on_connection_error(int culprit, ErrorCode code, const std::string& message) {
   if (code == ErrorCode::PeerFailure && culprit >= 0 && culprit < size_ && culprit != rank_)
     peer_failed_[culprit].store(true, std::memory_order_release);
-  if (!pending_error_) pending_error_ = PendingError{code, message, culprit};
+  if (pending_error_) return;
+  std::string full = message;
+  if (code == ErrorCode::PeerFailure) {
+    // The first connection to break is not always the dead rank's: a survivor that saw the
+    // death first and closed may reach us sooner. Name every rank whose end is already closed.
+    std::string others;
+    for (int p = 0; p < size_; ++p)
+      if (p != rank_ && p != culprit && conns_[p] && conns_[p]->peer_gone())
+        others += (others.empty() ? "" : ", ") + std::to_string(p);
+    if (!others.empty())
+      full += "; the connections of rank(s) " + others + " are closed too: one of them may have failed first";
+  }
+  pending_error_ = PendingError{code, full, culprit};
 }
 
 void Engine::drain() {

@@ -61,6 +61,8 @@ class Connection {
 
   int fd() const { return stream_->fd(); }
   Stream& stream() { return *stream_; }
+  /// The peer closed or reset its end of the stream (see Stream::peer_gone).
+  bool peer_gone() const { return stream_ && stream_->peer_gone(); }
   int peer() const { return peer_; }
 
   void post_send(const SendRequest& request);

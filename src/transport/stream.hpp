@@ -29,6 +29,9 @@ class Stream {
   virtual void wait_writable(int timeout_ms) = 0;
   /// No more bytes will be written; the peer reads the end of the stream after what was sent.
   virtual void shutdown_write() = 0;
+  /// True when the peer has closed or reset its end (the kernel knows, whatever data is still
+  /// queued): used to name every rank that vanished when one connection breaks.
+  virtual bool peer_gone() const { return false; }
   /// Tells the stream that fd() was reported readable (a shared-memory stream then looks at
   /// its socket; a socket stream needs nothing).
   virtual void notify_readable() {}

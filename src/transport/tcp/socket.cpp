@@ -212,4 +212,20 @@ bool read_all(int fd, void* data, size_t len, Clock::time_point deadline, std::s
   return true;
 }
 
+bool peer_closed(int fd) {
+  tcp_info info{};
+  socklen_t len = sizeof info;
+  if (getsockopt(fd, IPPROTO_TCP, TCP_INFO, &info, &len) != 0) return false;
+  switch (info.tcpi_state) {
+    case TCP_CLOSE_WAIT:  // FIN received
+    case TCP_LAST_ACK:
+    case TCP_CLOSING:
+    case TCP_TIME_WAIT:
+    case TCP_CLOSE:  // reset
+      return true;
+    default:
+      return false;
+  }
+}
+
 }  // namespace shoal::transport::tcp

@@ -35,6 +35,9 @@ int listen_on(const std::string& ip, uint16_t& port);
 int connect_with_retry(const std::string& ip, uint16_t port, Clock::time_point deadline,
                        const std::string& what);
 
+/// True when the other end of the connected TCP socket `fd` sent FIN or RST (TCP_INFO state).
+bool peer_closed(int fd);
+
 /// TCP_NODELAY, SO_SNDBUF/SO_RCVBUF (SHOAL_SOCKET_BUFFER), O_NONBLOCK.
 void configure_data_socket(int fd);
 

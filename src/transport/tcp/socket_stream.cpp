@@ -1,5 +1,7 @@
 #include "transport/tcp/socket_stream.hpp"
 
+#include "transport/tcp/socket.hpp"
+
 #include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -25,5 +27,7 @@ void SocketStream::wait_writable(int timeout_ms) {
 }
 
 void SocketStream::shutdown_write() { shutdown(fd_, SHUT_WR); }
+
+bool SocketStream::peer_gone() const { return fd_ >= 0 && peer_closed(fd_); }
 
 }  // namespace shoal::transport::tcp

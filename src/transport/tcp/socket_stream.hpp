@@ -14,6 +14,7 @@ class SocketStream : public Stream {
   ssize_t read(void* dst, size_t len) override;
   void wait_writable(int timeout_ms) override;
   void shutdown_write() override;
+  bool peer_gone() const override;
   const char* kind() const override { return "tcp"; }
 
  private:

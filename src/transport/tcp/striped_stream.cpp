@@ -1,5 +1,7 @@
 #include "transport/tcp/striped_stream.hpp"
 
+#include "transport/tcp/socket.hpp"
+
 #include <poll.h>
 #include <sys/epoll.h>
 #include <sys/socket.h>
@@ -235,6 +237,12 @@ void StripedStream::wait_writable(int timeout_ms) {
   poll(fds.data(), fds.size(), timeout_ms);
   for (auto& r : rails_)
     if (error_ == 0 && !flush(r)) error_ = errno;
+}
+
+bool StripedStream::peer_gone() const {
+  for (const Rail& r : rails_)
+    if (peer_closed(r.fd)) return true;
+  return false;
 }
 
 void StripedStream::shutdown_write() {

@@ -30,6 +30,7 @@ class StripedStream : public Stream {
   ssize_t read(void* dst, size_t len) override;
   void wait_writable(int timeout_ms) override;
   void shutdown_write() override;
+  bool peer_gone() const override;
   void notify_readable() override;
   const char* kind() const override { return "tcp"; }
   size_t rails() const { return rails_.size(); }
