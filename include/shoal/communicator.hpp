@@ -33,6 +33,15 @@ struct Options {
   std::chrono::milliseconds timeout{0};
 };
 
+/// Per-call settings of all_reduce, all_gather and reduce_scatter; every rank must pass the
+/// same (a difference is a MismatchError like any other).
+struct CallOptions {
+  /// A registry row of the collective (`shoal-info --algorithms`), e.g. "rabenseifner": it runs
+  /// this call, before SHOAL_ALGO and the dispatcher, and never the flat or hierarchical paths.
+  /// Empty: the usual choice. An unknown name is an InvalidArgumentError.
+  std::string algorithm;
+};
+
 class Communicator {
  public:
   /// Joins the job described by the launcher's environment: torchrun, shoal-run, Open MPI's
@@ -83,6 +92,14 @@ class Communicator {
   void all_reduce(void* buf, size_t count, DataType dtype, ReduceOp op) {
     all_reduce(buf, buf, count, dtype, op);
   }
+  /// With per-call options (the algorithm to use).
+  void all_reduce(const void* send, void* recv, size_t count, DataType dtype, ReduceOp op, const CallOptions& call) {
+    all_reduce_call(send, recv, count, dtype, op, true, &call).wait();
+  }
+  Work all_reduce_async(const void* send, void* recv, size_t count, DataType dtype, ReduceOp op,
+                        const CallOptions& call) {
+    return all_reduce_call(send, recv, count, dtype, op, false, &call);
+  }
   Work all_reduce_async(void* buf, size_t count, DataType dtype, ReduceOp op) {
     return all_reduce_async(buf, buf, count, dtype, op);
   }
@@ -106,6 +123,12 @@ class Communicator {
   void all_gather(const void* send, void* recv, size_t count, DataType dtype) {
     all_gather_call(send, recv, count, dtype, true).wait();
   }
+  void all_gather(const void* send, void* recv, size_t count, DataType dtype, const CallOptions& call) {
+    all_gather_call(send, recv, count, dtype, true, &call).wait();
+  }
+  Work all_gather_async(const void* send, void* recv, size_t count, DataType dtype, const CallOptions& call) {
+    return all_gather_call(send, recv, count, dtype, false, &call);
+  }
   void all_gather(void* buf, size_t count, DataType dtype) {
     all_gather(static_cast<char*>(buf) + rank() * count * size_of(dtype), buf, count, dtype);
   }
@@ -126,6 +149,14 @@ class Communicator {
   Work reduce_scatter_async(const void* send, void* recv, size_t count, DataType dtype, ReduceOp op);
   void reduce_scatter(const void* send, void* recv, size_t count, DataType dtype, ReduceOp op) {
     reduce_scatter_call(send, recv, count, dtype, op, true).wait();
+  }
+  void reduce_scatter(const void* send, void* recv, size_t count, DataType dtype, ReduceOp op,
+                      const CallOptions& call) {
+    reduce_scatter_call(send, recv, count, dtype, op, true, &call).wait();
+  }
+  Work reduce_scatter_async(const void* send, void* recv, size_t count, DataType dtype, ReduceOp op,
+                            const CallOptions& call) {
+    return reduce_scatter_call(send, recv, count, dtype, op, false, &call);
   }
   /// In place: buf holds size()*count elements; the result lands in this rank's block.
   void reduce_scatter(void* buf, size_t count, DataType dtype, ReduceOp op) {
@@ -253,9 +284,12 @@ class Communicator {
  private:
   explicit Communicator(std::unique_ptr<detail::CommImpl> impl);
   /// `blocking`: the caller waits at once, so a small collective may run on its thread.
-  Work all_reduce_call(const void* send, void* recv, size_t count, DataType dtype, ReduceOp op, bool blocking);
-  Work all_gather_call(const void* send, void* recv, size_t count, DataType dtype, bool blocking);
-  Work reduce_scatter_call(const void* send, void* recv, size_t count, DataType dtype, ReduceOp op, bool blocking);
+  Work all_reduce_call(const void* send, void* recv, size_t count, DataType dtype, ReduceOp op, bool blocking,
+                       const CallOptions* call = nullptr);
+  Work all_gather_call(const void* send, void* recv, size_t count, DataType dtype, bool blocking,
+                       const CallOptions* call = nullptr);
+  Work reduce_scatter_call(const void* send, void* recv, size_t count, DataType dtype, ReduceOp op, bool blocking,
+                           const CallOptions* call = nullptr);
   Work broadcast_call(const void* send, void* recv, size_t count, DataType dtype, int root, bool blocking);
   Work reduce_call(const void* send, void* recv, size_t count, DataType dtype, ReduceOp op, int root,
                    bool blocking);

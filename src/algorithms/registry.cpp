@@ -262,6 +262,7 @@ const AlgorithmInfo& first_row(Collective collective) {
 }
 
 const AlgorithmInfo& choose(const CollectiveArgs& args) {
+  if (args.forced && args.algorithm) return *args.algorithm;
   if (const AlgorithmInfo* forced = override_for(args.collective, args.count * size_of(args.dtype)))
     return *forced;
   if (args.algorithm) {

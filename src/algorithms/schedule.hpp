@@ -41,6 +41,8 @@ struct CollectiveArgs {
   /// The row the dispatcher chose (src/tune); null: the first row of the collective. A
   /// matching SHOAL_ALGO rule still wins (algorithms::choose), and the name is in signature().
   const AlgorithmInfo* algorithm = nullptr;
+  /// The caller asked for `algorithm` on this very call (CallOptions): it beats SHOAL_ALGO.
+  bool forced = false;
 };
 
 enum class Buffer : uint8_t { input, output, scratch };

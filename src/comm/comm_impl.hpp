@@ -19,8 +19,13 @@ class CommImpl {
   CommImpl(std::shared_ptr<Store> store, int rank, int size, const Options& options);
 
   /// Validates the call (InvalidArgumentError before anything is sent) and queues it.
+  /// `forced`: the row the caller asked for (CallOptions), past SHOAL_ALGO and the dispatcher.
   Work submit(algorithms::Collective collective, const void* input, void* output, uint64_t count,
-              DataType dtype, ReduceOp op, int root, int peer = -1, int tag = 0, bool blocking = false);
+              DataType dtype, ReduceOp op, int root, int peer = -1, int tag = 0, bool blocking = false,
+              const algorithms::AlgorithmInfo* forced = nullptr);
+  /// The row `call` names for `collective` (null when it names none); InvalidArgumentError
+  /// for a name the registry does not have for that collective.
+  const algorithms::AlgorithmInfo* forced_algorithm(algorithms::Collective collective, const CallOptions* call) const;
 
   /// What the dispatcher's choice depends on (equal on all ranks): world, ranks per host, and
   /// shm when every rank shares one host's memory, else tcp.

@@ -96,7 +96,8 @@ std::string CommImpl::transport_summary() const {
 }
 
 Work CommImpl::submit(Collective collective, const void* input, void* output, uint64_t count,
-                      DataType dtype, ReduceOp op, int root, int peer, int tag, bool blocking) {
+                      DataType dtype, ReduceOp op, int root, int peer, int tag, bool blocking,
+                      const algorithms::AlgorithmInfo* forced) {
   const auto name = algorithms::to_string(collective);
   SHOAL_CHECK(static_cast<int>(dtype) < kNumDataTypes, InvalidArgument,
               name << ": invalid data type " << static_cast<int>(dtype));
@@ -127,8 +128,9 @@ Work CommImpl::submit(Collective collective, const void* input, void* output, ui
   a.size = size;
   a.chunk_bytes = chunk_bytes;
   a.in_place = input != nullptr && input == output;
-  const bool flat = flat_eligible(a);
-  a.algorithm = dispatch(a, flat);  // a SHOAL_ALGO rule still wins (algorithms::choose)
+  const bool flat = !forced && flat_eligible(a);
+  a.algorithm = forced ? forced : dispatch(a, flat);  // a SHOAL_ALGO rule still wins unless forced
+  a.forced = forced != nullptr;
   const uint64_t in_bytes = algorithms::input_bytes(a), out_bytes = algorithms::output_bytes(a);
   SHOAL_CHECK(in_bytes == 0 || input != nullptr, InvalidArgument,
               name << ": the input buffer is null but " << in_bytes << " bytes are needed");
@@ -144,6 +146,15 @@ Work CommImpl::submit(Collective collective, const void* input, void* output, ui
     if (blocking && engine->idle()) return run_flat_here(req);
   }
   return Work(engine->submit(req));
+}
+
+const algorithms::AlgorithmInfo* CommImpl::forced_algorithm(Collective collective, const CallOptions* call) const {
+  if (!call || call->algorithm.empty()) return nullptr;
+  const auto* row = algorithms::find_algorithm(collective, call->algorithm);
+  SHOAL_CHECK(row, InvalidArgument,
+              algorithms::to_string(collective) << ": no algorithm '" << call->algorithm
+                                                << "' (CallOptions::algorithm; shoal-info --algorithms lists them)");
+  return row;
 }
 
 bool CommImpl::flat_eligible(const algorithms::CollectiveArgs& a) const {
@@ -224,29 +235,36 @@ int Communicator::local_size() const { return impl_->topology.local_size; }
 int Communicator::num_hosts() const { return impl_->topology.num_hosts; }
 
 Work Communicator::all_reduce_call(const void* send, void* recv, size_t count, DataType dtype, ReduceOp op,
-                                   bool blocking) {
-  if (auto w = impl_->try_hierarchical({Collective::all_reduce, send, recv, count, dtype, op}, blocking)) return *w;
+                                   bool blocking, const CallOptions* call) {
+  const auto* forced = impl_->forced_algorithm(Collective::all_reduce, call);
+  if (!forced)
+    if (auto w = impl_->try_hierarchical({Collective::all_reduce, send, recv, count, dtype, op}, blocking)) return *w;
   impl_->fence_hierarchical();
-  return impl_->submit(Collective::all_reduce, send, recv, count, dtype, op, -1, -1, 0, blocking);
+  return impl_->submit(Collective::all_reduce, send, recv, count, dtype, op, -1, -1, 0, blocking, forced);
 }
 Work Communicator::all_gather_async(const void* send, void* recv, size_t count, DataType dtype) {
   return all_gather_call(send, recv, count, dtype, false);
 }
-Work Communicator::all_gather_call(const void* send, void* recv, size_t count, DataType dtype, bool blocking) {
-  if (auto w = impl_->try_hierarchical({Collective::all_gather, send, recv, count, dtype, ReduceOp::sum}, blocking))
-    return *w;
+Work Communicator::all_gather_call(const void* send, void* recv, size_t count, DataType dtype, bool blocking,
+                                   const CallOptions* call) {
+  const auto* forced = impl_->forced_algorithm(Collective::all_gather, call);
+  if (!forced)
+    if (auto w = impl_->try_hierarchical({Collective::all_gather, send, recv, count, dtype, ReduceOp::sum}, blocking))
+      return *w;
   impl_->fence_hierarchical();
-  return impl_->submit(Collective::all_gather, send, recv, count, dtype, ReduceOp::sum, -1, -1, 0, blocking);
+  return impl_->submit(Collective::all_gather, send, recv, count, dtype, ReduceOp::sum, -1, -1, 0, blocking, forced);
 }
 Work Communicator::reduce_scatter_async(const void* send, void* recv, size_t count, DataType dtype, ReduceOp op) {
   return reduce_scatter_call(send, recv, count, dtype, op, false);
 }
 Work Communicator::reduce_scatter_call(const void* send, void* recv, size_t count, DataType dtype, ReduceOp op,
-                                       bool blocking) {
-  if (auto w = impl_->try_hierarchical({Collective::reduce_scatter, send, recv, count, dtype, op}, blocking))
-    return *w;
+                                       bool blocking, const CallOptions* call) {
+  const auto* forced = impl_->forced_algorithm(Collective::reduce_scatter, call);
+  if (!forced)
+    if (auto w = impl_->try_hierarchical({Collective::reduce_scatter, send, recv, count, dtype, op}, blocking))
+      return *w;
   impl_->fence_hierarchical();
-  return impl_->submit(Collective::reduce_scatter, send, recv, count, dtype, op, -1, -1, 0, blocking);
+  return impl_->submit(Collective::reduce_scatter, send, recv, count, dtype, op, -1, -1, 0, blocking, forced);
 }
 Work Communicator::broadcast_async(const void* send, void* recv, size_t count, DataType dtype, int root) {
   return broadcast_call(send, recv, count, dtype, root, false);

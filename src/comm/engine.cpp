@@ -388,9 +388,8 @@ void Engine::on_connection_error(int culprit, ErrorCode code, const std::string&
     std::string others;
     for (int p = 0; p < size_; ++p)
       if (p != rank_ && p != culprit && conns_[p] && conns_[p]->peer_gone())
-        others += (others.empty() ? "" : ", ") + std::to_string(p);
-    if (!others.empty())
-      full += "; the connections of rank(s) " + others + " are closed too: one of them may have failed first";
+        others += (others.empty() ? "rank " : ", rank ") + std::to_string(p);
+    if (!others.empty()) full += "; " + others + " closed their connections too: one of them may have failed first";
   }
   pending_error_ = PendingError{code, full, culprit};
 }

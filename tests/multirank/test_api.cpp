@@ -7,6 +7,7 @@
 #include <numeric>
 #include <thread>
 
+#include "algorithms/registry.hpp"
 #include "support/ranks.hpp"
 
 namespace shoal::testing {
@@ -240,6 +241,63 @@ TEST(Split, AMismatchedCallFailsInsteadOfHanging) {
     int32_t x[4] = {1, 2, 3, 4}, all[8];
     if (c.rank() == 0) EXPECT_THROW(c.split(0, 0), MismatchError);
     else c.all_gather(x, all, 4, DataType::int32);
+  }, options);
+  EXPECT_EQ(err, "");
+}
+
+// CallOptions::algorithm runs the named registry row for one call: every row of the three
+// collectives gives the reference result (small sizes that would otherwise take the flat path
+// included), ranks naming different rows get MismatchError, an unknown name InvalidArgumentError.
+TEST(CallOptions, EveryNamedAlgorithmRunsTheCallCorrectly) {
+  std::string err = run_ranks(3, [](Communicator& c) {
+    const int p = c.size(), r = c.rank();
+    int forced_calls = 0;
+    for (const auto& row : algorithms::registry()) {
+      CallOptions call;
+      call.algorithm = std::string(row.name);
+      for (size_t n : {size_t{7}, size_t{50000}}) {
+        SCOPED_TRACE(std::string(algorithms::to_string(row.collective)) + ":" + call.algorithm + " n=" +
+                     std::to_string(n));
+        if (row.collective == algorithms::Collective::all_reduce) {
+          std::vector<int32_t> in(n), out(n);
+          for (size_t i = 0; i < n; ++i) in[i] = static_cast<int32_t>(i) * (r + 1);
+          c.all_reduce(in.data(), out.data(), n, DataType::int32, ReduceOp::sum, call);
+          for (size_t i = 0; i < n; i += 997) EXPECT_EQ(out[i], static_cast<int32_t>(i) * p * (p + 1) / 2);
+        } else if (row.collective == algorithms::Collective::all_gather) {
+          std::vector<int32_t> in(n, r + 10), out(n * p);
+          c.all_gather_async(in.data(), out.data(), n, DataType::int32, call).wait();
+          for (int q = 0; q < p; ++q) EXPECT_EQ(out[q * n + n - 1], q + 10);
+        } else if (row.collective == algorithms::Collective::reduce_scatter) {
+          std::vector<int32_t> in(n * p), out(n);
+          for (size_t i = 0; i < n * p; ++i) in[i] = static_cast<int32_t>(i % 1000) + r;
+          c.reduce_scatter(in.data(), out.data(), n, DataType::int32, ReduceOp::sum, call);
+          for (size_t i = 0; i < n; i += 991)
+            EXPECT_EQ(out[i], p * static_cast<int32_t>((r * n + i) % 1000) + p * (p - 1) / 2);
+        } else {
+          continue;
+        }
+        ++forced_calls;
+      }
+    }
+    EXPECT_GE(forced_calls, 2 * 10) << "ring, recursive, Rabenseifner, Bruck, Swing, binomial... for three collectives";
+  });
+  EXPECT_EQ(err, "");
+}
+
+TEST(CallOptions, DifferentAlgorithmsOnTwoRanksAreAMismatchAndUnknownNamesAreRejected) {
+  Options options;
+  options.timeout = 20s;
+  std::string err = run_ranks(2, [](Communicator& c) {
+    std::vector<float> x(100000, 1.0f);
+    CallOptions bad;
+    bad.algorithm = "no_such_algorithm";
+    EXPECT_THROW(c.all_reduce(x.data(), x.data(), x.size(), DataType::float32, ReduceOp::sum, bad),
+                 InvalidArgumentError);
+    c.all_reduce(x.data(), x.data(), x.size(), DataType::float32, ReduceOp::sum);  // still usable
+    EXPECT_EQ(x[0], 2.0f);
+    CallOptions mine;
+    mine.algorithm = c.rank() == 0 ? "ring" : "rabenseifner";
+    EXPECT_THROW(c.all_reduce(x.data(), x.data(), x.size(), DataType::float32, ReduceOp::sum, mine), MismatchError);
   }, options);
   EXPECT_EQ(err, "");
 }
