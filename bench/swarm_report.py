@@ -50,6 +50,20 @@ def best_bottleneck(rates, stages):
     return best
 
 
+def plot_losses(curves, path):
+    """Loss per round of each (label, losses, linestyle) into one figure at path."""
+    plt.figure(figsize=(6, 4))
+    for label, losses, style in curves:
+        plt.plot(losses, linestyle=style, label=label)
+    plt.xlabel("round")
+    plt.ylabel("loss")
+    plt.legend()
+    plt.grid(alpha=0.3)
+    plt.tight_layout()
+    plt.savefig(path, dpi=100)
+    plt.close()
+
+
 def col(rows, key):
     return [float(r[key]) for r in rows]
 
@@ -65,16 +79,8 @@ def main(base, img):
         out.append(f"{s['model']}, {s['rounds_done']} rounds: max |loss(swarm) - loss(single process)| = "
                    f"**{s.get('reference_max_abs_diff', float('nan')):.2e}** "
                    f"(loss {s['round_loss'][0]:.4f} -> {s['round_loss'][-1]:.4f}).\n")
-        plt.figure(figsize=(6, 4))
-        plt.plot(s["round_loss"], label="swarm (3 stages x 1 replica)")
-        plt.plot(s["reference_loss"], linestyle="--", label="single process")
-        plt.xlabel("round")
-        plt.ylabel("loss")
-        plt.legend()
-        plt.grid(alpha=0.3)
-        plt.tight_layout()
-        plt.savefig(os.path.join(img, "swarm-correctness.png"), dpi=100)
-        plt.close()
+        plot_losses([("swarm (3 stages x 1 replica)", s["round_loss"], "-"),
+                     ("single process", s["reference_loss"], "--")], os.path.join(img, "swarm-correctness.png"))
     # 2. heterogeneity
     hs, hst = load(base, "het-swarm"), load(base, "het-static")
     if hs and hst:
@@ -130,16 +136,9 @@ def main(base, img):
                        f"{st['rounds_done']}/{st['rounds']} rounds, trainer failures {st['trainer_failures']} "
                        f"({'stopped' if not st['completed'] else 'completed'}).\n")
         if "reference_loss" in s:
-            plt.figure(figsize=(6, 4))
-            plt.plot(s["round_loss"], label="swarm, 3 of 9 peers killed")
-            plt.plot(s["reference_loss"], linestyle="--", label="single process, no failures")
-            plt.xlabel("round")
-            plt.ylabel("loss")
-            plt.legend()
-            plt.grid(alpha=0.3)
-            plt.tight_layout()
-            plt.savefig(os.path.join(img, "swarm-failures-loss.png"), dpi=100)
-            plt.close()
+            plot_losses([("swarm, 3 of 9 peers killed", s["round_loss"], "-"),
+                         ("single process, no failures", s["reference_loss"], "--")],
+                        os.path.join(img, "swarm-failures-loss.png"))
         plt.figure(figsize=(7, 4))
         t = col(prog, "time_s")
         plt.plot(t, col(prog, "samples_per_s"), label="SWARM samples/s (5 s window)")
@@ -201,7 +200,6 @@ def main(base, img):
         out.append("|---|---|---|---|---|---|")
         base_loss = codecs[0][1]["summary"]["round_loss"]
         base_bytes = codecs[0][1]["summary"]["bytes_between_stages_per_sample"]
-        plt.figure(figsize=(6, 4))
         for c, r in codecs:
             s = r["summary"]
             tail = s["round_loss"][-10:]
@@ -209,14 +207,8 @@ def main(base, img):
                        f"{s['bytes_between_stages_per_sample'] / base_bytes:.2f} | {s['round_loss'][-1]:.4f} | "
                        f"{sum(tail) / len(tail):.4f} | "
                        f"{max(abs(a - b) for a, b in zip(s['round_loss'], base_loss)):.4f} |")
-            plt.plot(s["round_loss"], label=c)
-        plt.xlabel("round")
-        plt.ylabel("loss")
-        plt.legend()
-        plt.grid(alpha=0.3)
-        plt.tight_layout()
-        plt.savefig(os.path.join(img, "swarm-compression.png"), dpi=100)
-        plt.close()
+        plot_losses([(c, r["summary"]["round_loss"], "-") for c, r in codecs],
+                    os.path.join(img, "swarm-compression.png"))
     print("\n".join(out))
 
 

@@ -31,6 +31,7 @@
 #include "swarm/net/codec.hpp"
 #include "swarm/net/rebalance.hpp"
 #include "swarm/net/registry.hpp"
+#include "swarm/net/rpc.hpp"
 #include "swarm/train/data.hpp"
 #include "swarm/train/keys.hpp"
 #include "swarm/train/stage_server.hpp"
@@ -82,12 +83,6 @@ std::vector<std::string> common_args(const Common& c) {
           std::to_string(c.model.seed), "--lr", std::to_string(c.optim.lr), "--micro-batch",
           std::to_string(c.micro_batch), "--global-batch", std::to_string(c.global_batch), "--codec", c.codec,
           "--corpus", c.corpus, "--data-seed", std::to_string(c.data_seed), "--threads", std::to_string(c.threads)};
-}
-
-std::pair<std::string, uint16_t> split_address(const std::string& address) {
-  auto colon = address.rfind(':');
-  if (colon == std::string::npos) throw InvalidArgumentError("expected host:port, got '" + address + "'");
-  return {address.substr(0, colon), static_cast<uint16_t>(std::stoi(address.substr(colon + 1)))};
 }
 
 std::shared_ptr<Registry> open_registry(const Common& c, bool may_host) {
@@ -160,6 +155,16 @@ struct Child {
   int status = 0;
   bool exited = false;
 };
+
+/// Collects `child`'s exit status if it has exited; true once it has.
+bool reap(Child& child) {
+  int status = 0;
+  if (!child.exited && ::waitpid(child.pid, &status, WNOHANG) == child.pid) {
+    child.exited = true;
+    child.status = status;
+  }
+  return child.exited;
+}
 
 pid_t spawn(const std::vector<std::string>& args, const std::string& log_path) {
   std::vector<char*> argv;
@@ -278,14 +283,7 @@ int run_local(Common& c, LocalOptions& o) {
   while (trainers_running() && !g_stop) {
     std::this_thread::sleep_for(std::chrono::milliseconds(250));
     double t = std::chrono::duration<double>(Clock::now() - start).count();
-    for (auto& ch : children) {
-      if (ch.exited) continue;
-      int status = 0;
-      if (::waitpid(ch.pid, &status, WNOHANG) == ch.pid) {
-        ch.exited = true;
-        ch.status = status;
-      }
-    }
+    for (auto& ch : children) reap(ch);
     // Fault injection: kill a random live server whose stage keeps another replica.
     if (next_kill < kill_times.size() && t >= kill_times[next_kill]) {
       ++next_kill;
@@ -371,16 +369,9 @@ int run_local(Common& c, LocalOptions& o) {
     if (!ch.exited) ::kill(ch.pid, SIGTERM);
   auto reap_by = Clock::now() + std::chrono::seconds(10);
   for (auto& ch : children) {
-    while (!ch.exited) {
-      int status = 0;
-      if (::waitpid(ch.pid, &status, WNOHANG) == ch.pid) {
-        ch.exited = true;
-        ch.status = status;
-      } else if (Clock::now() > reap_by) {
-        ::kill(ch.pid, SIGKILL);
-      } else {
-        std::this_thread::sleep_for(std::chrono::milliseconds(20));
-      }
+    while (!reap(ch)) {
+      if (Clock::now() > reap_by) ::kill(ch.pid, SIGKILL);
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }
   }
   // Trainers that failed (a static pipeline that lost a peer stops).

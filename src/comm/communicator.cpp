@@ -11,6 +11,7 @@
 #include "core/check.hpp"
 #include "core/config.hpp"
 #include "store/bootstrap.hpp"
+#include "store/scoped_timeout.hpp"
 #include "transport/shm/shm_mesh.hpp"
 #include "transport/tcp/mesh.hpp"
 #include "transport/tcp/socket_stream.hpp"
@@ -37,8 +38,7 @@ CommImpl::CommImpl(std::shared_ptr<Store> st, int r, int n, const Options& optio
   chunk_bytes = config::get_bytes("SHOAL_CHUNK_BYTES");
   SHOAL_CHECK(chunk_bytes > 0, InvalidArgument, "SHOAL_CHUNK_BYTES must be positive");
   const auto deadline = comm::Clock::now() + timeout;
-  const auto old_timeout = store->timeout();
-  store->set_timeout(timeout);
+  shoal::store::ScopedTimeout store_timeout(*store, timeout);
   const std::string prefix = "shoal/comm" + std::to_string(store->next_communicator_index());
   if (r == 0) {
     comm_id = random_id();
@@ -78,7 +78,7 @@ CommImpl::CommImpl(std::shared_ptr<Store> st, int r, int n, const Options& optio
       ++tcp_peers;
     }
   }
-  store->set_timeout(old_timeout);
+  store_timeout.restore();
   const bool all_shared = shm->all_ranks_share_memory();
   engine = std::make_unique<comm::Engine>(r, n, comm_id, std::move(streams), std::move(shm), timeout);
   if (all_shared) flat_max_bytes_ = engine->shm()->flat_bytes();

@@ -15,6 +15,7 @@
 #include "comm/comm_impl.hpp"
 #include "core/check.hpp"
 #include "core/config.hpp"
+#include "store/scoped_timeout.hpp"
 
 namespace shoal {
 
@@ -32,8 +33,7 @@ Communicator Communicator::shrink(std::chrono::milliseconds wait) {
   scope << "shoal/shrink/" << std::hex << c.comm_id << std::dec << "/" << ++c.shrinks;
   const std::string base = scope.str();
   Store& store = *c.store;
-  const auto old_timeout = store.timeout();
-  store.set_timeout(c.timeout);
+  shoal::store::ScopedTimeout store_timeout(store, c.timeout);
   store.set(base + "/alive/" + std::to_string(c.rank), "1");
   const int64_t arrival = store.add(base + "/count", 1);
   if (arrival == 1) {
@@ -54,7 +54,7 @@ Communicator Communicator::shrink(std::chrono::milliseconds wait) {
     std::stringstream ss(store.get_string(base + "/members"));  // waits (bounded by the timeout)
     for (std::string item; std::getline(ss, item, ',');) members.push_back(std::stoi(item));
   }
-  store.set_timeout(old_timeout);
+  store_timeout.restore();
   const auto me = std::find(members.begin(), members.end(), c.rank);
   if (me == members.end())
     SHOAL_THROW(PeerFailure,
@@ -72,10 +72,10 @@ Communicator Communicator::grow(int joining, const std::string& name) {
   SHOAL_CHECK(joining >= 0, InvalidArgument, "grow: " << joining << " joining processes");
   SHOAL_CHECK(!name.empty(), InvalidArgument, "grow: the name that joining processes pass to join() is empty");
   const std::string base = "shoal/grow/" + name;
-  const auto old_timeout = c.store->timeout();
-  c.store->set_timeout(c.timeout);
-  if (c.rank == 0) c.store->set(base + "/sizes", std::to_string(c.size) + "," + std::to_string(joining));
-  c.store->set_timeout(old_timeout);
+  if (c.rank == 0) {
+    shoal::store::ScopedTimeout store_timeout(*c.store, c.timeout);
+    c.store->set(base + "/sizes", std::to_string(c.size) + "," + std::to_string(joining));
+  }
   Options options;
   options.timeout = c.timeout;
   return create(std::make_shared<PrefixStore>(base + "/comm/", c.store), c.rank, c.size + joining, options);
@@ -85,11 +85,13 @@ Communicator Communicator::join(std::shared_ptr<Store> store, const std::string&
   SHOAL_CHECK(store != nullptr, InvalidArgument, "join: needs the job's store");
   const std::string base = "shoal/grow/" + name;
   const auto timeout = options.timeout.count() > 0 ? options.timeout : config::get_duration("SHOAL_TIMEOUT");
-  const auto old_timeout = store->timeout();
-  store->set_timeout(timeout);
-  const std::string sizes = store->get_string(base + "/sizes");  // waits for the job's grow()
-  const int64_t index = store->add(base + "/joined", 1) - 1;
-  store->set_timeout(old_timeout);
+  std::string sizes;
+  int64_t index = 0;
+  {
+    shoal::store::ScopedTimeout store_timeout(*store, timeout);
+    sizes = store->get_string(base + "/sizes");  // waits for the job's grow()
+    index = store->add(base + "/joined", 1) - 1;
+  }
   const auto comma = sizes.find(',');
   SHOAL_CHECK(comma != std::string::npos, Internal, "join '" << name << "': malformed sizes '" << sizes << "'");
   const int old_size = std::stoi(sizes.substr(0, comma)), joining = std::stoi(sizes.substr(comma + 1));

@@ -16,6 +16,9 @@ namespace shoal::swarm {
 
 using Milliseconds = std::chrono::milliseconds;
 
+/// "host:port" split at the last colon; InvalidArgumentError when there is no valid port.
+std::pair<std::string, uint16_t> split_address(const std::string& address);
+
 /// Largest frame body a server or client accepts (SHOAL_SWARM_MAX_MESSAGE, default 1 GiB).
 uint64_t max_message_bytes();
 

@@ -304,13 +304,13 @@ struct StageServer::Impl {
     int idx = static_cast<int>(store->add(base + "/joined", 1) - 1);
     auto size_key = base + "/size";
     if (idx == 0) {
+      // The replicas to wait for, read once: a lease outlives the join window, so re-reading the
+      // registry while waiting would not drop a dead replica any sooner.
+      int64_t expected = 1;
+      for (auto& p : registry->peers(k)) expected += p.id != opt.id;
       auto deadline = Clock::now() + opt.join_window;
-      while (Clock::now() < deadline) {
-        int64_t live = 0;
-        for (auto& p : registry->peers(k)) live += p.id != opt.id;
-        if (store->add(base + "/joined", 0) >= live + 1) break;
+      while (Clock::now() < deadline && store->add(base + "/joined", 0) < expected)
         std::this_thread::sleep_for(Milliseconds(2));
-      }
       store->set(size_key, std::to_string(store->add(base + "/joined", 0)));
     } else {
       // If the leader dies before closing the group, the first member to notice closes it.

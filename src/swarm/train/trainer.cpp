@@ -31,6 +31,7 @@ struct Trainer::Impl {
 
   std::mutex route_mu;  // routers, pipelines, refresh time
   std::vector<Router> forward_routers, backward_routers;
+  Router& router(int k, bool backward) { return (backward ? backward_routers : forward_routers)[k]; }
   std::vector<std::vector<Router::Replica>> pipelines;  // static: [pipeline][stage]
   Clock::time_point refreshed{};
 
@@ -96,10 +97,8 @@ struct Trainer::Impl {
   RpcClient& client_for(Worker& w, const Router::Replica& r) {
     auto& c = w.clients[r.address];
     if (!c || !c->usable()) {
-      auto colon = r.address.rfind(':');
-      c = std::make_unique<RpcClient>(r.address.substr(0, colon),
-                                      static_cast<uint16_t>(std::stoi(r.address.substr(colon + 1))),
-                                      std::chrono::milliseconds(2000));
+      auto [host, port] = split_address(r.address);
+      c = std::make_unique<RpcClient>(host, port, std::chrono::milliseconds(2000));
     }
     return *c;
   }
@@ -123,7 +122,7 @@ struct Trainer::Impl {
       } else {
         refresh(attempt > 0);
         std::lock_guard<std::mutex> lock(route_mu);
-        replica = (backward ? backward_routers : forward_routers)[k].choose(task);
+        replica = router(k, backward).choose(task);
       }
       if (!replica) {
         if (seconds_since(start) > std::chrono::duration<double>(opt.give_up).count())
@@ -138,7 +137,7 @@ struct Trainer::Impl {
         Message reply = client_for(w, *replica).call(request, opt.request_timeout);
         {
           std::lock_guard<std::mutex> lock(route_mu);
-          (backward ? backward_routers : forward_routers)[k].report_success(replica->id, task, seconds_since(t0));
+          router(k, backward).report_success(replica->id, task, seconds_since(t0));
         }
         std::lock_guard<std::mutex> lock(stats_mu);
         ++counters.requests;
@@ -158,7 +157,7 @@ struct Trainer::Impl {
                      backward ? "backward" : "forward", replica->id.c_str(), e.what());
         {
           std::lock_guard<std::mutex> lock(route_mu);
-          (backward ? backward_routers : forward_routers)[k].report_failure(replica->id, task);
+          router(k, backward).report_failure(replica->id, task);
         }
         std::lock_guard<std::mutex> lock(stats_mu);
         ++counters.retries;
