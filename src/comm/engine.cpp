@@ -5,6 +5,7 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 #include <sstream>
 
@@ -87,6 +88,13 @@ Engine::Engine(int rank, int size, uint64_t comm_id,
     epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, fd, &e);
   }
   spin_ = std::chrono::microseconds(config::get_int("SHOAL_SPIN_US"));
+  heartbeat_limit_ = config::get_duration_or_auto("SHOAL_HEARTBEAT")
+                         .value_or(std::min<std::chrono::milliseconds>(timeout / 2, std::chrono::seconds(30)));
+  if (heartbeat_limit_.count() > 0) {
+    heartbeat_interval_ = std::clamp<std::chrono::milliseconds>(heartbeat_limit_ / 6, std::chrono::milliseconds(10),
+                                                                std::chrono::seconds(1));
+    next_heartbeat_ = Clock::now() + heartbeat_interval_;
+  }
   thread_ = std::thread([this] { loop(); });
 }
 
@@ -178,6 +186,17 @@ void Engine::break_from_caller(ErrorCode code, const std::string& message, int c
   uint64_t one = 1;
   ssize_t ignored = write(wake_fd_, &one, sizeof one);
   (void)ignored;
+}
+
+void Engine::set_outer_names(std::string context, std::vector<int> world_ranks) {
+  std::lock_guard<std::mutex> lock(submit_mutex_);
+  outer_context_ = std::move(context);
+  outer_ranks_ = std::move(world_ranks);
+}
+
+void Engine::set_break_listener(BreakListener listener) {
+  std::lock_guard<std::mutex> lock(listener_mutex_);
+  break_listener_ = std::move(listener);
 }
 
 std::string Engine::describe(const Op& op) const {
@@ -451,9 +470,25 @@ void Engine::break_comm(ErrorCode code, const std::string& message, int peer) {
   for (auto& q : recv_queue_) q.clear();
   completions_.clear();
   dirty_.clear();
+  if (code == ErrorCode::PeerFailure && peer >= 0 && peer < size_ && peer != rank_)
+    peer_failed_[peer].store(true, std::memory_order_release);
+  // Inside another communicator: the culprit by its outer rank too (the caller knows only those).
+  std::string where;
+  int culprit = peer;
+  {
+    std::lock_guard<std::mutex> lock(submit_mutex_);
+    if (!outer_context_.empty()) {
+      where = " [in " + outer_context_;
+      if (peer >= 0 && peer < static_cast<int>(outer_ranks_.size())) {
+        culprit = outer_ranks_[peer];
+        where += ": its rank " + std::to_string(peer) + " is rank " + std::to_string(culprit);
+      }
+      where += "]";
+    }
+  }
   const std::string who = "rank " + std::to_string(rank_) + ": ";
   for (auto& op : running_) {
-    op->work->complete(make_error(code, who + describe(*op) + " failed: " + message, peer));
+    op->work->complete(make_error(code, who + describe(*op) + " failed: " + message + where, culprit));
     outstanding_.fetch_sub(1, std::memory_order_acq_rel);
   }
   running_.clear();
@@ -461,16 +496,19 @@ void Engine::break_comm(ErrorCode code, const std::string& message, int peer) {
   std::deque<std::unique_ptr<Op>> queued;
   {
     std::lock_guard<std::mutex> lock(submit_mutex_);
-    broken_ = make_error(code, who + "the communicator is unusable after an earlier failure: " + message, peer);
+    broken_ = make_error(code, who + "the communicator is unusable after an earlier failure: " + message + where,
+                         culprit);
     broken_flag_.store(true, std::memory_order_release);
     queued.swap(submitted_);
   }
   for (auto* q : {&waiting_, &queued})
     for (auto& op : *q) {
-      op->work->complete(make_error(code, who + describe(*op) + " was not started: " + message, peer));
+      op->work->complete(make_error(code, who + describe(*op) + " was not started: " + message + where, culprit));
       outstanding_.fetch_sub(1, std::memory_order_acq_rel);
     }
   waiting_.clear();
+  std::lock_guard<std::mutex> lock(listener_mutex_);
+  if (break_listener_) break_listener_(code, message + where, culprit);
 }
 
 void Engine::check_timeouts() {
@@ -517,9 +555,47 @@ bool Engine::watch_collective_peers() {
   return false;
 }
 
+bool Engine::check_heartbeats(Clock::time_point now) {
+  if (heartbeat_limit_.count() == 0 || broken_local_ || now < next_heartbeat_) return false;
+  // This thread itself did not run for a while (the process was stopped, the host suspended):
+  // the peers' heartbeats wait unread; judge nobody before they had an interval to arrive.
+  const bool self_stalled = now - next_heartbeat_ > heartbeat_limit_ / 2;
+  next_heartbeat_ = now + heartbeat_interval_;
+  for (int p = 0; p < size_; ++p) {
+    auto& c = conns_[p];
+    if (!c || c->broken() || peer_closed(p)) continue;
+    auto silent = c->silence(now);
+    if (silent >= heartbeat_limit_) {  // read what may be waiting before judging
+      c->progress();
+      if (c->broken() || pending_error_) continue;
+      silent = c->silence(now);
+    }
+    if (silent >= heartbeat_limit_ && !self_stalled) {
+      std::ostringstream os;
+      os.precision(2);
+      os << "rank " << p << " sent nothing for " << std::fixed << std::chrono::duration<double>(silent).count()
+         << " s (heartbeats go every " << std::chrono::duration<double>(heartbeat_interval_).count()
+         << " s; SHOAL_HEARTBEAT=" << std::chrono::duration<double>(heartbeat_limit_).count()
+         << " s): it is frozen (stopped, swapping, stuck in the kernel) or cut off from rank " << rank_
+         << " by the network";
+      peer_failed_[p].store(true, std::memory_order_release);
+      break_comm(ErrorCode::PeerFailure, os.str(), p);
+      return true;
+    }
+    c->keep_alive(now, heartbeat_interval_);
+    dirty_.push_back(p);
+  }
+  return false;
+}
+
 int Engine::next_timeout_ms() const {
-  if (running_.empty()) return -1;
+  if (running_.empty()) {
+    if (heartbeat_limit_.count() == 0 || broken_local_) return -1;
+    auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(next_heartbeat_ - Clock::now()).count() + 1;
+    return ms < 0 ? 0 : static_cast<int>(ms);
+  }
   auto earliest = running_.front()->deadline;
+  if (heartbeat_limit_.count() > 0 && !broken_local_) earliest = std::min(earliest, next_heartbeat_);
   if (watch_peers_) earliest = std::min(earliest, last_watch_ + kWatchInterval);
   for (const auto& op : running_) earliest = std::min(earliest, op->deadline);
   auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(earliest - Clock::now()).count() + 1;
@@ -538,6 +614,7 @@ void Engine::loop() {
       if (running_.size() + waiting_.size() == before || waiting_.empty()) break;
     }
     check_timeouts();
+    if (check_heartbeats(Clock::now())) continue;
     {
       std::lock_guard<std::mutex> lock(submit_mutex_);
       if (stopping_ && submitted_.empty() && waiting_.empty() && running_.empty()) break;

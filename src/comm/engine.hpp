@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <deque>
 #include <exception>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -60,6 +61,14 @@ class Engine : public transport::ConnectionListener {
   bool broken() const { return broken_flag_.load(std::memory_order_acquire); }
   /// Breaks the communicator from another thread: the progress thread tells the peers.
   void break_from_caller(ErrorCode code, const std::string& message, int culprit);
+  /// For a communicator inside another (the hierarchy's groups): errors then also name the
+  /// culprit by its rank in `world_ranks` (the outer communicator's), with `context` saying
+  /// where. Call before the first operation.
+  void set_outer_names(std::string context, std::vector<int> world_ranks);
+  /// Called on the progress thread when the communicator breaks, with the error it broke with
+  /// (one listener; null removes it, waiting for a call in progress to end).
+  using BreakListener = std::function<void(ErrorCode, const std::string&, int culprit)>;
+  void set_break_listener(BreakListener listener);
   const transport::shm::ShmMesh* shm() const { return shm_.get(); }
   /// True once `peer` closed its communicator (cleanly).
   bool peer_closed(int peer) const { return peer_closed_[peer].load(std::memory_order_acquire); }
@@ -86,6 +95,12 @@ class Engine : public transport::ConnectionListener {
   void check_timeouts();
   bool watch_collective_peers();
   int next_timeout_ms() const;
+  // Heartbeats (SHOAL_HEARTBEAT): quiet links carry a heartbeat every interval, and a peer
+  // silent for the limit breaks the communicator with PeerFailure naming it. Returns true when
+  // it broke the communicator.
+  bool check_heartbeats(Clock::time_point now);
+  std::chrono::milliseconds heartbeat_limit_{0}, heartbeat_interval_{0};
+  Clock::time_point next_heartbeat_{};
   // Every rank shares memory: peers' announced collectives can be watched (see check_timeouts).
   static constexpr std::chrono::milliseconds kWatchInterval{20};
   bool watch_peers_ = false;
@@ -129,6 +144,10 @@ class Engine : public transport::ConnectionListener {
     int culprit;
   };
   std::optional<CallerBreak> caller_break_;  // guarded by submit_mutex_
+  std::string outer_context_;                // guarded by submit_mutex_ (set_outer_names)
+  std::vector<int> outer_ranks_;             // guarded by submit_mutex_
+  std::mutex listener_mutex_;                // held while the break listener runs
+  BreakListener break_listener_;             // guarded by listener_mutex_
   Op* flat_running_ = nullptr;               // the flat collective in progress, polled
   void advance_flat();
 

@@ -34,6 +34,7 @@ Hierarchy::Hierarchy(shoal::detail::CommImpl& parent) : parent_(parent) {
 }
 
 Hierarchy::~Hierarchy() {
+  parent_.engine->set_break_listener(nullptr);  // waits for a call in progress
   {
     std::lock_guard<std::mutex> lock(mutex_);
     stopping_ = true;
@@ -50,6 +51,33 @@ void Hierarchy::ensure_groups() {
   SHOAL_CHECK(local_.size() == per_host_ && local_.rank() == local_rank_ && aligned_.size() == hosts_ &&
                   aligned_.rank() == host_,
               Internal, "rank " << parent_.rank << ": hierarchical sub-communicators do not match the topology");
+  // Errors of the groups name the culprit by its rank in the parent (what the caller knows).
+  std::vector<int> aligned_ranks;
+  for (int h = 0; h < hosts_; ++h) aligned_ranks.push_back(global(h, local_rank_));
+  auto list = [](const std::vector<int>& ranks) {
+    std::string s;
+    for (int r : ranks) {
+      if (!s.empty()) s += ',';
+      s += std::to_string(r);
+    }
+    return s;
+  };
+  local_.impl().engine->set_outer_names(
+      "the hierarchy's intra-host group (ranks " + list(ranks_of_host_[host_]) + " of the communicator)",
+      ranks_of_host_[host_]);
+  aligned_.impl().engine->set_outer_names(
+      "the hierarchy's inter-host group (ranks " + list(aligned_ranks) + " of the communicator)", aligned_ranks);
+  // The parent breaking (a failure it saw, abort()) breaks the groups: a hierarchical call
+  // waiting there fails now, not at its timeout.
+  parent_.engine->set_break_listener([this, aligned_ranks](ErrorCode code, const std::string& message, int culprit) {
+    auto index_of = [culprit](const std::vector<int>& ranks) {
+      const auto it = std::find(ranks.begin(), ranks.end(), culprit);
+      return it == ranks.end() ? -1 : static_cast<int>(it - ranks.begin());
+    };
+    const std::string why = "the communicator of the hierarchical collective broke: " + message;
+    local_.impl().engine->break_from_caller(code, why, index_of(ranks_of_host_[host_]));
+    aligned_.impl().engine->break_from_caller(code, why, index_of(aligned_ranks));
+  });
 }
 
 // The parent's earlier operations finish before a hierarchical one starts (issue order; they
@@ -130,10 +158,15 @@ void Hierarchy::execute(const HierCall& call) {
       default: SHOAL_THROW(Internal, "no hierarchical " << algorithms::to_string(call.collective));
     }
   } catch (const Error& e) {
+    // The parent broke first (abort(), a failure it saw): its error is the cause.
+    if (parent_.engine->broken()) std::rethrow_exception(parent_.engine->broken_error());
     // A phase failed half way: peers may wait for frames of a later phase. Break both groups
-    // so that they fail now (abort frames) rather than at their timeout.
+    // so that they fail now (abort frames) rather than at their timeout, and the parent, whose
+    // collective this was (its next call must not run as if nothing happened). The error
+    // already names the culprit by its parent rank.
     for (Communicator* c : {&local_, &aligned_})
-      if (c->valid()) c->impl().engine->break_from_caller(e.code(), e.what(), e.peer());
+      if (c->valid()) c->impl().engine->break_from_caller(e.code(), e.what(), -1);
+    parent_.engine->break_from_caller(e.code(), e.what(), e.peer());
     throw;
   }
 }
@@ -300,6 +333,11 @@ std::optional<Work> CommImpl::try_hierarchical(const comm::HierCall& c, bool blo
   // The size the threshold applies to: the whole vector, the gathered output, the scattered input.
   const uint64_t bytes = c.count * size_of(c.dtype) * (c.collective == Collective::all_reduce ? 1 : size);
   if (*hierarchy_mode == comm::HierarchyMode::automatic && bytes < hierarchy_min_bytes) return std::nullopt;
+  if (engine->broken()) {  // the groups would not know yet
+    auto state = std::make_shared<WorkState>();
+    state->complete(engine->broken_error());
+    return Work(state);
+  }
   if (!hierarchy) hierarchy = std::make_unique<comm::Hierarchy>(*this);
   return hierarchy->run(c, blocking);
 }

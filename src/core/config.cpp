@@ -16,6 +16,10 @@ const std::vector<Setting>& settings() {
       {"SHOAL_SOCKET_IFNAME", "string", "",
        "network interfaces to use, comma-separated, one TCP connection per peer on each (rails); "
        "default: the one routing to the store, then the other up interfaces"},
+      {"SHOAL_HEARTBEAT", "seconds or auto", "auto",
+       "a peer that sends nothing (no frame, no heartbeat) for this long is declared failed "
+       "(PeerFailure naming it): frozen, overloaded or cut off; auto: SHOAL_TIMEOUT/2, at most 30 s; "
+       "0: off. Heartbeats go every sixth of it (at most every second) on quiet links"},
       {"SHOAL_SHRINK_WAIT", "seconds", "5",
        "Communicator::shrink: how long the first survivor waits for the others to join"},
       {"SHOAL_SOCKET_RAILS", "int", "4",
@@ -140,6 +144,11 @@ std::chrono::milliseconds get_duration(const char* name) {
   SHOAL_CHECK(end && *end == '\0' && !v.empty() && s >= 0 && s < 1e9, InvalidArgument,
               name << "='" << v << "' is not a number of seconds");
   return std::chrono::milliseconds(static_cast<int64_t>(s * 1000.0));
+}
+
+std::optional<std::chrono::milliseconds> get_duration_or_auto(const char* name) {
+  if (get(name) == "auto") return std::nullopt;
+  return get_duration(name);
 }
 
 }  // namespace shoal::config

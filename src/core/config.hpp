@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -28,6 +29,8 @@ int64_t get_int(const char* name);
 uint64_t get_bytes(const char* name);
 /// Seconds, fractions allowed ("0.5").
 std::chrono::milliseconds get_duration(const char* name);
+/// A "seconds or auto" setting: nullopt for "auto" (the caller derives the value).
+std::optional<std::chrono::milliseconds> get_duration_or_auto(const char* name);
 
 /// Parses "64", "4K", "16M", "1G" (powers of 1024); nullopt-like failure throws.
 uint64_t parse_bytes(const std::string& text, const char* what);

@@ -25,6 +25,7 @@ const char* kind_name(FrameKind k) {
     case FrameKind::goodbye: return "goodbye";
     case FrameKind::abort: return "abort";
     case FrameKind::ack: return "ack";
+    case FrameKind::heartbeat: return "heartbeat";
   }
   return "unknown";
 }
@@ -39,6 +40,23 @@ Connection::Connection(std::unique_ptr<Stream> stream, int peer, uint64_t comm_i
 }
 
 Connection::~Connection() = default;
+
+void Connection::keep_alive(std::chrono::steady_clock::time_point now, std::chrono::milliseconds interval) {
+  // Only between frames and only when nothing waits to be written: queued bytes that cannot
+  // leave mean the peer is not reading, and a heartbeat behind them would not leave either.
+  if (broken_ || !sends_.empty() || now - last_sent_ < interval) return;
+  SendRequest beat;
+  beat.header.kind = FrameKind::heartbeat;
+  beat.header.comm_id = comm_id_;
+  sends_.push_back(beat);
+  last_sent_ = now;  // one attempt per interval even if the stream takes nothing now
+}
+
+std::chrono::steady_clock::duration Connection::silence(std::chrono::steady_clock::time_point now) const {
+  // Parked: this rank stopped reading (flow control), the peer's bytes wait in the stream.
+  if (broken_ || rx_ == Rx::parked) return {};
+  return now - last_heard_;
+}
 
 void Connection::post_send(const SendRequest& request) {
   if (peer_closed_)
@@ -209,6 +227,7 @@ void Connection::pump_write(bool front_only) {
                                               " probably died; check its log");
     }
     sent_ += static_cast<uint64_t>(n);
+    if (n > 0) last_sent_ = std::chrono::steady_clock::now();
     if (sent_ == total) {
       sent_ = 0;
       if (by_reference) {  // complete when the peer has pulled it (its ack)
@@ -253,6 +272,7 @@ void Connection::pump_read() {
         break;
     }
     ssize_t n = want == 0 ? 0 : stream_->read(dst, want);
+    if (n > 0) last_heard_ = std::chrono::steady_clock::now();
     if (want > 0) {
       if (n == 0) return on_eof();
       if (n < 0) {
@@ -339,6 +359,12 @@ bool Connection::start_frame() {
   switch (hdr_.kind) {
     case FrameKind::goodbye:
       goodbye_ = true;
+      return true;
+    case FrameKind::heartbeat:  // its bytes already count as hearing from the peer
+      if (hdr_.length != 0) {
+        fail(ErrorCode::PeerFailure, "rank " + std::to_string(peer_) + " sent a heartbeat frame with a payload");
+        return false;
+      }
       return true;
     case FrameKind::ack: {
       if (awaiting_ack_.empty() || awaiting_ack_.front().header.seq != hdr_.seq ||

@@ -8,6 +8,7 @@
 // the receive is posted, and the payload then lands in the user's buffer with no staging copy.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <deque>
 #include <memory>
@@ -81,6 +82,13 @@ class Connection {
   bool can_send_abort() const { return !broken_ || failed_on_mismatch_; }
   std::string describe_state() const;
 
+  /// Liveness (the engine's heartbeats): queues a heartbeat frame when nothing was written for
+  /// `interval` and nothing waits to be written (progress() writes it).
+  void keep_alive(std::chrono::steady_clock::time_point now, std::chrono::milliseconds interval);
+  /// How long no byte came from the peer; zero while this rank is not reading (a parked
+  /// frame: flow control holds the peer) or once the connection is broken.
+  std::chrono::steady_clock::duration silence(std::chrono::steady_clock::time_point now) const;
+
   /// Drops every request without touching user buffers again; the connection is dead after.
   void abandon();
   /// Best effort: tells the peer why this rank stops (an abort frame naming the rank at the
@@ -147,6 +155,8 @@ class Connection {
   // or send fails at once (it can never complete).
   bool peer_closed_ = false;
   bool in_progress_ = false;
+  std::chrono::steady_clock::time_point last_heard_ = std::chrono::steady_clock::now();
+  std::chrono::steady_clock::time_point last_sent_ = std::chrono::steady_clock::now();
 };
 
 }  // namespace shoal::transport

@@ -16,7 +16,8 @@ std::optional<std::string> validate(const FrameHeader& h, uint64_t comm_id, uint
     os << "frame for communicator " << std::hex << h.comm_id << " arrived on communicator "
        << comm_id;
   } else if (h.kind != FrameKind::collective && h.kind != FrameKind::p2p &&
-             h.kind != FrameKind::goodbye && h.kind != FrameKind::abort && h.kind != FrameKind::ack) {
+             h.kind != FrameKind::goodbye && h.kind != FrameKind::abort && h.kind != FrameKind::ack &&
+             h.kind != FrameKind::heartbeat) {
     os << "unknown frame kind " << static_cast<int>(h.kind);
   } else if ((h.flags & ~kFlagByReference) != 0) {
     os << "unknown frame flags 0x" << std::hex << static_cast<int>(h.flags);

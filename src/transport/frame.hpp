@@ -10,7 +10,7 @@
 namespace shoal::transport {
 
 inline constexpr uint32_t kFrameMagic = 0x4c4f4853;  // "SHOL"
-inline constexpr uint16_t kProtocolVersion = 2;
+inline constexpr uint16_t kProtocolVersion = 3;  // 3: heartbeat frames
 
 enum class FrameKind : uint8_t {
   collective = 1,  // payload of a collective's step
@@ -18,6 +18,7 @@ enum class FrameKind : uint8_t {
   goodbye = 3,     // the sender closes its communicator cleanly; no more frames follow
   abort = 4,       // the sender broke; payload is an error code byte and a message
   ack = 5,         // the receiver pulled a by-reference frame (same seq and tag): its buffer is free
+  heartbeat = 6,   // no payload: the sender's progress thread is alive (sent when the link is quiet)
 };
 
 /// FrameHeader::flags

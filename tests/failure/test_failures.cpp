@@ -87,6 +87,67 @@ TEST(Failures, KilledPeerMidCollectiveRaisesPeerFailureNamingItOnEverySurvivor) 
   EXPECT_EQ(count_shoal_segments(), segments_before) << "shared memory left in /dev/shm";
 }
 
+// A frozen rank (SIGSTOP: its sockets stay open, the kernel still acknowledges its bytes)
+// sends no heartbeats: every survivor must get PeerFailure naming it once SHOAL_HEARTBEAT has
+// passed, long before SHOAL_TIMEOUT. Thawed, the rank must find its communicator broken (an
+// error, not a hang and not a result).
+TEST(Failures, FrozenPeerRaisesPeerFailureNamingItAfterTheHeartbeatLimit) {
+  for (const bool busy : {true, false}) {  // survivors inside collectives, or idle between them
+    SCOPED_TRACE(busy ? "survivors busy" : "survivors idle");
+    ProcessJob job(4);
+    const int victim = 2;
+    auto results = job.run([&](int rank, const ProcessJob& j) {
+      setenv("SHOAL_HEARTBEAT", "1", 1);
+      Options o;
+      o.timeout = 60s;  // far beyond the heartbeat limit: the detection must not come from it
+      auto store = j.store();
+      Communicator comm = Communicator::create(store, rank, 4, o);
+      std::vector<float> buf(4096, 1.0f);
+      if (rank == victim) store->set("victim_pid", std::to_string(getpid()));
+      comm.barrier();
+      if (rank == victim) {
+        j.report(rank, std::to_string(monotonic_seconds()));
+        raise(SIGSTOP);
+        // Thawed by rank 0 after the survivors gave up on it. A collective whose every input
+        // was already staged in shared memory may still complete (with the right sum); the
+        // next must fail.
+        try {
+          for (int i = 0; i < 1000; ++i) {
+            std::fill(buf.begin(), buf.end(), 1.0f);
+            comm.all_reduce(buf.data(), buf.size(), DataType::float32, ReduceOp::sum);
+            if (buf[0] != 4.0f || buf.back() != 4.0f) return kWrongError;
+          }
+        } catch (const Error&) {
+          return kGotExpectedError;
+        }
+        return kNoError;
+      }
+      int code = expect_error<PeerFailureError>(rank, j, [&] {
+        if (!busy) std::this_thread::sleep_for(3s);
+        for (;;) comm.all_reduce(buf.data(), buf.size(), DataType::float32, ReduceOp::sum);
+      });
+      if (rank == 0) kill(std::stoi(store->get_string("victim_pid")), SIGCONT);
+      return code;
+    }, 60s);
+    ASSERT_EQ(results[victim].exit_code, kGotExpectedError) << "the thawed rank must fail, not hang or succeed";
+    const double frozen_at = std::stod(results[victim].report);
+    for (int r = 0; r < 4; ++r) {
+      if (r == victim) continue;
+      SCOPED_TRACE("rank " + std::to_string(r) + ": " + results[r].report);
+      ASSERT_EQ(results[r].exit_code, kGotExpectedError);
+      std::istringstream report(results[r].report);
+      std::string when, peer;
+      std::getline(report, when);
+      std::getline(report, peer);
+      EXPECT_EQ(peer, std::to_string(victim)) << "the error must name the frozen rank";
+      EXPECT_NE(results[r].report.find("SHOAL_HEARTBEAT"), std::string::npos);
+      const double detected = reported_time(results[r]) - frozen_at;
+      if (busy) EXPECT_GT(detected, 0.9) << "declared failed before the limit";
+      EXPECT_LT(detected, busy ? 3.0 : 3.5) << "detection took too long";
+    }
+  }
+}
+
 // 1000 floats take the flat shared-memory path, 2000 the engine: the mismatch must still be
 // caught across the two paths, on both ranks.
 TEST(Failures, DifferentCountsRaiseMismatch) {

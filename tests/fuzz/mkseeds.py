@@ -6,8 +6,8 @@ import struct
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 COMM = 0x1122334455667788
-MAGIC, VERSION = 0x4C4F4853, 2
-COLLECTIVE, P2P, GOODBYE, ABORT, ACK = 1, 2, 3, 4, 5
+MAGIC, VERSION = 0x4C4F4853, 3  # src/transport/frame.hpp kProtocolVersion
+COLLECTIVE, P2P, GOODBYE, ABORT, ACK, HEARTBEAT = 1, 2, 3, 4, 5, 6
 
 
 def write(target, name, data):
@@ -36,6 +36,9 @@ def release(data):
 
 END = bytes([9])
 write("connection", "matched", recv(0, 1, 0, 7, 16) + END + frame(COLLECTIVE, 1, 0, 7, 16) + bytes(16) + frame(GOODBYE))
+write("connection", "heartbeats",
+      recv(0, 2, 0, 7, 16) + END + frame(HEARTBEAT) + frame(COLLECTIVE, 2, 0, 7, 16) + bytes(16) + frame(HEARTBEAT)
+      + frame(GOODBYE))
 write("connection", "eager_then_recv",
       release(frame(P2P, 4, 0, 9, 8) + bytes(8)) + recv(1, 4, 0, 9, 8) + END + frame(GOODBYE))
 write("connection", "parked",

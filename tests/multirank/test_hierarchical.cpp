@@ -218,5 +218,34 @@ TEST(HierarchicalSplit, SplitByHostGivesLocalAndRankAlignedGroups) {
   EXPECT_EQ(err, "");
 }
 
+// abort() on the communicator reaches the hierarchy's groups: a hierarchical all_reduce that
+// waits there for an absent rank fails with AbortedError on every rank, long before the timeout
+// (60 s), and so does the absent rank's late call.
+TEST(HierarchicalFailures, AbortFailsAPendingHierarchicalCollectiveOnEveryRank) {
+  std::mutex mu;
+  std::vector<double> took(4, -1);
+  std::string err = run_on_hosts({0, 0, 1, 1}, [&](Communicator& c) {
+    std::vector<float> buf(1 << 20, 1.0f);
+    c.all_reduce(std::span<float>(buf), ReduceOp::sum);  // makes the groups
+    ASSERT_EQ(hierarchical_calls(c), 1u);
+    const auto start = std::chrono::steady_clock::now();
+    if (c.rank() == 3) std::this_thread::sleep_for(std::chrono::seconds(3));  // absent for now
+    Work w = c.all_reduce_async(std::span<float>(buf), ReduceOp::sum);
+    if (c.rank() == 0) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(300));
+      c.abort();
+    }
+    EXPECT_THROW(w.wait(), AbortedError) << "rank " << c.rank();
+    std::lock_guard<std::mutex> lock(mu);
+    took[c.rank()] = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  });
+  EXPECT_EQ(err, "");
+  for (int r = 0; r < 4; ++r) {
+    EXPECT_GT(took[r], 0) << "rank " << r;
+    // The absent rank's call comes 3 s late and fails at once.
+    EXPECT_LT(took[r], r == 3 ? 4.5 : 2.0) << "rank " << r << " did not fail when the communicator was aborted";
+  }
+}
+
 }  // namespace
 }  // namespace shoal::testing

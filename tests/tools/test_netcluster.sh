@@ -3,7 +3,8 @@
 # (shoal-run --netns): 4 hosts x 2 NICs at 1 Gbit/s; the NICs are shaped (a shaped stream is
 # near 1 Gbit/s, two rails near twice that, loopback much faster); shoal-run gives each rank its
 # host's namespace and torchrun's per-host variables; shoal-bench all_reduce and all_gather
-# over 8 ranks check every element and see 4 hosts of 2 ranks. Everything is torn down at the
+# over 8 ranks check every element and see 4 hosts of 2 ranks; a host cut off in the middle of a
+# collective is declared failed by heartbeats (SHOAL_HEARTBEAT). Everything is torn down at the
 # end, also on failure. Exits 77 (ctest: skipped) without root or network namespaces.
 # Usage: bash test_netcluster.sh BIN_DIR     (ctest passes the build's bin directory)
 set -u
@@ -135,6 +136,31 @@ bench_case() {  # bench_case COLLECTIVE
 case_all_reduce() { bench_case all_reduce; }
 case_all_gather() { bench_case all_gather; }
 
+case_partition() {
+  # Host 3 loses both NICs in the middle of a long all_reduce: its TCP connections neither
+  # close nor reset, they fall silent. The other hosts' ranks must declare a rank of host 3
+  # failed after SHOAL_HEARTBEAT (2 s), far inside SHOAL_TIMEOUT (60 s), and the job end.
+  SHOAL_TIMEOUT=60 SHOAL_HEARTBEAT=2 "${GUARD[@]}" "$RUN" --netns "$HOSTS" -n 8 --grace 1 -- "$BENCH" all_reduce \
+    -b 1M -e 1M -n 1000000 -w 0 -c 0 >"$D/part.out" 2>&1 &
+  local pid=$! start rc took
+  for _ in $(seq 150); do grep -q "^# minBytes" "$D/part.out" 2>/dev/null && break; sleep 0.1; done
+  sleep 1
+  start=$EPOCHREALTIME
+  ip netns exec "$P-h3" ip link set eth0 down && ip netns exec "$P-h3" ip link set eth1 down ||
+    { echo "could not take host 3's NICs down"; return 1; }
+  wait "$pid"
+  rc=$?
+  took=$(awk -v a="$start" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.1f", b - a }')
+  ip netns exec "$P-h3" ip link set eth0 up
+  ip netns exec "$P-h3" ip link set eth1 up
+  [[ $rc != 0 && $rc != 124 && $rc != 137 ]] || { echo "exit status $rc after $took s:"; tail -20 "$D/part.out"; return 1; }
+  # Named by its rank in the job, also when a sub-communicator of the hierarchy saw it.
+  grep -qE "rank [67] sent nothing for [0-9.]+ s .*SHOAL_HEARTBEAT|sent nothing for [0-9.]+ s .*SHOAL_HEARTBEAT.*: its rank [0-9]+ is rank [67]\]" "$D/part.out" ||
+    { echo "no rank declared a rank of host 3 silent:"; grep -i "shoal-bench: rank" "$D/part.out" | head; return 1; }
+  ge 15 "$took" || { echo "the job took $took s to end after the partition"; return 1; }
+  echo "the job ended $took s after host 3 was cut off: $(grep -oE "rank [0-9]+ sent nothing for [0-9.]+ s|its rank [0-9]+ is rank [0-9]+" "$D/part.out" | head -2 | tr '\n' ' ')"
+}
+
 case_down() {
   "$NC" down --prefix "$P" >"$D/down" 2>&1 || { cat "$D/down"; return 1; }
   "$NC" down --prefix "$P" >"$D/down" 2>&1 || { echo "a second down failed:"; cat "$D/down"; return 1; }
@@ -149,6 +175,7 @@ if ((${#failed[@]} == 0)); then
   check case_environment
   check case_all_reduce
   check case_all_gather
+  check case_partition
 fi
 check case_down
 echo "$passed passed, ${#failed[@]} failed in $(awk -v a="$t_start" -v b="$EPOCHREALTIME" \

@@ -149,8 +149,9 @@ else
   pass
 fi
 
-# ---- a failed collective: rank 1 stops answering, rank 0 times out, says why, exits 1 ----
-SHOAL_TIMEOUT=2 timeout -s KILL 30 "$RUN" -n 2 --grace 1 "$BENCH" all_reduce -b 4M -e 4M -n 100000 -w 0 -c 0 \
+# ---- a failed collective: rank 1 is frozen (SIGSTOP), rank 0 hears no heartbeat from it for
+# SHOAL_HEARTBEAT, declares it failed long before SHOAL_TIMEOUT, says why, exits 1 ----
+SHOAL_TIMEOUT=60 SHOAL_HEARTBEAT=1 timeout -s KILL 30 "$RUN" -n 2 --grace 1 "$BENCH" all_reduce -b 4M -e 4M -n 100000 -w 0 -c 0 \
   >"$D/out" 2>"$D/err" &
 run_pid=$!  # timeout's; shoal-run is its child and the ranks are shoal-run's
 victim=""
@@ -168,7 +169,8 @@ rc=$?
 took=$(($(date +%s) - start))
 if [[ -z $victim ]]; then
   fail "failed collective: rank 1 not found"
-elif [[ $rc != 1 ]] || ! grep -q "shoal-bench: rank 0: .*SHOAL_TIMEOUT" "$D/err" || ((took > 20)); then
+elif [[ $rc != 1 ]] || ! grep -q "shoal-bench: rank 0: .*rank 1 sent nothing for .*SHOAL_HEARTBEAT" "$D/err" ||
+  ((took > 10)); then
   cp "$D/err" "$D/out"
   fail "failed collective: exit status $rc after $took s, stderr above"
 else

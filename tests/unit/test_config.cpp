@@ -34,7 +34,7 @@ TEST(Config, TableIsWellFormed) {
   const auto& table = config::settings();
   ASSERT_FALSE(table.empty());
   std::set<std::string> names;
-  const std::set<std::string> types = {"int", "bytes", "seconds", "string", "enum"};
+  const std::set<std::string> types = {"int", "bytes", "seconds", "seconds or auto", "string", "enum"};
   for (const auto& s : table) {
     const std::string name = s.name;
     EXPECT_EQ(name.rfind("SHOAL_", 0), 0u) << name;
@@ -57,6 +57,8 @@ TEST(Config, DefaultsParseAsTheirTypes) {
       EXPECT_NO_THROW(config::get_bytes(s.name)) << s.name;
     } else if (type == "seconds") {
       EXPECT_NO_THROW(config::get_duration(s.name)) << s.name;
+    } else if (type == "seconds or auto") {
+      EXPECT_NO_THROW(config::get_duration_or_auto(s.name)) << s.name;
     }
   }
 }
@@ -110,6 +112,18 @@ TEST(Config, BadBytesThrowNamingTheVariable) {
                           bad);
   }
   expect_invalid_naming([] { config::parse_bytes("lots", "--max-bytes"); }, "--max-bytes", "lots");
+  {
+    ScopedEnv beat("SHOAL_HEARTBEAT", "soon");
+    expect_invalid_naming([] { config::get_duration_or_auto("SHOAL_HEARTBEAT"); }, "SHOAL_HEARTBEAT", "soon");
+  }
+  {
+    ScopedEnv beat("SHOAL_HEARTBEAT", "2.5");
+    EXPECT_EQ(config::get_duration_or_auto("SHOAL_HEARTBEAT"), 2500ms);
+  }
+  {
+    ScopedEnv unset("SHOAL_HEARTBEAT", std::nullopt);
+    EXPECT_EQ(config::get_duration_or_auto("SHOAL_HEARTBEAT"), std::nullopt);
+  }
 }
 
 // Disabled: config.cpp converts the parsed double to uint64_t without a range check, which is
