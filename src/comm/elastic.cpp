@@ -38,10 +38,14 @@ Communicator Communicator::shrink(std::chrono::milliseconds wait) {
   const int64_t arrival = store.add(base + "/count", 1);
   if (arrival == 1) {
     // The coordinator: wait for every rank not known dead, then decide.
-    int expected = 0;
-    for (int q = 0; q < c.size; ++q) expected += q == c.rank || !(c.engine->peer_closed(q) || c.engine->peer_failed(q));
+    // Each rank not known dead, by name: a count would let a rank wrongly thought dead (the
+    // other end of a cut connection) stand in for a live one that is still on its way.
+    std::vector<std::string> expected;
+    for (int q = 0; q < c.size; ++q)
+      if (q != c.rank && !(c.engine->peer_closed(q) || c.engine->peer_failed(q)))
+        expected.push_back(base + "/alive/" + std::to_string(q));
     const auto deadline = comm::Clock::now() + wait;
-    while (store.add(base + "/count", 0) < expected && comm::Clock::now() < deadline)
+    while (!store.check(expected) && comm::Clock::now() < deadline)
       std::this_thread::sleep_for(std::chrono::milliseconds(5));
     std::string members;
     for (int q = 0; q < c.size; ++q)
