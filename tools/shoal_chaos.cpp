@@ -1,0 +1,1308 @@
+// shoal-chaos: a bounded chaos soak (issue 8, item 6). A driver hosts the rendezvous store and
+// runs N worker processes that issue random collectives and verify every result exactly, while
+// it kills (SIGKILL), freezes (SIGSTOP ... SIGCONT) and cuts (ss -K, one TCP connection between
+// two workers) them, one fault at a time. Survivors shrink and continue; restarted workers
+// come back through grow()/join(). At the end: faults by kind, faults survived, time to detect
+// and to shrink, operations verified, operations lost (must be none), leaks (fds, threads,
+// /dev/shm segments, processes).
+//
+//   shoal-chaos run --ranks 8 --duration 60 --seed 1 --faults kill,freeze,cut --out DIR
+//
+// Workers (`shoal-chaos worker ...`, started by the driver) derive every operation from
+// (seed, membership epoch, op index), so all members issue the same sequence without talking;
+// inputs are small integers of (stable id, epoch, op, element), so sums are exact in floats and
+// each member computes the expected result itself from the membership (stable ids exchanged
+// after every create/shrink/grow). After a failure the survivors agree on the smallest op
+// index not completed by all (all_reduce max of -next_op) and re-issue from there: an op is
+// either verified by every member of some epoch or re-issued, never skipped.
+//
+// Files in DIR: worker-<id>-<gen>.jsonl (events), worker-<id>-<gen>.log (stderr), faults.jsonl,
+// summary.json. Exit status: 0 when every fault was survived, nothing was lost or corrupt, no
+// leak was found and no worker hung; 1 otherwise; 2 for bad arguments.
+#include <dirent.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <chrono>
+#include <climits>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <functional>
+#include <map>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <random>
+#include <set>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "shoal/communicator.hpp"
+#include "shoal/error.hpp"
+#include "shoal/store.hpp"
+
+using json = nlohmann::json;
+using namespace std::chrono_literals;
+
+namespace {
+
+// Worker exit codes (the driver reads them).
+constexpr int kExitDone = 0;        // finished on the driver's stop
+constexpr int kExitCorrupt = 2;     // a result differed from the expected one
+constexpr int kExitExcluded = 3;    // shrink was decided without this worker (e.g. it was frozen)
+constexpr int kExitCannot = 4;      // cannot continue (failed shrink, failed join, ...): restart me
+constexpr int kExitUsage = 64;
+
+double now_wall_ms() {
+  return std::chrono::duration<double, std::milli>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+using Steady = std::chrono::steady_clock;
+double since_ms(Steady::time_point t) { return std::chrono::duration<double, std::milli>(Steady::now() - t).count(); }
+
+int count_dir(const char* path) {
+  DIR* d = opendir(path);
+  if (!d) return -1;
+  int n = 0;
+  while (dirent* e = readdir(d))
+    if (e->d_name[0] != '.') ++n;
+  closedir(d);
+  return n - (std::strcmp(path, "/proc/self/fd") == 0 ? 1 : 0);  // the DIR's own descriptor
+}
+
+uint64_t splitmix(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+// ---- a store that prepends a raw prefix, and tells joiners where a grow() lives ----
+//
+// grow() on a communicator made by shrink() writes under that communicator's private store
+// chain (PrefixStore("shoal/shrink/<id>/<n>/comm/", ...)), which a joining process cannot
+// name through the public API. Every communicator of a worker descends from one RawStore, so
+// the RawStore sees the full key of grow's "<...>shoal/grow/<name>/sizes" and publishes the
+// prefix under chaos/growprefix/<name>; the joiner builds a RawStore with it and calls join().
+class RawStore : public shoal::Store {
+ public:
+  RawStore(std::string prefix, std::shared_ptr<shoal::Store> base) : prefix_(std::move(prefix)), base_(std::move(base)) {
+    timeout_ = base_->timeout();
+  }
+  void set(const std::string& k, const shoal::Bytes& v) override {
+    static const std::string grow = "shoal/grow/", sizes = "/sizes";
+    const auto at = k.rfind(grow);
+    if (at != std::string::npos && k.size() > sizes.size() && k.compare(k.size() - sizes.size(), sizes.size(), sizes) == 0) {
+      const std::string name = k.substr(at + grow.size(), k.size() - sizes.size() - at - grow.size());
+      base_->set("chaos/growprefix/" + name, prefix_ + k.substr(0, at));
+    }
+    base_->set(prefix_ + k, v);
+  }
+  shoal::Bytes get(const std::string& k) override {
+    if (timeout_ != base_->timeout()) base_->wait({prefix_ + k}, timeout_);
+    return base_->get(prefix_ + k);
+  }
+  int64_t add(const std::string& k, int64_t d) override { return base_->add(prefix_ + k, d); }
+  void wait(const std::vector<std::string>& keys, shoal::Milliseconds t) override {
+    std::vector<std::string> full;
+    for (const auto& k : keys) full.push_back(prefix_ + k);
+    base_->wait(full, t);
+  }
+  bool check(const std::vector<std::string>& keys) override {
+    std::vector<std::string> full;
+    for (const auto& k : keys) full.push_back(prefix_ + k);
+    return base_->check(full);
+  }
+  bool remove(const std::string& k) override { return base_->remove(prefix_ + k); }
+  std::string host() const override { return base_->host(); }
+  using shoal::Store::set;
+  using shoal::Store::wait;
+
+ private:
+  std::string prefix_;
+  std::shared_ptr<shoal::Store> base_;
+};
+
+std::shared_ptr<shoal::TcpStore> connect_store(const std::string& addr) {
+  const auto colon = addr.rfind(':');
+  if (colon == std::string::npos) throw std::runtime_error("--store wants host:port, got " + addr);
+  shoal::TcpStore::Options o;
+  o.timeout = 60s;
+  o.connect_timeout = 30s;
+  return std::make_shared<shoal::TcpStore>(addr.substr(0, colon), static_cast<uint16_t>(std::stoi(addr.substr(colon + 1))), o);
+}
+
+// =====================================================================================
+// worker
+// =====================================================================================
+
+// What the worker is doing, for SIGUSR1 (the driver asks before it kills a hung worker).
+char g_doing[512] = "starting";
+template <class... A>
+void doing(const char* fmt, A... args) {
+  std::snprintf(g_doing, sizeof g_doing, fmt, args...);
+}
+void on_usr1(int) {
+  char buf[600];
+  const int n = std::snprintf(buf, sizeof buf, "\nSIGUSR1: %s\n", g_doing);
+  if (n > 0) (void)!::write(2, buf, static_cast<size_t>(n));
+}
+
+struct WorkerArgs {
+  int id = 0, gen = 0, ranks = 8, grow_every = 16;
+  uint64_t seed = 1;
+  bool joiner = false;
+  std::string store, out;
+};
+
+enum class Kind { all_reduce, all_gather, reduce_scatter, broadcast, barrier };
+const char* kind_name(Kind k) {
+  switch (k) {
+    case Kind::all_reduce: return "all_reduce";
+    case Kind::all_gather: return "all_gather";
+    case Kind::reduce_scatter: return "reduce_scatter";
+    case Kind::broadcast: return "broadcast";
+    case Kind::barrier: return "barrier";
+  }
+  return "?";
+}
+
+struct OpSpec {
+  Kind kind;
+  shoal::DataType dtype;
+  shoal::ReduceOp op;
+  size_t count;  // per rank (all_gather: contributed; reduce_scatter: received)
+  uint64_t root_pick;
+};
+
+OpSpec derive_op(uint64_t seed, int64_t epoch, int64_t op, int size) {
+  std::mt19937_64 rng(splitmix(seed ^ splitmix(static_cast<uint64_t>(epoch) * 1000003ull + static_cast<uint64_t>(op))));
+  OpSpec s{};
+  const int k = static_cast<int>(rng() % 100);
+  s.kind = k < 45 ? Kind::all_reduce : k < 62 ? Kind::all_gather : k < 77 ? Kind::reduce_scatter : k < 93 ? Kind::broadcast : Kind::barrier;
+  static const shoal::DataType dts[] = {shoal::DataType::float32, shoal::DataType::int32, shoal::DataType::float64};
+  static const shoal::ReduceOp ops[] = {shoal::ReduceOp::sum, shoal::ReduceOp::max, shoal::ReduceOp::min};
+  s.dtype = dts[rng() % 3];
+  s.op = ops[rng() % 3];
+  const int r = static_cast<int>(rng() % 1000);
+  size_t n;
+  if (r < 500) n = 1 + rng() % 1024;
+  else if (r < 800) n = 1 + rng() % 65536;
+  else if (r < 970) n = 1 + rng() % 262144;
+  else n = 524288 + rng() % 786432;  // large: 2-5 MiB of float32, 4-10 MiB of float64
+  if (rng() % 3 == 0) n |= 1;          // odd counts
+  if (s.kind == Kind::all_gather || s.kind == Kind::reduce_scatter) n = std::max<size_t>(1, n / static_cast<size_t>(size));
+  if (s.kind == Kind::reduce_scatter) s.op = shoal::ReduceOp::sum;
+  s.count = n;
+  s.root_pick = rng();
+  return s;
+}
+
+// Small integers: exact as float32 sums over up to 16 ranks.
+inline int value(int id, int64_t epoch, int64_t op, size_t i) {
+  const uint64_t h = static_cast<uint64_t>(id) * 131u + static_cast<uint64_t>(op) * 31u + static_cast<uint64_t>(epoch) * 7u +
+                     static_cast<uint64_t>(i) * 17u + (static_cast<uint64_t>(i) >> 7) * 5u;
+  return static_cast<int>(h % 19u) - 9;
+}
+
+template <class T>
+T combine(shoal::ReduceOp op, T a, T b) {
+  switch (op) {
+    case shoal::ReduceOp::max: return std::max(a, b);
+    case shoal::ReduceOp::min: return std::min(a, b);
+    default: return a + b;
+  }
+}
+
+// Runs one op and checks it. Returns "" when right, else a description of the first difference.
+template <class T>
+std::string run_typed(shoal::Communicator& comm, const OpSpec& s, const std::vector<int>& members, int me,
+                      int64_t epoch, int64_t op) {
+  const int size = comm.size(), rank = comm.rank();
+  const size_t n = s.count;
+  std::vector<T> send, recv, expect;
+  auto v = [&](int id, size_t i) { return static_cast<T>(value(id, epoch, op, i)); };
+  switch (s.kind) {
+    case Kind::all_reduce: {
+      send.resize(n);
+      for (size_t i = 0; i < n; ++i) send[i] = v(me, i);
+      recv.assign(n, T(101));
+      comm.all_reduce(send.data(), recv.data(), n, s.dtype, s.op);
+      expect.resize(n);
+      for (size_t i = 0; i < n; ++i) {
+        T acc = v(members[0], i);
+        for (int r = 1; r < size; ++r) acc = combine(s.op, acc, v(members[r], i));
+        expect[i] = acc;
+      }
+      break;
+    }
+    case Kind::all_gather: {
+      send.resize(n);
+      for (size_t i = 0; i < n; ++i) send[i] = v(me, i);
+      recv.assign(n * size, T(101));
+      comm.all_gather(send.data(), recv.data(), n, s.dtype);
+      expect.resize(n * size);
+      for (int r = 0; r < size; ++r)
+        for (size_t i = 0; i < n; ++i) expect[r * n + i] = v(members[r], i);
+      break;
+    }
+    case Kind::reduce_scatter: {
+      send.resize(n * size);
+      for (size_t i = 0; i < n * size; ++i) send[i] = v(me, i);
+      recv.assign(n, T(101));
+      comm.reduce_scatter(send.data(), recv.data(), n, s.dtype, shoal::ReduceOp::sum);
+      expect.resize(n);
+      for (size_t i = 0; i < n; ++i) {
+        T acc = 0;
+        for (int r = 0; r < size; ++r) acc += v(members[r], static_cast<size_t>(rank) * n + i);
+        expect[i] = acc;
+      }
+      break;
+    }
+    case Kind::broadcast: {
+      const int root = static_cast<int>(s.root_pick % static_cast<uint64_t>(size));
+      recv.resize(n);
+      for (size_t i = 0; i < n; ++i) recv[i] = rank == root ? v(me, i) : T(101);
+      comm.broadcast(recv.data(), n, s.dtype, root);
+      expect.resize(n);
+      for (size_t i = 0; i < n; ++i) expect[i] = v(members[root], i);
+      break;
+    }
+    case Kind::barrier:
+      comm.barrier();
+      return "";
+  }
+  for (size_t i = 0; i < expect.size(); ++i)
+    if (recv[i] != expect[i]) {
+      std::ostringstream os;
+      os << kind_name(s.kind) << " count " << n << ": element " << i << " is " << static_cast<double>(recv[i])
+         << ", expected " << static_cast<double>(expect[i]);
+      size_t bad = 0;
+      for (size_t j = i; j < expect.size(); ++j) bad += recv[j] != expect[j];
+      os << " (" << bad << " of " << expect.size() << " differ)";
+      return os.str();
+    }
+  return "";
+}
+
+std::string run_op(shoal::Communicator& comm, const OpSpec& s, const std::vector<int>& members, int me, int64_t epoch,
+                   int64_t op) {
+  switch (s.dtype) {
+    case shoal::DataType::int32: return run_typed<int32_t>(comm, s, members, me, epoch, op);
+    case shoal::DataType::float64: return run_typed<double>(comm, s, members, me, epoch, op);
+    default: return run_typed<float>(comm, s, members, me, epoch, op);
+  }
+}
+
+class Worker {
+ public:
+  explicit Worker(WorkerArgs a) : a_(std::move(a)) {}
+
+  int main() {
+    const std::string path = a_.out + "/worker-" + std::to_string(a_.id) + "-" + std::to_string(a_.gen) + ".jsonl";
+    log_ = std::fopen(path.c_str(), "a");
+    if (!log_) {
+      std::fprintf(stderr, "cannot open %s\n", path.c_str());
+      return kExitCannot;
+    }
+    try {
+      base_ = connect_store(a_.store);
+    } catch (const std::exception& e) {
+      event({{"ev", "error"}, {"what", std::string("store: ") + e.what()}});
+      return kExitCannot;
+    }
+    signal(SIGUSR1, on_usr1);
+    fds_base_ = count_dir("/proc/self/fd");
+    threads_base_ = count_dir("/proc/self/task");
+    event({{"ev", "start"}, {"joiner", a_.joiner}, {"pid", getpid()}, {"fds", fds_base_}, {"threads", threads_base_}});
+    const int rc = loop();
+    comm_.reset();  // destroy whatever is left
+    const int fds = count_dir("/proc/self/fd"), threads = count_dir("/proc/self/task");
+    event({{"ev", "exit"}, {"code", rc}, {"ops_verified", verified_}, {"next_op", next_op_}, {"epoch", epoch_}, {"redone", redone_},
+           {"fds", fds}, {"threads", threads}, {"fds_base", fds_base_}, {"threads_base", threads_base_},
+           {"members", members_}, {"transitions", transitions_}});
+    std::fclose(log_);
+    return rc;
+  }
+
+ private:
+  void event(json j) {
+    j["t"] = now_wall_ms();
+    j["id"] = a_.id;
+    j["gen"] = a_.gen;
+    const std::string s = j.dump() + "\n";
+    std::fwrite(s.data(), 1, s.size(), log_);
+    std::fflush(log_);
+  }
+
+  shoal::Options options() const { return {}; }  // SHOAL_TIMEOUT from the environment
+
+  // The joiner's way in: a ticket, then the grow name rank 0 gives it, then join().
+  bool join_job() {
+    const int64_t ticket = base_->add("chaos/tickets", 1);
+    event({{"ev", "ticket"}, {"ticket", ticket}});
+    const std::string key = "chaos/ticket/" + std::to_string(ticket);
+    const auto t0 = Steady::now();
+    while (!base_->check({key})) {
+      if (base_->check({"chaos/stop"})) {
+        event({{"ev", "not_admitted"}});
+        return false;
+      }
+      if (since_ms(t0) > 600000) throw std::runtime_error("no admission within 10 minutes");
+      std::this_thread::sleep_for(50ms);
+    }
+    const std::string name = base_->get_string(key);
+    doing("join %s (ticket %lld)", name.c_str(), static_cast<long long>(ticket));
+    const std::string prefix = base_->get_string("chaos/growprefix/" + name);  // set inside the members' grow()
+    const auto t1 = Steady::now();
+    comm_.emplace(shoal::Communicator::join(std::make_shared<RawStore>(prefix, base_), name, options()));
+    event({{"ev", "joined"}, {"name", name}, {"ms", since_ms(t1)}, {"rank", comm_->rank()}, {"size", comm_->size()}});
+    return true;
+  }
+
+  // After every new communicator: agree on the epoch and the next op, learn the members.
+  void sync() {
+    doing("sync (epoch %lld, next op %lld, rank %d of %d)", static_cast<long long>(epoch_), static_cast<long long>(next_op_),
+          comm_->rank(), comm_->size());
+    int64_t a[2] = {epoch_, fresh_ ? INT64_MIN : -next_op_};
+    comm_->all_reduce(a, 2, shoal::DataType::int64, shoal::ReduceOp::max);
+    const int64_t agreed = -a[1];
+    if (!fresh_) {
+      if (agreed > next_op_) skipped_ += agreed - next_op_;  // would be lost: never expected
+      redone_ += next_op_ - agreed;
+    }
+    std::vector<int32_t> ids(comm_->size());
+    int32_t mine = a_.id;
+    comm_->all_gather(&mine, ids.data(), 1, shoal::DataType::int32);
+    epoch_ = a[0] + 1;
+    next_op_ = agreed;
+    fresh_ = false;
+    members_.assign(ids.begin(), ids.end());
+    ++transitions_;
+    const int fds = count_dir("/proc/self/fd"), threads = count_dir("/proc/self/task");
+    event({{"ev", "membership"}, {"epoch", epoch_}, {"rank", comm_->rank()}, {"size", comm_->size()}, {"members", members_},
+           {"next_op", next_op_}, {"fds", fds}, {"threads", threads}, {"skipped", skipped_}});
+    base_->set("chaos/status/" + std::to_string(a_.id), std::to_string(a_.gen) + " " + std::to_string(epoch_) + " " +
+                                                            std::to_string(comm_->size()) + " " + std::to_string(next_op_));
+  }
+
+  // Rank 0 reads the stop flag and the waiting joiners; everyone learns them by broadcast.
+  // Returns true to stop.
+  bool checkpoint() {
+    doing("checkpoint at op %lld epoch %lld rank %d of %d", static_cast<long long>(next_op_), static_cast<long long>(epoch_),
+          comm_->rank(), comm_->size());
+    int64_t b[3] = {0, 0, 0};  // stop, joining, first ticket - 1
+    if (comm_->rank() == 0) {
+      b[0] = base_->check({"chaos/stop"}) ? 1 : 0;
+      const int64_t tickets = base_->add("chaos/tickets", 0), admitted = base_->add("chaos/admitted", 0);
+      b[1] = std::max<int64_t>(0, std::min<int64_t>(tickets - admitted, a_.ranks - comm_->size()));
+      b[2] = admitted;
+      if (b[0]) b[1] = 0;
+      base_->set("chaos/progress", std::to_string(next_op_));
+    }
+    if (trace_) std::fprintf(stderr, "checkpoint at op %lld\n", static_cast<long long>(next_op_));
+    comm_->broadcast(b, 3, shoal::DataType::int64, 0);
+    if (trace_) std::fprintf(stderr, "checkpoint done: stop %lld joining %lld\n", static_cast<long long>(b[0]), static_cast<long long>(b[1]));
+    if (b[0]) return true;
+    if (Steady::now() - last_progress_ > 1s) {
+      last_progress_ = Steady::now();
+      event({{"ev", "progress"}, {"next_op", next_op_}, {"ops_verified", verified_}, {"epoch", epoch_}});
+    }
+    if (b[1] == 0) return false;
+    const std::string name = "g" + std::to_string(epoch_) + "-" + std::to_string(b[2] + 1);
+    if (comm_->rank() == 0) {
+      base_->add("chaos/admitted", b[1]);
+      for (int64_t t = b[2] + 1; t <= b[2] + b[1]; ++t) base_->set("chaos/ticket/" + std::to_string(t), name);
+    }
+    const auto t0 = Steady::now();
+    doing("grow %s by %lld", name.c_str(), static_cast<long long>(b[1]));
+    event({{"ev", "grow_begin"}, {"name", name}, {"joining", b[1]}, {"size", comm_->size()}});
+    shoal::Communicator grown = comm_->grow(static_cast<int>(b[1]), name);
+    comm_.reset();  // the old one
+    comm_.emplace(std::move(grown));
+    event({{"ev", "grow"}, {"name", name}, {"joining", b[1]}, {"size", comm_->size()}, {"ms", since_ms(t0)}});
+    need_sync_ = true;
+    return false;
+  }
+
+  int loop() {
+    try {
+      if (a_.joiner) {
+        fresh_ = true;
+        if (!join_job()) return kExitDone;
+      } else {
+        fresh_ = false;
+        comm_.emplace(shoal::Communicator::create(std::make_shared<RawStore>("chaos/init/", base_), a_.id, a_.ranks, options()));
+      }
+    } catch (const std::exception& e) {
+      event({{"ev", "error"}, {"stage", a_.joiner ? "join" : "create"}, {"what", e.what()}});
+      return kExitCannot;
+    }
+    need_sync_ = true;
+    int64_t ckpt_op = -1;  // the op index whose checkpoint ran on this communicator
+    int64_t failed_op = -1;
+    double detect_t = 0;
+    for (;;) {
+      try {
+        if (need_sync_) {
+          sync();
+          need_sync_ = false;
+          ckpt_op = -1;
+          if (detect_t > 0) {
+            event({{"ev", "recovered"}, {"since_detect_ms", now_wall_ms() - detect_t}, {"epoch", epoch_}, {"size", comm_->size()}});
+            detect_t = 0;
+          }
+        }
+        if (next_op_ % a_.grow_every == 0 && ckpt_op != next_op_) {
+          if (checkpoint()) {
+            event({{"ev", "stop"}, {"next_op", next_op_}, {"epoch", epoch_}});
+            return kExitDone;
+          }
+          ckpt_op = next_op_;
+          continue;  // a grow asks for a sync first
+        }
+        const OpSpec s = derive_op(a_.seed, epoch_, next_op_, comm_->size());
+        doing("op %lld epoch %lld rank %d of %d: %s count %zu dtype %d op %d root %d", static_cast<long long>(next_op_),
+              static_cast<long long>(epoch_), comm_->rank(), comm_->size(), kind_name(s.kind), s.count,
+              static_cast<int>(s.dtype), static_cast<int>(s.op), static_cast<int>(s.root_pick % static_cast<uint64_t>(comm_->size())));
+        if (trace_)
+          std::fprintf(stderr, "op %lld epoch %lld: %s count %zu dtype %d op %d root %d\n", static_cast<long long>(next_op_),
+                       static_cast<long long>(epoch_), kind_name(s.kind), s.count, static_cast<int>(s.dtype),
+                       static_cast<int>(s.op), static_cast<int>(s.root_pick % static_cast<uint64_t>(comm_->size())));
+        const std::string bad = run_op(*comm_, s, members_, a_.id, epoch_, next_op_);
+        if (!bad.empty()) {
+          event({{"ev", "corrupt"}, {"op", next_op_}, {"epoch", epoch_}, {"what", bad}, {"members", members_}});
+          std::fprintf(stderr, "CORRUPT op %lld epoch %lld: %s\n", static_cast<long long>(next_op_),
+                       static_cast<long long>(epoch_), bad.c_str());
+          return kExitCorrupt;
+        }
+        if (failed_op == next_op_) event({{"ev", "reissued"}, {"op", next_op_}, {"epoch", epoch_}});
+        ++verified_;
+        ++next_op_;
+      } catch (const shoal::Error& e) {
+        const double t = now_wall_ms();
+        if (detect_t == 0) detect_t = t;
+        failed_op = next_op_;
+        event({{"ev", "detect"}, {"code", std::string(shoal::to_string(e.code()))}, {"peer", e.peer()},
+               {"op", next_op_}, {"epoch", epoch_}, {"size", comm_->size()}, {"what", e.what()}});
+        const auto t0 = Steady::now();
+        doing("shrink after op %lld epoch %lld failed", static_cast<long long>(next_op_), static_cast<long long>(epoch_));
+        std::optional<shoal::Communicator> next;
+        try {
+          next.emplace(comm_->shrink());
+        } catch (const shoal::Error& e2) {
+          const bool excluded = e2.code() == shoal::ErrorCode::PeerFailure && e2.peer() == comm_->rank() &&
+                                std::string(e2.what()).find("without this rank") != std::string::npos;
+          event({{"ev", excluded ? "excluded" : "shrink_failed"}, {"code", std::string(shoal::to_string(e2.code()))},
+                 {"ms", since_ms(t0)}, {"what", e2.what()}});
+          return excluded ? kExitExcluded : kExitCannot;
+        }
+        const double shrink_ms = since_ms(t0);
+        const int old_size = comm_->size();
+        const auto t1 = Steady::now();
+        comm_.reset();  // the old communicator
+        comm_.emplace(std::move(*next));
+        event({{"ev", "shrink"}, {"ms", shrink_ms}, {"destroy_ms", since_ms(t1)}, {"from", old_size},
+               {"to", comm_->size()}, {"since_detect_ms", now_wall_ms() - detect_t}});
+        need_sync_ = true;
+      } catch (const std::exception& e) {
+        event({{"ev", "error"}, {"stage", "loop"}, {"what", e.what()}});
+        return kExitCannot;
+      }
+    }
+  }
+
+  WorkerArgs a_;
+  FILE* log_ = nullptr;
+  std::shared_ptr<shoal::TcpStore> base_;
+  std::optional<shoal::Communicator> comm_;  // (optional: Communicator() does not compile outside the library)
+  std::vector<int> members_;
+  int64_t epoch_ = 0, next_op_ = 0, verified_ = 0, skipped_ = 0, redone_ = 0;
+  int transitions_ = 0, fds_base_ = 0, threads_base_ = 0;
+  bool fresh_ = false, need_sync_ = false;
+  const bool trace_ = std::getenv("CHAOS_TRACE") != nullptr;  // every op on stderr (the worker's .log)
+  Steady::time_point last_progress_ = Steady::now();
+};
+
+// =====================================================================================
+// driver
+// =====================================================================================
+
+struct RunArgs {
+  int ranks = 8;
+  double duration = 60, fault_every = 5, timeout = 10, shrink_wait = 3, restart_delay = 3;
+  uint64_t seed = 1;
+  std::string faults = "kill,freeze,cut", out = "chaos-out", transport = "tcp";
+  int grow_every = 16;
+  bool strict = false;  // a live worker left out by a shrink fails the run
+};
+
+struct Proc {
+  pid_t pid = -1;
+  int gen = -1;
+  bool frozen = false;
+  bool running = false;
+  double restart_at = 0;  // seconds since start; 0: none pending
+  std::vector<int> exit_codes;
+};
+
+struct Status {
+  int gen = -1;
+  int64_t epoch = -1, size = 0, next_op = 0;
+};
+
+struct Fault {
+  int index = 0;
+  std::string kind;
+  double t_inject = 0;  // wall ms
+  std::vector<int> victims;  // stable ids
+  int victim_gen = -1;       // kill, freeze: the victim's generation
+  std::string detail;
+  int64_t epoch_before = 0, size_before = 0, next_op_before = 0;
+  bool recovered = false;
+  double recover_ms = -1;
+  int64_t size_after = 0, epoch_after = 0, next_op_after = 0;
+  double t_end = 0;  // wall ms: the next fault's injection or the end
+};
+
+std::string sh(const std::string& cmd, int* rc = nullptr) {
+  std::string out;
+  FILE* p = popen(cmd.c_str(), "r");
+  if (!p) return out;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
+  const int st = pclose(p);
+  if (rc) *rc = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+  return out;
+}
+
+std::set<std::string> shm_segments() {
+  std::set<std::string> s;
+  if (DIR* d = opendir("/dev/shm")) {
+    while (dirent* e = readdir(d))
+      if (std::strncmp(e->d_name, "shoal-", 6) == 0) s.insert(e->d_name);
+    closedir(d);
+  }
+  return s;
+}
+
+double median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  return v.size() % 2 ? v[v.size() / 2] : (v[v.size() / 2 - 1] + v[v.size() / 2]) / 2;
+}
+json stats(const std::vector<double>& v) {
+  if (v.empty()) return json{{"n", 0}};
+  return json{{"n", v.size()}, {"median", std::round(median(v) * 10) / 10},
+              {"max", std::round(*std::max_element(v.begin(), v.end()) * 10) / 10}};
+}
+
+class Driver {
+ public:
+  explicit Driver(RunArgs a) : a_(std::move(a)), rng_(a_.seed * 7919 + 17) {}
+
+  int main(const std::string& self) {
+    self_ = self;
+    mkdir(a_.out.c_str(), 0755);
+    {
+      std::stringstream ss(a_.faults);
+      for (std::string k; std::getline(ss, k, ',');)
+        if (!k.empty()) kinds_.push_back(k);
+    }
+    for (const auto& k : kinds_)
+      if (k != "kill" && k != "freeze" && k != "cut") {
+        std::fprintf(stderr, "shoal-chaos: unknown fault kind '%s' (kill, freeze, cut)\n", k.c_str());
+        return kExitUsage;
+      }
+    shm_before_ = shm_segments();
+    {
+      std::random_device rd;
+      char key[40];
+      std::snprintf(key, sizeof key, "chaos-%08x%08x", rd(), rd());
+      auth_key_ = key;
+    }
+    shoal::TcpStore::Options so;
+    so.is_server = true;
+    so.timeout = 30s;
+    store_ = std::make_shared<shoal::TcpStore>("127.0.0.1", 0, so);
+    store_addr_ = "127.0.0.1:" + std::to_string(store_->port());
+    faults_log_ = std::fopen((a_.out + "/faults.jsonl").c_str(), "w");
+    std::printf("shoal-chaos: %d ranks, %.0f s, faults %s every ~%.1f s, seed %llu, store %s, transport %s, "
+                "timeout %.0f s -> %s\n",
+                a_.ranks, a_.duration, a_.faults.c_str(), a_.fault_every, static_cast<unsigned long long>(a_.seed),
+                store_addr_.c_str(), a_.transport.c_str(), a_.timeout, a_.out.c_str());
+    std::fflush(stdout);
+    procs_.resize(a_.ranks);
+    t0_ = Steady::now();
+    for (int i = 0; i < a_.ranks; ++i) spawn(i, false);
+    run_loop();
+    finish();
+    return report();
+  }
+
+ private:
+  double now_s() const { return std::chrono::duration<double>(Steady::now() - t0_).count(); }
+  double recover_bound_s() const { return 2 * a_.timeout + a_.shrink_wait + 20; }
+
+  void spawn(int id, bool joiner) {
+    Proc& p = procs_[id];
+    ++p.gen;
+    const std::string logp = a_.out + "/worker-" + std::to_string(id) + "-" + std::to_string(p.gen) + ".log";
+    std::vector<std::string> argv = {"shoal-chaos", "worker", "--id", std::to_string(id), "--gen", std::to_string(p.gen),
+                                     "--ranks", std::to_string(a_.ranks), "--store", store_addr_, "--out", a_.out,
+                                     "--seed", std::to_string(a_.seed), "--grow-every", std::to_string(a_.grow_every)};
+    if (joiner) argv.push_back("--joiner");
+    const pid_t driver = getpid();
+    const pid_t pid = fork();
+    if (pid == 0) {
+      prctl(PR_SET_PDEATHSIG, SIGKILL);
+      if (getppid() != driver) _exit(127);
+      const int fd = open(logp.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
+      if (fd >= 0) {
+        dup2(fd, 1);
+        dup2(fd, 2);
+        close(fd);
+      }
+      setenv("SHOAL_TIMEOUT", std::to_string(static_cast<int>(a_.timeout)).c_str(), 1);
+      setenv("SHOAL_SHRINK_WAIT", std::to_string(static_cast<int>(a_.shrink_wait)).c_str(), 1);
+      setenv("SHOAL_TRANSPORT", a_.transport.c_str(), 1);
+      setenv("SHOAL_AUTH_KEY", auth_key_.c_str(), 1);
+      std::vector<char*> cargv;
+      for (auto& s : argv) cargv.push_back(s.data());
+      cargv.push_back(nullptr);
+      execv(self_.c_str(), cargv.data());
+      _exit(127);
+    }
+    p.pid = pid;
+    p.running = pid > 0;
+    p.frozen = false;
+    p.restart_at = 0;
+    if (joiner) ++restarts_;
+  }
+
+  void reap() {
+    for (;;) {
+      int st = 0;
+      const pid_t pid = waitpid(-1, &st, WNOHANG);
+      if (pid <= 0) return;
+      for (int id = 0; id < a_.ranks; ++id) {
+        Proc& p = procs_[id];
+        if (p.pid != pid) continue;
+        p.running = false;
+        p.pid = -1;
+        const int code = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+        p.exit_codes.push_back(code);
+        exits_.push_back({{"id", id}, {"gen", p.gen}, {"code", code}, {"t", now_s()}});
+        if (code == kExitCorrupt) corrupt_exit_ = true;
+        if (!stopping_) p.restart_at = now_s() + (code == 128 + SIGKILL ? a_.restart_delay * (0.7 + 0.6 * uni()) : 1.0);
+      }
+    }
+  }
+
+  double uni() { return std::uniform_real_distribution<double>(0, 1)(rng_); }
+
+  std::map<int, Status> statuses() {
+    std::map<int, Status> m;
+    for (int id = 0; id < a_.ranks; ++id) {
+      const std::string key = "chaos/status/" + std::to_string(id);
+      if (!store_->check({key})) continue;
+      std::istringstream is(store_->get_string(key));
+      Status s;
+      is >> s.gen >> s.epoch >> s.size >> s.next_op;
+      if (s.gen == procs_[id].gen && procs_[id].running) m[id] = s;
+    }
+    return m;
+  }
+
+  // The current group: the highest epoch whose every member reports it, with its size.
+  bool current_group(int64_t* epoch, int64_t* size, int64_t* next_op, std::vector<int>* ids) {
+    const auto st = statuses();
+    std::map<int64_t, std::vector<int>> by_epoch;
+    for (const auto& [id, s] : st) by_epoch[s.epoch].push_back(id);
+    for (auto it = by_epoch.rbegin(); it != by_epoch.rend(); ++it) {
+      const Status& s = st.at(it->second.front());
+      if (static_cast<int64_t>(it->second.size()) == s.size) {
+        *epoch = it->first;
+        *size = s.size;
+        *next_op = s.next_op;
+        if (ids) *ids = it->second;
+        return true;
+      }
+    }
+    return false;
+  }
+
+  int64_t progress() {
+    if (!store_->check({"chaos/progress"})) return 0;
+    return std::stoll(store_->get_string("chaos/progress"));
+  }
+
+  void log_fault(const json& j) {
+    const std::string s = j.dump() + "\n";
+    std::fwrite(s.data(), 1, s.size(), faults_log_);
+    std::fflush(faults_log_);
+  }
+
+  // One TCP connection between two live member workers: {local addr, local port, peer addr, peer port, pid a, pid b}.
+  bool pick_connection(const std::set<pid_t>& pids, std::string* cmd, int* a_id, int* b_id) {
+    struct Sock { std::string laddr, paddr; int lport, pport; pid_t pid; };
+    std::vector<Sock> socks;
+    std::istringstream is(sh("ss -tnpH state established 2>/dev/null"));
+    for (std::string line; std::getline(is, line);) {
+      std::istringstream ls(line);
+      std::vector<std::string> tok;
+      for (std::string t; ls >> t;) tok.push_back(t);
+      size_t u = 0;
+      while (u < tok.size() && tok[u].rfind("users:", 0) != 0) ++u;
+      if (u == tok.size() || u < 2) continue;
+      const auto pidpos = tok[u].find("pid=");
+      if (pidpos == std::string::npos) continue;
+      const pid_t pid = std::atoi(tok[u].c_str() + pidpos + 4);
+      if (!pids.count(pid)) continue;
+      auto split = [](const std::string& s, std::string* addr, int* port) {
+        const auto c = s.rfind(':');
+        if (c == std::string::npos) return false;
+        *addr = s.substr(0, c);
+        *port = std::atoi(s.c_str() + c + 1);
+        return true;
+      };
+      Sock k;
+      k.pid = pid;
+      if (!split(tok[u - 2], &k.laddr, &k.lport) || !split(tok[u - 1], &k.paddr, &k.pport)) continue;
+      socks.push_back(k);
+    }
+    std::map<std::pair<std::string, int>, pid_t> owner;
+    for (const auto& k : socks) owner[{k.laddr, k.lport}] = k.pid;
+    std::vector<Sock> cands;
+    for (const auto& k : socks) {
+      auto it = owner.find({k.paddr, k.pport});
+      if (it != owner.end() && it->second != k.pid) cands.push_back(k);
+    }
+    if (cands.empty()) return false;
+    const Sock& k = cands[rng_() % cands.size()];
+    auto strip = [](std::string s) {
+      if (s.size() > 2 && s.front() == '[' && s.back() == ']') s = s.substr(1, s.size() - 2);
+      return s;
+    };
+    *cmd = "ss -K dst " + strip(k.paddr) + " dport = :" + std::to_string(k.pport) + " src " + strip(k.laddr) +
+           " sport = :" + std::to_string(k.lport);
+    const pid_t other = owner[{k.paddr, k.pport}];
+    *a_id = *b_id = -1;
+    for (int id = 0; id < a_.ranks; ++id) {
+      if (procs_[id].pid == k.pid) *a_id = id;
+      if (procs_[id].pid == other) *b_id = id;
+    }
+    return *a_id >= 0 && *b_id >= 0;
+  }
+
+  bool inject(const std::string& kind) {
+    int64_t epoch = 0, size = 0, next_op = 0;
+    std::vector<int> ids;
+    if (!current_group(&epoch, &size, &next_op, &ids) || ids.empty()) return false;
+    Fault f;
+    f.kind = kind;
+    f.epoch_before = epoch;
+    f.size_before = size;
+    f.next_op_before = next_op;
+    if (kind == "kill" || kind == "freeze") {
+      if (size < 3) return false;  // keep a group to shrink to
+      const int id = ids[rng_() % ids.size()];
+      f.victims = {id};
+      f.victim_gen = procs_[id].gen;
+      f.t_inject = now_wall_ms();
+      if (kind == "kill") {
+        kill(procs_[id].pid, SIGKILL);
+      } else {
+        kill(procs_[id].pid, SIGSTOP);
+        procs_[id].frozen = true;
+        frozen_id_ = id;
+      }
+      f.detail = "pid " + std::to_string(procs_[id].pid);
+    } else {
+      std::set<pid_t> pids;
+      for (int id : ids) pids.insert(procs_[id].pid);
+      std::string cmd;
+      int a = -1, b = -1;
+      if (!pick_connection(pids, &cmd, &a, &b)) return false;
+      f.t_inject = now_wall_ms();
+      int rc = 0;
+      const std::string out = sh(cmd + " 2>&1", &rc);
+      f.victims = {a, b};
+      f.detail = cmd;
+      // Gone? (ss -K prints a harmless "Invalid argument" for the other address family.)
+      std::string filter = cmd.substr(std::strlen("ss -K "));
+      if (!sh("ss -tnH state established " + filter + " 2>/dev/null").empty()) {
+        ++cuts_failed_;
+        log_fault({{"event", "cut_failed"}, {"detail", cmd}, {"output", out}});
+        return false;
+      }
+    }
+    f.index = static_cast<int>(faults_.size());
+    if (!faults_.empty() && faults_.back().t_end == 0) faults_.back().t_end = f.t_inject;
+    faults_.push_back(f);
+    log_fault({{"event", "inject"}, {"index", f.index}, {"kind", kind}, {"t", f.t_inject}, {"victims", f.victims},
+               {"detail", f.detail}, {"epoch_before", epoch}, {"size_before", size}});
+    std::printf("[%6.1fs] fault %d: %s %s (group of %lld at epoch %lld)\n", now_s(), f.index, kind.c_str(),
+                kind == "cut" ? (std::to_string(f.victims[0]) + "<->" + std::to_string(f.victims[1])).c_str()
+                              : std::to_string(f.victims[0]).c_str(),
+                static_cast<long long>(size), static_cast<long long>(epoch));
+    std::fflush(stdout);
+    return true;
+  }
+
+  // Is the last fault recovered: a complete group at a later epoch, without the killed or frozen one?
+  void check_recovery() {
+    if (faults_.empty()) return;
+    Fault& f = faults_.back();
+    if (f.recovered || pending_done_) return;
+    int64_t epoch = 0, size = 0, next_op = 0;
+    std::vector<int> ids;
+    const double waited = (now_wall_ms() - f.t_inject) / 1000;
+    if (current_group(&epoch, &size, &next_op, &ids) && epoch > f.epoch_before) {
+      bool victim_in = false;
+      if (f.kind != "cut")
+        for (int id : ids) victim_in |= id == f.victims[0] && procs_[id].frozen;
+      if (!victim_in) {
+        f.recovered = true;
+        f.recover_ms = now_wall_ms() - f.t_inject;
+        f.size_after = size;
+        f.epoch_after = epoch;
+        f.next_op_after = next_op;
+        pending_done_ = true;
+        log_fault({{"event", "recovered"}, {"index", f.index}, {"ms", f.recover_ms}, {"epoch", epoch}, {"size", size},
+                   {"members", ids}});
+        std::printf("[%6.1fs]   recovered in %.0f ms: group of %lld at epoch %lld\n", now_s(), f.recover_ms,
+                    static_cast<long long>(size), static_cast<long long>(epoch));
+        std::fflush(stdout);
+      }
+    }
+    if (!f.recovered && waited > recover_bound_s()) {
+      pending_done_ = true;
+      json st = json::object();
+      for (const auto& [id, x] : statuses())
+        st[std::to_string(id)] = {{"gen", x.gen}, {"epoch", x.epoch}, {"size", x.size}, {"next_op", x.next_op}};
+      log_fault({{"event", "not_recovered"}, {"index", f.index}, {"waited_s", waited}, {"statuses", st}});
+      dump_stacks("fault not recovered");
+      std::printf("[%6.1fs]   fault %d NOT recovered within %.0f s\n", now_s(), f.index, waited);
+      std::fflush(stdout);
+    }
+    if (pending_done_ && frozen_id_ >= 0) thaw();
+  }
+
+  // What every running worker is doing (SIGUSR1 into its .log) and, with gdb, its stacks.
+  void dump_stacks(const char* why) {
+    const bool gdb = std::system("command -v gdb >/dev/null 2>&1") == 0;
+    for (int id = 0; id < a_.ranks; ++id) {
+      const Proc& p = procs_[id];
+      if (!p.running) continue;
+      kill(p.pid, SIGCONT);
+      kill(p.pid, SIGUSR1);
+      if (gdb)
+        sh("timeout -s KILL 20 gdb -p " + std::to_string(p.pid) + " -batch -ex 'thread apply all bt' > " + a_.out +
+           "/stacks-" + std::to_string(id) + "-" + std::to_string(p.gen) + ".txt 2>&1");
+    }
+    std::printf("[%6.1fs] %s: stacks and SIGUSR1 notes of the running workers are in %s\n", now_s(), why, a_.out.c_str());
+    std::fflush(stdout);
+  }
+
+  void thaw() {
+    Proc& p = procs_[frozen_id_];
+    if (p.running) kill(p.pid, SIGCONT);
+    p.frozen = false;
+    thawed_id_ = frozen_id_;
+    thawed_pid_ = p.pid;
+    thawed_at_ = now_s();
+    log_fault({{"event", "thaw"}, {"id", frozen_id_}, {"t", now_wall_ms()}});
+    frozen_id_ = -1;
+  }
+
+  void run_loop() {
+    double next_fault = a_.fault_every * (0.7 + 0.6 * uni());
+    size_t kind_i = 0;
+    std::vector<std::string> order = kinds_;
+    std::shuffle(order.begin(), order.end(), rng_);
+    int64_t last_progress = -1;
+    double last_progress_t = 0;
+    pending_done_ = true;
+    while (now_s() < a_.duration) {
+      reap();
+      for (int id = 0; id < a_.ranks; ++id)
+        if (!procs_[id].running && procs_[id].restart_at > 0 && now_s() >= procs_[id].restart_at) spawn(id, true);
+      check_recovery();
+      const int64_t p = progress();
+      if (p != last_progress) last_progress = p, last_progress_t = now_s();
+      if (now_s() - last_progress_t > recover_bound_s() + 10) {
+        stalled_ = true;
+        dump_stacks("stalled");
+        std::printf("[%6.1fs] no progress for %.0f s: stopping\n", now_s(), now_s() - last_progress_t);
+        break;
+      }
+      if (corrupt_exit_) break;
+      if (pending_done_ && thaw_settled() && now_s() >= next_fault && !kinds_.empty()) {
+        if (kind_i == order.size()) {
+          kind_i = 0;
+          std::shuffle(order.begin(), order.end(), rng_);
+        }
+        if (inject(order[kind_i])) {
+          ++kind_i;
+          pending_done_ = false;
+          next_fault = now_s() + a_.fault_every * (0.6 + 0.8 * uni());
+        } else {
+          next_fault = now_s() + 0.5;  // no suitable target now (e.g. the group is still growing)
+        }
+      }
+      std::this_thread::sleep_for(50ms);
+    }
+  }
+
+  void finish() {
+    // Settle: the last fault recovers, restarted workers come back, the group regrows to full size.
+    const double settle_end = now_s() + recover_bound_s() + 20;
+    bool full = false;
+    while (now_s() < settle_end && !corrupt_exit_ && !stalled_) {
+      reap();
+      for (int id = 0; id < a_.ranks; ++id)
+        if (!procs_[id].running && procs_[id].restart_at > 0 && now_s() >= procs_[id].restart_at) spawn(id, true);
+      check_recovery();
+      int64_t epoch = 0, size = 0, next_op = 0;
+      if (pending_done_ && frozen_id_ < 0 && thaw_settled() && current_group(&epoch, &size, &next_op, nullptr) && size == a_.ranks) {
+        full = true;
+        final_epoch_ = epoch;
+        break;
+      }
+      std::this_thread::sleep_for(50ms);
+    }
+    if (frozen_id_ >= 0) thaw();
+    regrown_ = full;
+    if (!faults_.empty() && faults_.back().t_end == 0) faults_.back().t_end = now_wall_ms();
+    std::printf("[%6.1fs] stopping (%s)\n", now_s(), full ? "group back at full size" : "group NOT back at full size");
+    std::fflush(stdout);
+    stopping_ = true;
+    store_->set("chaos/stop", "1");
+    const double stop_end = now_s() + 2 * a_.timeout + a_.shrink_wait + 15;
+    for (;;) {
+      reap();
+      bool any = false;
+      for (auto& p : procs_) any |= p.running;
+      if (!any || now_s() > stop_end) break;
+      std::this_thread::sleep_for(50ms);
+    }
+    bool any_left = false;
+    for (const auto& p : procs_) any_left |= p.running;
+    if (any_left) dump_stacks("hung");
+    for (int id = 0; id < a_.ranks; ++id)
+      if (procs_[id].running) {
+        hung_.push_back(id);
+        kill(procs_[id].pid, SIGCONT);
+        kill(procs_[id].pid, SIGKILL);
+      }
+    const double kill_end = now_s() + 5;
+    for (;;) {
+      reap();
+      bool any = false;
+      for (auto& p : procs_) any |= p.running;
+      if (!any || now_s() > kill_end) break;
+      std::this_thread::sleep_for(20ms);
+    }
+    // Any process of this job left (a worker that forked, or one not reaped)?
+    if (DIR* d = opendir("/proc")) {
+      while (dirent* e = readdir(d)) {
+        if (!std::isdigit(static_cast<unsigned char>(e->d_name[0]))) continue;
+        std::ifstream in(std::string("/proc/") + e->d_name + "/cmdline");
+        std::string cmd((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+        std::replace(cmd.begin(), cmd.end(), '\0', ' ');
+        if (cmd.find("worker") != std::string::npos && cmd.find(store_addr_ + " ") != std::string::npos &&
+            std::atoi(e->d_name) != getpid())
+          leftover_procs_.push_back(std::atoi(e->d_name));
+      }
+      closedir(d);
+    }
+  }
+
+  int report() {
+    // Read every worker's events.
+    std::vector<json> events;
+    if (DIR* d = opendir(a_.out.c_str())) {
+      while (dirent* e = readdir(d)) {
+        const std::string n = e->d_name;
+        if (n.rfind("worker-", 0) != 0 || n.size() < 6 || n.substr(n.size() - 6) != ".jsonl") continue;
+        std::ifstream in(a_.out + "/" + n);
+        for (std::string line; std::getline(in, line);) {
+          try {
+            events.push_back(json::parse(line));
+          } catch (...) {
+          }
+        }
+      }
+      closedir(d);
+    }
+    std::sort(events.begin(), events.end(), [](const json& x, const json& y) { return x["t"].get<double>() < y["t"].get<double>(); });
+
+    int64_t ops_verified = 0, ops_skipped = 0, corrupt = 0, reissued = 0, grows = 0, joins = 0, excluded = 0;
+    int64_t final_next_op = 0;
+    std::vector<double> shrink_ms, detect_all, recover_all;
+    std::map<std::string, std::vector<double>> detect_by_kind, shrink_by_kind, recover_by_kind;
+    std::map<std::string, int> detect_codes;
+    json leaks = json::array();
+    std::map<std::pair<int, int>, json> first_at_size;  // (id*1000+gen, size) -> first membership record
+    std::map<std::pair<int, int>, int> last_skipped;
+    int spurious = 0;
+  json dropped = json::array();  // live workers a shrink left out
+  std::set<std::string> grow_names;
+  std::set<std::pair<int, int>> seen_detect;  // (id*1000+gen, fault index)
+    for (const auto& j : events) {
+      const std::string ev = j.value("ev", "");
+      const int id = j.value("id", -1), gen = j.value("gen", -1);
+      if (ev == "exit") {
+        ops_verified += j.value("ops_verified", 0);
+        final_next_op = std::max<int64_t>(final_next_op, j.value("next_op", 0));
+        if (j.value("code", -1) == kExitDone && j.value("transitions", 0) > 0) {
+          const int dfd = j.value("fds", 0) - j.value("fds_base", 0), dth = j.value("threads", 0) - j.value("threads_base", 0);
+          if (dfd > 0 || dth > 0)
+            leaks.push_back({{"id", id}, {"gen", gen}, {"kind", "after the last communicator"}, {"fds_more", dfd}, {"threads_more", dth}});
+        }
+      } else if (ev == "membership") {
+        last_skipped[{id, gen}] = j.value("skipped", 0);
+        const auto key = std::make_pair(id * 1000 + gen, j.value("size", 0));
+        auto it = first_at_size.find(key);
+        if (it == first_at_size.end()) {
+          first_at_size[key] = j;
+        } else {
+          const int dfd = j.value("fds", 0) - it->second.value("fds", 0), dth = j.value("threads", 0) - it->second.value("threads", 0);
+          if (dfd > 2 || dth > 1)
+            leaks.push_back({{"id", id}, {"gen", gen}, {"kind", "growth at world size " + std::to_string(key.second)},
+                             {"epoch", j.value("epoch", 0)}, {"fds_more", dfd}, {"threads_more", dth}});
+        }
+      } else if (ev == "corrupt") {
+        ++corrupt;
+      } else if (ev == "reissued") {
+        ++reissued;
+      } else if (ev == "grow") {
+        grow_names.insert(j.value("name", ""));
+      } else if (ev == "joined") {
+        ++joins;
+      } else if (ev == "excluded") {
+        ++excluded;
+        // A frozen worker is excluded by design; any other excluded worker was alive and dropped.
+        const double t = j["t"].get<double>();
+        const Fault* f = nullptr;
+        bool frozen_victim = false;
+        for (const auto& x : faults_) {
+          if (x.t_inject <= t + 1) f = &x;
+          frozen_victim |= x.kind == "freeze" && x.victims.front() == id && x.victim_gen == gen && x.t_inject <= t + 1;
+        }
+        if (!frozen_victim)
+          dropped.push_back({{"id", id}, {"gen", gen}, {"fault", f ? f->index : -1}, {"kind", f ? f->kind : "none"}});
+      } else if (ev == "detect" || ev == "shrink") {
+        // Which fault? The latest injected at or before it.
+        const double t = j["t"].get<double>();
+        const Fault* f = nullptr;
+        for (const auto& x : faults_)
+          if (x.t_inject <= t + 1) f = &x;
+        bool victim = f && f->kind != "cut" && std::find(f->victims.begin(), f->victims.end(), id) != f->victims.end();
+        for (const auto& x : faults_)
+          victim |= x.kind == "freeze" && x.victims.front() == id && x.victim_gen == gen && x.t_inject <= t + 1;  // thawed
+        const bool outside = !f || (f->recovered && t > f->t_inject + f->recover_ms + 2000) ||
+                             (!f->recovered && f->t_end > 0 && t > f->t_end);
+        if (ev == "shrink") {
+          shrink_ms.push_back(j.value("ms", 0.0));
+          if (f && !outside && !victim) shrink_by_kind[f->kind].push_back(j.value("ms", 0.0));
+          continue;
+        }
+        detect_codes[j.value("code", "?")]++;
+        if (outside && !victim) {
+          ++spurious;
+        } else if (!victim && seen_detect.insert({id * 1000 + gen, f->index}).second) {
+          const double d = std::max(0.0, t - f->t_inject);  // the first detection of this worker for this fault
+          detect_all.push_back(d);
+          detect_by_kind[f->kind].push_back(d);
+        }
+      }
+    }
+    for (const auto& [k, v] : last_skipped) ops_skipped += v;
+    grows = static_cast<int64_t>(grow_names.size());
+
+    json by_kind = json::object();
+    int survived = 0, injected = 0;
+    std::map<std::string, int> inj, surv;
+    for (auto& f : faults_) {
+      ++injected;
+      inj[f.kind]++;
+      // survived: a complete group formed without the victim and the job went on past it
+      const bool ok = f.recovered && final_next_op > f.next_op_after;
+      if (ok) ++survived, surv[f.kind]++;
+      if (f.recovered) recover_all.push_back(f.recover_ms), recover_by_kind[f.kind].push_back(f.recover_ms);
+    }
+    for (const auto& k : kinds_)
+      by_kind[k] = {{"injected", inj[k]}, {"survived", surv[k]}, {"detect_ms", stats(detect_by_kind[k])},
+                    {"shrink_ms", stats(shrink_by_kind[k])}, {"recover_ms", stats(recover_by_kind[k])}};
+    const auto shm_after = shm_segments();
+    json shm_leaked = json::array();
+    for (const auto& s : shm_after)
+      if (!shm_before_.count(s)) shm_leaked.push_back(s);
+    json faults = json::array();
+    for (const auto& f : faults_)
+      faults.push_back({{"index", f.index}, {"kind", f.kind}, {"victims", f.victims}, {"detail", f.detail},
+                        {"size_before", f.size_before}, {"size_after", f.size_after}, {"recovered", f.recovered},
+                        {"recover_ms", f.recover_ms}});
+    json exits = exits_;
+    const int64_t lost = ops_skipped;
+    const bool ok = (injected > 0 || kinds_.empty()) && survived == injected && lost == 0 && corrupt == 0 && !corrupt_exit_ && leaks.empty() &&
+                    shm_leaked.empty() && hung_.empty() && leftover_procs_.empty() && !stalled_ && regrown_ &&
+                    (!a_.strict || dropped.empty());
+    json s = {
+        {"ok", ok},
+        {"ranks", a_.ranks},
+        {"duration_s", a_.duration},
+        {"wall_s", now_s()},
+        {"seed", a_.seed},
+        {"transport", a_.transport},
+        {"timeout_s", a_.timeout},
+        {"shrink_wait_s", a_.shrink_wait},
+        {"faults_injected", injected},
+        {"faults_survived", survived},
+        {"faults_by_kind", by_kind},
+        {"detect_ms", stats(detect_all)},
+        {"shrink_ms", stats(shrink_ms)},
+        {"recover_ms", stats(recover_all)},
+        {"detect_codes", detect_codes},
+        {"errors_outside_faults", spurious},
+        {"ops_verified", ops_verified},
+        {"ops_completed", final_next_op},
+        {"ops_reissued", reissued},
+        {"ops_lost", lost},
+        {"ops_corrupt", corrupt + (corrupt_exit_ && corrupt == 0 ? 1 : 0)},
+        {"grows", grows},
+        {"joins", joins},
+        {"restarts", restarts_},
+        {"cuts_failed", cuts_failed_},
+        {"excluded_by_shrink", excluded},
+        {"live_workers_dropped", dropped},
+        {"regrown_to_full_size", regrown_},
+        {"leaks", leaks},
+        {"shm_segments_left", shm_leaked},
+        {"hung_workers", hung_},
+        {"leftover_processes", leftover_procs_},
+        {"stalled", stalled_},
+        {"exits", exits},
+        {"faults", faults},
+    };
+    std::ofstream(a_.out + "/summary.json") << s.dump(2) << "\n";
+    auto ms = [](const json& st) {
+      if (st.value("n", 0) == 0) return std::string("-");
+      char b[64];
+      std::snprintf(b, sizeof b, "median %.0f ms, max %.0f ms", st["median"].get<double>(), st["max"].get<double>());
+      return std::string(b);
+    };
+    std::printf("\n== shoal-chaos summary (%s) ==\n", ok ? "PASS" : "FAIL");
+    for (const auto& k : kinds_)
+      std::printf("  %-7s injected %d, survived %d; detect %s; shrink %s\n", k.c_str(), inj[k], surv[k],
+                  ms(by_kind[k]["detect_ms"]).c_str(), ms(by_kind[k]["shrink_ms"]).c_str());
+    std::printf("  faults: %d injected, %d survived\n", injected, survived);
+    std::printf("  time to detect: %s (%zu detections)\n", ms(s["detect_ms"]).c_str(), detect_all.size());
+    std::printf("  time to shrink: %s; fault to new group: %s\n", ms(s["shrink_ms"]).c_str(), ms(s["recover_ms"]).c_str());
+    std::printf("  ops: %lld verified (%lld distinct op indices), %lld re-issued after a failure, %lld lost, %lld corrupt\n",
+                static_cast<long long>(ops_verified), static_cast<long long>(final_next_op),
+                static_cast<long long>(reissued), static_cast<long long>(lost), static_cast<long long>(s["ops_corrupt"].get<int64_t>()));
+    std::printf("  restarts %d, grows %lld, joins %lld, excluded by shrink %lld (%zu of them alive, not frozen), "
+                "errors outside faults %d, back at full size: %s\n",
+                restarts_, static_cast<long long>(grows), static_cast<long long>(joins), static_cast<long long>(excluded),
+                dropped.size(), spurious, regrown_ ? "yes" : "NO");
+    std::printf("  leaks: %zu fd/thread, %zu shm segments, %zu hung workers, %zu leftover processes\n", leaks.size(),
+                shm_leaked.size(), hung_.size(), leftover_procs_.size());
+    if (!dropped.empty())
+      std::printf("  WARNING: %zu live worker(s) left out by a shrink (%s): %s\n", dropped.size(),
+                  a_.strict ? "fails the run (--strict)" : "restarted as joiners; --strict fails the run",
+                  dropped.dump().c_str());
+    std::printf("  details: %s/summary.json\n", a_.out.c_str());
+    return ok ? 0 : 1;
+  }
+
+  RunArgs a_;
+  std::mt19937_64 rng_;
+  std::string self_, store_addr_, auth_key_;
+  std::vector<std::string> kinds_;
+  std::shared_ptr<shoal::TcpStore> store_;
+  FILE* faults_log_ = nullptr;
+  std::vector<Proc> procs_;
+  std::vector<Fault> faults_;
+  Steady::time_point t0_;
+  int frozen_id_ = -1, restarts_ = 0, cuts_failed_ = 0;
+  int thawed_id_ = -1;  // a thawed worker that has not exited yet: the freeze is not over
+  pid_t thawed_pid_ = -1;
+  double thawed_at_ = 0;
+  // The thawed worker left (or the bound passed): the fault is over.
+  bool thaw_settled() {
+    if (thawed_id_ < 0) return true;
+    if (procs_[thawed_id_].pid != thawed_pid_ || !procs_[thawed_id_].running || now_s() - thawed_at_ > 2 * a_.timeout + 5) {
+      if (procs_[thawed_id_].pid == thawed_pid_ && procs_[thawed_id_].running)
+        log_fault({{"event", "thawed_worker_still_running"}, {"id", thawed_id_}, {"waited_s", now_s() - thawed_at_}});
+      thawed_id_ = -1;
+      return true;
+    }
+    return false;
+  }
+  bool pending_done_ = true, stopping_ = false, corrupt_exit_ = false, stalled_ = false, regrown_ = false;
+  int64_t final_epoch_ = 0;
+  std::set<std::string> shm_before_;
+  std::vector<int> hung_, leftover_procs_;
+  json exits_ = json::array();
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"shoal-chaos: random verified collectives while ranks are killed, frozen and cut (issue 8)"};
+  app.require_subcommand(1);
+  RunArgs r;
+  auto* run = app.add_subcommand("run", "host the store, start the workers, inject faults, report");
+  run->add_option("--ranks", r.ranks, "worker processes")->check(CLI::Range(3, 64));
+  run->add_option("--duration", r.duration, "seconds of fault injection");
+  run->add_option("--seed", r.seed, "seed of the operations and of the faults");
+  run->add_option("--faults", r.faults, "fault kinds: kill,freeze,cut (comma-separated; empty: none)");
+  run->add_option("--fault-every", r.fault_every, "mean seconds between a recovery and the next fault");
+  run->add_option("--out", r.out, "output directory");
+  run->add_option("--transport", r.transport, "SHOAL_TRANSPORT of the workers (cut needs tcp)")
+      ->check(CLI::IsMember({"tcp", "auto", "shm"}));
+  run->add_option("--timeout", r.timeout, "SHOAL_TIMEOUT of the workers, seconds")->check(CLI::Range(1.0, 600.0));
+  run->add_option("--shrink-wait", r.shrink_wait, "SHOAL_SHRINK_WAIT of the workers, seconds")->check(CLI::Range(1.0, 600.0));
+  run->add_option("--restart-delay", r.restart_delay, "seconds before a killed worker is restarted (jittered)");
+  run->add_flag("--strict", r.strict, "fail when a shrink leaves out a live, unfrozen worker (e.g. after a cut)");
+  run->add_option("--grow-every", r.grow_every,
+                  "ops between checkpoints, where rank 0 reads the stop flag and admits joiners (the driver's stall "
+                  "watch and the end of the run need them often)")
+      ->check(CLI::Range(1, 1000));
+  WorkerArgs w;
+  auto* worker = app.add_subcommand("worker", "one worker (started by run)");
+  worker->add_option("--id", w.id)->required();
+  worker->add_option("--gen", w.gen)->required();
+  worker->add_option("--ranks", w.ranks)->required();
+  worker->add_option("--store", w.store)->required();
+  worker->add_option("--out", w.out)->required();
+  worker->add_option("--seed", w.seed);
+  worker->add_option("--grow-every", w.grow_every);
+  worker->add_flag("--joiner", w.joiner);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e) == 0 ? 0 : kExitUsage;
+  }
+  if (*worker) return Worker(w).main();
+  signal(SIGPIPE, SIG_IGN);
+  char self[4096];
+  const ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+  if (n <= 0) return 1;
+  self[n] = 0;
+  return Driver(r).main(self);
+}
