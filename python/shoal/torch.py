@@ -9,12 +9,14 @@ Importing this module registers the backend, after which::
 works like "gloo" for CPU tensors. See docs/torch.md.
 """
 
+import datetime
+
 import torch
 import torch.distributed as dist
 
 from . import _C
 
-__all__ = ["BACKEND", "describe", "is_registered"]
+__all__ = ["BACKEND", "describe", "grow", "is_registered", "join", "shrink"]
 
 BACKEND = "shoal"
 _TORCH_MAJOR = int(torch.__version__.split(".")[0])
@@ -35,6 +37,66 @@ def describe(group=None):
     if _TORCH_MAJOR >= 2:  # torch 2.x: the ProcessGroup wraps per-device backends
         pg = pg._get_backend(torch.device("cpu"))
     return _C.describe(pg)
+
+
+def _backend_of(group, what):
+    """The shoal backend object behind `group` (default: the world); TypeError if it is not one."""
+    if group is None:
+        group = dist.distributed_c10d._get_default_group()
+    if _TORCH_MAJOR >= 2 and hasattr(group, "_get_backend"):
+        try:
+            group = group._get_backend(torch.device("cpu"))
+        except RuntimeError as e:
+            raise TypeError(f"shoal.torch.{what}: the group has no shoal backend for the CPU ({e})") from None
+    return group
+
+
+def _as_group(backend):
+    """torch 1.13: the backend is the process group. torch 2.x: wrap the c10d::Backend in a
+    ProcessGroup serving the CPU (untested here: the API moved between 2.x releases); if that
+    fails, the Backend itself (its collectives, e.g. allreduce([t]), work as on a group)."""
+    if _TORCH_MAJOR < 2:
+        return backend
+    try:  # pragma: no cover (torch 2.x only)
+        pg = dist.ProcessGroup(dist.HashStore(), backend.rank(), backend.size())
+        backend_type = dist.ProcessGroup.BackendType.CUSTOM
+        pg._set_default_backend(backend_type)
+        pg._register_backend(torch.device("cpu"), backend_type, backend)
+        return pg
+    except Exception:  # noqa: BLE001
+        return backend
+
+
+def _timedelta(timeout):
+    if isinstance(timeout, datetime.timedelta):
+        return timeout
+    return datetime.timedelta(seconds=float(timeout))
+
+
+def shrink(group=None):
+    """After a failure, every surviving rank of `group` (default: the world) calls this: the
+    survivors agree through the group's store and form a new shoal group of them, ranked in their
+    old order. Works on a broken group; the old group is left as it is (destroy it, or let it go).
+    The new group is not registered with torch.distributed (see docs/torch.md for what takes it).
+    Raises TypeError for a group that is not shoal's, RuntimeError with shoal's message if the
+    shrink fails (e.g. this rank arrived after the survivors were decided)."""
+    return _as_group(_C.shrink(_backend_of(group, "shrink")))
+
+
+def grow(joining, name, group=None):
+    """Every rank of `group` (default: the world) calls this while `joining` new processes call
+    join(store, name): returns a group of size(group) + joining in which this group's ranks keep
+    their numbers and the joiners follow in order of arrival. `name` must be new to the job's store."""
+    return _as_group(_C.grow(_backend_of(group, "grow"), int(joining), str(name)))
+
+
+def join(store, name, timeout=datetime.timedelta(minutes=30)):
+    """The new process's side of grow(joining, name): `store` is the job's store (the TCPStore or
+    FileStore of init_process_group, or any PrefixStore over it), waited on for at most `timeout`.
+    Returns the grown group; this process need not have called init_process_group."""
+    if not isinstance(store, dist.Store):
+        raise TypeError(f"shoal.torch.join: expected a torch.distributed Store, got {type(store).__name__}")
+    return _as_group(_C.join(store, str(name), _timedelta(timeout)))
 
 
 def _register():

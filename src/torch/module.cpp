@@ -9,6 +9,16 @@ namespace py = pybind11;
 using shoal::torch_glue::BackendBase;
 using shoal::torch_glue::ProcessGroupShoal;
 
+namespace {
+
+ProcessGroupShoal& shoal_group(const c10::intrusive_ptr<BackendBase>& pg, const char* what) {
+  auto* shoal_pg = pg ? dynamic_cast<ProcessGroupShoal*>(pg.get()) : nullptr;
+  if (!shoal_pg) throw py::type_error(std::string(what) + ": not a shoal process group");
+  return *shoal_pg;
+}
+
+}  // namespace
+
 PYBIND11_MODULE(_C, m) {
   m.doc() = "shoal's torch.distributed backend (use `import shoal.torch`)";
   m.def("create_process_group", &ProcessGroupShoal::create, py::arg("store"), py::arg("rank"), py::arg("size"),
@@ -22,6 +32,36 @@ PYBIND11_MODULE(_C, m) {
         return shoal_pg->describe();
       },
       py::arg("process_group"), "The shoal communicator behind a process group: ranks, hosts, transport.");
+  // Elastic jobs. The GIL is released while they block (the store, the new rendezvous); the
+  // group is checked first, with the GIL held, so that a wrong one is a TypeError.
+  m.def(
+      "shrink",
+      [](const c10::intrusive_ptr<BackendBase>& pg) -> c10::intrusive_ptr<BackendBase> {
+        auto& g = shoal_group(pg, "shrink");
+        py::gil_scoped_release release;
+        return g.shrink();
+      },
+      py::arg("process_group"),
+      "After a failure: the survivors of a shoal group form a new one, ranked in their old order.");
+  m.def(
+      "grow",
+      [](const c10::intrusive_ptr<BackendBase>& pg, int joining,
+         const std::string& name) -> c10::intrusive_ptr<BackendBase> {
+        auto& g = shoal_group(pg, "grow");
+        py::gil_scoped_release release;
+        return g.grow(joining, name);
+      },
+      py::arg("process_group"), py::arg("joining"), py::arg("name"),
+      "A larger shoal group: this group's ranks keep their numbers, `joining` processes calling "
+      "join(store, name) follow.");
+  m.def(
+      "join",
+      [](const c10::intrusive_ptr<c10d::Store>& store, const std::string& name,
+         std::chrono::milliseconds timeout) -> c10::intrusive_ptr<BackendBase> {
+        return ProcessGroupShoal::join(store, name, timeout);
+      },
+      py::arg("store"), py::arg("name"), py::arg("timeout"), py::call_guard<py::gil_scoped_release>(),
+      "The new process's side of grow(): waits for the job's grow(name) in the job's store.");
   m.attr("TORCH_VERSION_MAJOR") = TORCH_VERSION_MAJOR;
   m.attr("TORCH_VERSION_MINOR") = TORCH_VERSION_MINOR;
 }

@@ -211,6 +211,29 @@ char* byte_ptr(const at::Tensor& buf, int64_t element_offset) {
   return static_cast<char*>(buf.data_ptr()) + element_offset * static_cast<int64_t>(buf.element_size());
 }
 
+/// shoal's settings for a group: an explicit SHOAL_TIMEOUT wins; otherwise torch's timeout
+/// (init_process_group(timeout=...)).
+shoal::Options comm_options(std::chrono::milliseconds timeout) {
+  shoal::Options options;
+  const char* env_timeout = std::getenv("SHOAL_TIMEOUT");
+  if (!(env_timeout && *env_timeout)) options.timeout = timeout;
+  return options;
+}
+
+/// The store below every c10d::PrefixStore torch put around it (the job's TCPStore/FileStore).
+c10::intrusive_ptr<c10d::Store> root_of(c10::intrusive_ptr<c10d::Store> s) {
+  for (int depth = 0; depth < 64 && s; ++depth) {
+    auto* prefix = dynamic_cast<c10d::PrefixStore*>(s.get());
+    if (!prefix) break;
+    s = prefix->getUnderlyingStore();
+  }
+  return s;
+}
+
+/// Where grow(name) and join(name) meet in the job's store. The torch glue's own keys, in the
+/// bottom store: the group's store carries prefixes (torch's, or shrink's) a joiner cannot know.
+std::string grow_base(const std::string& name) { return "shoal_torch/grow/" + name; }
+
 constexpr int kAllToAllTag = 0x5a110000;  // point-to-point tag of the uneven all_to_all
 // How long destroying a group waits for operations still in flight before leaving them behind.
 constexpr std::chrono::seconds kDestroyGrace{5};
@@ -277,15 +300,21 @@ void WorkShoal::complete(std::exception_ptr error) {
 
 ProcessGroupShoal::ProcessGroupShoal(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
                                      std::chrono::milliseconds timeout)
-    : BackendBase(rank, size), store_(store), timeout_(timeout) {
-  shoal::Options options;
-  // An explicit SHOAL_TIMEOUT wins; otherwise torch's timeout (init_process_group(timeout=...)).
-  const char* env_timeout = std::getenv("SHOAL_TIMEOUT");
-  if (!(env_timeout && *env_timeout)) options.timeout = timeout;
+    : BackendBase(rank, size), store_(store), root_(root_of(store)), timeout_(timeout) {
   auto adapter = std::make_shared<C10dStore>(store, timeout);
-  comm_.emplace(shoal::Communicator::create(adapter, rank, size, options));
+  comm_.emplace(shoal::Communicator::create(adapter, rank, size, comm_options(timeout)));
   if (const char* e = std::getenv("SHOAL_TORCH_ANY_SOURCE")) any_source_ = std::string(e) != "0";
   received_from_.assign(static_cast<size_t>(size), 0);
+  completion_ = std::thread(completion_loop, queue_);
+}
+
+ProcessGroupShoal::ProcessGroupShoal(const c10::intrusive_ptr<c10d::Store>& store,
+                                     const c10::intrusive_ptr<c10d::Store>& root, std::chrono::milliseconds timeout,
+                                     shoal::Communicator&& comm)
+    : BackendBase(comm.rank(), comm.size()), store_(store), root_(root), timeout_(timeout) {
+  comm_.emplace(std::move(comm));
+  if (const char* e = std::getenv("SHOAL_TORCH_ANY_SOURCE")) any_source_ = std::string(e) != "0";
+  received_from_.assign(static_cast<size_t>(getSize()), 0);
   completion_ = std::thread(completion_loop, queue_);
 }
 
@@ -324,6 +353,69 @@ c10::intrusive_ptr<BackendBase> ProcessGroupShoal::create(const c10::intrusive_p
 }
 
 std::string ProcessGroupShoal::describe() const { return comm_->describe(); }
+
+// ---------------------------------------------------------------------------------------------
+// elastic jobs: shrink, grow, join
+
+c10::intrusive_ptr<ProcessGroupShoal> ProcessGroupShoal::shrink() {
+  // Neither the queue nor the completion thread is waited for: on a broken communicator their
+  // operations fail by themselves, and the new communicator shares nothing with them.
+  std::unique_lock<std::mutex> lock(issue_mutex_);  // no new operation on this group meanwhile
+  const int n = ++shrinks_;
+  shoal::Communicator comm = comm_->shrink();
+  lock.unlock();
+  // The survivors call shrink() on this group equally often: n names the new group's keys.
+  auto store = c10::make_intrusive<c10d::PrefixStore>("shoal_shrink_" + std::to_string(n), store_);
+  return c10::make_intrusive<ProcessGroupShoal>(store, root_, timeout_, std::move(comm));
+}
+
+c10::intrusive_ptr<ProcessGroupShoal> ProcessGroupShoal::grow(int joining, const std::string& name) {
+  if (joining < 0) fail("grow: " + std::to_string(joining) + " joining processes");
+  if (name.empty()) fail("grow: the name that joining processes pass to join() is empty");
+  if (!root_) fail("grow: this group has no store to meet the joining processes in");
+  const std::string base = grow_base(name);
+  std::shared_ptr<shoal::Store> root = std::make_shared<C10dStore>(root_, timeout_);
+  std::lock_guard<std::mutex> lock(issue_mutex_);
+  if (getRank() == 0) {
+    if (root->check({base + "/sizes"}))
+      fail("grow: the name '" + name + "' was used by an earlier grow() in this job's store: pass a new one");
+    root->set(base + "/sizes", std::to_string(getSize()) + "," + std::to_string(joining));
+  }
+  auto comm = shoal::Communicator::create(std::make_shared<shoal::PrefixStore>(base + "/comm", root), getRank(),
+                                          getSize() + joining, comm_options(timeout_));
+  auto store = c10::make_intrusive<c10d::PrefixStore>(base + "/pg", root_);
+  return c10::make_intrusive<ProcessGroupShoal>(store, root_, timeout_, std::move(comm));
+}
+
+c10::intrusive_ptr<ProcessGroupShoal> ProcessGroupShoal::join(const c10::intrusive_ptr<c10d::Store>& store,
+                                                              const std::string& name,
+                                                              std::chrono::milliseconds timeout) {
+  if (!store) fail("join: needs the job's store");
+  if (name.empty()) fail("join: empty name (pass the one the job gives grow())");
+  const auto root_store = root_of(store);
+  const std::string base = grow_base(name);
+  std::shared_ptr<shoal::Store> root = std::make_shared<C10dStore>(root_store, timeout);
+  std::string sizes;
+  try {
+    sizes = root->get_string(base + "/sizes");  // waits for the job's grow(), up to timeout
+  } catch (const shoal::TimeoutError& e) {
+    throw shoal::TimeoutError("shoal (torch backend): join '" + name + "': the job did not call grow(joining, '" +
+                              name + "') within " + std::to_string(timeout.count()) + " ms (" + e.what() + ")");
+  }
+  const int64_t index = root->add(base + "/joined", 1) - 1;
+  const auto comma = sizes.find(',');
+  if (comma == std::string::npos)
+    throw shoal::InternalError("shoal (torch backend): join '" + name + "': malformed sizes '" + sizes + "'");
+  const int old_size = std::stoi(sizes.substr(0, comma)), joining = std::stoi(sizes.substr(comma + 1));
+  if (index >= joining)
+    fail("join '" + name + "': the job admits " + std::to_string(joining) + " new process(es) and " +
+         std::to_string(index + 1) + " tried to join: start as many joiners as grow() was told");
+  auto comm = shoal::Communicator::create(std::make_shared<shoal::PrefixStore>(base + "/comm", root),
+                                          old_size + static_cast<int>(index), old_size + joining,
+                                          comm_options(timeout));
+  auto pg_store = c10::make_intrusive<c10d::PrefixStore>(base + "/pg", root_store);
+  return c10::make_intrusive<ProcessGroupShoal>(pg_store, root_store, timeout, std::move(comm));
+}
 
 template <class F>
 c10::intrusive_ptr<c10d::Work> ProcessGroupShoal::run(OpType type, const char* title, std::vector<at::Tensor> inputs,

@@ -18,6 +18,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -67,11 +68,30 @@ class ProcessGroupShoal : public BackendBase {
  public:
   ProcessGroupShoal(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
                     std::chrono::milliseconds timeout);
+  /// A group around a communicator made elsewhere (shrink, grow, join): rank and size are the
+  /// communicator's. `store` is the group's own store (receives from any source count sends in
+  /// it), `root` the job's store under every prefix, where grow() and join() meet.
+  ProcessGroupShoal(const c10::intrusive_ptr<c10d::Store>& store, const c10::intrusive_ptr<c10d::Store>& root,
+                    std::chrono::milliseconds timeout, shoal::Communicator&& comm);
   ~ProcessGroupShoal() override;
 
   /// The creator torch.distributed calls: (store, rank, size, timeout).
   static c10::intrusive_ptr<BackendBase> create(const c10::intrusive_ptr<c10d::Store>& store, int rank,
                                                 int size, std::chrono::milliseconds timeout);
+
+  // ---- elastic jobs (docs/torch.md): each returns a new group; this one stays as it is ----
+  /// After a failure: the surviving ranks of this group form a new one, ranked in their old
+  /// order (shoal::Communicator::shrink). Every survivor calls it; works on a broken group and
+  /// does not wait for this group's queued or failed operations.
+  c10::intrusive_ptr<ProcessGroupShoal> shrink();
+  /// A larger group: this group's ranks keep their numbers and `joining` new processes, which
+  /// call join(store, name) with the job's store and the same name, follow in order of arrival.
+  /// Every rank of this group calls it; `name` must be new to the store.
+  c10::intrusive_ptr<ProcessGroupShoal> grow(int joining, const std::string& name);
+  /// The new process's side of grow(): `store` is the job's store (any prefix of it that
+  /// torch added is ignored: the bottom store is used), `name` the one grow() was given.
+  static c10::intrusive_ptr<ProcessGroupShoal> join(const c10::intrusive_ptr<c10d::Store>& store,
+                                                    const std::string& name, std::chrono::milliseconds timeout);
 
   const std::string getBackendName() const override { return "shoal"; }
   std::string describe() const;
@@ -146,7 +166,9 @@ class ProcessGroupShoal : public BackendBase {
   std::string any_source_key(int src, int dst) const;
 
   c10::intrusive_ptr<c10d::Store> store_;
+  c10::intrusive_ptr<c10d::Store> root_;  // the job's store below every PrefixStore
   std::chrono::milliseconds timeout_;
+  int shrinks_ = 0;  // shrink() calls on this group: names the new groups' stores
   std::optional<shoal::Communicator> comm_;
   bool any_source_ = true;
 

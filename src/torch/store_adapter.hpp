@@ -69,8 +69,11 @@ class C10dStore : public shoal::Store {
     } catch (const shoal::Error&) {
       throw;
     } catch (const std::exception& e) {
-      std::string msg = std::string("torch store ") + what + "('" + key + "') failed: " + e.what();
-      std::string lower = e.what();
+      // c10::Error's what() carries a C++ backtrace: keep the message only.
+      const auto* c10_error = dynamic_cast<const c10::Error*>(&e);
+      const std::string text = c10_error ? c10_error->what_without_backtrace() : e.what();
+      std::string msg = std::string("torch store ") + what + "('" + key + "') failed: " + text;
+      std::string lower = text;
       for (auto& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
       if (lower.find("timeout") != std::string::npos || lower.find("timed out") != std::string::npos)
         throw shoal::TimeoutError(msg);

@@ -19,12 +19,20 @@ import torch.distributed as dist
 import shoal.torch  # noqa: F401  registers the backend
 
 
-def _entry(fn, rank, world, store_path, queue, args, timeout_s, backend):
+# The FileStore's path of the job run_ranks is running (set in each rank before fn): ranks in
+# run_ranks(late=...) open the job's store with it.
+store_path = None
+
+
+def _entry(fn, rank, world, store_path_, queue, args, timeout_s, backend, init=True):
+    global store_path
     try:
         faulthandler.dump_traceback_later(timeout_s + 5, exit=False)  # a hang leaves its stack
         torch.set_num_threads(1)
-        dist.init_process_group(backend, init_method="file://" + store_path, rank=rank, world_size=world,
-                                timeout=datetime.timedelta(seconds=timeout_s))
+        store_path = store_path_
+        if init:
+            dist.init_process_group(backend, init_method="file://" + store_path_, rank=rank, world_size=world,
+                                    timeout=datetime.timedelta(seconds=timeout_s))
         result = fn(rank, world, *args)
         if dist.is_initialized():  # fn may have destroyed it itself
             dist.destroy_process_group()
@@ -33,23 +41,26 @@ def _entry(fn, rank, world, store_path, queue, args, timeout_s, backend):
         queue.put((rank, "error", traceback.format_exc()))
 
 
-def run_ranks(fn, world, *args, timeout_s=30, join_s=None, backend="shoal", expect_exit=()):
+def run_ranks(fn, world, *args, timeout_s=30, join_s=None, backend="shoal", expect_exit=(), late=0):
     """Runs fn(rank, world, *args) on `world` ranks; returns {rank: result}.
 
     Raises AssertionError with the failing ranks' tracebacks; ranks in `expect_exit` may die
-    without reporting (a killed-peer test)."""
+    without reporting (a killed-peer test). With `late`, that many more processes (ranks
+    world .. world+late-1) run fn(rank, world, *args) without init_process_group: processes
+    that join the job later (ranks.store_path names the job's FileStore)."""
     ctx = mp.get_context("fork")
     queue = ctx.Queue()
     with tempfile.TemporaryDirectory(prefix="shoal-pytest-") as tmp:
         store_path = os.path.join(tmp, "store")
-        procs = [ctx.Process(target=_entry, args=(fn, r, world, store_path, queue, args, timeout_s, backend))
-                 for r in range(world)]
+        procs = [ctx.Process(target=_entry,
+                             args=(fn, r, world, store_path, queue, args, timeout_s, backend, r < world))
+                 for r in range(world + late)]
         for p in procs:
             p.start()
         results, errors = {}, {}
         started = time.monotonic()
         deadline = started + (join_s if join_s is not None else timeout_s + 15)
-        expected = world - len(expect_exit)
+        expected = world + late - len(expect_exit)
         while len(results) + len(errors) < expected and time.monotonic() < deadline:
             try:
                 rank, status, value = queue.get(timeout=0.2)
@@ -65,7 +76,7 @@ def run_ranks(fn, world, *args, timeout_s=30, join_s=None, backend="shoal", expe
             if p.is_alive():
                 p.kill()
                 p.join()
-    missing = [r for r in range(world) if r not in results and r not in errors and r not in expect_exit]
+    missing = [r for r in range(world + late) if r not in results and r not in errors and r not in expect_exit]
     msg = []
     if hung:
         msg.append(f"ranks {hung} hung (killed after {deadline - started:.0f} s)")
