@@ -16,6 +16,7 @@ packages=(
   libtorch-dev pybind11-dev python3-pybind11 python3-dev   # the torch.distributed backend (src/torch)
   python3-pytest                  # its tests (tests/python)
   fortunes                        # the text corpus SWARM trains on (shoal-swarm, docs/swarm.md)
+  clang libclang-rt-14-dev        # make test-sanitize: ASan/UBSan builds and the libFuzzer targets (CI runs them)
   iproute2 procps psmisc
 )
 
