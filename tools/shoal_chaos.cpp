@@ -545,6 +545,7 @@ struct RunArgs {
   std::string faults = "kill,freeze,cut", out = "chaos-out", transport = "tcp";
   int grow_every = 16;
   bool strict = false;  // a live worker left out by a shrink fails the run
+  bool tolerate_shm_left = false;  // segments left in /dev/shm are reported, not a failure
 };
 
 struct Proc {
@@ -1159,7 +1160,7 @@ class Driver {
     json exits = exits_;
     const int64_t lost = ops_skipped;
     const bool ok = (injected > 0 || kinds_.empty()) && survived == injected && lost == 0 && corrupt == 0 && !corrupt_exit_ && leaks.empty() &&
-                    shm_leaked.empty() && hung_.empty() && leftover_procs_.empty() && !stalled_ && regrown_ &&
+                    (shm_leaked.empty() || a_.tolerate_shm_left) && hung_.empty() && leftover_procs_.empty() && !stalled_ && regrown_ &&
                     (!a_.strict || dropped.empty());
     json s = {
         {"ok", ok},
@@ -1278,6 +1279,9 @@ int main(int argc, char** argv) {
   run->add_option("--timeout", r.timeout, "SHOAL_TIMEOUT of the workers, seconds")->check(CLI::Range(1.0, 600.0));
   run->add_option("--shrink-wait", r.shrink_wait, "SHOAL_SHRINK_WAIT of the workers, seconds")->check(CLI::Range(1.0, 600.0));
   run->add_option("--restart-delay", r.restart_delay, "seconds before a killed worker is restarted (jittered)");
+  run->add_flag("--tolerate-shm-left", r.tolerate_shm_left,
+                "report segments left in /dev/shm without failing (open issue: a SIGKILL during a communicator's "
+                "creation can leave its segment; docs/reliability.md)");
   run->add_flag("--strict", r.strict, "fail when a shrink leaves out a live, unfrozen worker (e.g. after a cut)");
   run->add_option("--grow-every", r.grow_every,
                   "ops between checkpoints, where rank 0 reads the stop flag and admits joiners (the driver's stall "
