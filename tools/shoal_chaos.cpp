@@ -692,6 +692,16 @@ class Driver {
     if (joiner) ++restarts_;
   }
 
+  bool any_running() const {
+    for (const auto& p : procs_)
+      if (p.running) return true;
+    return false;
+  }
+  // Reaps until no worker runs or `end` (now_s()) passes, looking every `period`.
+  void reap_until(double end, std::chrono::milliseconds period) {
+    for (reap(); any_running() && now_s() <= end; reap()) std::this_thread::sleep_for(period);
+  }
+
   void reap() {
     for (;;) {
       int st = 0;
@@ -992,30 +1002,15 @@ class Driver {
     stopping_ = true;
     store_->set("chaos/stop", "1");
     const double stop_end = now_s() + 2 * a_.timeout + a_.shrink_wait + 15;
-    for (;;) {
-      reap();
-      bool any = false;
-      for (auto& p : procs_) any |= p.running;
-      if (!any || now_s() > stop_end) break;
-      std::this_thread::sleep_for(50ms);
-    }
-    bool any_left = false;
-    for (const auto& p : procs_) any_left |= p.running;
-    if (any_left) dump_stacks("hung");
+    reap_until(stop_end, 50ms);
+    if (any_running()) dump_stacks("hung");
     for (int id = 0; id < a_.ranks; ++id)
       if (procs_[id].running) {
         hung_.push_back(id);
         kill(procs_[id].pid, SIGCONT);
         kill(procs_[id].pid, SIGKILL);
       }
-    const double kill_end = now_s() + 5;
-    for (;;) {
-      reap();
-      bool any = false;
-      for (auto& p : procs_) any |= p.running;
-      if (!any || now_s() > kill_end) break;
-      std::this_thread::sleep_for(20ms);
-    }
+    reap_until(now_s() + 5, 20ms);
     // Any process of this job left (a worker that forked, or one not reaped)?
     if (DIR* d = opendir("/proc")) {
       while (dirent* e = readdir(d)) {

@@ -589,14 +589,11 @@ bool Engine::check_heartbeats(Clock::time_point now) {
 }
 
 int Engine::next_timeout_ms() const {
-  if (running_.empty()) {
-    if (heartbeat_limit_.count() == 0 || broken_local_) return -1;
-    auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(next_heartbeat_ - Clock::now()).count() + 1;
-    return ms < 0 ? 0 : static_cast<int>(ms);
-  }
-  auto earliest = running_.front()->deadline;
-  if (heartbeat_limit_.count() > 0 && !broken_local_) earliest = std::min(earliest, next_heartbeat_);
-  if (watch_peers_) earliest = std::min(earliest, last_watch_ + kWatchInterval);
+  // The earliest of: the heartbeat check, the peers' watch, the running operations' deadlines.
+  const bool beating = heartbeat_limit_.count() > 0 && !broken_local_;
+  if (running_.empty() && !beating) return -1;
+  auto earliest = beating ? next_heartbeat_ : Clock::time_point::max();
+  if (!running_.empty() && watch_peers_) earliest = std::min(earliest, last_watch_ + kWatchInterval);
   for (const auto& op : running_) earliest = std::min(earliest, op->deadline);
   auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(earliest - Clock::now()).count() + 1;
   return ms < 0 ? 0 : static_cast<int>(std::min<int64_t>(ms, 60000));
