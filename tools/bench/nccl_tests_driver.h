@@ -610,7 +610,9 @@ static inline int peer_bench_main(const BenchOptions* o, const PeerOps* ops) {
   st.ops = ops;
   st.elem = ops->elem_size ? ops->elem_size : sizeof(float);
   if (o->root < 0 || o->root >= ops->size) {
-    if (ops->rank == 0) fprintf(stderr, "%s: root %d out of range for %d ranks\n", ops->name, o->root, ops->size);
+    /* every rank says it: the launcher may stop the others as soon as the first one exits */
+    fprintf(stderr, "%s: rank %d: root %d out of range for %d ranks\n", ops->name, ops->rank, o->root,
+            ops->size);
     return 2;
   }
   /* nccl-tests allocates max_bytes for each of send and recv; offsets stay inside */
