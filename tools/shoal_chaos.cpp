@@ -636,6 +636,7 @@ class Driver {
     shoal::TcpStore::Options so;
     so.is_server = true;
     so.timeout = 30s;
+    so.auth_key = auth_key_;  // the workers prove it to the store as to each other
     store_ = std::make_shared<shoal::TcpStore>("127.0.0.1", 0, so);
     store_addr_ = "127.0.0.1:" + std::to_string(store_->port());
     faults_log_ = std::fopen((a_.out + "/faults.jsonl").c_str(), "w");

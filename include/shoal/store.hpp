@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -59,6 +60,11 @@ class TcpStore : public Store {
     Milliseconds timeout{std::chrono::minutes(5)};
     /// How long a client retries connecting while the server comes up.
     Milliseconds connect_timeout{std::chrono::minutes(5)};
+    /// The secret every connection proves it knows (HMAC-SHA256 challenge-response, both ways)
+    /// before the server takes a request. Unset: the job's (SHOAL_AUTH_KEY or
+    /// SHOAL_AUTH_KEY_FILE), unless SHOAL_STORE_AUTH=0. Empty: none, the store is open (torch's
+    /// TCPStore cannot authenticate, neither as client nor as server).
+    std::optional<std::string> auth_key = std::nullopt;
   };
   TcpStore(const std::string& host, uint16_t port, Options options);
   ~TcpStore() override;

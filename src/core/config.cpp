@@ -80,8 +80,11 @@ const std::vector<Setting>& settings() {
       {"SHOAL_STORE_MAX_VALUE", "bytes", "256M",
        "largest value the TCP store server accepts (keys: 64K); a larger request closes that client"},
       {"SHOAL_AUTH_KEY", "string", "",
-       "shared secret of the job: every transport connection proves it knows it (HMAC-SHA256 "
-       "challenge-response) before any frame; empty: the job is open (one warning). Same on all ranks"},
+       "shared secret of the job: every transport and store connection proves it knows it (HMAC-SHA256 "
+       "challenge-response) before any frame or request; empty: the job is open (one warning). Same on all ranks"},
+      {"SHOAL_STORE_AUTH", "int", "1",
+       "with SHOAL_AUTH_KEY: 1 (default): every TCP store connection authenticates too; 0: the store "
+       "stays open (for torch's TCPStore, which cannot authenticate), with a warning"},
       {"SHOAL_AUTH_KEY_FILE", "string", "",
        "file holding the shared secret instead (SHOAL_AUTH_KEY shows in the environment of the "
        "processes and in shoal-info)"},

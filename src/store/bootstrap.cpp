@@ -15,6 +15,7 @@
 #include <sstream>
 #include <vector>
 
+#include "core/auth.hpp"
 #include "core/check.hpp"
 #include "core/config.hpp"
 
@@ -595,6 +596,14 @@ std::shared_ptr<Store> open_store(const LaunchInfo& info, Milliseconds timeout) 
     options.is_server = info.rank == 0 && !info.store_is_external;
     options.timeout = timeout;
     options.connect_timeout = timeout;
+    if (info.launcher == "torchrun" && info.store_is_external) {
+      // torchrun's agent hosts a torch TCPStore, which cannot authenticate: join it openly.
+      options.auth_key = "";
+      if (!auth::job_key(false).empty())
+        SHOAL_WARN("the store is torchrun's agent store (torch's TCPStore), which cannot authenticate: its "
+                   "traffic is open; the ranks' mesh connections still authenticate with SHOAL_AUTH_KEY "
+                   "(docs/reliability.md)");
+    }
     base = std::make_shared<TcpStore>(info.store_host, static_cast<uint16_t>(info.store_port),
                                       options);
   }

@@ -23,6 +23,14 @@
 // There is no handshake or magic number in 1.13 (torch >= 2.2 added one). Torch's client puts
 // "/" in front of every user key (its internal "init/" counter has none); ours does the same,
 // so `set("k")` from shoal and `get("k")` from torch meet.
+//
+// With a secret (Options::auth_key, by default SHOAL_AUTH_KEY), a connection must first prove
+// it knows it, with a query byte torch never sends; anything else first closes the client:
+//   client -> server   u8 AUTH (0xA5), nonce_c (32 random bytes)
+//   server -> client   nonce_s (32), HMAC(key, "shoal-store-server" | nonce_c | nonce_s)
+//   client -> server   HMAC(key, "shoal-store-client" | nonce_c | nonce_s)
+//   server -> client   u8 0 (admitted)
+// Both sides check the other's MAC, so neither a stranger client nor a stranger server passes.
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <netdb.h>
@@ -45,6 +53,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "core/auth.hpp"
 #include "core/check.hpp"
 #include "core/config.hpp"
 #include "shoal/store.hpp"
@@ -65,7 +74,11 @@ enum class Query : uint8_t {
   GetNumKeys = 6,
   WatchKey = 7,
   DeleteKey = 8,
+  Authenticate = 0xA5,  // shoal's, never torch's: see the top of this file
 };
+constexpr uint8_t kAuthAdmitted = 0;
+constexpr const char* kServerLabel = "shoal-store-server";
+constexpr const char* kClientLabel = "shoal-store-client";
 constexpr uint8_t kCheckReady = 0;
 constexpr uint8_t kCheckNotReady = 1;
 constexpr uint8_t kStopWaiting = 0;
@@ -174,6 +187,12 @@ class Reader {
     pos_ += len;
     return Status::Ok;
   }
+  Status raw(uint8_t* out, size_t n) {
+    if (pos_ + n > n_) return Status::Incomplete;
+    std::memcpy(out, p_ + pos_, n);
+    pos_ += n;
+    return Status::Ok;
+  }
   Status bytes(Bytes& out, uint64_t limit, std::string& why) {
     uint64_t len;
     if (Status s = u64(len); s != Status::Ok) return s;
@@ -216,11 +235,12 @@ bool is_wildcard(const std::string& host) {
 
 class Server {
  public:
-  Server(const std::string& host, uint16_t port);
+  // `key`: the secret clients must prove they know before any request (empty: none).
+  Server(const std::string& host, uint16_t port, std::string key);
   // Detached: no listening socket and no thread; the caller adds clients and dispatches their
   // events (tests/fuzz drives the request handling this way).
   struct Detached {};
-  explicit Server(Detached);
+  Server(Detached, std::string key);
   ~Server();
   uint64_t add_client(int fd, const std::string& peer);
   void dispatch(uint64_t id, uint32_t events);
@@ -243,6 +263,10 @@ class Server {
     bool polling_out = false;
     std::vector<Wait> waits;
     std::vector<std::string> watched;
+    enum class Auth : uint8_t { admitted, want_hello, want_proof };
+    Auth auth = Auth::admitted;
+    uint8_t nonce_c[auth::kNonceBytes] = {};
+    uint8_t nonce_s[auth::kNonceBytes] = {};
   };
 
   void run();
@@ -250,6 +274,7 @@ class Server {
   void on_readable(Client& c);
   void on_writable(Client& c);
   Reader::Status handle(Client& c, Reader& r, std::string& why);
+  Reader::Status authenticate(Client& c, Reader& r, std::string& why);
   void reply(Client& c, const std::string& data);
   void flush(Client& c);
   void close_client(uint64_t id, const std::string& why, bool warn);
@@ -263,6 +288,7 @@ class Server {
   uint16_t port_ = 0;
   std::string loopback_ = "127.0.0.1";
   uint64_t max_value_;
+  std::string key_;
   std::atomic<bool> stop_{false};
   std::thread thread_;
 
@@ -274,7 +300,7 @@ class Server {
   std::vector<uint64_t> to_close_;
 };
 
-Server::Server(const std::string& host, uint16_t port) {
+Server::Server(const std::string& host, uint16_t port, std::string key) : key_(std::move(key)) {
   max_value_ = config::get_bytes("SHOAL_STORE_MAX_VALUE");
   // torch binds every interface; so do we, unless the host is a numeric loopback address
   // (then only loopback clients could use the address anyway, and nothing is exposed).
@@ -391,7 +417,7 @@ Server::~Server() {
   ::close(epoll_fd_);
 }
 
-Server::Server(Detached) {
+Server::Server(Detached, std::string key) : key_(std::move(key)) {
   max_value_ = config::get_bytes("SHOAL_STORE_MAX_VALUE");
   epoll_fd_ = ::epoll_create1(EPOLL_CLOEXEC);
   SHOAL_CHECK(epoll_fd_ >= 0, Internal, "TCP store server: epoll_create failed: " << errno_text(errno));
@@ -477,6 +503,7 @@ uint64_t Server::add_client(int fd, const std::string& peer) {
   c.fd = fd;
   c.id = id;
   c.peer = peer;
+  c.auth = key_.empty() ? Client::Auth::admitted : Client::Auth::want_hello;
   epoll_event ev{};
   ev.events = EPOLLIN;
   ev.data.u64 = id;
@@ -528,7 +555,44 @@ void Server::on_readable(Client& c) {
   }
 }
 
+// The server's side of the handshake at the top of this file; a request before it, or a proof
+// that fails, closes the client with a warning naming its address.
+Reader::Status Server::authenticate(Client& c, Reader& r, std::string& why) {
+  using auth::bytes_of;
+  if (c.auth == Client::Auth::want_hello) {
+    uint8_t q;
+    SHOAL_READ(r.u8(q));
+    if (q != static_cast<uint8_t>(Query::Authenticate)) {
+      why = "it sent request " + std::to_string(q) +
+            " without authenticating: SHOAL_AUTH_KEY is set, so every store client must prove it knows "
+            "it (torch's TCPStore cannot; SHOAL_STORE_AUTH=0 opens the store to it, docs/reliability.md)";
+      return Reader::Status::Bad;
+    }
+    SHOAL_READ(r.raw(c.nonce_c, auth::kNonceBytes));
+    uint8_t out[auth::kNonceBytes + auth::kMacBytes];
+    auth::random_nonce(c.nonce_s);
+    std::memcpy(out, c.nonce_s, auth::kNonceBytes);
+    auth::mac(out + auth::kNonceBytes, key_, kServerLabel,
+              {bytes_of(c.nonce_c, auth::kNonceBytes), bytes_of(c.nonce_s, auth::kNonceBytes)});
+    c.auth = Client::Auth::want_proof;
+    reply(c, std::string(reinterpret_cast<const char*>(out), sizeof out));
+    return Reader::Status::Ok;
+  }
+  uint8_t proof[auth::kMacBytes], expected[auth::kMacBytes];
+  SHOAL_READ(r.raw(proof, sizeof proof));
+  auth::mac(expected, key_, kClientLabel,
+            {bytes_of(c.nonce_c, auth::kNonceBytes), bytes_of(c.nonce_s, auth::kNonceBytes)});
+  if (!auth::same_mac(proof, expected)) {
+    why = "it did not prove it knows SHOAL_AUTH_KEY (a stranger, or a process with another key)";
+    return Reader::Status::Bad;
+  }
+  c.auth = Client::Auth::admitted;
+  reply(c, std::string(1, static_cast<char>(kAuthAdmitted)));
+  return Reader::Status::Ok;
+}
+
 Reader::Status Server::handle(Client& c, Reader& r, std::string& why) {
+  if (c.auth != Client::Auth::admitted) return authenticate(c, r, why);
   uint8_t q;
   SHOAL_READ(r.u8(q));
   switch (static_cast<Query>(q)) {
@@ -652,6 +716,10 @@ Reader::Status Server::handle(Client& c, Reader& r, std::string& why) {
       reply(c, w.buffer());
       return Reader::Status::Ok;
     }
+    case Query::Authenticate:
+      why = "it asked to authenticate, but this store has no secret (SHOAL_AUTH_KEY must be the same on "
+            "every process of the job, or unset on all; SHOAL_STORE_AUTH=0 on this one opens its store)";
+      return Reader::Status::Bad;
   }
   why = "unknown query type " + std::to_string(q) + " (not a torch 1.13 TCPStore client?)";
   return Reader::Status::Bad;
@@ -774,7 +842,9 @@ namespace store_fuzz {
 void serve_requests(const uint8_t* data, size_t size) {
   // Input: chunks. A chunk's first byte b picks the client (b & 1), whether the client reads
   // its replies (b & 2), whether it then closes (b & 4); the next byte is the chunk's length.
-  Server server{Server::Detached{}};
+  // The first chunk's b & 8: the server has a secret, so clients must authenticate first (the
+  // input cannot answer a random challenge: it exercises the refusals).
+  Server server{Server::Detached{}, size > 0 && (data[0] & 8) ? "fuzz-secret" : ""};
   int ends[2] = {-1, -1};  // the clients' sides of the socket pairs
   uint64_t ids[2] = {0, 0};
   char sink[4096];
@@ -830,6 +900,7 @@ struct TcpStore::Impl {
   std::string connect_host;  // where the client connects
   uint16_t port = 0;
   Options options;
+  std::string key;  // the secret this client proves it knows (empty: none)
   std::unique_ptr<Server> server;
 
   std::mutex mu;
@@ -906,6 +977,7 @@ struct TcpStore::Impl {
       fd = try_connect(deadline, why);
       if (fd >= 0) {
         lost = false;
+        authenticate(deadline);
         return;
       }
       int left = ms_left(deadline);
@@ -924,13 +996,66 @@ struct TcpStore::Impl {
                     << "rank and reachable from this host, and that no firewall blocks the port");
   }
 
+  // The client's side of the handshake at the top of this file, on a fresh connection: throws
+  // UnauthorizedError when the store refuses this process or cannot prove it knows the key.
+  void authenticate(Clock::time_point deadline) {
+    if (key.empty()) return;
+    using auth::bytes_of;
+    constexpr size_t N = auth::kNonceBytes, M = auth::kMacBytes;
+    deadline = std::min(deadline, deadline_after(Milliseconds(10000)));
+    const std::vector<std::string> keys{"(the authentication)"};
+    uint8_t hello[1 + N], reply[N + M], expected[M], proof[M], admitted = 0xff;
+    hello[0] = static_cast<uint8_t>(Query::Authenticate);
+    auth::random_nonce(hello + 1);
+    const uint8_t* nonce_c = hello + 1;
+    const uint8_t* nonce_s = reply;
+    auto refused = [&](const char* when) {
+      disconnect();
+      lost = false;
+      SHOAL_THROW(Unauthorized,
+                  "the TCP store at "
+                      << address() << " " << when
+                      << ": its SHOAL_AUTH_KEY differs from this process's or it has none (torch's TCPStore, "
+                         "e.g. torchrun's agent store, cannot authenticate: set SHOAL_STORE_AUTH=0 on every "
+                         "process to use it openly); the store's log says why");
+    };
+    try {
+      send_all(std::string(reinterpret_cast<const char*>(hello), sizeof hello), deadline, "authenticate", keys,
+               Milliseconds(10000));
+      recv_exact(reply, sizeof reply, deadline, "authenticate", keys, Milliseconds(10000));
+    } catch (const PeerFailureError&) {
+      refused("closed the connection when this process asked to authenticate");
+    } catch (const TimeoutError&) {
+      refused("did not answer this process's authentication within 10 s");
+    }
+    auth::mac(expected, key, kServerLabel, {bytes_of(nonce_c, N), bytes_of(nonce_s, N)});
+    if (!auth::same_mac(expected, reply + N)) {
+      disconnect();
+      SHOAL_THROW(Unauthorized, "the process at " << address()
+                                                  << " (the TCP store's address) did not prove it knows "
+                                                     "SHOAL_AUTH_KEY: a stranger, or a store with another key");
+    }
+    auth::mac(proof, key, kClientLabel, {bytes_of(nonce_c, N), bytes_of(nonce_s, N)});
+    try {
+      send_all(std::string(reinterpret_cast<const char*>(proof), sizeof proof), deadline, "authenticate", keys,
+               Milliseconds(10000));
+      recv_exact(&admitted, 1, deadline, "authenticate", keys, Milliseconds(10000));
+    } catch (const PeerFailureError&) {
+      refused("refused this process's proof");
+    } catch (const TimeoutError&) {
+      refused("did not admit this process within 10 s");
+    }
+    if (admitted != kAuthAdmitted) refused("answered the authentication with garbage");
+  }
+
   void ensure_connected(Clock::time_point op_deadline, const char* op,
                         const std::vector<std::string>& keys) {
     if (fd >= 0) return;
     if (lost) {
       // The store went away under us: one quick attempt, then report the failure.
       std::string why;
-      fd = try_connect(std::min(op_deadline, deadline_after(Milliseconds(1000))), why);
+      const auto quick = std::min(op_deadline, deadline_after(Milliseconds(1000)));
+      fd = try_connect(quick, why);
       if (fd < 0)
         SHOAL_THROW(PeerFailure,
                     "the TCP store at "
@@ -939,6 +1064,7 @@ struct TcpStore::Impl {
                         << ": the process hosting it (rank 0, or the launcher's agent) "
                         << "has probably exited or crashed; check its log");
       lost = false;
+      authenticate(quick);
       return;
     }
     const auto budget = options.connect_timeout;
@@ -1054,8 +1180,19 @@ TcpStore::TcpStore(const std::string& host, uint16_t port, Options options)
   impl_->connect_host = host;
   impl_->port = port;
   impl_->options = options;
+  if (options.auth_key) {
+    impl_->key = *options.auth_key;
+  } else if (config::get_int("SHOAL_STORE_AUTH") != 0) {
+    impl_->key = auth::job_key(false);
+  } else if (!auth::job_key(false).empty()) {
+    static std::once_flag warned;
+    std::call_once(warned, [] {
+      SHOAL_WARN("SHOAL_STORE_AUTH=0: the TCP store is open to any process that reaches its port although "
+                 "SHOAL_AUTH_KEY is set (the mesh connections still authenticate; docs/reliability.md)");
+    });
+  }
   if (options.is_server) {
-    impl_->server = std::make_unique<Server>(host, port);
+    impl_->server = std::make_unique<Server>(host, port, impl_->key);
     impl_->port = impl_->server->port();
     impl_->connect_host = impl_->server->local_address();
   } else {

@@ -52,17 +52,18 @@ write("connection", "mismatch", recv(0, 1, 0, 7, 16) + END + frame(COLLECTIVE, 1
 write("connection", "sends_partial", bytes([5, 13]) + send(1, 1, 0, 2, 300) + send(1, 2, 0, 2, 0) + bytes([3, 5, 255, 3, 8]) + END)
 
 
-# ---- store: chunks [who|read<<1|close<<2][len][bytes] (src/store/tcp_store_fuzz.hpp) ----
+# ---- store: chunks [who|read<<1|close<<2|keyed<<3 (first chunk)][len][bytes] (src/store/tcp_store_fuzz.hpp) ----
 def s(b):
     return struct.pack("<Q", len(b)) + b
 
 
-def chunk(who, data, read=True, close=False):
+def chunk(who, data, read=True, close=False, keyed=False):
     out = b""
     while True:  # a request longer than a chunk continues in the next one
         part, data = data[:255], data[255:]
         last = not data
-        out += bytes([who | (2 if read and last else 0) | (4 if close and last else 0), len(part)]) + part
+        out += bytes([who | (2 if read and last else 0) | (4 if close and last else 0) | (8 if keyed else 0),
+                      len(part)]) + part
         if last:
             return out
 
@@ -79,6 +80,9 @@ write("store", "watch_cas_delete", chunk(1, bytes([WATCH]) + s(b"/k")) +
             bytes([CHECK]) + struct.pack("<Q", 1) + s(b"/k") + bytes([DEL]) + s(b"/k"), close=True))
 write("store", "big_value", chunk(0, bytes([SET]) + s(b"/big") + s(bytes(range(256)) * 3) + bytes([GET]) + s(b"/big")))
 write("store", "get_missing", chunk(0, bytes([GET]) + s(b"/nope")))
+AUTH = 0xA5  # with a secret (first chunk's bit 3): a wrong proof, and a request without authenticating
+write("store", "auth_wrong_proof", chunk(0, bytes([AUTH]) + bytes(range(32)), keyed=True) + chunk(0, bytes(32)))
+write("store", "auth_skipped", chunk(1, bytes([SET]) + s(b"/a") + s(b"1"), keyed=True))
 
 
 # ---- hello: u8 rank, u8 size, then Hellos (fuzz_hello.cpp) ----

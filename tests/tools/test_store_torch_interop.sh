@@ -95,6 +95,36 @@ else
   bad "shoal server did not start"
 fi
 
+# ---- 1b. shoal hosts with SHOAL_AUTH_KEY: torch's client cannot authenticate and is dropped ----
+rm -f "$D"/*.log "$D/port"
+SHOAL_AUTH_KEY=interop-secret "${GUARD[@]}" "$TOOL" serve "$D/port" >"$D/shoal_server.log" 2>&1 &
+server=$!
+pids+=("$server")
+if wait_for_file "$D/port" 20; then
+  "${GUARD[@]}" "$PY" - "$(cat "$D/port")" >"$D/torch_client.log" 2>&1 <<'EOF'
+import sys
+from datetime import timedelta
+import torch.distributed as dist
+
+try:
+    s = dist.TCPStore("127.0.0.1", int(sys.argv[1]), 2, False, timedelta(seconds=10))
+    s.set("from_torch", "hello shoal")
+    print("torch client got in:", s.get("from_torch"))
+except RuntimeError as e:
+    print("torch client refused:", e)
+EOF
+  kill "$server" 2>/dev/null
+  wait "$server" 2>/dev/null
+  if grep -q "torch client refused" "$D/torch_client.log" &&
+     grep -q "without authenticating" "$D/shoal_server.log"; then
+    ok "shoal TcpStore server with SHOAL_AUTH_KEY drops torch's unauthenticated client, saying why"
+  else
+    bad "shoal TcpStore server with SHOAL_AUTH_KEY and a torch client"
+  fi
+else
+  bad "shoal server (keyed) did not start"
+fi
+
 # ---- 2. torch hosts, shoal's client talks to it ----
 rm -f "$D"/*.log "$D/port"
 "${GUARD[@]}" "$PY" - "$D/port" >"$D/torch_server.log" 2>&1 <<'EOF' &
@@ -155,6 +185,15 @@ run_torchrun() {  # name, expected "external=" value, torchrun arguments...
 run_torchrun "torchrun (static rendezvous): ranks join the agent's store" 1 \
   --nnodes 1 --nproc_per_node 2 --master_addr 127.0.0.1 --master_port "$(free_port)"
 run_torchrun "torchrun --standalone: rank 0 hosts the store" 0 --standalone --nproc_per_node 2
+# With SHOAL_AUTH_KEY: the agent's torch store cannot authenticate, so the ranks join it openly
+# and say so; with --standalone, rank 0's shoal store authenticates every rank.
+SHOAL_AUTH_KEY=interop-secret run_torchrun "torchrun with SHOAL_AUTH_KEY: the agent's store joined openly" 1 \
+  --nnodes 1 --nproc_per_node 2 --master_addr 127.0.0.1 --master_port "$(free_port)"
+if ! grep -q "torchrun's agent store (torch's TCPStore), which cannot authenticate" "$D/torchrun.log"; then
+  bad "torchrun with SHOAL_AUTH_KEY: no warning that the agent's store is open"
+fi
+SHOAL_AUTH_KEY=interop-secret run_torchrun "torchrun --standalone with SHOAL_AUTH_KEY: rank 0's store authenticates" 0 \
+  --standalone --nproc_per_node 2
 
 echo "$passed passed, ${#failed[@]} failed"
 ((${#failed[@]} == 0))

@@ -147,8 +147,8 @@ TEST(Auth, WithoutAKeyOneWarningSaysTheJobIsOpen) {
     const std::string log = j.dir() + "/stderr";
     const int fd = open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
     if (fd < 0 || dup2(fd, 2) < 0) return 1;  // shoal logs with write(2, ...)
-    transport::tcp::auth_key();
-    transport::tcp::auth_key();
+    auth::job_key();
+    auth::job_key();
     std::ifstream in(log);
     std::stringstream text;
     text << in.rdbuf();

@@ -529,20 +529,28 @@ TEST(TcpStore, SpeaksTorch113WireFormatAsServer) {
   EXPECT_EQ(server.get_string("split"), "pieces");
 }
 
-TEST(TcpStore, SpeaksTorch113WireFormatAsClient) {
-  // A fake server that records what our client sends.
+// A listening socket on loopback for a fake server; `port` is where it listens.
+int listen_on_loopback(uint16_t& port) {
   int lfd = ::socket(AF_INET, SOCK_STREAM, 0);
   sockaddr_in a{};
   a.sin_family = AF_INET;
   a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ASSERT_EQ(::bind(lfd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
-  ASSERT_EQ(::listen(lfd, 4), 0);
+  EXPECT_EQ(::bind(lfd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+  EXPECT_EQ(::listen(lfd, 4), 0);
   socklen_t len = sizeof a;
   ::getsockname(lfd, reinterpret_cast<sockaddr*>(&a), &len);
+  port = ntohs(a.sin_port);
+  return lfd;
+}
+
+TEST(TcpStore, SpeaksTorch113WireFormatAsClient) {
+  // A fake server that records what our client sends.
+  uint16_t port = 0;
+  const int lfd = listen_on_loopback(port);
   std::unique_ptr<Raw> peer;
   std::thread acceptor(
       [&] { peer = std::make_unique<Raw>(::accept(lfd, nullptr, nullptr), true); });
-  TcpStore c("127.0.0.1", ntohs(a.sin_port), client_options(3s));
+  TcpStore c("127.0.0.1", port, client_options(3s));
   acceptor.join();
   ::close(lfd);
 
@@ -575,6 +583,129 @@ TEST(TcpStore, SpeaksTorch113WireFormatAsClient) {
   EXPECT_FALSE(c.check({"a", "bb"}));
   EXPECT_TRUE(c.remove("a"));
   reply_check.join();
+}
+
+// ---------------------------------------------------------------------------------------
+// Authentication (Options::auth_key; by default SHOAL_AUTH_KEY)
+// ---------------------------------------------------------------------------------------
+
+TcpStore::Options keyed(TcpStore::Options o, const std::string& key) {
+  o.auth_key = key;
+  return o;
+}
+
+// The code and message of what constructing a client with `options` throws ("" when nothing).
+std::pair<ErrorCode, std::string> client_error(uint16_t port, const TcpStore::Options& options) {
+  try {
+    TcpStore c("127.0.0.1", port, options);
+    c.add("probe", 1);  // a request with a reply: a SET alone would not notice being dropped
+  } catch (const Error& e) {
+    return {e.code(), e.what()};
+  }
+  return {ErrorCode::Internal, ""};
+}
+
+TEST(TcpStoreAuth, ClientsWithTheKeyShareData) {
+  TcpStore server("127.0.0.1", 0, keyed(server_options(), "s3cret"));
+  TcpStore a("127.0.0.1", server.port(), keyed(client_options(), "s3cret"));
+  TcpStore b("127.0.0.1", server.port(), keyed(client_options(), "s3cret"));
+  a.set("k", std::string("v"));
+  EXPECT_EQ(b.get_string("k"), "v");
+  EXPECT_EQ(b.add("n", 2), 2);
+  EXPECT_EQ(server.add("n", 1), 3);
+}
+
+TEST(TcpStoreAuth, AClientWithAnotherKeyIsRefusedWithUnauthorized) {
+  TcpStore server("127.0.0.1", 0, keyed(server_options(), "s3cret"));
+  auto [code, what] = client_error(server.port(), keyed(client_options(), "guess"));
+  EXPECT_EQ(code, ErrorCode::Unauthorized) << what;
+  // The server's proof fails first (it is made with the other key): the client stops there.
+  EXPECT_NE(what.find("did not prove it knows SHOAL_AUTH_KEY"), std::string::npos) << what;
+  EXPECT_FALSE(server.check({"probe"})) << "nothing of the refused client may reach the store";
+}
+
+TEST(TcpStoreAuth, AClientWithoutAKeyIsDroppedBeforeItsFirstRequestIsServed) {
+  TcpStore server("127.0.0.1", 0, keyed(server_options(), "s3cret"));
+  // A torch-protocol client that does not authenticate: its SET is refused, the connection closed.
+  Raw stranger(server.port());
+  stranger.send(std::string(1, '\x00') + str("/k") + str("evil"));
+  EXPECT_TRUE(stranger.closed_by_peer());
+  // shoal's own client without a key: the server closes the connection under its first request.
+  auto [code, what] = client_error(server.port(), keyed(client_options(), ""));
+  EXPECT_EQ(code, ErrorCode::PeerFailure) << what;
+  EXPECT_FALSE(server.check({"k", "probe"}));
+  // The server lives on for clients that know the key.
+  TcpStore good("127.0.0.1", server.port(), keyed(client_options(), "s3cret"));
+  good.set("k", std::string("fine"));
+  EXPECT_EQ(server.get_string("k"), "fine");
+}
+
+TEST(TcpStoreAuth, AKeyedClientRefusesAStoreWithoutAKey) {
+  TcpStore server("127.0.0.1", 0, keyed(server_options(), ""));
+  auto [code, what] = client_error(server.port(), keyed(client_options(), "s3cret"));
+  EXPECT_EQ(code, ErrorCode::Unauthorized) << what;
+  EXPECT_NE(what.find("closed the connection when this process asked to authenticate"), std::string::npos)
+      << what;
+  EXPECT_NE(what.find("SHOAL_STORE_AUTH=0"), std::string::npos) << what;
+}
+
+TEST(TcpStoreAuth, AKeyedClientRefusesAStrangerServer) {
+  // A fake server that answers the challenge with bytes of its own choosing.
+  uint16_t port = 0;
+  const int lfd = listen_on_loopback(port);
+  std::string hello, proof;
+  std::thread fake([&] {
+    Raw peer(::accept(lfd, nullptr, nullptr), true);
+    hello = peer.recv(33);
+    peer.send(std::string(64, '\x5a'));
+    proof = peer.recv(32, 1s);
+  });
+  auto [code, what] = client_error(port, keyed(client_options(3s, 3s), "s3cret"));
+  fake.join();
+  ::close(lfd);
+  ASSERT_EQ(hello.size(), 33u);
+  EXPECT_EQ(static_cast<uint8_t>(hello[0]), 0xA5) << "the client asks to authenticate first";
+  EXPECT_EQ(code, ErrorCode::Unauthorized) << what;
+  EXPECT_NE(what.find("did not prove it knows SHOAL_AUTH_KEY"), std::string::npos) << what;
+  EXPECT_TRUE(proof.empty()) << "the client must not answer a server that failed its proof";
+}
+
+// The child of the next test, in a fresh process (SHOAL_AUTH_KEY is read once per process):
+// exits 10, + 1 when a client with default options is admitted by a server with default
+// options, + 2 when a client without a key is.
+TEST(TcpStoreAuth, DefaultOptionsChild) {
+  if (!std::getenv("SHOAL_TEST_STORE_AUTH_CHILD")) GTEST_SKIP() << "run by TheJobKeyIsTheDefault...";
+  auto admitted = [](uint16_t port, const TcpStore::Options& o) {
+    try {
+      TcpStore c("127.0.0.1", port, o);
+      c.add("a", 1);
+      return true;
+    } catch (const Error&) {
+      return false;
+    }
+  };
+  TcpStore server("127.0.0.1", 0, server_options());
+  ::_exit(10 + (admitted(server.port(), client_options()) ? 1 : 0) +
+          (admitted(server.port(), keyed(client_options(), "")) ? 2 : 0));
+}
+
+TEST(TcpStoreAuth, TheJobKeyIsTheDefaultAndStoreAuthZeroOpensTheStore) {
+  auto in_child = [](const char* store_auth) {
+    pid_t pid = ::fork();
+    if (pid == 0) {
+      ::setenv("SHOAL_TEST_STORE_AUTH_CHILD", "1", 1);
+      ::setenv("SHOAL_AUTH_KEY", "from-env", 1);
+      ::setenv("SHOAL_STORE_AUTH", store_auth, 1);
+      ::execl("/proc/self/exe", "test_store", "--gtest_filter=TcpStoreAuth.DefaultOptionsChild",
+              static_cast<char*>(nullptr));
+      ::_exit(127);
+    }
+    int status = 0;
+    ::waitpid(pid, &status, 0);
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  };
+  EXPECT_EQ(in_child("1"), 11) << "with SHOAL_AUTH_KEY the store admits clients with it, and only them";
+  EXPECT_EQ(in_child("0"), 13) << "SHOAL_STORE_AUTH=0 leaves the store open to every client";
 }
 
 // ---------------------------------------------------------------------------------------

@@ -710,7 +710,7 @@ TEST(SwarmRpc, ClientRefusesAReplyToAnotherRequest) {
 TEST(SwarmRpc, AuthenticatedChild) {
   if (!getenv("SHOAL_SWARM_TEST_AUTH_CHILD"))
     GTEST_SKIP() << "run by AuthenticatedServerRefusesStrangers";
-  ASSERT_EQ(transport::tcp::auth_key(), "swarm-secret");
+  ASSERT_EQ(auth::job_key(), "swarm-secret");
   RpcServer server("127.0.0.1", 0, echo);
   RpcClient client("127.0.0.1", server.port(), 5s);
   EXPECT_EQ(client.call(request_with(1, nullptr), 5s).request_id, 1u);

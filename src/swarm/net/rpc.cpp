@@ -227,7 +227,7 @@ struct RpcServer::Impl {
   }
 
   void serve_frames(int fd) {
-    if (const std::string& key = transport::tcp::auth_key(); !key.empty()) {
+    if (const std::string& key = auth::job_key(); !key.empty()) {
       std::string why;
       const auto deadline = Clock::now() + config::get_duration("SHOAL_TIMEOUT");
       if (!transport::tcp::authenticate_from(fd, rpc_hello(), -1, key, deadline, why)) {
@@ -383,7 +383,7 @@ RpcClient::RpcClient(const std::string& host, uint16_t port, Milliseconds connec
   const auto deadline = Clock::now() + connect_timeout;
   impl_->fd = transport::tcp::connect_with_retry(host, port, deadline, "the swarm server");
   set_nodelay(impl_->fd);
-  if (const std::string& key = transport::tcp::auth_key(); !key.empty()) {
+  if (const std::string& key = auth::job_key(); !key.empty()) {
     try {
       transport::tcp::authenticate_to(impl_->fd, rpc_hello(), -1, impl_->address, key, deadline);
     } catch (const Error& e) {

@@ -1,6 +1,6 @@
-// Authentication of transport connections: with a shared secret (SHOAL_AUTH_KEY or
+// Authentication of transport connections: with the job's shared secret (auth::job_key(): SHOAL_AUTH_KEY or
 // SHOAL_AUTH_KEY_FILE) both ends of every mesh connection prove that they know it, by an
-// HMAC-SHA256 challenge-response over fresh nonces, before the acceptor takes the connection
+// HMAC-SHA256 challenge-response (core/auth) over fresh nonces, before the acceptor takes the connection
 // and before any frame is read. Nothing is encrypted: see docs/reliability.md.
 //
 //   connector -> acceptor   Hello (reserved has kHelloAuth), nonce_c (32 bytes)
@@ -11,6 +11,7 @@
 
 #include <string>
 
+#include "core/auth.hpp"
 #include "transport/frame.hpp"
 #include "transport/tcp/socket.hpp"
 
@@ -18,10 +19,6 @@ namespace shoal::transport::tcp {
 
 /// Hello::reserved bit: the connector authenticates (its nonce follows the Hello).
 inline constexpr uint32_t kHelloAuth = 1;
-
-/// The job's shared secret, read once (empty: none). Without one, the first call warns, once
-/// per process, that any process reaching the job's ports can join its connections.
-const std::string& auth_key();
 
 /// Connector side, after writing `hello` (with kHelloAuth) to `fd` of rank `peer` at `where`.
 /// Throws UnauthorizedError naming `peer` when the other end cannot prove it knows `key`,

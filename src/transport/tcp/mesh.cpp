@@ -40,7 +40,7 @@ Published parse_published(const std::string& text, int peer) {
 int connect_rail(const std::string& ip, uint16_t port, Hello hello, Clock::time_point connect_by,
                  Clock::time_point deadline, int peer) {
   int fd = connect_with_retry(ip, port, connect_by, "rank " + std::to_string(peer) + " at " + ip);
-  const std::string& key = auth_key();
+  const std::string& key = auth::job_key();
   if (!key.empty()) hello.reserved |= kHelloAuth;
   std::string err;
   if (!write_all(fd, &hello, sizeof hello, deadline, err)) {
@@ -104,7 +104,7 @@ std::vector<std::vector<int>> connect_mesh(Store& store, const std::string& key_
                                            Clock::time_point deadline) {
   std::vector<std::vector<int>> fds(size);
   if (size == 1) return fds;
-  const std::string& key = auth_key();  // read (and, without one, warned about) once
+  const std::string& key = auth::job_key();  // read (and, without one, warned about) once
   uint16_t port = 0;
   int listener = listen_on(rails.size() > 1 ? "0.0.0.0" : rails.front().ip, port);
   HelloBook book(rank, size, comm_id);  // higher ranks with some of their connections in
