@@ -1,7 +1,10 @@
 // Shared-memory streams and segments: ring wrap-around and partial writes, the end of a
-// stream after the peer goes, the out-of-band abort note, and nothing left in /dev/shm.
+// stream after the peer goes, the out-of-band abort note, and nothing left in /dev/shm (not
+// even by a rank killed during set-up).
 #include <gtest/gtest.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstring>
@@ -11,7 +14,10 @@
 #include <vector>
 
 #include "transport/shm/ring_stream.hpp"
+#include "shoal/error.hpp"
+#include "shoal/store.hpp"
 #include "transport/shm/segment.hpp"
+#include "transport/shm/shm_mesh.hpp"
 
 namespace shoal::transport::shm {
 namespace {
@@ -123,6 +129,59 @@ TEST(ShmSegment, UnlinkLeavesTheMappingAndNoName) {
   seg->base()[100] = 42;  // both mappings still work and share the memory
   EXPECT_EQ(other->base()[100], 42);
   EXPECT_THROW(Segment::open(segment_name(0xabcdef, 7), 8192), Error);
+}
+
+bool segment_exists(uint64_t comm_id, int rank) {
+  return std::filesystem::exists("/dev/shm" + segment_name(comm_id, rank));
+}
+
+// A segment as a rank leaves it when killed during set-up: created, header written (with its
+// pid) when `with_header`, never unlinked. Runs in a child process that exits at once.
+void leave_segment_from_a_dead_process(uint64_t comm_id, int rank, bool with_header) {
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    auto seg = Segment::create(segment_name(comm_id, rank), 8192);
+    if (with_header) {
+      auto* h = new (seg->base()) SegmentHeader();
+      h->rank = rank;
+      h->comm_id = comm_id;
+      h->pid = ::getpid();
+      h->pid_namespace = own_pid_namespace();
+    }
+    ::_exit(0);  // no destructor: the name stays, as after SIGKILL
+  }
+  int status = 0;
+  ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+  ASSERT_TRUE(segment_exists(comm_id, rank));
+}
+
+TEST(ShmSegment, SweepRemovesOnlySegmentsWhoseCreatorDied) {
+  const uint64_t comm = 0x5eed0000ull + static_cast<uint64_t>(::getpid());
+  leave_segment_from_a_dead_process(comm, 1, true);
+  leave_segment_from_a_dead_process(comm, 2, false);  // died before writing its header
+  auto live = Segment::create(segment_name(comm, 0), 8192);
+  auto* h = new (live->base()) SegmentHeader();
+  h->pid = ::getpid();
+  h->pid_namespace = own_pid_namespace();
+  EXPECT_GE(sweep_orphans(), 1);
+  EXPECT_FALSE(segment_exists(comm, 1)) << "the dead creator's segment must go";
+  EXPECT_TRUE(segment_exists(comm, 0)) << "a live creator's segment must stay";
+  EXPECT_TRUE(segment_exists(comm, 2)) << "a segment without a header says nothing about its creator";
+  ::shm_unlink(segment_name(comm, 2).c_str());
+}
+
+TEST(ShmMesh, AFailedSetUpRemovesEveryLocalRanksName) {
+  // Rank 1 of 2 was killed after creating its segment, before writing its header or publishing
+  // its name: rank 0's set-up times out waiting for the name and removes both segments.
+  const uint64_t comm = 0xfa11000000ull + static_cast<uint64_t>(::getpid());
+  leave_segment_from_a_dead_process(comm, 1, false);
+  const auto dir = std::filesystem::temp_directory_path() / ("shoal_test_shm_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  FileStore store((dir / "store").string(), std::chrono::milliseconds(300));
+  EXPECT_THROW(ShmMesh(store, "job", 0, {0, 0}, comm), TimeoutError);
+  EXPECT_FALSE(segment_exists(comm, 0)) << "this rank's own segment";
+  EXPECT_FALSE(segment_exists(comm, 1)) << "the dead peer's segment, whose name was never published";
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace

@@ -1,11 +1,14 @@
 #include "transport/shm/segment.hpp"
 
+#include <dirent.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstddef>
 #include <cstdio>
 #include <cstring>
 #include <new>
@@ -96,6 +99,47 @@ Segment::~Segment() {
 void Segment::unlink() {
   if (linked_) shm_unlink(name_.c_str());
   linked_ = false;
+}
+
+uint64_t own_pid_namespace() {
+  struct stat st{};
+  return ::stat("/proc/self/ns/pid", &st) == 0 ? static_cast<uint64_t>(st.st_ino) : 0;
+}
+
+int sweep_orphans() {
+  const uint64_t ns = own_pid_namespace();
+  if (ns == 0) return 0;  // no way to tell whose pids the headers hold
+  DIR* dir = ::opendir("/dev/shm");
+  if (!dir) return 0;
+  int removed = 0;
+  while (const dirent* e = ::readdir(dir)) {
+    if (std::strncmp(e->d_name, "shoal-", 6) != 0) continue;
+    const std::string path = std::string("/dev/shm/") + e->d_name;
+    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+    if (fd < 0) continue;
+    // The header's plain fields, from the file's bytes (its atomics are not touched).
+    unsigned char raw[sizeof(SegmentHeader)];
+    const bool whole = ::pread(fd, raw, sizeof raw, 0) == static_cast<ssize_t>(sizeof raw);
+    ::close(fd);
+    auto field = [&](auto& out, size_t offset) { std::memcpy(&out, raw + offset, sizeof out); };
+    uint32_t magic = 0;
+    int32_t rank = -1, pid = 0;
+    uint64_t pid_ns = 0;
+    if (!whole) continue;
+    field(magic, offsetof(SegmentHeader, magic));
+    field(rank, offsetof(SegmentHeader, rank));
+    field(pid, offsetof(SegmentHeader, pid));
+    field(pid_ns, offsetof(SegmentHeader, pid_namespace));
+    if (magic != kSegmentMagic || pid <= 0 || pid_ns != ns) continue;
+    if (::kill(pid, 0) == 0 || errno != ESRCH) continue;  // alive (or not ours to judge)
+    if (shm_unlink((std::string("/") + e->d_name).c_str()) == 0) {
+      ++removed;
+      SHOAL_WARN("removed /dev/shm/" << e->d_name << ", left by rank " << rank << " (pid " << pid
+                                     << "), which died while its communicator was being created");
+    }
+  }
+  ::closedir(dir);
+  return removed;
 }
 
 }  // namespace shoal::transport::shm

@@ -1,7 +1,9 @@
 // POSIX shared-memory segments: one per rank, holding the rings this rank writes to each
 // local peer. Named after the communicator's random id, so two jobs never collide, and
 // unlinked as soon as every peer has mapped them, so nothing is left in /dev/shm even when a
-// rank is killed later.
+// rank is killed later. A rank killed before that (during set-up) leaves its name behind:
+// the other ranks' failed set-up removes it, and sweep_orphans() removes any whose creator is
+// gone.
 #pragma once
 
 #include <atomic>
@@ -36,6 +38,8 @@ struct alignas(64) SegmentHeader {
   // the probe of the local rank with index i (then i may send it frames by reference).
   int32_t pid = 0;
   uint64_t probe_address = 0;
+  // The owner's pid namespace (inode of /proc/self/ns/pid): `pid` means something only there.
+  uint64_t pid_namespace = 0;
   uint8_t can_pull[256] = {};
   alignas(64) std::atomic<uint32_t> sleeping{0};  // the owner's progress thread sleeps
   // Flat collectives (src/comm/flat.cpp): the last operation whose slice the owner reduced (in
@@ -100,5 +104,14 @@ class Segment {
 
 /// The segment name of `rank` in communicator `comm_id`.
 std::string segment_name(uint64_t comm_id, int rank);
+
+/// This process's pid namespace, as SegmentHeader::pid_namespace records it (0: unknown).
+uint64_t own_pid_namespace();
+
+/// Unlinks every shoal segment in /dev/shm whose creator, a process of this pid namespace, no
+/// longer exists (killed during a communicator's set-up, before its peers unlinked it). A
+/// segment whose header is not written yet, or whose creator lives elsewhere, is left alone.
+/// Returns how many it removed.
+int sweep_orphans();
 
 }  // namespace shoal::transport::shm

@@ -49,7 +49,7 @@ ShmMesh::ShmMesh(Store& store, const std::string& prefix, int rank, const std::v
   // Flat collectives' capacity: the same on every rank (a different value fails the mapping).
   flat_bytes_ = (config::get_bytes("SHOAL_FLAT_MAX_BYTES") + 63) / 64 * 64;
   const size_t bytes = Segment::bytes_for(static_cast<uint32_t>(nlocal), ring_bytes_, flat_bytes_);
-  std::vector<std::string> learned;  // names to unlink if set-up fails half-way
+  sweep_orphans();
   try {
     std::string my_name;
     try {
@@ -61,6 +61,7 @@ ShmMesh::ShmMesh(Store& store, const std::string& prefix, int rank, const std::v
       h->rings = static_cast<uint32_t>(nlocal);
       h->flat_bytes = flat_bytes_;
       h->pid = getpid();
+      h->pid_namespace = own_pid_namespace();
       h->probe_address = reinterpret_cast<uint64_t>(&kProbe);
       for (uint32_t s = 0; s < static_cast<uint32_t>(nlocal); ++s) new (&mine_->ring(s)) RingHeader();
       my_name = mine_->name();
@@ -74,7 +75,6 @@ ShmMesh::ShmMesh(Store& store, const std::string& prefix, int rank, const std::v
       if (q == rank || local_index_[q] < 0) continue;
       std::string name = store.get_string(prefix + "/shm/" + std::to_string(q));
       if (name.empty() || !mine_) continue;
-      learned.push_back(name);
       try {
         auto seg = Segment::open(name, bytes);
         const auto& h = seg->header();
@@ -116,7 +116,10 @@ ShmMesh::ShmMesh(Store& store, const std::string& prefix, int rank, const std::v
     // can go, and nothing is left behind whatever happens to this process later.
     if (mine_) mine_->unlink();
   } catch (...) {
-    for (const auto& n : learned) shm_unlink(n.c_str());  // survivors clean up for a dead peer
+    // Set-up failed here, so it fails on every rank of this host: remove every local rank's
+    // name, which covers a peer killed before it published (or unlinked) its segment.
+    for (int q = 0; q < size; ++q)
+      if (local_index_[q] >= 0) shm_unlink(segment_name(comm_id, q).c_str());
     throw;
   }
 }
