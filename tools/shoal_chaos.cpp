@@ -87,27 +87,13 @@ uint64_t splitmix(uint64_t x) {
   return x ^ (x >> 31);
 }
 
-// ---- a store that prepends a raw prefix, and tells joiners where a grow() lives ----
-//
-// grow() on a communicator made by shrink() writes under that communicator's private store
-// chain (PrefixStore("shoal/shrink/<id>/<n>/comm/", ...)), which a joining process cannot
-// name through the public API. Every communicator of a worker descends from one RawStore, so
-// the RawStore sees the full key of grow's "<...>shoal/grow/<name>/sizes" and publishes the
-// prefix under chaos/growprefix/<name>; the joiner builds a RawStore with it and calls join().
+// ---- the job's store: the driver's, under chaos/init/ (grow() and join() meet there) ----
 class RawStore : public shoal::Store {
  public:
   RawStore(std::string prefix, std::shared_ptr<shoal::Store> base) : prefix_(std::move(prefix)), base_(std::move(base)) {
     timeout_ = base_->timeout();
   }
-  void set(const std::string& k, const shoal::Bytes& v) override {
-    static const std::string grow = "shoal/grow/", sizes = "/sizes";
-    const auto at = k.rfind(grow);
-    if (at != std::string::npos && k.size() > sizes.size() && k.compare(k.size() - sizes.size(), sizes.size(), sizes) == 0) {
-      const std::string name = k.substr(at + grow.size(), k.size() - sizes.size() - at - grow.size());
-      base_->set("chaos/growprefix/" + name, prefix_ + k.substr(0, at));
-    }
-    base_->set(prefix_ + k, v);
-  }
+  void set(const std::string& k, const shoal::Bytes& v) override { base_->set(prefix_ + k, v); }
   shoal::Bytes get(const std::string& k) override {
     if (timeout_ != base_->timeout()) base_->wait({prefix_ + k}, timeout_);
     return base_->get(prefix_ + k);
@@ -346,6 +332,7 @@ class Worker {
   }
 
   shoal::Options options() const { return {}; }  // SHOAL_TIMEOUT from the environment
+  std::shared_ptr<shoal::Store> job_store() const { return std::make_shared<RawStore>("chaos/init/", base_); }
 
   // The joiner's way in: a ticket, then the grow name rank 0 gives it, then join().
   bool join_job() {
@@ -363,9 +350,8 @@ class Worker {
     }
     const std::string name = base_->get_string(key);
     doing("join %s (ticket %lld)", name.c_str(), static_cast<long long>(ticket));
-    const std::string prefix = base_->get_string("chaos/growprefix/" + name);  // set inside the members' grow()
     const auto t1 = Steady::now();
-    comm_.emplace(shoal::Communicator::join(std::make_shared<RawStore>(prefix, base_), name, options()));
+    comm_.emplace(shoal::Communicator::join(job_store(), name, options()));
     event({{"ev", "joined"}, {"name", name}, {"ms", since_ms(t1)}, {"rank", comm_->rank()}, {"size", comm_->size()}});
     return true;
   }
@@ -442,7 +428,7 @@ class Worker {
         if (!join_job()) return kExitDone;
       } else {
         fresh_ = false;
-        comm_.emplace(shoal::Communicator::create(std::make_shared<RawStore>("chaos/init/", base_), a_.id, a_.ranks, options()));
+        comm_.emplace(shoal::Communicator::create(job_store(), a_.id, a_.ranks, options()));
       }
     } catch (const std::exception& e) {
       event({{"ev", "error"}, {"stage", a_.joiner ? "join" : "create"}, {"what", e.what()}});

@@ -270,8 +270,9 @@ class Communicator {
   /// publishes the members. A survivor that joins after that gets PeerFailureError.
   Communicator shrink(std::chrono::milliseconds wait = std::chrono::milliseconds{0});
   /// A larger communicator: this one's ranks keep their numbers and `joining` new processes,
-  /// which call join(store, name) with the same store and name, follow in order of arrival.
-  /// Collective over this communicator.
+  /// which call join(store, name) with the job's store (the one this communicator's ancestor
+  /// was created with, also after shrink() or split()) and the same name, follow in order of
+  /// arrival. Collective over this communicator; `name` must be new in the job.
   Communicator grow(int joining, const std::string& name);
   /// The new process's side of grow(): waits for the job's grow(name) through `store`.
   static Communicator join(std::shared_ptr<Store> store, const std::string& name, const Options& options = {});

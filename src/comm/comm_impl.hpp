@@ -46,6 +46,9 @@ class CommImpl {
   uint64_t comm_id = 0;
   uint64_t shrinks = 0;  // Communicator::shrink calls so far (each gets its own key scope)
   std::shared_ptr<Store> store;
+  /// The store given to create() (or join()), kept by every communicator made from this one by
+  /// shrink, grow and split: grow() and join() meet there, so a joiner needs only the job's store.
+  std::shared_ptr<Store> job_store;
   std::unique_ptr<comm::Engine> engine;
 
   // ---- split and hierarchical collectives (comm/split.cpp, comm/hierarchical.cpp) ----
@@ -64,6 +67,15 @@ class CommImpl {
   std::unique_ptr<comm::Hierarchy> hierarchy;  // after engine: stopped before the engine is
 
  private:
+  /// What set_up() builds and the engine then owns.
+  struct Transport {
+    std::vector<std::unique_ptr<transport::Stream>> streams;  // per rank (none for this one)
+    std::unique_ptr<transport::shm::ShmMesh> shm;
+  };
+  /// Rendezvous, topology, connections and shared memory of a new communicator, before the
+  /// ranks vote on it (comm/agreement.hpp).
+  Transport set_up(const std::string& prefix, comm::Clock::time_point deadline);
+
   /// The dispatcher's row for `a` (null: the first row). Made at the first call, which reads
   /// and checks SHOAL_DISPATCH and SHOAL_TUNE_FILE; every input is equal on all ranks, and so
   /// is the pick.

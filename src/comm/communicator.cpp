@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "comm/comm_impl.hpp"
+#include "comm/agreement.hpp"
 #include "comm/flat.hpp"
 #include "comm/work_state.hpp"
 #include "core/check.hpp"
@@ -29,7 +30,7 @@ static uint64_t random_id() {
 }
 
 CommImpl::CommImpl(std::shared_ptr<Store> st, int r, int n, const Options& options)
-    : rank(r), size(n), store(std::move(st)) {
+    : rank(r), size(n), store(std::move(st)), job_store(store) {
   SHOAL_CHECK(store != nullptr, InvalidArgument, "Communicator::create needs a store");
   SHOAL_CHECK(n >= 1, InvalidArgument, "world size must be at least 1, got " << n);
   SHOAL_CHECK(r >= 0 && r < n, InvalidArgument, "rank " << r << " is outside [0, " << n << ")");
@@ -40,6 +41,25 @@ CommImpl::CommImpl(std::shared_ptr<Store> st, int r, int n, const Options& optio
   const auto deadline = comm::Clock::now() + timeout;
   shoal::store::ScopedTimeout store_timeout(*store, timeout);
   const std::string prefix = "shoal/comm" + std::to_string(store->next_communicator_index());
+  Transport transport;
+  try {
+    transport = set_up(prefix, deadline);
+  } catch (const std::exception& e) {
+    comm::vote_against_creation(*store, prefix, r, n, e.what());
+    throw;
+  }
+  // Everyone set up: the communicator exists on every rank or on none (comm/agreement.hpp).
+  comm::vote_for_creation(*store, prefix, r, n, deadline);
+  store_timeout.restore();
+  engine = std::make_unique<comm::Engine>(r, n, comm_id, std::move(transport.streams), std::move(transport.shm),
+                                          timeout);
+  if (engine->shm() && engine->shm()->all_ranks_share_memory()) flat_max_bytes_ = engine->shm()->flat_bytes();
+  SHOAL_INFO("communicator ready: rank " << r << " of " << n << ", " << topology.num_hosts
+                                         << " host(s), listening on " << listen_address);
+}
+
+CommImpl::Transport CommImpl::set_up(const std::string& prefix, comm::Clock::time_point deadline) {
+  const int r = rank, n = size;
   if (r == 0) {
     comm_id = random_id();
     store->set(prefix + "/id", std::to_string(comm_id));
@@ -78,12 +98,7 @@ CommImpl::CommImpl(std::shared_ptr<Store> st, int r, int n, const Options& optio
       ++tcp_peers;
     }
   }
-  store_timeout.restore();
-  const bool all_shared = shm->all_ranks_share_memory();
-  engine = std::make_unique<comm::Engine>(r, n, comm_id, std::move(streams), std::move(shm), timeout);
-  if (all_shared) flat_max_bytes_ = engine->shm()->flat_bytes();
-  SHOAL_INFO("communicator ready: rank " << r << " of " << n << ", " << topology.num_hosts
-                                         << " host(s), listening on " << listen_address);
+  return {std::move(streams), std::move(shm)};
 }
 
 std::string CommImpl::transport_summary() const {

@@ -67,22 +67,29 @@ Communicator Communicator::shrink(std::chrono::milliseconds wait) {
                 c.rank);
   Options options;
   options.timeout = c.timeout;
-  return create(std::make_shared<PrefixStore>(base + "/comm/", c.store), static_cast<int>(me - members.begin()),
-                static_cast<int>(members.size()), options);
+  Communicator survivors = create(std::make_shared<PrefixStore>(base + "/comm/", c.store),
+                                  static_cast<int>(me - members.begin()), static_cast<int>(members.size()), options);
+  survivors.impl().job_store = c.job_store;
+  return survivors;
 }
 
 Communicator Communicator::grow(int joining, const std::string& name) {
   auto& c = *impl_;
   SHOAL_CHECK(joining >= 0, InvalidArgument, "grow: " << joining << " joining processes");
   SHOAL_CHECK(!name.empty(), InvalidArgument, "grow: the name that joining processes pass to join() is empty");
+  // Under the job's store (not this communicator's, which a shrink or split scoped): joiners
+  // know only that one.
   const std::string base = "shoal/grow/" + name;
   if (c.rank == 0) {
-    shoal::store::ScopedTimeout store_timeout(*c.store, c.timeout);
-    c.store->set(base + "/sizes", std::to_string(c.size) + "," + std::to_string(joining));
+    shoal::store::ScopedTimeout store_timeout(*c.job_store, c.timeout);
+    c.job_store->set(base + "/sizes", std::to_string(c.size) + "," + std::to_string(joining));
   }
   Options options;
   options.timeout = c.timeout;
-  return create(std::make_shared<PrefixStore>(base + "/comm/", c.store), c.rank, c.size + joining, options);
+  Communicator grown =
+      create(std::make_shared<PrefixStore>(base + "/comm/", c.job_store), c.rank, c.size + joining, options);
+  grown.impl().job_store = c.job_store;
+  return grown;
 }
 
 Communicator Communicator::join(std::shared_ptr<Store> store, const std::string& name, const Options& options) {
@@ -102,8 +109,10 @@ Communicator Communicator::join(std::shared_ptr<Store> store, const std::string&
   SHOAL_CHECK(index < joining, InvalidArgument,
               "join '" << name << "': the job admits " << joining << " new process(es) and " << index + 1
                        << " tried to join: start as many joiners as grow() was told");
-  return create(std::make_shared<PrefixStore>(base + "/comm/", std::move(store)), old_size + static_cast<int>(index),
-                old_size + joining, options);
+  Communicator joined = create(std::make_shared<PrefixStore>(base + "/comm/", store), old_size + static_cast<int>(index),
+                               old_size + joining, options);
+  joined.impl().job_store = std::move(store);
+  return joined;
 }
 
 }  // namespace shoal

@@ -48,6 +48,7 @@ Communicator CommImpl::split(int color, int key) {
       Communicator::create(std::make_shared<PrefixStore>(scope, store), child_rank, static_cast<int>(members.size()),
                            options);
   log::set_rank(rank);  // creation labelled the log with the child's rank
+  child.impl().job_store = job_store;
   return child;
 }
 

@@ -14,6 +14,7 @@
 #include <thread>
 
 #include "support/processes.hpp"
+#include "comm/agreement.hpp"
 #include "comm/topology.hpp"
 #include "support/ranks.hpp"
 #include "transport/frame.hpp"
@@ -142,7 +143,9 @@ TEST(Failures, FrozenPeerRaisesPeerFailureNamingItAfterTheHeartbeatLimit) {
       EXPECT_EQ(peer, std::to_string(victim)) << "the error must name the frozen rank";
       EXPECT_NE(results[r].report.find("SHOAL_HEARTBEAT"), std::string::npos);
       const double detected = reported_time(results[r]) - frozen_at;
-      if (busy) EXPECT_GT(detected, 0.9) << "declared failed before the limit";
+      if (busy) {
+        EXPECT_GT(detected, 0.9) << "declared failed before the limit";
+      }
       EXPECT_LT(detected, busy ? 3.0 : 3.5) << "detection took too long";
     }
   }
@@ -312,6 +315,47 @@ TEST(Failures, SurvivorsShrinkAndContinue) {
   }
 }
 
+// A rank dies, the survivors shrink, and a replacement joins the shrunk communicator's grow()
+// knowing only the job's store (grow and join meet there, not under the shrink's scope).
+TEST(Failures, AReplacementJoinsAfterAShrinkThroughTheJobsStore) {
+  ProcessJob job(4);
+  const int victim = 2;
+  auto results = job.run([&](int rank, const ProcessJob& j) {
+    Options o;
+    o.timeout = 30s;
+    if (rank == 3) {
+      Communicator joined = Communicator::join(j.store(), "replacement", o);
+      float x = 10;
+      joined.all_reduce(&x, 1, DataType::float32, ReduceOp::sum);
+      j.report(rank, std::to_string(joined.rank()) + "/" + std::to_string(joined.size()) + " sum " +
+                         std::to_string(x));
+      return joined.rank() == 2 && joined.size() == 3 && x == 13.0f ? 0 : 1;
+    }
+    Communicator comm = Communicator::create(j.store(), rank, 3, o);
+    comm.barrier();
+    if (rank == victim) {
+      std::this_thread::sleep_for(200ms);  // its barrier frames leave first (see above)
+      raise(SIGKILL);
+    }
+    float x = 1;
+    try {
+      for (int i = 0; i < 100; ++i) comm.all_reduce(&x, 1, DataType::float32, ReduceOp::sum);
+      return 3;
+    } catch (const PeerFailureError&) {
+    }
+    Communicator grown = comm.shrink().grow(1, "replacement");
+    x = static_cast<float>(rank + 1);
+    grown.all_reduce(&x, 1, DataType::float32, ReduceOp::sum);  // 1 + 2 + 10
+    j.report(rank, std::to_string(grown.rank()) + "/" + std::to_string(grown.size()) + " sum " + std::to_string(x));
+    return grown.rank() == rank && grown.size() == 3 && x == 13.0f ? 0 : 1;
+  }, 60s);
+  ASSERT_EQ(results[victim].exit_code, 128 + SIGKILL);
+  for (int r : {0, 1, 3}) {
+    SCOPED_TRACE("process " + std::to_string(r) + ": " + results[r].report);
+    EXPECT_EQ(results[r].exit_code, 0);
+  }
+}
+
 // Three ranks form a job; two more processes join it through the store; all five reduce.
 TEST(Failures, NewProcessesJoinAGrowingJob) {
   ProcessJob job(5);
@@ -381,6 +425,7 @@ void run_fake_peer(Store& store, transport::FrameHeader header, bool fix_comm_id
   std::string err;
   auto deadline = transport::tcp::Clock::now() + 5s;
   transport::tcp::write_all(fd, &hello, sizeof hello, deadline, err);
+  comm::vote_for_creation(store, "shoal/comm0", 1, 2, transport::tcp::Clock::now() + 10s);  // as a rank does
   std::this_thread::sleep_for(100ms);
   transport::tcp::write_all(fd, &header, sizeof header, deadline, err);
   std::this_thread::sleep_for(2s);  // keep the connection open: the error must come from the frame

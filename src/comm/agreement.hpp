@@ -1,0 +1,30 @@
+// A communicator's creation succeeds on every rank or on none. Without this, a rank frozen or
+// killed half-way through set-up could leave some ranks with a communicator and the others
+// with an error; they would then recover apart (the ones with it shrink the new communicator,
+// the others the old one) and the job would split.
+//
+// After its own set-up each rank votes in the store, on one counter: yes adds 1, no adds 2^32
+// (so the counter tells both how many voted and whether anyone said no). The vote that makes
+// the count complete decides for everyone and publishes the outcome. A yes-voter that gives up
+// waiting turns its yes into a no (adding 2^32 - 1, which keeps the count) unless the count was
+// already complete, in which case it follows the decision that was made.
+#pragma once
+
+#include <string>
+
+#include "comm/engine.hpp"
+#include "shoal/store.hpp"
+
+namespace shoal::comm {
+
+/// Votes yes for the communicator whose keys live under `prefix` and waits, until `deadline`,
+/// for every rank's vote. Returns when all voted yes. Throws PeerFailureError (with the first
+/// no-voter's reason) when one voted no, TimeoutError when not every rank voted in time.
+void vote_for_creation(Store& store, const std::string& prefix, int rank, int size, Clock::time_point deadline);
+
+/// Votes no (this rank's set-up failed with `why`). Never throws: without the store, the
+/// others time out, which is the same outcome.
+void vote_against_creation(Store& store, const std::string& prefix, int rank, int size,
+                           const std::string& why) noexcept;
+
+}  // namespace shoal::comm
