@@ -51,6 +51,7 @@
 #include "shoal/communicator.hpp"
 #include "shoal/error.hpp"
 #include "shoal/store.hpp"
+#include "transport/shm/segment.hpp"
 
 using json = nlohmann::json;
 using namespace std::chrono_literals;
@@ -531,7 +532,6 @@ struct RunArgs {
   std::string faults = "kill,freeze,cut", out = "chaos-out", transport = "tcp";
   int grow_every = 16;
   bool strict = false;  // a live worker left out by a shrink fails the run
-  bool tolerate_shm_left = false;  // segments left in /dev/shm are reported, not a failure
 };
 
 struct Proc {
@@ -574,11 +574,19 @@ std::string sh(const std::string& cmd, int* rc = nullptr) {
   return out;
 }
 
-std::set<std::string> shm_segments() {
+// shoal's segments in /dev/shm; with `made_by`, only those whose header names one of those
+// processes or none yet (a creator killed before writing it): other jobs' segments are theirs.
+std::set<std::string> shm_segments(const std::set<pid_t>* made_by = nullptr) {
   std::set<std::string> s;
   if (DIR* d = opendir("/dev/shm")) {
-    while (dirent* e = readdir(d))
-      if (std::strncmp(e->d_name, "shoal-", 6) == 0) s.insert(e->d_name);
+    while (dirent* e = readdir(d)) {
+      if (std::strncmp(e->d_name, "shoal-", 6) != 0) continue;
+      if (made_by) {
+        const auto owner = shoal::transport::shm::segment_owner(e->d_name);
+        if (owner && owner->pid != 0 && !made_by->count(owner->pid)) continue;
+      }
+      s.insert(e->d_name);
+    }
     closedir(d);
   }
   return s;
@@ -673,6 +681,7 @@ class Driver {
       _exit(127);
     }
     p.pid = pid;
+    spawned_.insert(pid);
     p.running = pid > 0;
     p.frozen = false;
     p.restart_at = 0;
@@ -1130,7 +1139,7 @@ class Driver {
     for (const auto& k : kinds_)
       by_kind[k] = {{"injected", inj[k]}, {"survived", surv[k]}, {"detect_ms", stats(detect_by_kind[k])},
                     {"shrink_ms", stats(shrink_by_kind[k])}, {"recover_ms", stats(recover_by_kind[k])}};
-    const auto shm_after = shm_segments();
+    const auto shm_after = shm_segments(&spawned_);
     json shm_leaked = json::array();
     for (const auto& s : shm_after)
       if (!shm_before_.count(s)) shm_leaked.push_back(s);
@@ -1142,7 +1151,7 @@ class Driver {
     json exits = exits_;
     const int64_t lost = ops_skipped;
     const bool ok = (injected > 0 || kinds_.empty()) && survived == injected && lost == 0 && corrupt == 0 && !corrupt_exit_ && leaks.empty() &&
-                    (shm_leaked.empty() || a_.tolerate_shm_left) && hung_.empty() && leftover_procs_.empty() && !stalled_ && regrown_ &&
+                    shm_leaked.empty() && hung_.empty() && leftover_procs_.empty() && !stalled_ && regrown_ &&
                     (!a_.strict || dropped.empty());
     json s = {
         {"ok", ok},
@@ -1239,6 +1248,7 @@ class Driver {
   bool pending_done_ = true, stopping_ = false, corrupt_exit_ = false, stalled_ = false, regrown_ = false;
   int64_t final_epoch_ = 0;
   std::set<std::string> shm_before_;
+  std::set<pid_t> spawned_;  // every worker process started, for the /dev/shm check
   std::vector<int> hung_, leftover_procs_;
   json exits_ = json::array();
 };
@@ -1261,9 +1271,6 @@ int main(int argc, char** argv) {
   run->add_option("--timeout", r.timeout, "SHOAL_TIMEOUT of the workers, seconds")->check(CLI::Range(1.0, 600.0));
   run->add_option("--shrink-wait", r.shrink_wait, "SHOAL_SHRINK_WAIT of the workers, seconds")->check(CLI::Range(1.0, 600.0));
   run->add_option("--restart-delay", r.restart_delay, "seconds before a killed worker is restarted (jittered)");
-  run->add_flag("--tolerate-shm-left", r.tolerate_shm_left,
-                "report segments left in /dev/shm without failing (open issue: a SIGKILL during a communicator's "
-                "creation can leave its segment; docs/reliability.md)");
   run->add_flag("--strict", r.strict, "fail when a shrink leaves out a live, unfrozen worker (e.g. after a cut)");
   run->add_option("--grow-every", r.grow_every,
                   "ops between checkpoints, where rank 0 reads the stop flag and admits joiners (the driver's stall "

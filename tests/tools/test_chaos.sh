@@ -57,7 +57,7 @@ SEED=${SHOAL_CHAOS_SEED:-$((RANDOM % 1000 + 1))}
 out=$D/run
 start=$(date +%s)
 timeout -s KILL 150 "$CHAOS" run --ranks 8 --duration 45 --seed "$SEED" --faults kill,freeze,cut --fault-every 4 \
-  --timeout 4 --shrink-wait 2 --restart-delay 2 --tolerate-shm-left --out "$out" >"$D/chaos.log" 2>&1
+  --timeout 4 --shrink-wait 2 --restart-delay 2 --out "$out" >"$D/chaos.log" 2>&1
 rc=$?
 wall=$(($(date +%s) - start))
 cat "$D/chaos.log"
@@ -82,13 +82,7 @@ if s["ops_verified"] <= 0: p.append("no operation was verified")
 if s["ops_lost"] != 0: p.append("%d operations lost" % s["ops_lost"])
 if s["ops_corrupt"] != 0: p.append("%d operations corrupt" % s["ops_corrupt"])
 if s["leaks"]: p.append("fd/thread leaks: %s" % s["leaks"])
-if s["shm_segments_left"]:  # open issue (docs/reliability.md): reported, removed, not failed
-    print("WARNING: shared-memory segments left (a kill during a communicator's creation): %s" % s["shm_segments_left"],
-          file=sys.stderr)
-    import os
-    for name in s["shm_segments_left"]:
-        try: os.unlink("/dev/shm/" + name)
-        except OSError: pass
+if s["shm_segments_left"]: p.append("shared-memory segments left: %s" % s["shm_segments_left"])
 if s["hung_workers"]: p.append("hung workers: %s" % s["hung_workers"])
 if s["leftover_processes"]: p.append("processes left: %s" % s["leftover_processes"])
 if not s["regrown_to_full_size"]: p.append("the group did not grow back to 8")

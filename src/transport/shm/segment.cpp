@@ -106,6 +106,26 @@ uint64_t own_pid_namespace() {
   return ::stat("/proc/self/ns/pid", &st) == 0 ? static_cast<uint64_t>(st.st_ino) : 0;
 }
 
+std::optional<SegmentOwner> segment_owner(const std::string& name) {
+  const std::string path = "/dev/shm/" + (name.rfind('/', 0) == 0 ? name.substr(1) : name);
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+  if (fd < 0) return std::nullopt;
+  // The header's plain fields, from the file's bytes (its atomics are not touched).
+  unsigned char raw[sizeof(SegmentHeader)];
+  const bool whole = ::pread(fd, raw, sizeof raw, 0) == static_cast<ssize_t>(sizeof raw);
+  ::close(fd);
+  if (!whole) return std::nullopt;
+  auto field = [&](auto& out, size_t offset) { std::memcpy(&out, raw + offset, sizeof out); };
+  uint32_t magic = 0;
+  SegmentOwner owner;
+  field(magic, offsetof(SegmentHeader, magic));
+  if (magic != kSegmentMagic) return std::nullopt;
+  field(owner.rank, offsetof(SegmentHeader, rank));
+  field(owner.pid, offsetof(SegmentHeader, pid));
+  field(owner.pid_namespace, offsetof(SegmentHeader, pid_namespace));
+  return owner;
+}
+
 int sweep_orphans() {
   const uint64_t ns = own_pid_namespace();
   if (ns == 0) return 0;  // no way to tell whose pids the headers hold
@@ -114,27 +134,12 @@ int sweep_orphans() {
   int removed = 0;
   while (const dirent* e = ::readdir(dir)) {
     if (std::strncmp(e->d_name, "shoal-", 6) != 0) continue;
-    const std::string path = std::string("/dev/shm/") + e->d_name;
-    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
-    if (fd < 0) continue;
-    // The header's plain fields, from the file's bytes (its atomics are not touched).
-    unsigned char raw[sizeof(SegmentHeader)];
-    const bool whole = ::pread(fd, raw, sizeof raw, 0) == static_cast<ssize_t>(sizeof raw);
-    ::close(fd);
-    auto field = [&](auto& out, size_t offset) { std::memcpy(&out, raw + offset, sizeof out); };
-    uint32_t magic = 0;
-    int32_t rank = -1, pid = 0;
-    uint64_t pid_ns = 0;
-    if (!whole) continue;
-    field(magic, offsetof(SegmentHeader, magic));
-    field(rank, offsetof(SegmentHeader, rank));
-    field(pid, offsetof(SegmentHeader, pid));
-    field(pid_ns, offsetof(SegmentHeader, pid_namespace));
-    if (magic != kSegmentMagic || pid <= 0 || pid_ns != ns) continue;
-    if (::kill(pid, 0) == 0 || errno != ESRCH) continue;  // alive (or not ours to judge)
+    const auto owner = segment_owner(e->d_name);
+    if (!owner || owner->pid <= 0 || owner->pid_namespace != ns) continue;
+    if (::kill(owner->pid, 0) == 0 || errno != ESRCH) continue;  // alive (or not ours to judge)
     if (shm_unlink((std::string("/") + e->d_name).c_str()) == 0) {
       ++removed;
-      SHOAL_WARN("removed /dev/shm/" << e->d_name << ", left by rank " << rank << " (pid " << pid
+      SHOAL_WARN("removed /dev/shm/" << e->d_name << ", left by rank " << owner->rank << " (pid " << owner->pid
                                      << "), which died while its communicator was being created");
     }
   }

@@ -10,6 +10,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 
 namespace shoal::transport::shm {
@@ -107,6 +108,16 @@ std::string segment_name(uint64_t comm_id, int rank);
 
 /// This process's pid namespace, as SegmentHeader::pid_namespace records it (0: unknown).
 uint64_t own_pid_namespace();
+
+/// What a segment's header says about who made it (0 / -1 while the header is not written).
+struct SegmentOwner {
+  int32_t rank = -1;
+  int32_t pid = 0;
+  uint64_t pid_namespace = 0;
+};
+/// Reads it from /dev/shm without mapping the segment ("shoal-..." with or without the leading
+/// '/'); nullopt when the file cannot be read or is not a shoal segment.
+std::optional<SegmentOwner> segment_owner(const std::string& name);
 
 /// Unlinks every shoal segment in /dev/shm whose creator, a process of this pid namespace, no
 /// longer exists (killed during a communicator's set-up, before its peers unlinked it). A
