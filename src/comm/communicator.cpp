@@ -5,8 +5,8 @@
 #include <random>
 #include <sstream>
 
-#include "comm/comm_impl.hpp"
 #include "comm/agreement.hpp"
+#include "comm/comm_impl.hpp"
 #include "comm/flat.hpp"
 #include "comm/work_state.hpp"
 #include "core/check.hpp"
