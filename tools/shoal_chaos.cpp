@@ -88,38 +88,6 @@ uint64_t splitmix(uint64_t x) {
   return x ^ (x >> 31);
 }
 
-// ---- the job's store: the driver's, under chaos/init/ (grow() and join() meet there) ----
-class RawStore : public shoal::Store {
- public:
-  RawStore(std::string prefix, std::shared_ptr<shoal::Store> base) : prefix_(std::move(prefix)), base_(std::move(base)) {
-    timeout_ = base_->timeout();
-  }
-  void set(const std::string& k, const shoal::Bytes& v) override { base_->set(prefix_ + k, v); }
-  shoal::Bytes get(const std::string& k) override {
-    if (timeout_ != base_->timeout()) base_->wait({prefix_ + k}, timeout_);
-    return base_->get(prefix_ + k);
-  }
-  int64_t add(const std::string& k, int64_t d) override { return base_->add(prefix_ + k, d); }
-  void wait(const std::vector<std::string>& keys, shoal::Milliseconds t) override {
-    std::vector<std::string> full;
-    for (const auto& k : keys) full.push_back(prefix_ + k);
-    base_->wait(full, t);
-  }
-  bool check(const std::vector<std::string>& keys) override {
-    std::vector<std::string> full;
-    for (const auto& k : keys) full.push_back(prefix_ + k);
-    return base_->check(full);
-  }
-  bool remove(const std::string& k) override { return base_->remove(prefix_ + k); }
-  std::string host() const override { return base_->host(); }
-  using shoal::Store::set;
-  using shoal::Store::wait;
-
- private:
-  std::string prefix_;
-  std::shared_ptr<shoal::Store> base_;
-};
-
 std::shared_ptr<shoal::TcpStore> connect_store(const std::string& addr) {
   const auto colon = addr.rfind(':');
   if (colon == std::string::npos) throw std::runtime_error("--store wants host:port, got " + addr);
@@ -333,7 +301,8 @@ class Worker {
   }
 
   shoal::Options options() const { return {}; }  // SHOAL_TIMEOUT from the environment
-  std::shared_ptr<shoal::Store> job_store() const { return std::make_shared<RawStore>("chaos/init/", base_); }
+  // The job's store (grow() and join() meet there): the driver's, under chaos/init/.
+  std::shared_ptr<shoal::Store> job_store() const { return std::make_shared<shoal::PrefixStore>("chaos/init", base_); }
 
   // The joiner's way in: a ticket, then the grow name rank 0 gives it, then join().
   bool join_job() {

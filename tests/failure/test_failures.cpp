@@ -270,6 +270,26 @@ TEST(Failures, AbortFromAnotherThreadFailsEveryRank) {
 
 // A rank dies; the survivors see PeerFailureError, shrink, and go on with a communicator of
 // three ranks numbered in their old order.
+// After a barrier, rank `victim` of `comm` dies (SIGKILL); the others reduce until they see it.
+// Returns true on a survivor that got PeerFailureError, false if 100 reductions went through.
+bool victim_dies_and_survivors_see_it(Communicator& comm, int victim) {
+  comm.barrier();
+  // The victim's last barrier frames may still sit in its socket's send queue: a kill resets the
+  // connection and drops them, failing the barrier itself on the others (1 in ~100 under load).
+  // The tests are about dying between collectives, so let them leave first.
+  if (comm.rank() == victim) {
+    std::this_thread::sleep_for(200ms);
+    raise(SIGKILL);
+  }
+  float x = 1;
+  try {
+    for (int i = 0; i < 100; ++i) comm.all_reduce(&x, 1, DataType::float32, ReduceOp::sum);
+    return false;
+  } catch (const PeerFailureError&) {
+    return true;
+  }
+}
+
 TEST(Failures, SurvivorsShrinkAndContinue) {
   ProcessJob job(4);
   const int victim = 2;
@@ -277,20 +297,9 @@ TEST(Failures, SurvivorsShrinkAndContinue) {
     Options o;
     o.timeout = 30s;
     Communicator comm = Communicator::create(j.store(), rank, 4, o);
-    comm.barrier();
-    // The victim's last barrier frames may still sit in its socket's send queue: a kill resets the
-    // connection and drops them, failing the barrier itself on the others (1 in ~100 under load).
-    // The test is about dying between collectives, so let them leave first.
-    if (rank == victim) {
-      std::this_thread::sleep_for(200ms);
-      raise(SIGKILL);
-    }
-    float x = static_cast<float>(rank + 1);
-    try {
-      for (int i = 0; i < 100; ++i) comm.all_reduce(&x, 1, DataType::float32, ReduceOp::sum);
+    if (!victim_dies_and_survivors_see_it(comm, victim)) {
       j.report(rank, "no failure seen");
       return 3;
-    } catch (const PeerFailureError&) {
     }
     Communicator survivors = comm.shrink();
     const int expected_rank = rank < victim ? rank : rank - 1;
@@ -332,19 +341,9 @@ TEST(Failures, AReplacementJoinsAfterAShrinkThroughTheJobsStore) {
       return joined.rank() == 2 && joined.size() == 3 && x == 13.0f ? 0 : 1;
     }
     Communicator comm = Communicator::create(j.store(), rank, 3, o);
-    comm.barrier();
-    if (rank == victim) {
-      std::this_thread::sleep_for(200ms);  // its barrier frames leave first (see above)
-      raise(SIGKILL);
-    }
-    float x = 1;
-    try {
-      for (int i = 0; i < 100; ++i) comm.all_reduce(&x, 1, DataType::float32, ReduceOp::sum);
-      return 3;
-    } catch (const PeerFailureError&) {
-    }
+    if (!victim_dies_and_survivors_see_it(comm, victim)) return 3;
     Communicator grown = comm.shrink().grow(1, "replacement");
-    x = static_cast<float>(rank + 1);
+    float x = static_cast<float>(rank + 1);
     grown.all_reduce(&x, 1, DataType::float32, ReduceOp::sum);  // 1 + 2 + 10
     j.report(rank, std::to_string(grown.rank()) + "/" + std::to_string(grown.size()) + " sum " + std::to_string(x));
     return grown.rank() == rank && grown.size() == 3 && x == 13.0f ? 0 : 1;
