@@ -35,29 +35,62 @@ Tracked::Range Tracked::map(const Slice& s) const {
   return {0, 0, 0};
 }
 
+void Tracked::split(Segments& m, uint64_t x) {
+  auto it = m.upper_bound(x);
+  if (it == m.begin()) return;
+  --it;
+  if (it->first < x && x < it->second.hi) {
+    Segment tail = it->second;
+    it->second.hi = x;
+    m.emplace(x, std::move(tail));
+  }
+}
+
 void Tracked::track(uint32_t step, std::initializer_list<std::pair<Slice, bool>> acc) {
+  // A read depends on the bytes' last writer; a write also on every read since. Earlier
+  // accesses are ordered before those by the same rule, so the edges are complete.
   std::vector<uint32_t> deps;
   for (const auto& [slice, write] : acc) {
     const Range m = map(slice);
-    if (m.lo == m.hi) continue;
-    for (const Access& prior : log_)
-      if (prior.range.space == m.space && prior.range.lo < m.hi && m.lo < prior.range.hi &&
-          (write || prior.write))
-        deps.push_back(prior.step);
+    if (m.lo >= m.hi) continue;
+    Segments& segs = spaces_[static_cast<size_t>(m.space)];
+    split(segs, m.lo);
+    split(segs, m.hi);
+    for (auto it = segs.lower_bound(m.lo); it != segs.end() && it->first < m.hi; ++it) {
+      if (it->second.writer != Schedule::kNone) deps.push_back(it->second.writer);
+      if (write) deps.insert(deps.end(), it->second.readers.begin(), it->second.readers.end());
+    }
   }
   std::sort(deps.begin(), deps.end());
   deps.erase(std::unique(deps.begin(), deps.end()), deps.end());
   for (uint32_t d : deps) s_.add_dep(step, d);
+  // Record reads first, then writes: a byte this step both reads and writes ends with this
+  // step as its writer and no readers.
   for (const auto& [slice, write] : acc) {
     const Range m = map(slice);
-    if (m.lo >= m.hi) continue;
-    // Accesses inside a range this step writes are now ordered before it, and so before
-    // anything that will conflict with them: forget them (keeps the scan short).
-    if (write)
-      std::erase_if(log_, [&](const Access& x) {
-        return x.step != step && x.range.space == m.space && m.lo <= x.range.lo && x.range.hi <= m.hi;
-      });
-    log_.push_back({step, m, write});
+    if (write || m.lo >= m.hi) continue;
+    Segments& segs = spaces_[static_cast<size_t>(m.space)];
+    uint64_t at = m.lo;  // bytes before `at` are recorded
+    auto it = segs.lower_bound(m.lo);
+    while (at < m.hi) {
+      if (it == segs.end() || it->first > at) {  // a gap nobody touched yet
+        const uint64_t gap_hi = it == segs.end() ? m.hi : std::min(it->first, m.hi);
+        it = segs.emplace_hint(it, at, Segment{gap_hi, Schedule::kNone, {step}});
+      } else if (it->second.readers.empty() || it->second.readers.back() != step) {
+        it->second.readers.push_back(step);
+      }
+      at = it->second.hi;
+      ++it;
+    }
+  }
+  for (const auto& [slice, write] : acc) {
+    const Range m = map(slice);
+    if (!write || m.lo >= m.hi) continue;
+    Segments& segs = spaces_[static_cast<size_t>(m.space)];
+    split(segs, m.lo);  // again: a read above may have filled a gap across the bounds
+    split(segs, m.hi);
+    segs.erase(segs.lower_bound(m.lo), segs.lower_bound(m.hi));
+    segs.emplace(m.lo, Segment{m.hi, step, {}});
   }
 }
 
