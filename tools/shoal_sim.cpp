@@ -2,9 +2,11 @@
 //   shoal-sim run --collective all_reduce --algo all --world 4096 --ranks-per-host 8 --nics 4
 //       --nic-gbps 200 --latency-us 2 --sizes 1M:1G:4 [--taper 2 --hosts-per-leaf 16]
 //   shoal-sim calibrate [--algo NAME] [-o model.json] FILE[@ALGO]...
+//   shoal-sim tune [model flags] --worlds 64,256,1024 --sizes 1K:256M:4 [--merge measured.json] -o FILE
 // The model starts from built-in defaults, then SHOAL_SIM_MODEL or --model (JSON, as calibrate
 // writes it), then the flags given on the command line.
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -19,6 +21,7 @@
 #include "shoal/error.hpp"
 #include "sim/calibrate.hpp"
 #include "sim/executor.hpp"
+#include "tune/tuning_file.hpp"
 
 namespace {
 
@@ -51,6 +54,82 @@ Collective parse_collective(const std::string& name) {
   throw InvalidArgumentError("--collective: unknown '" + name + "'");
 }
 
+// The model options `run` and `tune` share: built-in defaults or --frontier, then --model or
+// SHOAL_SIM_MODEL, then single fields.
+struct ModelFlags {
+  std::string path;
+  bool frontier = false;
+  int rph = 0, nics = 0, hosts_per_leaf = -1;
+  double nic_gbps = 0, latency_us = 0, intra_gbps = 0, intra_flow_gbps = 0, intra_latency_us = 0, reduce_gbps = 0,
+         copy_gbps = 0, overhead_us = 0, taper = 0;
+  CLI::App* app = nullptr;
+
+  void add_to(CLI::App* sub) {
+    app = sub;
+    sub->add_option("--model", path, "model JSON (default: SHOAL_SIM_MODEL); flags below override it");
+    sub->add_flag("--frontier", frontier, "start from the Frontier-like model (8 ranks, 4 NICs of 25 GB/s per node)");
+    sub->add_option("--ranks-per-host", rph, "ranks per host");
+    sub->add_option("--nics", nics, "NICs per host (local rank i uses NIC i mod nics)");
+    sub->add_option("--nic-gbps", nic_gbps, "Gbit/s per NIC and direction");
+    sub->add_option("--latency-us", latency_us, "latency between hosts (us)");
+    sub->add_option("--intra-gbps", intra_gbps, "GB/s (bytes) of a host's memory bus, shared by its local transfers");
+    sub->add_option("--intra-flow-gbps", intra_flow_gbps, "GB/s cap of one local transfer (0: none)");
+    sub->add_option("--intra-latency-us", intra_latency_us, "latency inside a host (us)");
+    sub->add_option("--overhead-us", overhead_us, "CPU time per message on sender and receiver (us)");
+    sub->add_option("--reduce-gbps", reduce_gbps, "GB/s of reduction on one rank");
+    sub->add_option("--copy-gbps", copy_gbps, "GB/s of local copies on one rank");
+    sub->add_option("--hosts-per-leaf", hosts_per_leaf, "hosts under a leaf switch (0: full bisection)");
+    sub->add_option("--taper", taper, "core taper of the fat tree (needs --hosts-per-leaf; default 16 hosts)");
+  }
+
+  sim::ClusterModel build() const {
+    sim::ClusterModel model = frontier ? sim::frontier_model() : sim::ClusterModel{};
+    std::string file = path;
+    if (file.empty())
+      if (const char* env = std::getenv("SHOAL_SIM_MODEL"); env && *env) file = env;
+    if (!file.empty()) model = sim::load_model(file, model);
+    if (app->count("--ranks-per-host")) model.ranks_per_host = rph;
+    if (app->count("--nics")) model.nics = nics;
+    if (app->count("--nic-gbps")) model.nic_bw = nic_gbps * 1e9 / 8;
+    if (app->count("--latency-us")) model.nic_latency = latency_us * 1e-6;
+    if (app->count("--intra-gbps")) model.intra_bw = intra_gbps * 1e9;
+    if (app->count("--intra-flow-gbps")) model.intra_flow_bw = intra_flow_gbps * 1e9;
+    if (app->count("--intra-latency-us")) model.intra_latency = intra_latency_us * 1e-6;
+    if (app->count("--overhead-us")) model.overhead = overhead_us * 1e-6;
+    if (app->count("--reduce-gbps")) model.reduce_cost = 1.0 / (reduce_gbps * 1e9);
+    if (app->count("--copy-gbps")) model.copy_cost = 1.0 / (copy_gbps * 1e9);
+    if (hosts_per_leaf >= 0) model.hosts_per_leaf = hosts_per_leaf;
+    if (app->count("--taper")) {
+      model.taper = taper;
+      if (model.hosts_per_leaf == 0) model.hosts_per_leaf = 16;
+    }
+    if (model.ranks_per_host < 1 || model.nics < 1 || model.nic_bw <= 0 || model.taper <= 0)
+      throw InvalidArgumentError("ranks per host, NICs, NIC bandwidth and taper must be positive");
+    return model;
+  }
+};
+
+// Every row of `coll` (or the one named `algo`).
+std::vector<const algorithms::AlgorithmInfo*> rows_of(Collective coll, const std::string& algo) {
+  std::vector<const algorithms::AlgorithmInfo*> rows;
+  for (const auto& row : algorithms::registry())
+    if (row.collective == coll && (algo == "all" || row.name == algo)) rows.push_back(&row);
+  if (rows.empty())
+    throw InvalidArgumentError("--algo: " + std::string(algorithms::to_string(coll)) + " has no algorithm '" + algo +
+                               "'");
+  return rows;
+}
+
+std::string human_bytes(uint64_t b) {
+  const char* units[] = {"B", "K", "M", "G", "T"};
+  int u = 0;
+  while (u < 4 && b >= 1024 && b % 1024 == 0) {
+    b /= 1024;
+    ++u;
+  }
+  return std::to_string(b) + units[u];
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -59,14 +138,10 @@ int main(int argc, char** argv) {
 
   // ---- run ----
   auto* run = app.add_subcommand("run", "predict the time of a collective per algorithm and size");
-  std::string coll_name = "all_reduce", algo = "all", sizes_text = "1M:1G:4", model_path, dtype_name = "float32",
-              json_out;
+  std::string coll_name = "all_reduce", algo = "all", sizes_text = "1M:1G:4", dtype_name = "float32", json_out;
   int world = 8, threads = 0;
   uint64_t chunk = 512 << 10;
-  double nic_gbps = 0, latency_us = 0, intra_gbps = 0, intra_flow_gbps = 0, intra_latency_us = 0, reduce_gbps = 0,
-         copy_gbps = 0, overhead_us = 0, taper = 0;
-  int rph = 0, nics = 0, hosts_per_leaf = -1;
-  bool frontier = false;
+  ModelFlags run_model;
   run->add_option("--collective,-c", coll_name, "all_reduce, all_gather, reduce_scatter, broadcast, reduce, ...");
   run->add_option("--algo,-a", algo, "a registry row, or 'all' (every row of the collective)");
   run->add_option("--world,-p", world, "number of ranks")->check(CLI::Range(1, 1 << 20));
@@ -74,20 +149,7 @@ int main(int argc, char** argv) {
                                             "the all_gather output, the reduce_scatter input)");
   run->add_option("--dtype", dtype_name, "element type (its size sets element alignment)");
   run->add_option("--chunk", chunk, "pipeline chunk in bytes (SHOAL_CHUNK_BYTES)");
-  run->add_option("--model", model_path, "model JSON (default: SHOAL_SIM_MODEL); flags below override it");
-  run->add_flag("--frontier", frontier, "start from the Frontier-like model (8 ranks, 4 NICs of 25 GB/s per node)");
-  run->add_option("--ranks-per-host", rph, "ranks per host");
-  run->add_option("--nics", nics, "NICs per host (local rank i uses NIC i mod nics)");
-  run->add_option("--nic-gbps", nic_gbps, "Gbit/s per NIC and direction");
-  run->add_option("--latency-us", latency_us, "latency between hosts (us)");
-  run->add_option("--intra-gbps", intra_gbps, "GB/s (bytes) of a host's memory bus, shared by its local transfers");
-  run->add_option("--intra-flow-gbps", intra_flow_gbps, "GB/s cap of one local transfer (0: none)");
-  run->add_option("--intra-latency-us", intra_latency_us, "latency inside a host (us)");
-  run->add_option("--overhead-us", overhead_us, "CPU time per message on sender and receiver (us)");
-  run->add_option("--reduce-gbps", reduce_gbps, "GB/s of reduction on one rank");
-  run->add_option("--copy-gbps", copy_gbps, "GB/s of local copies on one rank");
-  run->add_option("--hosts-per-leaf", hosts_per_leaf, "hosts under a leaf switch (0: full bisection)");
-  run->add_option("--taper", taper, "core taper of the fat tree (needs --hosts-per-leaf; default 16 hosts)");
+  run_model.add_to(run);
   run->add_option("--threads", threads, "schedule builders at once (0: every core)");
   run->add_option("--json", json_out, "also write every line to this JSON file");
 
@@ -102,6 +164,23 @@ int main(int argc, char** argv) {
   cal->add_option("--model", cal_base, "model to start from (its other fields are kept)");
   cal->add_option("-o,--output", cal_out, "write the fitted model here (JSON)");
   cal->add_option("--iterations", iterations, "Gauss-Newton iterations");
+
+  // ---- tune ----
+  auto* tune_cmd = app.add_subcommand(
+      "tune", "write the simulator's predictions as tuning-file tables for worlds larger than measured");
+  std::string tune_colls = "all_reduce,all_gather,reduce_scatter", tune_worlds = "32,64,128,256,512,1024",
+              tune_sizes = "1K:256M:4", tune_out, tune_merge;
+  int tune_threads = 0;
+  uint64_t tune_chunk = 512 << 10;
+  ModelFlags tune_model;
+  tune_cmd->add_option("--collectives", tune_colls, "comma-separated collectives");
+  tune_cmd->add_option("--worlds", tune_worlds, "comma-separated world sizes");
+  tune_cmd->add_option("--sizes,-s", tune_sizes, "MIN:MAX:FACTOR or a list (as shoal-tune's sizes)");
+  tune_cmd->add_option("--chunk", tune_chunk, "pipeline chunk in bytes (SHOAL_CHUNK_BYTES)");
+  tune_cmd->add_option("--merge", tune_merge, "a measured tuning file (shoal-tune) to add the tables to");
+  tune_cmd->add_option("-o,--output", tune_out, "the tuning file to write (SHOAL_TUNE_FILE)")->required();
+  tune_cmd->add_option("--threads", tune_threads, "schedule builders at once (0: every core)");
+  tune_model.add_to(tune_cmd);
 
   CLI11_PARSE(app, argc, argv);
   try {
@@ -161,35 +240,95 @@ int main(int argc, char** argv) {
       return 0;
     }
 
-    // run
-    sim::ClusterModel model = frontier ? sim::frontier_model() : sim::ClusterModel{};
-    if (model_path.empty())
-      if (const char* env = std::getenv("SHOAL_SIM_MODEL"); env && *env) model_path = env;
-    if (!model_path.empty()) model = sim::load_model(model_path, model);
-    if (run->count("--ranks-per-host")) model.ranks_per_host = rph;
-    if (run->count("--nics")) model.nics = nics;
-    if (run->count("--nic-gbps")) model.nic_bw = nic_gbps * 1e9 / 8;
-    if (run->count("--latency-us")) model.nic_latency = latency_us * 1e-6;
-    if (run->count("--intra-gbps")) model.intra_bw = intra_gbps * 1e9;
-    if (run->count("--intra-flow-gbps")) model.intra_flow_bw = intra_flow_gbps * 1e9;
-    if (run->count("--intra-latency-us")) model.intra_latency = intra_latency_us * 1e-6;
-    if (run->count("--overhead-us")) model.overhead = overhead_us * 1e-6;
-    if (run->count("--reduce-gbps")) model.reduce_cost = 1.0 / (reduce_gbps * 1e9);
-    if (run->count("--copy-gbps")) model.copy_cost = 1.0 / (copy_gbps * 1e9);
-    if (hosts_per_leaf >= 0) model.hosts_per_leaf = hosts_per_leaf;
-    if (run->count("--taper")) {
-      model.taper = taper;
-      if (model.hosts_per_leaf == 0) model.hosts_per_leaf = 16;
+    if (*tune_cmd) {
+      const sim::ClusterModel model = tune_model.build();
+      tune::TuningFile file;
+      if (!tune_merge.empty()) file = tune::load_tuning_file(tune_merge);
+      const auto sizes = parse_sizes(tune_sizes);
+      std::vector<Collective> colls;
+      std::stringstream cs(tune_colls);
+      for (std::string c; std::getline(cs, c, ',');)
+        if (!c.empty()) colls.push_back(parse_collective(c));
+      std::vector<int> worlds;
+      std::stringstream ws(tune_worlds);
+      for (std::string w; std::getline(ws, w, ',');)
+        if (!w.empty()) worlds.push_back(std::stoi(w));
+      std::printf("# shoal-sim tune: %zu collectives x %zu worlds x %zu sizes, %d ranks and %d NICs of %.2f GB/s per "
+                  "host, %.2f us\n",
+                  colls.size(), worlds.size(), sizes.size(), model.ranks_per_host, model.nics, model.nic_bw * 1e-9,
+                  model.nic_latency * 1e6);
+      for (Collective coll : colls)
+        for (int w : worlds) {
+          if (w < 2) throw InvalidArgumentError("--worlds: every world needs at least 2 ranks");
+          tune::Measurements m;
+          m.collective = coll;
+          m.world = w;
+          m.ranks_per_host = std::min(w, model.ranks_per_host);
+          m.transport = w <= model.ranks_per_host ? tune::Transport::shm : tune::Transport::tcp;
+          m.simulated = true;
+          m.sizes = sizes;
+          const bool taken = std::any_of(file.tables.begin(), file.tables.end(), [&](const tune::Measurements& t) {
+            return t.collective == m.collective && t.world == m.world && t.ranks_per_host == m.ranks_per_host &&
+                   t.transport == m.transport;
+          });
+          if (taken) {
+            std::printf("# %s world %d: measured in %s, not simulated\n",
+                        std::string(algorithms::to_string(coll)).c_str(), w, tune_merge.c_str());
+            continue;
+          }
+          for (const auto* row : rows_of(coll, "all")) {
+            std::vector<double> times;
+            for (uint64_t size : sizes) {
+              auto a = sim::args_for(coll, size, w, DataType::float32);
+              a.chunk_bytes = tune_chunk;
+              const auto res = sim::simulate(sim::compile(a, row, tune_threads), model);
+              if (!res.error.empty())
+                throw InternalError(std::string(row->name) + " at " + std::to_string(w) + " ranks, " +
+                                    std::to_string(size) + " B: " + res.error);
+              times.push_back(std::max(res.time, 1e-9));
+            }
+            m.times.emplace_back(row, std::move(times));
+          }
+          // Where the choice changes: the fastest row per size, as runs of sizes.
+          std::string line;
+          const algorithms::AlgorithmInfo* prev = nullptr;
+          for (size_t i = 0; i < sizes.size(); ++i) {
+            const algorithms::AlgorithmInfo* best = nullptr;
+            double best_t = 0;
+            for (const auto& [row, t] : m.times)
+              if (!best || t[i] < best_t) {
+                best = row;
+                best_t = t[i];
+              }
+            if (best != prev) line += std::string(line.empty() ? "" : " | ") + human_bytes(sizes[i]) + ": " +
+                                      std::string(best->name);
+            prev = best;
+          }
+          std::printf("  %-14s %6d ranks  %s\n", std::string(algorithms::to_string(coll)).c_str(), w, line.c_str());
+          std::fflush(stdout);
+          file.tables.push_back(std::move(m));
+        }
+      // The measured file's other top-level fields (host, command, date) stay.
+      nlohmann::json extra = nlohmann::json::object();
+      if (!tune_merge.empty()) {
+        std::ifstream in(tune_merge);
+        extra = nlohmann::json::parse(in);
+        extra.erase("tables");
+      }
+      extra["simulated_with"] = nlohmann::json::parse(sim::to_json(model));
+      std::ofstream f(tune_out);
+      f << tune::to_json(file, extra.dump()) << "\n";
+      if (!f) throw InvalidArgumentError("cannot write " + tune_out);
+      std::printf("# tuning file written to %s (use: SHOAL_TUNE_FILE=%s)\n", tune_out.c_str(), tune_out.c_str());
+      return 0;
     }
-    if (model.ranks_per_host < 1 || model.nics < 1 || model.nic_bw <= 0 || model.taper <= 0)
-      throw InvalidArgumentError("ranks per host, NICs, NIC bandwidth and taper must be positive");
+
+    // run
+    const sim::ClusterModel model = run_model.build();
     const Collective coll = parse_collective(coll_name);
     const auto dtype = parse_data_type(dtype_name);
     if (!dtype) throw InvalidArgumentError("--dtype: unknown '" + dtype_name + "'");
-    std::vector<const algorithms::AlgorithmInfo*> rows;
-    for (const auto& row : algorithms::registry())
-      if (row.collective == coll && (algo == "all" || row.name == algo)) rows.push_back(&row);
-    if (rows.empty()) throw InvalidArgumentError("--algo: " + coll_name + " has no algorithm '" + algo + "'");
+    const auto rows = rows_of(coll, algo);
     const auto sizes = parse_sizes(sizes_text);
     const int hosts = (world + model.ranks_per_host - 1) / model.ranks_per_host;
     std::printf("# shoal-sim %s: %d ranks (%d hosts x %d, %d NICs x %.1f GB/s, %.2f us; local %.0f GB/s, %.2f us",

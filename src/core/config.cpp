@@ -51,7 +51,11 @@ const std::vector<Setting>& settings() {
        "off: the first row of each collective. SHOAL_ALGO wins over both. Equal on all ranks"},
       {"SHOAL_TUNE_FILE", "string", "",
        "tuning file written by shoal-tune: measured times per collective, world, ranks per host, "
-       "transport and size, from which the dispatcher picks. Same file on all ranks"},
+       "transport and size, from which the dispatcher picks (and, from shoal-sim tune, predicted "
+       "times for worlds larger than any measured). Same file on all ranks"},
+      {"SHOAL_TUNE_SIM", "enum", "on",
+       "on: for a world larger than every measured one, the dispatcher reads the tuning file's "
+       "simulated tables (shoal-sim tune); off: it ignores them (cost model there). Equal on all ranks"},
       {"SHOAL_TUNE_ALPHA", "string", "",
        "cost model: seconds per message (default per transport: shm 5e-6, tcp 3e-5). Equal on all ranks"},
       {"SHOAL_TUNE_BETA", "string", "",

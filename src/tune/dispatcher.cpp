@@ -38,6 +38,7 @@ std::string_view to_string(Choice::Source s) {
     case Choice::Source::first_row: return "first row";
     case Choice::Source::cost_model: return "cost model";
     case Choice::Source::tuning_file: return "tuning file";
+    case Choice::Source::simulation: return "simulation";
   }
   return "?";
 }
@@ -99,16 +100,26 @@ Dispatcher::Dispatcher(Context context, CostParams params, std::shared_ptr<const
   for (const auto& row : algorithms::registry()) ++rows_[static_cast<int>(row.collective)];
   if (!file_) return;
   // Per collective, the table of the same transport nearest in world size, then in ranks per
-  // host (log distance; an exact match is 0); the first in the file on a tie.
+  // host (log distance; an exact match is 0); the first in the file on a tie. Measured tables
+  // first; for a world beyond every measured one, the simulated tables of such worlds.
+  auto key = [&](const Measurements& t) {
+    return std::pair(distance_log2(t.world, context_.world), distance_log2(t.ranks_per_host, context_.ranks_per_host));
+  };
+  std::array<int, kCollectives> largest_measured{};
   for (const auto& m : file_->tables) {
-    if (m.transport != context_.transport) continue;
-    const Measurements*& slot = tables_[static_cast<int>(m.collective)];
-    auto key = [&](const Measurements& t) {
-      return std::pair(distance_log2(t.world, context_.world),
-                       distance_log2(t.ranks_per_host, context_.ranks_per_host));
-    };
-    if (!slot || key(m) < key(*slot)) slot = &m;
+    if (m.transport != context_.transport || m.simulated) continue;
+    const int c = static_cast<int>(m.collective);
+    if (!tables_[c] || key(m) < key(*tables_[c])) tables_[c] = &m;
+    largest_measured[c] = std::max(largest_measured[c], m.world);
   }
+  std::array<const Measurements*, kCollectives> simulated{};
+  for (const auto& m : file_->tables) {
+    const int c = static_cast<int>(m.collective);
+    if (m.transport != context_.transport || !m.simulated || m.world <= largest_measured[c]) continue;
+    if (!simulated[c] || key(m) < key(*simulated[c])) simulated[c] = &m;
+  }
+  for (int c = 0; c < kCollectives; ++c)
+    if (simulated[c] && context_.world > largest_measured[c]) tables_[c] = simulated[c];
 }
 
 Dispatcher Dispatcher::from_environment(const Context& context) {
@@ -117,7 +128,10 @@ Dispatcher Dispatcher::from_environment(const Context& context) {
               "SHOAL_DISPATCH='" << mode << "' is not on or off");
   std::shared_ptr<const TuningFile> file;
   const std::string path = config::get("SHOAL_TUNE_FILE");
-  if (mode == "on" && !path.empty()) file = std::make_shared<const TuningFile>(load_tuning_file(path));
+  const std::string sim = config::get("SHOAL_TUNE_SIM");
+  SHOAL_CHECK(sim == "on" || sim == "off", InvalidArgument, "SHOAL_TUNE_SIM='" << sim << "' is not on or off");
+  if (mode == "on" && !path.empty())
+    file = std::make_shared<const TuningFile>(load_tuning_file(path, /*keep_simulated=*/sim == "on"));
   return Dispatcher(context, cost_params(context.transport), std::move(file), mode == "on");
 }
 
@@ -150,7 +164,7 @@ Choice Dispatcher::choose(Collective collective, uint64_t bytes) const {
         choice.predicted_s = t;
       }
     }
-    choice.source = Choice::Source::tuning_file;
+    choice.source = m->simulated ? Choice::Source::simulation : Choice::Source::tuning_file;
     return choice;
   }
   // Outside what was measured (or nothing measured): the cost model.

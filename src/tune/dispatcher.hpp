@@ -1,7 +1,8 @@
 // The dispatcher: which algorithm runs a call, from (collective, bytes, world size, ranks per
 // host, transport). Measured times from a tuning file (SHOAL_TUNE_FILE, written by shoal-tune)
-// where they cover the call, interpolated in log(size); the alpha-beta-gamma cost models of the
-// registry otherwise. Every input is the same on every rank (the file, the settings, the
+// where they cover the call, interpolated in log(size); for a world larger than any measured,
+// the simulator's predicted times when the file has them (shoal-sim tune; SHOAL_TUNE_SIM=off
+// ignores them); the alpha-beta-gamma cost models of the registry otherwise. Every input is the same on every rank (the file, the settings, the
 // topology), so every rank picks the same row: the pick is part of each frame's signature.
 #pragma once
 
@@ -44,7 +45,7 @@ enum class Interpolation : uint8_t {
 };
 
 struct Choice {
-  enum class Source : uint8_t { first_row, cost_model, tuning_file };
+  enum class Source : uint8_t { first_row, cost_model, tuning_file, simulation };
   const algorithms::AlgorithmInfo* algorithm = nullptr;
   Source source = Source::first_row;
   double predicted_s = 0;  // the model's or the table's time; 0 for first_row
@@ -57,15 +58,17 @@ class Dispatcher {
   Dispatcher(Context context, algorithms::CostParams params, std::shared_ptr<const TuningFile> file,
              bool enabled = true, Interpolation interpolation = Interpolation::log_linear);
 
-  /// From SHOAL_DISPATCH, SHOAL_TUNE_FILE (read and checked here) and SHOAL_TUNE_ALPHA/BETA/GAMMA.
+  /// From SHOAL_DISPATCH, SHOAL_TUNE_FILE (read and checked here), SHOAL_TUNE_SIM and
+  /// SHOAL_TUNE_ALPHA/BETA/GAMMA.
   static Dispatcher from_environment(const Context& context);
 
   /// The row for a call of `collective` moving `bytes` (algorithms::model_bytes). Does not look
   /// at SHOAL_ALGO: algorithms::choose gives that priority.
   Choice choose(algorithms::Collective collective, uint64_t bytes) const;
 
-  /// The measured table this dispatcher reads for `collective` (nearest world size and ranks
-  /// per host on the same transport), or nullptr.
+  /// The table this dispatcher reads for `collective`, or nullptr: of the same transport, the
+  /// measured one nearest in world size, then ranks per host; but when the world is larger than
+  /// every measured one (or none is measured), the nearest simulated one of such a world.
   const Measurements* table_for(algorithms::Collective collective) const;
 
   const Context& context() const { return context_; }

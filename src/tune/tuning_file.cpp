@@ -66,6 +66,12 @@ Measurements parse_table(const json& t, std::string_view source, const std::stri
   TUNE_CHECK(tr.is_string() && (tr.get<std::string>() == "shm" || tr.get<std::string>() == "tcp"), where + ".transport",
              "must be \"shm\" or \"tcp\", got " << tr.dump());
   m.transport = tr.get<std::string>() == "shm" ? Transport::shm : Transport::tcp;
+  if (t.contains("source")) {
+    const json& src = t.at("source");
+    TUNE_CHECK(src.is_string() && (src.get<std::string>() == "measured" || src.get<std::string>() == "simulated"),
+               where + ".source", "must be \"measured\" or \"simulated\", got " << src.dump());
+    m.simulated = src.get<std::string>() == "simulated";
+  }
   const json& sizes = field(t, "sizes", source, where);
   TUNE_CHECK(sizes.is_array() && !sizes.empty(), where + ".sizes", "must be a non-empty array of byte counts");
   for (size_t i = 0; i < sizes.size(); ++i) {
@@ -136,13 +142,15 @@ TuningFile parse_tuning_file(std::string_view text, std::string_view source) {
   return file;
 }
 
-TuningFile load_tuning_file(const std::string& path) {
+TuningFile load_tuning_file(const std::string& path, bool keep_simulated) {
   std::ifstream in(path, std::ios::binary);
   SHOAL_CHECK(in.good(), InvalidArgument,
               "tuning file '" << path << "' cannot be read (SHOAL_TUNE_FILE; write one with shoal-tune)");
   std::ostringstream text;
   text << in.rdbuf();
-  return parse_tuning_file(text.str(), path);
+  TuningFile file = parse_tuning_file(text.str(), path);
+  if (!keep_simulated) std::erase_if(file.tables, [](const Measurements& m) { return m.simulated; });
+  return file;
 }
 
 std::string to_json(const TuningFile& file, std::string_view extra) {
@@ -155,6 +163,7 @@ std::string to_json(const TuningFile& file, std::string_view extra) {
     t["world"] = m.world;
     t["ranks_per_host"] = m.ranks_per_host;
     t["transport"] = std::string(to_string(m.transport));
+    if (m.simulated) t["source"] = "simulated";
     t["sizes"] = m.sizes;
     json times = json::object();
     for (const auto& [row, seconds] : m.times) {

@@ -7,8 +7,10 @@
 //                "times_us": {"ring": [12.5, 20.1, ...], ...}}]}   // one per size, > 0
 //
 // Sizes count bytes as the cost models do (algorithms::model_bytes): the whole vector of
-// all_reduce, the gathered output of all_gather, the input of reduce_scatter. Other fields
-// (host, command, date, iterations) are kept for people and ignored here.
+// all_reduce, the gathered output of all_gather, the input of reduce_scatter. A table may say
+// "source": "simulated" (written by `shoal-sim tune`: the simulator's prediction for a world
+// larger than any measured); "measured" is the default. Other fields (host, command, date,
+// iterations) are kept for people and ignored here.
 #pragma once
 
 #include <cstdint>
@@ -32,6 +34,7 @@ struct Measurements {
   int world = 1;
   int ranks_per_host = 1;
   Transport transport = Transport::shm;
+  bool simulated = false;       // predicted by shoal-sim, not measured
   std::vector<uint64_t> sizes;  // strictly increasing, >= 1
   /// Seconds per call of each measured algorithm at each size, in registry order.
   std::vector<std::pair<const algorithms::AlgorithmInfo*, std::vector<double>>> times;
@@ -49,7 +52,8 @@ struct TuningFile {
 TuningFile parse_tuning_file(std::string_view text, std::string_view source);
 
 /// Reads and parses `path` (an unreadable file is an InvalidArgumentError as well).
-TuningFile load_tuning_file(const std::string& path);
+/// `keep_simulated` false drops the simulated tables (SHOAL_TUNE_SIM=off).
+TuningFile load_tuning_file(const std::string& path, bool keep_simulated = true);
 
 /// The JSON text of `file`; `extra` (a JSON object's text, or "") adds top-level fields.
 std::string to_json(const TuningFile& file, std::string_view extra = "");

@@ -281,6 +281,84 @@ TEST(TuningFile, RoundTripsThroughJson) {
   }
 }
 
+// Measured tables at 4 and 16 ranks over tcp (ring everywhere); simulated ones at 64 and 1,024
+// ranks (recursive_doubling at 64, swing at 1,024) and one at 8 ranks that a measured table
+// covers (rabenseifner: must never be read).
+const char* kSimulatedFile = R"({
+  "format": "shoal-tune 1",
+  "tables": [
+    {"collective": "all_reduce", "world": 4, "ranks_per_host": 2, "transport": "tcp",
+     "sizes": [1024, 1048576], "times_us": {"ring": [5, 50], "swing": [50, 500]}},
+    {"collective": "all_reduce", "world": 16, "ranks_per_host": 2, "transport": "tcp",
+     "sizes": [1024, 1048576], "times_us": {"ring": [5, 50], "swing": [50, 500]}},
+    {"collective": "all_reduce", "world": 8, "ranks_per_host": 2, "transport": "tcp", "source": "simulated",
+     "sizes": [1024, 1048576], "times_us": {"ring": [50, 500], "rabenseifner": [5, 50]}},
+    {"collective": "all_reduce", "world": 64, "ranks_per_host": 2, "transport": "tcp", "source": "simulated",
+     "sizes": [1024, 1048576], "times_us": {"ring": [50, 500], "recursive_doubling": [5, 50]}},
+    {"collective": "all_reduce", "world": 1024, "ranks_per_host": 2, "transport": "tcp", "source": "simulated",
+     "sizes": [1024, 1048576], "times_us": {"ring": [50, 500], "swing": [5, 50]}}
+  ]})";
+
+TEST(TuningFile, SimulatedTablesServeOnlyWorldsLargerThanAnyMeasured) {
+  TempFile f(kSimulatedFile);
+  ScopedEnv file("SHOAL_TUNE_FILE", f.path);
+  ScopedEnv sim("SHOAL_TUNE_SIM", std::nullopt);  // default: on
+  // up to the largest measured world (16) the measured tables decide, even where a simulated
+  // table is nearer (8 ranks)
+  for (int p : {4, 8, 12, 16}) {
+    const Dispatcher d = Dispatcher::from_environment(Context{p, 2, Transport::tcp});
+    EXPECT_FALSE(d.table_for(Collective::all_reduce)->simulated) << p;
+    EXPECT_EQ(pick(d, Collective::all_reduce, 4096), "ring") << p;
+    EXPECT_EQ(d.choose(Collective::all_reduce, 4096).source, Choice::Source::tuning_file) << p;
+  }
+  // beyond it, the nearest simulated world
+  for (auto [p, algo] : {std::pair{17, "recursive_doubling"}, std::pair{64, "recursive_doubling"},
+                         std::pair{200, "recursive_doubling"}, std::pair{300, "swing"}, std::pair{4096, "swing"}}) {
+    const Dispatcher d = Dispatcher::from_environment(Context{p, 2, Transport::tcp});
+    ASSERT_NE(d.table_for(Collective::all_reduce), nullptr) << p;
+    EXPECT_TRUE(d.table_for(Collective::all_reduce)->simulated) << p;
+    EXPECT_EQ(pick(d, Collective::all_reduce, 4096), algo) << p;
+    const Choice c = d.choose(Collective::all_reduce, 1024);
+    EXPECT_EQ(c.source, Choice::Source::simulation) << p;
+    EXPECT_DOUBLE_EQ(c.predicted_s, 5e-6) << p;
+  }
+  // outside the simulated sizes: the cost model
+  const Dispatcher big = Dispatcher::from_environment(Context{1024, 2, Transport::tcp});
+  EXPECT_EQ(big.choose(Collective::all_reduce, uint64_t{1} << 30).source, Choice::Source::cost_model);
+  // another transport sees none of them
+  EXPECT_EQ(Dispatcher::from_environment(Context{1024, 1024, Transport::shm}).table_for(Collective::all_reduce),
+            nullptr);
+}
+
+TEST(TuningFile, SimulatedTablesHaveAnOffSwitch) {
+  TempFile f(kSimulatedFile);
+  ScopedEnv file("SHOAL_TUNE_FILE", f.path);
+  ScopedEnv off("SHOAL_TUNE_SIM", "off");
+  // 1,024 ranks: the measured 16-rank table is then the nearest
+  const Dispatcher d = Dispatcher::from_environment(Context{1024, 2, Transport::tcp});
+  EXPECT_EQ(d.table_for(Collective::all_reduce)->world, 16);
+  EXPECT_EQ(pick(d, Collective::all_reduce, 4096), "ring");
+  EXPECT_EQ(d.choose(Collective::all_reduce, 4096).source, Choice::Source::tuning_file);
+  ScopedEnv bad("SHOAL_TUNE_SIM", "sometimes");
+  EXPECT_THROW(Dispatcher::from_environment(Context{1024, 2, Transport::tcp}), InvalidArgumentError);
+}
+
+TEST(TuningFile, OnlySimulatedTablesServeEveryWorld) {
+  // no measured table at all: the simulated one nearest in world size
+  const std::string text = R"({"format": "shoal-tune 1", "tables": [
+    {"collective": "all_gather", "world": 32, "ranks_per_host": 8, "transport": "tcp", "source": "simulated",
+     "sizes": [1024, 1048576], "times_us": {"ring": [50, 500], "bruck": [5, 50]}}]})";
+  TempFile f(text);
+  ScopedEnv file("SHOAL_TUNE_FILE", f.path);
+  const Dispatcher d = Dispatcher::from_environment(Context{8, 4, Transport::tcp});
+  EXPECT_EQ(pick(d, Collective::all_gather, 4096), "bruck");
+  EXPECT_EQ(d.choose(Collective::all_gather, 4096).source, Choice::Source::simulation);
+  // the "source" survives a round trip; "measured" is the default
+  const tune::TuningFile a = tune::load_tuning_file(f.path);
+  EXPECT_TRUE(tune::parse_tuning_file(tune::to_json(a), "mem").tables.at(0).simulated);
+  EXPECT_FALSE(tune::parse_tuning_file(kGoodFile, "mem").tables.at(0).simulated);
+}
+
 // Each malformed file raises InvalidArgumentError naming the file and the problem.
 void expect_rejected(const std::string& text, const std::string& problem) {
   TempFile f(text);
@@ -341,6 +419,9 @@ TEST(TuningFile, MalformedFilesAreRejectedWithTheProblem) {
   const std::string t = R"({"collective": "all_reduce", "world": 4, "ranks_per_host": 4, "transport": "shm",
                             "sizes": [8], "times_us": {"ring": [1]}})";
   expect_rejected(table(t + "," + t), "tables[1]: a second table for all_reduce world 4");
+  expect_rejected(table(R"({"collective": "all_reduce", "world": 4, "ranks_per_host": 4, "transport": "shm",
+                            "source": "guessed", "sizes": [8], "times_us": {"ring": [1]}})"),
+                  "source: must be \"measured\" or \"simulated\"");
 }
 
 TEST(TuningFile, AMissingFileIsNamed) {

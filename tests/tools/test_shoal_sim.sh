@@ -1,0 +1,143 @@
+#!/usr/bin/env bash
+# End-to-end tests of shoal-sim's tune subcommand and the dispatcher reading what it writes:
+# the simulated tables are a valid tuning file; the dispatcher (through shoal-info) takes, for a
+# world beyond every measured one, the fastest algorithm of the nearest simulated table (checked
+# against the file's own times, read independently with python); SHOAL_TUNE_SIM=off and
+# worlds up to the largest measured one do not read them; --merge keeps measured tables and
+# does not simulate what they cover; bad arguments exit non-zero with a message.
+# Usage: bash test_shoal_sim.sh BIN_DIR     (ctest passes the build's bin directory)
+set -u
+BIN=${1:?usage: test_shoal_sim.sh BIN_DIR}
+SIM=$BIN/shoal-sim
+INFO=$BIN/shoal-info
+for b in "$SIM" "$INFO"; do
+  if [[ ! -x $b ]]; then
+    echo "FAIL: $b does not exist or is not executable"
+    exit 1
+  fi
+done
+PY=/usr/bin/python3
+D=$(mktemp -d /tmp/test_shoal_sim.XXXXXX)
+trap 'rm -rf "$D"' EXIT
+GUARD=(timeout -s KILL 120)
+
+passed=0
+failed=()
+pass() { passed=$((passed + 1)); }
+fail() { failed+=("$1"); echo "FAIL: $1"; [[ -f $D/out ]] && sed 's/^/    /' "$D/out" | tail -25; }
+
+SIZES=1K,64K,1M,16M
+# A commodity model: 2 NICs of 25 Gbit/s per host of 4 ranks, 5 us between hosts.
+MODEL=(--ranks-per-host 4 --nics 2 --nic-gbps 25 --latency-us 5 --overhead-us 1)
+
+# 1. tune writes simulated tables for every collective x world.
+if "${GUARD[@]}" "$SIM" tune "${MODEL[@]}" --worlds 32,128 --sizes $SIZES --threads 1 -o "$D/sim.json" >"$D/out" 2>&1 &&
+  $PY - "$D/sim.json" <<'EOF'; then
+import json, sys
+doc = json.load(open(sys.argv[1]))
+assert doc["format"] == "shoal-tune 1"
+assert doc["simulated_with"]["nics"] == 2 and doc["simulated_with"]["ranks_per_host"] == 4
+keys = {(t["collective"], t["world"]) for t in doc["tables"]}
+assert keys == {(c, w) for c in ("all_reduce", "all_gather", "reduce_scatter") for w in (32, 128)}, keys
+for t in doc["tables"]:
+    assert t["source"] == "simulated" and t["transport"] == "tcp" and t["ranks_per_host"] == 4
+    assert t["sizes"] == [1024, 65536, 1048576, 16777216]
+    assert len(t["times_us"]) >= 2, t["times_us"].keys()
+    for name, times in t["times_us"].items():
+        assert len(times) == 4 and all(x > 0 for x in times), (name, times)
+        assert times == sorted(times), (name, times)  # more bytes never take less time
+EOF
+  pass
+else
+  fail "tune writes a valid file of simulated tables"
+fi
+
+# fastest COLLECTIVE WORLD SIZE: the algorithm with the least time in the simulated table
+fastest() {
+  $PY - "$D/sim.json" "$1" "$2" "$3" <<'EOF'
+import json, sys
+doc = json.load(open(sys.argv[1]))
+coll, world, size = sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+(t,) = [t for t in doc["tables"] if t["collective"] == coll and t["world"] == world]
+i = t["sizes"].index(size)
+print(min(t["times_us"].items(), key=lambda kv: kv[1][i])[0])
+EOF
+}
+
+# info WORLD: shoal-info's choices for WORLD ranks, 4 per host, over tcp
+info() {
+  "${GUARD[@]}" "$INFO" --algorithms --world "$1" --ranks-per-host 4 --transport tcp --sizes $SIZES
+}
+
+# 2. For 100 and 4,096 ranks the dispatcher reads the 128-rank table, for 40 the 32-rank one.
+for w in 40:32 100:128 4096:128; do
+  world=${w%%:*} table=${w##*:}
+  ok=1
+  SHOAL_TUNE_FILE=$D/sim.json info "$world" >"$D/out" 2>&1 || ok=0
+  for c in all_reduce all_gather reduce_scatter; do
+    for s in 1024 65536 1048576 16777216; do
+      want=$(fastest $c "$table" $s)
+      grep -qE "^$c +$s +$want +simulation " "$D/out" || { ok=0; echo "want $c $s $want (table $table)"; }
+    done
+  done
+  if ((ok)); then pass; else fail "world $world picks the fastest of the $table-rank simulated table"; fi
+done
+
+# 3. SHOAL_TUNE_SIM=off: the cost model decides.
+if SHOAL_TUNE_SIM=off SHOAL_TUNE_FILE=$D/sim.json info 100 >"$D/out" 2>&1 &&
+  ! grep -q simulation "$D/out" && (($(grep -cE "^(all_reduce|all_gather|reduce_scatter) .* cost model " "$D/out") == 12)); then
+  pass
+else
+  fail "SHOAL_TUNE_SIM=off ignores the simulated tables"
+fi
+if SHOAL_TUNE_SIM=maybe SHOAL_TUNE_FILE=$D/sim.json info 100 >"$D/out" 2>&1; then
+  fail "SHOAL_TUNE_SIM=maybe is rejected"
+elif grep -q "SHOAL_TUNE_SIM='maybe' is not on or off" "$D/out"; then
+  pass
+else
+  fail "SHOAL_TUNE_SIM=maybe names the setting"
+fi
+
+# 4. --merge: a measured table at 32 ranks (ring always) is kept and not simulated; up to
+# 32 ranks it decides, above it the simulated 128-rank table does (the same model as sim.json's,
+# so the same times).
+cat >"$D/measured.json" <<'EOF'
+{"format": "shoal-tune 1", "host": "test",
+ "tables": [{"collective": "all_reduce", "world": 32, "ranks_per_host": 4, "transport": "tcp",
+             "sizes": [1024, 16777216], "times_us": {"ring": [1, 2], "rabenseifner": [10, 20]}}]}
+EOF
+if "${GUARD[@]}" "$SIM" tune "${MODEL[@]}" --collectives all_reduce --worlds 32,128 --sizes $SIZES --threads 1 \
+  --merge "$D/measured.json" -o "$D/merged.json" >"$D/out" 2>&1 &&
+  grep -q "all_reduce world 32: measured in $D/measured.json, not simulated" "$D/out" &&
+  $PY - "$D/merged.json" <<'EOF'; then
+import json, sys
+doc = json.load(open(sys.argv[1]))
+assert doc["host"] == "test", "the measured file's fields are kept"
+kinds = sorted((t["world"], t.get("source", "measured")) for t in doc["tables"])
+assert kinds == [(32, "measured"), (128, "simulated")], kinds
+EOF
+  pass
+else
+  fail "--merge keeps the measured table and adds the simulated ones"
+fi
+if SHOAL_TUNE_FILE=$D/merged.json info 32 >"$D/out" 2>&1 && grep -qE "^all_reduce +65536 +ring +tuning file " "$D/out" &&
+  SHOAL_TUNE_FILE=$D/merged.json info 64 >"$D/out" 2>&1 &&
+  grep -qE "^all_reduce +65536 +$(fastest all_reduce 128 65536) +simulation " "$D/out"; then
+  pass
+else
+  fail "measured up to 32 ranks, simulated above"
+fi
+
+# 5. Bad arguments: a message and a non-zero exit, no file.
+for args in "--worlds 1 --sizes 1K" "--worlds 8 --collectives all_smash" "--worlds 8 --sizes 1K:2K:1"; do
+  # shellcheck disable=SC2086
+  if "${GUARD[@]}" "$SIM" tune $args -o "$D/bad.json" >"$D/out" 2>&1 || [[ -e $D/bad.json ]] ||
+    ! grep -q "shoal-sim: " "$D/out"; then
+    fail "tune $args is rejected with a message"
+  else
+    pass
+  fi
+done
+
+echo "test_shoal_sim: $passed passed, ${#failed[@]} failed"
+((${#failed[@]} == 0))
