@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "algorithms/hierarchy.hpp"
 #include "algorithms/registry.hpp"
 #include "core/config.hpp"
 #include "shoal/error.hpp"
@@ -118,6 +119,46 @@ std::vector<const algorithms::AlgorithmInfo*> rows_of(Collective coll, const std
     throw InvalidArgumentError("--algo: " + std::string(algorithms::to_string(coll)) + " has no algorithm '" + algo +
                                "'");
   return rows;
+}
+
+// What `run` simulates: a registry row or a hierarchical composition of rows.
+struct Candidate {
+  std::string name;
+  sim::Builder build;
+};
+
+sim::Builder hierarchical_builder(const algorithms::HierarchyPlan& plan) {
+  return [plan](algorithms::Schedule& s, const algorithms::CollectiveArgs& a) { algorithms::hierarchical(s, a, plan); };
+}
+
+// `algo`: a row, "hier(LOCAL+INTER)", or "all" — every row and, when the world spans several
+// hosts of ranks_per_host ranks, hier(ring+X) for every row X of the collective.
+std::vector<Candidate> candidates_of(Collective coll, const std::string& algo, int world, int ranks_per_host) {
+  std::vector<Candidate> out;
+  if (algo.starts_with("hier(") && algo.ends_with(")")) {
+    const std::string inner = algo.substr(5, algo.size() - 6);
+    const auto plus = inner.find('+');
+    if (plus == std::string::npos) throw InvalidArgumentError("--algo: expected hier(LOCAL+INTER), got " + algo);
+    // The names must outlive the plan (it keeps views): take them from the registry.
+    const auto* local = algorithms::find_algorithm(Collective::all_gather, inner.substr(0, plus));
+    const auto* inter = algorithms::find_algorithm(coll, inner.substr(plus + 1));
+    if (!local || !algorithms::find_algorithm(Collective::reduce_scatter, local->name))
+      throw InvalidArgumentError("--algo " + algo + ": the local phase needs a row of all_gather and reduce_scatter");
+    if (!inter) throw InvalidArgumentError("--algo " + algo + ": " + std::string(algorithms::to_string(coll)) +
+                                           " has no algorithm '" + inner.substr(plus + 1) + "'");
+    const algorithms::HierarchyPlan plan{ranks_per_host, local->name, inter->name};
+    out.push_back({algorithms::hierarchy_name(plan), hierarchical_builder(plan)});
+    return out;
+  }
+  for (const auto* row : rows_of(coll, algo)) out.push_back({std::string(row->name), sim::Builder(row->build)});
+  const bool composable = coll == Collective::all_reduce || coll == Collective::all_gather ||
+                          coll == Collective::reduce_scatter;
+  if (algo == "all" && composable && ranks_per_host > 1 && world > ranks_per_host && world % ranks_per_host == 0)
+    for (const auto* row : rows_of(coll, "all")) {
+      const algorithms::HierarchyPlan plan{ranks_per_host, "ring", row->name};
+      out.push_back({algorithms::hierarchy_name(plan), hierarchical_builder(plan)});
+    }
+  return out;
 }
 
 std::string human_bytes(uint64_t b) {
@@ -328,7 +369,7 @@ int main(int argc, char** argv) {
     const Collective coll = parse_collective(coll_name);
     const auto dtype = parse_data_type(dtype_name);
     if (!dtype) throw InvalidArgumentError("--dtype: unknown '" + dtype_name + "'");
-    const auto rows = rows_of(coll, algo);
+    const auto candidates = candidates_of(coll, algo, world, model.ranks_per_host);
     const auto sizes = parse_sizes(sizes_text);
     const int hosts = (world + model.ranks_per_host - 1) / model.ranks_per_host;
     std::printf("# shoal-sim %s: %d ranks (%d hosts x %d, %d NICs x %.1f GB/s, %.2f us; local %.0f GB/s, %.2f us",
@@ -336,30 +377,36 @@ int main(int argc, char** argv) {
                 model.nic_latency * 1e6, model.intra_bw * 1e-9, model.intra_latency * 1e6);
     if (model.hosts_per_leaf > 0) std::printf("; fat tree %d hosts/leaf, taper %.2f", model.hosts_per_leaf, model.taper);
     std::printf("), dtype %s, chunk %llu B\n", dtype_name.c_str(), static_cast<unsigned long long>(chunk));
-    std::printf("# %-18s %12s %12s %8s %6s %12s %8s %8s %10s %8s\n", "algorithm", "size", "count", "type", "redop",
+    std::printf("# %-29s %12s %12s %8s %6s %12s %8s %8s %10s %8s\n", "algorithm", "size", "count", "type", "redop",
                 "time(us)", "algbw", "busbw", "steps", "wall(s)");
     nlohmann::json lines = nlohmann::json::array();
     int rc = 0;
-    for (const auto* row : rows)
+    for (const auto& cand : candidates)
       for (uint64_t size : sizes) {
         auto a = sim::args_for(coll, size, world, *dtype);
         a.chunk_bytes = chunk;
-        const auto prog = sim::compile(a, row, threads);
-        const auto res = sim::simulate(prog, model);
+        sim::Programs prog;
+        sim::SimResult res;
+        try {
+          prog = sim::compile(a, cand.build, threads);
+          res = sim::simulate(prog, model);
+        } catch (const InvalidArgumentError& e) {  // a composition that does not fit this call
+          res.error = e.what();
+        }
         const double wall = prog.build_seconds + res.run_seconds;
         if (!res.error.empty()) {
-          std::printf("  %-18s %12llu  error: %s\n", std::string(row->name).c_str(),
-                      static_cast<unsigned long long>(size), res.error.c_str());
+          std::printf("  %-29s %12llu  error: %s\n", cand.name.c_str(), static_cast<unsigned long long>(size),
+                      res.error.c_str());
           rc = 1;
           continue;
         }
         const double algbw = res.time > 0 ? size / res.time * 1e-9 : 0, busbw = algbw * sim::bus_factor(coll, world);
-        std::printf("  %-18s %12llu %12llu %8s %6s %12.2f %8.2f %8.2f %10zu %8.2f\n", std::string(row->name).c_str(),
+        std::printf("  %-29s %12llu %12llu %8s %6s %12.2f %8.2f %8.2f %10zu %8.2f\n", cand.name.c_str(),
                     static_cast<unsigned long long>(size), static_cast<unsigned long long>(a.count),
                     dtype_name.c_str(), coll == Collective::all_gather ? "none" : "sum", res.time * 1e6, algbw, busbw,
                     prog.steps(), wall);
         std::fflush(stdout);
-        lines.push_back({{"algorithm", std::string(row->name)}, {"size", size}, {"count", a.count}, {"time_us", res.time * 1e6},
+        lines.push_back({{"algorithm", cand.name}, {"size", size}, {"count", a.count}, {"time_us", res.time * 1e6},
                          {"algbw", algbw}, {"busbw", busbw}, {"steps", prog.steps()}, {"messages", res.messages},
                          {"build_s", prog.build_seconds}, {"sim_s", res.run_seconds}});
       }

@@ -52,12 +52,11 @@ struct RankProg {
   std::vector<uint32_t> ndeps, out_first, out;
 };
 
-RankProg build_rank(const algorithms::CollectiveArgs& proto, const algorithms::AlgorithmInfo* row, int r) {
+RankProg build_rank(const algorithms::CollectiveArgs& proto, const Builder& build, int r) {
   algorithms::CollectiveArgs a = proto;
   a.rank = r;
   algorithms::Schedule s;
-  if (row) row->build(s, a);
-  else s = algorithms::build_schedule(a);
+  build(s, a);
   RankProg rp;
   const size_t n = s.steps.size();
   rp.kind.resize(n);
@@ -85,6 +84,14 @@ RankProg build_rank(const algorithms::CollectiveArgs& proto, const algorithms::A
 }  // namespace
 
 Programs compile(const algorithms::CollectiveArgs& proto, const algorithms::AlgorithmInfo* row, int threads) {
+  if (row) return compile(proto, Builder(row->build), threads);
+  return compile(proto, Builder([](algorithms::Schedule& s, const algorithms::CollectiveArgs& a) {
+                   s = algorithms::build_schedule(a);
+                 }),
+                 threads);
+}
+
+Programs compile(const algorithms::CollectiveArgs& proto, const Builder& build, int threads) {
   const auto t0 = std::chrono::steady_clock::now();
   Programs pg;
   const int p = proto.size;
@@ -109,7 +116,7 @@ Programs compile(const algorithms::CollectiveArgs& proto, const algorithms::Algo
     for (int w = 0; w < threads; ++w)
       workers.emplace_back([&, w] {
         try {
-          for (int r = lo + w; r < hi; r += threads) built[r - lo] = build_rank(proto, row, r);
+          for (int r = lo + w; r < hi; r += threads) built[r - lo] = build_rank(proto, build, r);
         } catch (...) {
           std::lock_guard<std::mutex> lock(mu);
           failure = std::current_exception();

@@ -17,6 +17,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -58,8 +59,13 @@ struct Programs {
 algorithms::CollectiveArgs args_for(algorithms::Collective collective, uint64_t size_bytes, int p,
                                     DataType dtype = DataType::float32);
 
-/// Builds the schedule of every rank with `row` (nullptr: algorithms::choose). `threads`
-/// builders run at once (0: the hardware's cores).
+/// Appends one rank's schedule for the call (args.rank) to the schedule.
+using Builder = std::function<void(algorithms::Schedule&, const algorithms::CollectiveArgs&)>;
+
+/// Builds the schedule of every rank with `build` (called from `threads` threads at once; 0:
+/// the hardware's cores).
+Programs compile(const algorithms::CollectiveArgs& proto, const Builder& build, int threads = 0);
+/// compile() with a registry row's builder (nullptr: algorithms::build_schedule's choice).
 Programs compile(const algorithms::CollectiveArgs& proto, const algorithms::AlgorithmInfo* row,
                  int threads = 0);
 

@@ -10,7 +10,8 @@
 //  - Simulation invariants: every byte sent is received and nothing deadlocks; no schedule
 //    beats the bandwidth lower bound of its collective; a lone message costs latency + n/B;
 //    ring all_reduce's latency term grows linearly in p and recursive doubling's as log2 p;
-//    a tapered core is never faster.
+//    a tapered core is never faster; hierarchical schedules (algorithms/hierarchy.hpp) are
+//    proved like the rows and, unlike the flat ring, speed up with every NIC a host adds.
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -21,6 +22,8 @@
 #include <memory>
 #include <thread>
 
+#include "algorithms/hierarchy.hpp"
+#include "shoal/error.hpp"
 #include "algorithms/registry.hpp"
 #include "sim/calibrate.hpp"
 #include "sim/executor.hpp"
@@ -159,9 +162,9 @@ void write(SymRank& m, const Slice& s, const std::vector<Piece>& v) {
 }
 
 // Executes the schedules of all ranks symbolically (in place); "" on success.
-std::string symbolic_run(const AlgorithmInfo& row, int p, uint64_t count, uint64_t chunk, double* seconds) {
+std::string symbolic_run(Collective c, const sim::Builder& build, int p, uint64_t count, uint64_t chunk,
+                         double* seconds) {
   const auto t0 = std::chrono::steady_clock::now();
-  const Collective c = row.collective;
   const uint64_t es = 4, block = count * es;
   std::vector<SymRank> ranks(p);
   std::vector<Schedule> sch(p);
@@ -186,7 +189,7 @@ std::string symbolic_run(const AlgorithmInfo& row, int p, uint64_t count, uint64
     std::vector<std::thread> workers;
     for (int w = 0; w < n; ++w)
       workers.emplace_back([&, w] {
-        for (int r = w; r < p; r += n) row.build(sch[r], ranks[r].args);
+        for (int r = w; r < p; r += n) build(sch[r], ranks[r].args);
       });
     for (auto& t : workers) t.join();
   }
@@ -313,6 +316,15 @@ std::string symbolic_run(const AlgorithmInfo& row, int p, uint64_t count, uint64
   return "";
 }
 
+std::string symbolic_run(const AlgorithmInfo& row, int p, uint64_t count, uint64_t chunk, double* seconds) {
+  return symbolic_run(row.collective, sim::Builder(row.build), p, count, chunk, seconds);
+}
+
+sim::Builder hierarchy(int ranks_per_host, std::string_view local, std::string_view inter) {
+  const HierarchyPlan plan{ranks_per_host, local, inter};
+  return [plan](Schedule& s, const CollectiveArgs& a) { hierarchical(s, a, plan); };
+}
+
 bool long_tests() {
   const char* v = std::getenv("SHOAL_SIM_LONG");
   return v && *v && std::string(v) != "0";
@@ -364,6 +376,55 @@ TEST(Symbolic, EveryRankRightAtScale) {
       std::printf("  symbolic %s:%s p=%d: %.2f s\n", std::string(to_string(row->collective)).c_str(),
                   std::string(row->name).c_str(), p, secs);
     }
+}
+
+// Hierarchical schedules (algorithms/hierarchy.hpp): every inter-host row under a ring or a
+// Swing local phase, hosts of 1 to 8 ranks, uneven blocks, several chunks per block.
+TEST(Symbolic, HierarchicalSchedulesSmallWorlds) {
+  for (Collective c : {Collective::all_reduce, Collective::all_gather, Collective::reduce_scatter})
+    for (auto [p, L] : {std::pair{2, 1}, {4, 2}, {6, 2}, {6, 3}, {9, 3}, {8, 4}, {12, 4}, {10, 5}, {16, 8}, {8, 8}})
+      for (std::string_view local : {"ring", "swing"})
+        for (const auto& row : registry()) {
+          if (row.collective != c) continue;
+          double secs = 0;
+          const uint64_t count = c == Collective::all_reduce ? static_cast<uint64_t>(L) * (2 * p / L + 3) : 7;
+          const std::string e = symbolic_run(c, hierarchy(L, local, row.name), p, count, 8, &secs);
+          EXPECT_EQ(e, "") << to_string(c) << " hier(" << local << "+" << row.name << ") p=" << p << " L=" << L;
+        }
+}
+
+TEST(Symbolic, HierarchicalSchedulesAtScale) {
+  // 1,000, 1,024 and 4,096 ranks in hosts of 8; at 4,096 the recursive inter-host rows (all
+  // the others, ~10-20 s each: SHOAL_SIM_LONG=1).
+  for (int p : {1000, 1024, 4096})
+    for (Collective c : {Collective::all_reduce, Collective::all_gather, Collective::reduce_scatter})
+      for (const auto& row : registry()) {
+        if (row.collective != c || row.name == "binomial" || row.name == "bruck") continue;
+        const bool recursive = row.name.starts_with("recursive") || row.name == "rabenseifner";
+        if (p == 4096 && !recursive && !long_tests()) continue;
+        double secs = 0;
+        const uint64_t count = c == Collective::all_reduce ? 8 * static_cast<uint64_t>(p / 8 + 1) : 2;
+        const std::string e = symbolic_run(c, hierarchy(8, "ring", row.name), p, count, 512 << 10, &secs);
+        EXPECT_EQ(e, "") << to_string(c) << " hier(ring+" << row.name << ") p=" << p;
+        std::printf("  symbolic %s:hier(ring+%s) p=%d: %.2f s\n", std::string(to_string(c)).c_str(),
+                    std::string(row.name).c_str(), p, secs);
+      }
+}
+
+TEST(Symbolic, HierarchicalScheduleRejectsLayoutsItCannotServe) {
+  Schedule s;
+  CollectiveArgs a;
+  a.collective = Collective::all_reduce;
+  a.size = 6;
+  a.count = 8;
+  EXPECT_THROW(hierarchical(s, a, HierarchyPlan{4, "ring", "ring"}), InvalidArgumentError);  // 4 does not divide 6
+  a.size = 8;
+  a.count = 6;
+  EXPECT_THROW(hierarchical(s, a, HierarchyPlan{4, "ring", "ring"}), InvalidArgumentError);  // 6 elements over 4
+  a.count = 8;
+  EXPECT_THROW(hierarchical(s, a, HierarchyPlan{4, "ring", "bruck"}), InvalidArgumentError);  // no such all_reduce
+  a.collective = Collective::broadcast;
+  EXPECT_THROW(hierarchical(s, a, HierarchyPlan{4, "ring", "ring"}), InvalidArgumentError);
 }
 
 // ---- virtual time ----
@@ -445,6 +506,30 @@ TEST(Sim, TaperNeverHelpsAndSharedNicsSlowDown) {
     one_nic.nics = 1;
     EXPECT_GT(sim_row(*row, 64 << 20, 128, one_nic).time, flat * 1.5) << row->name;
   }
+}
+
+TEST(Sim, HierarchicalSchedulesUseEveryNic) {
+  // PCCL's point: the flat ring crosses each host boundary with one flow, so it runs on one NIC
+  // however many the host has; the rank-aligned groups of the hierarchy run on all of them.
+  ClusterModel m = sim::frontier_model();
+  const auto* ring = find_algorithm(Collective::all_gather, "ring");
+  const auto hier = hierarchy(m.ranks_per_host, "ring", "ring");
+  auto time_of = [&](const sim::Builder& build, int nics) {
+    m.nics = nics;
+    const auto prog = sim::compile(sim::args_for(Collective::all_gather, 64 << 20, 64), build, 1);
+    const auto r = sim::simulate(prog, m);
+    EXPECT_EQ(r.error, "");
+    EXPECT_EQ(r.bytes_sent, r.bytes_received);
+    return r.time;
+  };
+  const double ring1 = time_of(sim::Builder(ring->build), 1), ring4 = time_of(sim::Builder(ring->build), 4);
+  const double hier1 = time_of(hier, 1), hier4 = time_of(hier, 4);
+  EXPECT_NEAR(ring4 / ring1, 1.0, 0.01);
+  EXPECT_GT(hier1 / hier4, 1.5);
+  EXPECT_LT(hier4, ring4);
+  // and never below what must enter a host through its NICs: (H-1)/H of the output
+  const double hosts = 64 / m.ranks_per_host;
+  EXPECT_GT(hier4, (hosts - 1) / hosts * (64 << 20) / (4 * m.nic_bw));
 }
 
 TEST(Sim, ForcedRowsAtScaleRunQuickly) {
