@@ -205,6 +205,11 @@ int main(int argc, char** argv) {
   cal->add_option("--model", cal_base, "model to start from (its other fields are kept)");
   cal->add_option("-o,--output", cal_out, "write the fitted model here (JSON)");
   cal->add_option("--iterations", iterations, "Gauss-Newton iterations");
+  int cal_cores = 0;
+  cal->add_option("--cores", cal_cores,
+                  "CPU cores the measured ranks shared (one machine; 0: a core per rank): a point of p ranks is "
+                  "predicted max(1, p/cores) times slower than the model's")
+      ->check(CLI::Range(0, 1 << 20));
 
   // ---- tune ----
   auto* tune_cmd = app.add_subcommand(
@@ -237,7 +242,11 @@ int main(int argc, char** argv) {
         auto more = sim::read_bench_file(path, a);
         points.insert(points.end(), more.begin(), more.end());
       }
-      auto fits = sim::calibrate(points, model, iterations);
+      const size_t read = points.size();
+      points = sim::best_of_repeats(points);
+      if (points.size() < read)
+        std::printf("# %zu measurements, %zu points: repeated runs give their least time\n", read, points.size());
+      auto fits = sim::calibrate(points, model, iterations, cal_cores);
       nlohmann::ordered_json doc;
       doc["model"] = nlohmann::json::parse(sim::to_json(model));
       doc["fits"] = nlohmann::json::array();
@@ -245,6 +254,7 @@ int main(int argc, char** argv) {
         doc["fits"].push_back({{"transport", fit.transport}, {"latency_us", fit.latency * 1e6},
                                {"bandwidth_GBps", fit.seconds_per_byte > 0 ? 1e-9 / fit.seconds_per_byte : 0},
                                {"reduce_GBps", fit.reduce_cost > 0 ? 1e-9 / fit.reduce_cost : 0},
+                               {"copy_GBps", fit.copy_cost > 0 ? 1e-9 / fit.copy_cost : 0},
                                {"points", fit.points}, {"outliers", fit.outliers},
                                {"median_error", fit.median_error},
                                {"max_error", fit.max_error}});
@@ -263,11 +273,12 @@ int main(int argc, char** argv) {
                                  {"predicted_us", m.predicted * 1e6}, {"error", err}});
       }
       for (const auto& fit : fits)
-        std::printf("# %s: latency %.2f us, bandwidth %.3f GB/s, reduction %.3f GB/s; %d points (%d left out of "
-                    "the fit), median error %.1f%%, max %.1f%% (over all points)\n",
+        std::printf("# %s: latency %.2f us, bandwidth %.3f GB/s, reduction %.3f GB/s, copy %.3f GB/s; %d points (%d "
+                    "left out of the fit), median error %.1f%%, max %.1f%% (over all points)\n",
                     fit.transport.c_str(), fit.latency * 1e6,
                     fit.seconds_per_byte > 0 ? 1e-9 / fit.seconds_per_byte : 0.0,
-                    fit.reduce_cost > 0 ? 1e-9 / fit.reduce_cost : 0.0, fit.points, fit.outliers,
+                    fit.reduce_cost > 0 ? 1e-9 / fit.reduce_cost : 0.0,
+                    fit.copy_cost > 0 ? 1e-9 / fit.copy_cost : 0.0, fit.points, fit.outliers,
                     fit.median_error * 100, fit.max_error * 100);
       const std::string text = doc.dump(2);
       if (!cal_out.empty()) {

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <fstream>
 #include <map>
+#include <tuple>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
@@ -129,9 +130,24 @@ ClusterModel job_model(const Measurement& m, const ClusterModel& base) {
   return j;
 }
 
+std::vector<Measurement> best_of_repeats(const std::vector<Measurement>& points) {
+  std::vector<Measurement> out;
+  std::map<std::tuple<int, std::string, std::string, int, int, uint64_t, int, uint64_t>, size_t> index;
+  for (const auto& m : points) {
+    const auto key = std::make_tuple(static_cast<int>(m.collective), m.algorithm, m.transport, m.ranks, m.hosts,
+                                     m.chunk_bytes, static_cast<int>(m.dtype), m.size);
+    auto [it, fresh] = index.try_emplace(key, out.size());
+    if (fresh) out.push_back(m);
+    else if (m.seconds < out[it->second].seconds) out[it->second] = m;
+  }
+  return out;
+}
+
 namespace {
 
-using Theta = std::array<double, 3>;  // latency, seconds per byte, seconds per byte reduced
+// latency, seconds per byte moved, seconds per byte reduced, seconds per byte copied
+constexpr int kParams = 4;
+using Theta = std::array<double, kParams>;
 
 ClusterModel with_theta(ClusterModel m, const std::string& transport, const Theta& t) {
   auto bw = [](double spb) { return spb > 0 ? 1.0 / spb : 1e30; };
@@ -143,33 +159,35 @@ ClusterModel with_theta(ClusterModel m, const std::string& transport, const Thet
     m.nic_latency = t[0];
     m.nic_bw = bw(t[1]);
   }
-  m.reduce_cost = m.copy_cost = t[2];
+  m.reduce_cost = t[2];
+  m.copy_cost = t[3];
   m.overhead = 0;  // keeps the time homogeneous in theta (see calibrate)
   return m;
 }
 
-// Weighted non-negative least squares over 3 unknowns: tries every subset of free variables.
-Theta nnls3(const std::vector<Theta>& raw, const std::vector<double>& rhs) {
+// Weighted non-negative least squares over kParams unknowns: tries every subset of free
+// variables.
+Theta nnls(const std::vector<Theta>& raw, const std::vector<double>& rhs) {
   // Columns scaled to unit norm: latency and per-byte gradients differ by ~10 orders.
-  Theta scale{0, 0, 0};
+  Theta scale{};
   for (const auto& r : raw)
-    for (int j = 0; j < 3; ++j) scale[j] += r[j] * r[j];
-  for (int j = 0; j < 3; ++j) scale[j] = scale[j] > 0 ? std::sqrt(scale[j]) : 1;
+    for (int j = 0; j < kParams; ++j) scale[j] += r[j] * r[j];
+  for (int j = 0; j < kParams; ++j) scale[j] = scale[j] > 0 ? std::sqrt(scale[j]) : 1;
   std::vector<Theta> rows = raw;
   for (auto& r : rows)
-    for (int j = 0; j < 3; ++j) r[j] /= scale[j];
-  Theta best{0, 0, 0};
+    for (int j = 0; j < kParams; ++j) r[j] /= scale[j];
+  Theta best{};
   double best_res = 1e300;
-  for (int mask = 1; mask < 8; ++mask) {
+  for (int mask = 1; mask < (1 << kParams); ++mask) {
     std::vector<int> idx;
-    for (int j = 0; j < 3; ++j)
+    for (int j = 0; j < kParams; ++j)
       if (mask >> j & 1) idx.push_back(j);
     const int k = static_cast<int>(idx.size());
-    double a[3][4] = {};
+    double a[kParams][kParams + 1] = {};
     for (size_t i = 0; i < rows.size(); ++i)
       for (int x = 0; x < k; ++x) {
         for (int y = 0; y < k; ++y) a[x][y] += rows[i][idx[x]] * rows[i][idx[y]];
-        a[x][3] += rows[i][idx[x]] * rhs[i];
+        a[x][kParams] += rows[i][idx[x]] * rhs[i];
       }
     // Scaled Gauss-Jordan with partial pivoting; singular subsets are skipped.
     bool ok = true;
@@ -183,20 +201,21 @@ Theta nnls3(const std::vector<Theta>& raw, const std::vector<double>& rhs) {
         for (int r = 0; r < k; ++r)
           if (r != c) {
             const double f = a[r][c] / a[c][c];
-            for (int y = c; y < 4; ++y) a[r][y] -= f * a[c][y];
+            for (int y = c; y <= kParams; ++y) a[r][y] -= f * a[c][y];
           }
       }
     }
     if (!ok) continue;
-    Theta t{0, 0, 0};
+    Theta t{};
     for (int x = 0; x < k; ++x) {
-      t[idx[x]] = a[x][3] / a[x][x];
+      t[idx[x]] = a[x][kParams] / a[x][x];
       if (!(t[idx[x]] >= 0)) ok = false;
     }
     if (!ok) continue;
     double res = 0;
     for (size_t i = 0; i < rows.size(); ++i) {
-      const double e = rows[i][0] * t[0] + rows[i][1] * t[1] + rows[i][2] * t[2] - rhs[i];
+      double e = -rhs[i];
+      for (int j = 0; j < kParams; ++j) e += rows[i][j] * t[j];
       res += e * e;
     }
     if (res < best_res) {
@@ -204,7 +223,7 @@ Theta nnls3(const std::vector<Theta>& raw, const std::vector<double>& rhs) {
       best = t;
     }
   }
-  for (int j = 0; j < 3; ++j) best[j] /= scale[j];
+  for (int j = 0; j < kParams; ++j) best[j] /= scale[j];
   return best;
 }
 
@@ -221,11 +240,15 @@ Programs compile_point(const Measurement& m) {
 
 }  // namespace
 
-double predict(const Measurement& m, const ClusterModel& model) {
-  return simulate(compile_point(m), job_model(m, model)).time;
+double oversubscription(const Measurement& m, int cores) {
+  return cores > 0 ? std::max(1.0, static_cast<double>(m.ranks) / cores) : 1.0;
 }
 
-std::vector<Fit> calibrate(std::vector<Measurement>& points, ClusterModel& model, int iterations) {
+double predict(const Measurement& m, const ClusterModel& model, int cores) {
+  return simulate(compile_point(m), job_model(m, model)).time * oversubscription(m, cores);
+}
+
+std::vector<Fit> calibrate(std::vector<Measurement>& points, ClusterModel& model, int iterations, int cores) {
   std::map<std::string, std::vector<Point>> by_transport;
   for (auto& m : points) by_transport[m.transport].push_back({&m, compile_point(m)});
   std::vector<Fit> fits;
@@ -237,10 +260,10 @@ std::vector<Fit> calibrate(std::vector<Measurement>& points, ClusterModel& model
     // cost is latency, bytes x seconds per byte, or bytes x reduce cost), so T(theta) =
     // grad T(theta) . theta: each iteration takes the gradient at theta by finite differences
     // and solves the linear least-squares problem for the next theta (Gauss-Newton).
-    Theta theta{10e-6, 1e-10, 1e-10};
-    const Theta floor_step{1e-7, 1e-12, 1e-12};
+    Theta theta{10e-6, 1e-10, 1e-10, 1e-10};
+    const Theta floor_step{1e-7, 1e-12, 1e-12, 1e-12};
     auto time_at = [&](const Point& p, const Theta& t) {
-      return simulate(p.prog, job_model(*p.m, with_theta(model, transport, t))).time;
+      return simulate(p.prog, job_model(*p.m, with_theta(model, transport, t))).time * oversubscription(*p.m, cores);
     };
     // Points far off the first fit (a loaded machine's stalls: 1 KiB taking milliseconds)
     // are left out of the second one, and counted.
@@ -254,19 +277,21 @@ std::vector<Fit> calibrate(std::vector<Measurement>& points, ClusterModel& model
           const auto& p = pts[i];
           const double base = time_at(p, theta);
           Theta g{};
-          for (int j = 0; j < 3; ++j) {
+          for (int j = 0; j < kParams; ++j) {
             Theta t = theta;
             const double h = std::max(theta[j] * 0.05, floor_step[j]);
             t[j] += h;
             g[j] = (time_at(p, t) - base) / h;
           }
           const double w = 1.0 / p.m->seconds;  // relative error
-          rows.push_back({g[0] * w, g[1] * w, g[2] * w});
+          Theta row;
+          for (int j = 0; j < kParams; ++j) row[j] = g[j] * w;
+          rows.push_back(row);
           rhs.push_back(1.0);
         }
-        const Theta next = nnls3(rows, rhs);
+        const Theta next = nnls(rows, rhs);
         double change = 0;
-        for (int j = 0; j < 3; ++j)
+        for (int j = 0; j < kParams; ++j)
           change = std::max(change, std::fabs(next[j] - theta[j]) / std::max(theta[j], floor_step[j]));
         theta = next;
         if (change < 1e-3) break;
@@ -290,6 +315,7 @@ std::vector<Fit> calibrate(std::vector<Measurement>& points, ClusterModel& model
     fit.latency = theta[0];
     fit.seconds_per_byte = theta[1];
     fit.reduce_cost = theta[2];
+    fit.copy_cost = theta[3];
     std::vector<double> errs;
     for (auto& p : pts) {
       p.m->predicted = time_at(p, theta);

@@ -1,6 +1,6 @@
 // Fitting a ClusterModel to measurements: shoal-bench output files (its nccl-tests table or
 // its --json) give (collective, algorithm, ranks, transport, size, time) points; the fit
-// finds, per transport, the latency, the seconds per byte and the seconds per byte reduced
+// finds, per transport, the latency, the seconds per byte moved, reduced and copied
 // that make the simulator's times closest to the measured ones (least squares of the
 // relative error; docs/scale.md).
 #pragma once
@@ -30,24 +30,37 @@ struct Measurement {
 /// --algo), "" for the first row. Throws InvalidArgumentError naming the file and line.
 std::vector<Measurement> read_bench_file(const std::string& path, const std::string& algorithm);
 
+/// Keeps one point per (collective, algorithm, transport, ranks, hosts, chunk, dtype, size): the
+/// least time of the repeated runs (on a shared machine noise only ever adds time; several
+/// files of the same sweep give the best of their rounds, as shoal-tune's --rounds do).
+std::vector<Measurement> best_of_repeats(const std::vector<Measurement>& points);
+
 /// The model of a measurement's job: one host of `ranks` ranks on shared memory; with tcp,
 /// every rank its own host with one NIC (loopback on one machine), unless hosts > 1.
 ClusterModel job_model(const Measurement& m, const ClusterModel& base);
 
 struct Fit {
   std::string transport;
-  double latency = 0, seconds_per_byte = 0, reduce_cost = 0;
+  double latency = 0, seconds_per_byte = 0, reduce_cost = 0, copy_cost = 0;
   double median_error = 0, max_error = 0;  // |predicted - measured| / measured
   int points = 0;
   int outliers = 0;  // points the final fit left out (error above max(25%, 3 x the first median))
 };
 
+/// How much longer a measured call took because its ranks shared `cores` CPU cores (all of
+/// them on one machine, as here, the emulated cluster included): max(1, ranks / cores); 1 when
+/// cores is 0 (a core per rank). Every cost the model has is CPU or memory time of a rank, so
+/// time-sharing stretches them alike: the simulated time (a core per rank) is multiplied by it.
+double oversubscription(const Measurement& m, int cores);
+
 /// Fits every transport present in `points` (predictions written back into them) and returns
 /// the fits; `model` gets intra_* from shm, nic_* from tcp, reduce and copy cost from the
-/// last fit (shm preferred).
-std::vector<Fit> calibrate(std::vector<Measurement>& points, ClusterModel& model, int iterations = 8);
+/// last fit (shm preferred). `cores`: the CPU cores the measurements shared (0: one per rank).
+std::vector<Fit> calibrate(std::vector<Measurement>& points, ClusterModel& model, int iterations = 8,
+                           int cores = 0);
 
-/// Predicted seconds of one measurement's call on `model` (through job_model).
-double predict(const Measurement& m, const ClusterModel& model);
+/// Predicted seconds of one measurement's call on `model` (through job_model), on `cores`
+/// shared cores as calibrate() counts them.
+double predict(const Measurement& m, const ClusterModel& model, int cores = 0);
 
 }  // namespace shoal::sim

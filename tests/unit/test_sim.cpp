@@ -549,6 +549,48 @@ TEST(Sim, ForcedRowsAtScaleRunQuickly) {
   }
 }
 
+TEST(Calibrate, SeparatesCopyFromReductionCountsSharedCoresAndKeepsTheBestRepeat) {
+  // Points of 2, 4 and 8 ranks measured on 2 shared cores (4 and 8 ranks: 2x and 4x slower),
+  // with copies cheaper than reductions; every point also once more, 30% slower (a noisy run).
+  ClusterModel truth;
+  truth.intra_latency = 5e-6;
+  truth.intra_bw = 20e9;
+  truth.intra_flow_bw = 0;
+  truth.reduce_cost = 2e-10;
+  truth.copy_cost = 0.5e-10;
+  truth.overhead = 0;
+  std::vector<sim::Measurement> pts;
+  for (int p : {2, 4, 8})
+    for (auto [coll, algo] : {std::pair{Collective::all_reduce, "rabenseifner"}, {Collective::all_gather, "bruck"},
+                              {Collective::all_gather, "ring"}, {Collective::reduce_scatter, "recursive_halving"}})
+      for (uint64_t size = 1024 * 8; size <= (16u << 20); size *= 4) {
+        sim::Measurement x;
+        x.collective = coll;
+        x.algorithm = algo;
+        x.transport = "shm";
+        x.ranks = p;
+        x.size = size;
+        x.seconds = sim::predict(x, truth, /*cores=*/2);
+        EXPECT_DOUBLE_EQ(x.seconds, sim::predict(x, truth) * std::max(1, p / 2));
+        pts.push_back(x);
+        x.seconds *= 1.3;
+        pts.push_back(x);
+      }
+  pts = sim::best_of_repeats(pts);
+  ASSERT_EQ(pts.size(), 3u * 4 * 6);
+  ClusterModel fitted;
+  const auto fits = sim::calibrate(pts, fitted, 8, /*cores=*/2);
+  ASSERT_EQ(fits.size(), 1u);
+  EXPECT_LT(fits[0].median_error, 0.01);
+  EXPECT_NEAR(fitted.intra_latency, 5e-6, 0.25e-6);
+  EXPECT_NEAR(fitted.reduce_cost, 2e-10, 0.1e-10);
+  EXPECT_NEAR(fitted.copy_cost, 0.5e-10, 0.05e-10);
+  // without the shared cores the same points fit worse
+  std::vector<sim::Measurement> again = pts;
+  ClusterModel naive;
+  EXPECT_GT(sim::calibrate(again, naive)[0].median_error, 0.05);
+}
+
 TEST(Calibrate, RecoversTheModelItWasGivenAndReadsBenchTables) {
   // Measurements made by the simulator itself, with known constants: the fit must find them.
   ClusterModel truth;
