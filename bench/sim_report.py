@@ -95,7 +95,7 @@ def choice_table(worlds):
             flat = fastest(worlds, w, s, lambda a: not a.startswith("hier("))
             cell = best[1]
             if best[1].startswith("hier(") and flat:
-                cell += f" ({flat[0] / best[0]:.1f}× over {flat[1]})"
+                cell += f" ({flat[0] / best[0]:.2f}× over {flat[1]})"
             cells.append(cell)
         out.append(f"| {w} | " + " | ".join(cells) + " |")
     return "\n".join(out)
