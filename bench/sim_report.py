@@ -102,7 +102,7 @@ def choice_table(worlds):
 
 
 def pccl_table(data, model, world, sizes):
-    out = ["| collective | size | ring (µs) | best recursive (µs) | best hierarchical (µs) | ring loses by |",
+    out = ["| collective | size | ring (µs) | best other flat row (µs) | best hierarchical (µs) | ring loses by |",
            "|---|---:|---:|---:|---:|---:|"]
     for coll in COLLECTIVES:
         worlds = data[model][coll]
