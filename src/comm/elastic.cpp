@@ -49,8 +49,10 @@ Communicator Communicator::shrink(std::chrono::milliseconds wait) {
       std::this_thread::sleep_for(std::chrono::milliseconds(5));
     std::string members;
     for (int q = 0; q < c.size; ++q)
-      if (store.check({base + "/alive/" + std::to_string(q)}))
-        members += (members.empty() ? "" : ",") + std::to_string(q);
+      if (store.check({base + "/alive/" + std::to_string(q)})) {
+        if (!members.empty()) members += ',';
+        members += std::to_string(q);
+      }
     store.set(base + "/members", members);
   }
   std::vector<int> members;
