@@ -11,6 +11,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <iostream>
+#include <iterator>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
@@ -29,21 +30,26 @@ namespace {
 using namespace shoal;
 using algorithms::Collective;
 
+// The items of `text` between separators (empty ones included).
+std::vector<std::string> split(const std::string& text, char sep) {
+  std::vector<std::string> out;
+  std::stringstream ss(text);
+  for (std::string item; std::getline(ss, item, sep);) out.push_back(item);
+  return out;
+}
+
 // "1M:1G:4" (min:max:factor) or "1K,64K,1M".
 std::vector<uint64_t> parse_sizes(const std::string& text) {
   std::vector<uint64_t> out;
   if (text.find(':') != std::string::npos) {
-    std::vector<std::string> parts;
-    std::stringstream ss(text);
-    for (std::string item; std::getline(ss, item, ':');) parts.push_back(item);
+    const std::vector<std::string> parts = split(text, ':');
     if (parts.size() != 3) throw InvalidArgumentError("--sizes: expected MIN:MAX:FACTOR, e.g. 1M:1G:4");
     const uint64_t lo = config::parse_bytes(parts[0], "--sizes"), hi = config::parse_bytes(parts[1], "--sizes");
     const uint64_t f = std::stoull(parts[2]);
     if (lo == 0 || f < 2 || lo > hi) throw InvalidArgumentError("--sizes: need 0 < MIN <= MAX and FACTOR >= 2");
     for (uint64_t s = lo; s <= hi; s *= f) out.push_back(s);
   } else {
-    std::stringstream ss(text);
-    for (std::string item; std::getline(ss, item, ',');)
+    for (const std::string& item : split(text, ','))
       if (!item.empty()) out.push_back(config::parse_bytes(item, "--sizes"));
   }
   return out;
@@ -161,6 +167,9 @@ std::vector<Candidate> candidates_of(Collective coll, const std::string& algo, i
   return out;
 }
 
+// GB/s of a seconds-per-byte constant (0 for none).
+double gbps(double seconds_per_byte) { return seconds_per_byte > 0 ? 1e-9 / seconds_per_byte : 0.0; }
+
 std::string human_bytes(uint64_t b) {
   const char* units[] = {"B", "K", "M", "G", "T"};
   int u = 0;
@@ -252,9 +261,8 @@ int main(int argc, char** argv) {
       doc["fits"] = nlohmann::json::array();
       for (const auto& fit : fits)
         doc["fits"].push_back({{"transport", fit.transport}, {"latency_us", fit.latency * 1e6},
-                               {"bandwidth_GBps", fit.seconds_per_byte > 0 ? 1e-9 / fit.seconds_per_byte : 0},
-                               {"reduce_GBps", fit.reduce_cost > 0 ? 1e-9 / fit.reduce_cost : 0},
-                               {"copy_GBps", fit.copy_cost > 0 ? 1e-9 / fit.copy_cost : 0},
+                               {"bandwidth_GBps", gbps(fit.seconds_per_byte)}, {"reduce_GBps", gbps(fit.reduce_cost)},
+                               {"copy_GBps", gbps(fit.copy_cost)},
                                {"points", fit.points}, {"outliers", fit.outliers},
                                {"median_error", fit.median_error},
                                {"max_error", fit.max_error}});
@@ -275,10 +283,8 @@ int main(int argc, char** argv) {
       for (const auto& fit : fits)
         std::printf("# %s: latency %.2f us, bandwidth %.3f GB/s, reduction %.3f GB/s, copy %.3f GB/s; %d points (%d "
                     "left out of the fit), median error %.1f%%, max %.1f%% (over all points)\n",
-                    fit.transport.c_str(), fit.latency * 1e6,
-                    fit.seconds_per_byte > 0 ? 1e-9 / fit.seconds_per_byte : 0.0,
-                    fit.reduce_cost > 0 ? 1e-9 / fit.reduce_cost : 0.0,
-                    fit.copy_cost > 0 ? 1e-9 / fit.copy_cost : 0.0, fit.points, fit.outliers,
+                    fit.transport.c_str(), fit.latency * 1e6, gbps(fit.seconds_per_byte), gbps(fit.reduce_cost),
+                    gbps(fit.copy_cost), fit.points, fit.outliers,
                     fit.median_error * 100, fit.max_error * 100);
       const std::string text = doc.dump(2);
       if (!cal_out.empty()) {
@@ -294,16 +300,23 @@ int main(int argc, char** argv) {
 
     if (*tune_cmd) {
       const sim::ClusterModel model = tune_model.build();
+      // The measured file's tables, and its other top-level fields (host, command, date) kept.
       tune::TuningFile file;
-      if (!tune_merge.empty()) file = tune::load_tuning_file(tune_merge);
+      nlohmann::json extra = nlohmann::json::object();
+      if (!tune_merge.empty()) {
+        std::ifstream in(tune_merge, std::ios::binary);
+        if (!in) throw InvalidArgumentError("--merge: tuning file '" + tune_merge + "' cannot be read");
+        const std::string text{std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+        file = tune::parse_tuning_file(text, tune_merge);  // checks it
+        extra = nlohmann::json::parse(text);
+        extra.erase("tables");
+      }
       const auto sizes = parse_sizes(tune_sizes);
       std::vector<Collective> colls;
-      std::stringstream cs(tune_colls);
-      for (std::string c; std::getline(cs, c, ',');)
+      for (const std::string& c : split(tune_colls, ','))
         if (!c.empty()) colls.push_back(parse_collective(c));
       std::vector<int> worlds;
-      std::stringstream ws(tune_worlds);
-      for (std::string w; std::getline(ws, w, ',');)
+      for (const std::string& w : split(tune_worlds, ','))
         if (!w.empty()) worlds.push_back(std::stoi(w));
       std::printf("# shoal-sim tune: %zu collectives x %zu worlds x %zu sizes, %d ranks and %d NICs of %.2f GB/s per "
                   "host, %.2f us\n",
@@ -360,13 +373,6 @@ int main(int argc, char** argv) {
           std::fflush(stdout);
           file.tables.push_back(std::move(m));
         }
-      // The measured file's other top-level fields (host, command, date) stay.
-      nlohmann::json extra = nlohmann::json::object();
-      if (!tune_merge.empty()) {
-        std::ifstream in(tune_merge);
-        extra = nlohmann::json::parse(in);
-        extra.erase("tables");
-      }
       extra["simulated_with"] = nlohmann::json::parse(sim::to_json(model));
       std::ofstream f(tune_out);
       f << tune::to_json(file, extra.dump()) << "\n";

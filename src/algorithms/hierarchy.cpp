@@ -12,8 +12,11 @@ namespace {
 
 // Where a phase's buffers lie in the caller's: each sub-buffer is one contiguous range.
 struct Placement {
-  Slice input, output;      // offset = where the sub-buffer starts (bytes is unused)
-  uint64_t scratch = 0;     // offset of the sub-schedule's scratch in the caller's scratch
+  Buffer input;
+  uint64_t input_at;
+  Buffer output;
+  uint64_t output_at;
+  uint64_t scratch_at;  // the sub-schedule's scratch in the caller's scratch
 };
 
 const AlgorithmInfo& row_named(Collective c, std::string_view name) {
@@ -32,21 +35,18 @@ std::vector<uint32_t> join(Schedule& s, const std::vector<uint32_t>& gate) {
   return {j};
 }
 
-// Appends the schedule `row` builds for `sub` (a call on a group of sub.size ranks) to `s`:
-// group rank j is caller rank peer(j); every step of the phase that waits for no other step
-// of it waits for `gate` (the end of the previous phase). Returns the phase's last steps
-// (those no step of the phase waits for).
-std::vector<uint32_t> append_phase(Schedule& s, const AlgorithmInfo& row, const CollectiveArgs& sub,
-                                   const std::function<int(int)>& peer, const Placement& at,
-                                   const std::vector<uint32_t>& gate) {
-  Schedule part;
-  row.build(part, sub);
+// Appends `part` (the schedule of a call on a group of ranks) to `s`: group rank j is caller
+// rank peer(j); every step of the phase that waits for no other step of it waits for `gate`
+// (the end of the previous phase). Returns the phase's last steps (those no step of the phase
+// waits for).
+std::vector<uint32_t> append_phase(Schedule& s, const Schedule& part, const std::function<int(int)>& peer,
+                                   const Placement& at, const std::vector<uint32_t>& gate) {
   if (part.steps.empty()) return gate;
   auto place = [&](Slice x) {
     switch (x.buffer) {
-      case Buffer::input: x.buffer = at.input.buffer; x.offset += at.input.offset; break;
-      case Buffer::output: x.buffer = at.output.buffer; x.offset += at.output.offset; break;
-      case Buffer::scratch: x.offset += at.scratch; break;
+      case Buffer::input: x.buffer = at.input; x.offset += at.input_at; break;
+      case Buffer::output: x.buffer = at.output; x.offset += at.output_at; break;
+      case Buffer::scratch: x.offset += at.scratch_at; break;
     }
     return x;
   };
@@ -74,7 +74,10 @@ std::vector<uint32_t> append_phase(Schedule& s, const AlgorithmInfo& row, const 
   return last;
 }
 
-CollectiveArgs sub_call(const CollectiveArgs& a, Collective c, int size, int rank, uint64_t count) {
+// The schedule `name`'s row builds for a call of `c` on a group of `size` ranks (this rank is
+// `rank` there), `count` elements; avg sums here and is divided once at the end.
+Schedule sub_schedule(const CollectiveArgs& a, Collective c, std::string_view name, int size, int rank,
+                      uint64_t count) {
   CollectiveArgs sub = a;
   sub.collective = c;
   sub.size = size;
@@ -83,14 +86,10 @@ CollectiveArgs sub_call(const CollectiveArgs& a, Collective c, int size, int ran
   sub.in_place = false;
   sub.algorithm = nullptr;
   sub.forced = false;
-  if (sub.op == ReduceOp::avg) sub.op = ReduceOp::sum;  // divided once at the end
-  return sub;
-}
-
-uint64_t scratch_of(const AlgorithmInfo& row, const CollectiveArgs& sub) {
-  Schedule probe;
-  row.build(probe, sub);
-  return probe.scratch_bytes;
+  if (sub.op == ReduceOp::avg) sub.op = ReduceOp::sum;
+  Schedule part;
+  row_named(c, name).build(part, sub);
+  return part;
 }
 
 }  // namespace
@@ -110,9 +109,6 @@ void hierarchical(Schedule& s, const CollectiveArgs& a, const HierarchyPlan& pla
   const uint64_t es = size_of(a.dtype);
   const std::function<int(int)> local_peer = [&](int j) { return h * L + j; };
   const std::function<int(int)> aligned_peer = [&](int j) { return j * L + l; };
-  auto place = [](Buffer in, uint64_t in_off, Buffer out, uint64_t out_off, uint64_t scratch) {
-    return Placement{{in, in_off, 0}, {out, out_off, 0}, scratch};
-  };
   if (a.count == 0) return;
   std::vector<uint32_t> gate;
   auto after_gate = [&](uint32_t step) {
@@ -124,23 +120,20 @@ void hierarchical(Schedule& s, const CollectiveArgs& a, const HierarchyPlan& pla
                 "hierarchical all_reduce schedule: " << a.count << " elements do not split over " << L
                                                      << " ranks per host");
     const uint64_t c = a.count / static_cast<uint64_t>(L), mine = static_cast<uint64_t>(l) * c * es;
-    const auto rs = sub_call(a, Collective::reduce_scatter, L, l, c);
-    const auto ar = sub_call(a, Collective::all_reduce, H, h, c);
-    const auto ag = sub_call(a, Collective::all_gather, L, l, c);
-    const AlgorithmInfo& rs_row = row_named(Collective::reduce_scatter, plan.local);
-    const AlgorithmInfo& ar_row = row_named(Collective::all_reduce, plan.inter);
-    const AlgorithmInfo& ag_row = row_named(Collective::all_gather, plan.local);
+    const Schedule rs = sub_schedule(a, Collective::reduce_scatter, plan.local, L, l, c);
+    const Schedule ar = sub_schedule(a, Collective::all_reduce, plan.inter, H, h, c);
+    const Schedule ag = sub_schedule(a, Collective::all_gather, plan.local, L, l, c);
     // The phases run one after another: their scratch shares one area.
     const uint64_t s0 = s.scratch_bytes;
-    s.scratch_bytes += std::max({scratch_of(rs_row, rs), scratch_of(ar_row, ar), scratch_of(ag_row, ag)});
-    gate = append_phase(s, rs_row, rs, local_peer, place(Buffer::input, 0, Buffer::output, mine, s0), gate);
-    gate = append_phase(s, ar_row, ar, aligned_peer, place(Buffer::output, mine, Buffer::output, mine, s0), gate);
+    s.scratch_bytes += std::max({rs.scratch_bytes, ar.scratch_bytes, ag.scratch_bytes});
+    gate = append_phase(s, rs, local_peer, {Buffer::input, 0, Buffer::output, mine, s0}, gate);
+    gate = append_phase(s, ar, aligned_peer, {Buffer::output, mine, Buffer::output, mine, s0}, gate);
     if (a.op == ReduceOp::avg) {
       const uint32_t f = s.finalize({Buffer::output, mine, c * es});
       after_gate(f);
       gate = {f};
     }
-    append_phase(s, ag_row, ag, local_peer, place(Buffer::output, mine, Buffer::output, 0, s0), gate);
+    append_phase(s, ag, local_peer, {Buffer::output, mine, Buffer::output, 0, s0}, gate);
     return;
   }
 
@@ -149,17 +142,14 @@ void hierarchical(Schedule& s, const CollectiveArgs& a, const HierarchyPlan& pla
   auto major = [&](int hh, int ll) { return (static_cast<uint64_t>(ll) * H + hh) * b; };
   auto global = [&](int hh, int ll) { return (static_cast<uint64_t>(hh) * L + ll) * b; };
   if (coll == Collective::all_gather) {
-    const auto inter = sub_call(a, Collective::all_gather, H, h, a.count);
-    const auto local = sub_call(a, Collective::all_gather, L, l, a.count * H);
-    const AlgorithmInfo& inter_row = row_named(Collective::all_gather, plan.inter);
-    const AlgorithmInfo& local_row = row_named(Collective::all_gather, plan.local);
+    const Schedule inter = sub_schedule(a, Collective::all_gather, plan.inter, H, h, a.count);
+    const Schedule local = sub_schedule(a, Collective::all_gather, plan.local, L, l, a.count * H);
     const uint64_t gathered = s.scratch_bytes;      // H blocks: local rank l of every host
     const uint64_t all = gathered + H * b;          // p blocks, local-rank major
     const uint64_t s0 = all + static_cast<uint64_t>(p) * b;
-    s.scratch_bytes = s0 + std::max(scratch_of(inter_row, inter), scratch_of(local_row, local));
-    gate = append_phase(s, inter_row, inter, aligned_peer, place(Buffer::input, 0, Buffer::scratch, gathered, s0), gate);
-    gate = join(s, append_phase(s, local_row, local, local_peer,
-                                place(Buffer::scratch, gathered, Buffer::scratch, all, s0), gate));
+    s.scratch_bytes = s0 + std::max(inter.scratch_bytes, local.scratch_bytes);
+    gate = append_phase(s, inter, aligned_peer, {Buffer::input, 0, Buffer::scratch, gathered, s0}, gate);
+    gate = join(s, append_phase(s, local, local_peer, {Buffer::scratch, gathered, Buffer::scratch, all, s0}, gate));
     for (int hh = 0; hh < H; ++hh)
       for (int ll = 0; ll < L; ++ll)
         after_gate(s.copy({Buffer::output, global(hh, ll), b}, {Buffer::scratch, all + major(hh, ll), b}));
@@ -167,19 +157,17 @@ void hierarchical(Schedule& s, const CollectiveArgs& a, const HierarchyPlan& pla
   }
 
   // reduce_scatter
-  const auto local = sub_call(a, Collective::reduce_scatter, L, l, a.count * H);
-  const auto inter = sub_call(a, Collective::reduce_scatter, H, h, a.count);
-  const AlgorithmInfo& local_row = row_named(Collective::reduce_scatter, plan.local);
-  const AlgorithmInfo& inter_row = row_named(Collective::reduce_scatter, plan.inter);
+  const Schedule local = sub_schedule(a, Collective::reduce_scatter, plan.local, L, l, a.count * H);
+  const Schedule inter = sub_schedule(a, Collective::reduce_scatter, plan.inter, H, h, a.count);
   const uint64_t all = s.scratch_bytes;                        // p blocks, local-rank major
   const uint64_t mine = all + static_cast<uint64_t>(p) * b;    // H blocks: summed over the host
   const uint64_t s0 = mine + H * b;
-  s.scratch_bytes = s0 + std::max(scratch_of(local_row, local), scratch_of(inter_row, inter));
+  s.scratch_bytes = s0 + std::max(local.scratch_bytes, inter.scratch_bytes);
   for (int hh = 0; hh < H; ++hh)
     for (int ll = 0; ll < L; ++ll)
       gate.push_back(s.copy({Buffer::scratch, all + major(hh, ll), b}, {Buffer::input, global(hh, ll), b}));
-  gate = append_phase(s, local_row, local, local_peer, place(Buffer::scratch, all, Buffer::scratch, mine, s0), gate);
-  gate = append_phase(s, inter_row, inter, aligned_peer, place(Buffer::scratch, mine, Buffer::output, 0, s0), gate);
+  gate = append_phase(s, local, local_peer, {Buffer::scratch, all, Buffer::scratch, mine, s0}, gate);
+  gate = append_phase(s, inter, aligned_peer, {Buffer::scratch, mine, Buffer::output, 0, s0}, gate);
   if (a.op == ReduceOp::avg) after_gate(s.finalize({Buffer::output, 0, b}));
 }
 

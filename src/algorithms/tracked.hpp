@@ -3,9 +3,10 @@
 //    (read after write, write after read, write after write), so a builder states only what
 //    moves where. Per space it keeps an interval map of the bytes' last writer and the readers
 //    since, so each step costs O(log n + ranges it overlaps), not a scan of every earlier step
-//    (Swing's thousands of frames per rank at 4,096 ranks). Input and output are assumed to alias the way the in-place API lays them
-//    out (all_reduce: same memory; all_gather: input = output block `rank`; reduce_scatter:
-//    output = input block `rank`), since a rank cannot tell from its arguments alone.
+//    (Swing's thousands of frames per rank at 4,096 ranks). Input and output are assumed to
+//    alias the way the in-place API lays them out (all_reduce: same memory; all_gather: input =
+//    output block `rank`; reduce_scatter: output = input block `rank`), since a rank cannot
+//    tell from its arguments alone.
 //  - Fold: the usual reduction of any world size to the largest power of two p2 <= p.
 #pragma once
 

@@ -238,11 +238,12 @@ Programs compile_point(const Measurement& m) {
   return compile(a, algorithms::find_algorithm(m.collective, m.algorithm), 1);
 }
 
-}  // namespace
-
+// How much longer a measured call took because its ranks shared `cores` cores (calibrate()).
 double oversubscription(const Measurement& m, int cores) {
   return cores > 0 ? std::max(1.0, static_cast<double>(m.ranks) / cores) : 1.0;
 }
+
+}  // namespace
 
 double predict(const Measurement& m, const ClusterModel& model, int cores) {
   return simulate(compile_point(m), job_model(m, model)).time * oversubscription(m, cores);

@@ -47,15 +47,12 @@ struct Fit {
   int outliers = 0;  // points the final fit left out (error above max(25%, 3 x the first median))
 };
 
-/// How much longer a measured call took because its ranks shared `cores` CPU cores (all of
-/// them on one machine, as here, the emulated cluster included): max(1, ranks / cores); 1 when
-/// cores is 0 (a core per rank). Every cost the model has is CPU or memory time of a rank, so
-/// time-sharing stretches them alike: the simulated time (a core per rank) is multiplied by it.
-double oversubscription(const Measurement& m, int cores);
-
 /// Fits every transport present in `points` (predictions written back into them) and returns
 /// the fits; `model` gets intra_* from shm, nic_* from tcp, reduce and copy cost from the
-/// last fit (shm preferred). `cores`: the CPU cores the measurements shared (0: one per rank).
+/// last fit (shm preferred). `cores`: the CPU cores the measured ranks shared (all on one
+/// machine, as here, the emulated cluster included; 0: a core per rank). A point of p ranks is
+/// predicted max(1, p / cores) times the simulated time: every cost the model has is CPU or
+/// memory time of a rank, so time-sharing stretches them alike.
 std::vector<Fit> calibrate(std::vector<Measurement>& points, ClusterModel& model, int iterations = 8,
                            int cores = 0);
 

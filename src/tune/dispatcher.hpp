@@ -2,8 +2,9 @@
 // host, transport). Measured times from a tuning file (SHOAL_TUNE_FILE, written by shoal-tune)
 // where they cover the call, interpolated in log(size); for a world larger than any measured,
 // the simulator's predicted times when the file has them (shoal-sim tune; SHOAL_TUNE_SIM=off
-// ignores them); the alpha-beta-gamma cost models of the registry otherwise. Every input is the same on every rank (the file, the settings, the
-// topology), so every rank picks the same row: the pick is part of each frame's signature.
+// ignores them); the alpha-beta-gamma cost models of the registry otherwise. Every input is
+// the same on every rank (the file, the settings, the topology), so every rank picks the same
+// row: the pick is part of each frame's signature.
 #pragma once
 
 #include <array>

@@ -5,24 +5,11 @@
 # (an error on stderr and exit 1, not a hang).
 # Usage: bash test_shoal_bench.sh BIN_DIR     (ctest passes the build's bin directory)
 set -u
-BIN=${1:?usage: test_shoal_bench.sh BIN_DIR}
+# shellcheck source=tool_test.sh
+source "$(dirname "$0")/tool_test.sh" test_shoal_bench "${1:-}" shoal-run shoal-bench
 RUN=$BIN/shoal-run
 BENCH=$BIN/shoal-bench
-for b in "$RUN" "$BENCH"; do
-  if [[ ! -x $b ]]; then
-    echo "FAIL: $b does not exist or is not executable"
-    exit 1
-  fi
-done
-PY=/usr/bin/python3
-D=$(mktemp -d /tmp/test_shoal_bench.XXXXXX)
-trap 'rm -rf "$D"' EXIT
 GUARD=(timeout -s KILL 60)  # a hung run fails its case instead of hanging the script
-
-passed=0
-failed=()
-pass() { passed=$((passed + 1)); }
-fail() { failed+=("$1"); echo "FAIL: $1"; [[ -f $D/out ]] && sed 's/^/    /' "$D/out" | tail -25; }
 
 # expected_rows MIN MAX FACTOR STEP: the sizes nccl-tests' loop visits
 expected_rows() {
@@ -177,5 +164,4 @@ else
   pass
 fi
 
-echo "test_shoal_bench: $passed passed, ${#failed[@]} failed"
-((${#failed[@]} == 0))
+summary

@@ -7,24 +7,11 @@
 # does not simulate what they cover; bad arguments exit non-zero with a message.
 # Usage: bash test_shoal_sim.sh BIN_DIR     (ctest passes the build's bin directory)
 set -u
-BIN=${1:?usage: test_shoal_sim.sh BIN_DIR}
+# shellcheck source=tool_test.sh
+source "$(dirname "$0")/tool_test.sh" test_shoal_sim "${1:-}" shoal-sim shoal-info
 SIM=$BIN/shoal-sim
 INFO=$BIN/shoal-info
-for b in "$SIM" "$INFO"; do
-  if [[ ! -x $b ]]; then
-    echo "FAIL: $b does not exist or is not executable"
-    exit 1
-  fi
-done
-PY=/usr/bin/python3
-D=$(mktemp -d /tmp/test_shoal_sim.XXXXXX)
-trap 'rm -rf "$D"' EXIT
 GUARD=(timeout -s KILL 120)
-
-passed=0
-failed=()
-pass() { passed=$((passed + 1)); }
-fail() { failed+=("$1"); echo "FAIL: $1"; [[ -f $D/out ]] && sed 's/^/    /' "$D/out" | tail -25; }
 
 SIZES=1K,64K,1M,16M
 # A commodity model: 2 NICs of 25 Gbit/s per host of 4 ranks, 5 us between hosts.
@@ -139,5 +126,4 @@ for args in "--worlds 1 --sizes 1K" "--worlds 8 --collectives all_smash" "--worl
   fi
 done
 
-echo "test_shoal_sim: $passed passed, ${#failed[@]} failed"
-((${#failed[@]} == 0))
+summary
