@@ -66,6 +66,10 @@ class CommImpl {
   uint64_t hierarchy_min_bytes = 0;
   std::unique_ptr<comm::Hierarchy> hierarchy;  // after engine: stopped before the engine is
 
+  /// The cost model's constants measured when this communicator was made (comm/calibration.cpp;
+  /// none with SHOAL_TUNE_CALIBRATE=off, SHOAL_DISPATCH=off or one rank). Equal on all ranks.
+  std::optional<algorithms::CostParams> calibrated_params;
+
  private:
   /// What set_up() builds and the engine then owns.
   struct Transport {
@@ -75,13 +79,18 @@ class CommImpl {
   /// Rendezvous, topology, connections and shared memory of a new communicator, before the
   /// ranks vote on it (comm/agreement.hpp).
   Transport set_up(const std::string& prefix, comm::Clock::time_point deadline);
+  /// Whether to calibrate (SHOAL_TUNE_CALIBRATE, checked before the creation vote).
+  bool calibration_wanted() const;
+  /// Sets calibrated_params: a few forced ring calls timed on every rank (collective).
+  void calibrate_cost_model();
 
   /// The dispatcher's row for `a` (null: the first row). Made at the first call, which reads
   /// and checks SHOAL_DISPATCH and SHOAL_TUNE_FILE; every input is equal on all ranks, and so
   /// is the pick.
   /// A flat call (no schedule to pick, the latency path) only gets the dispatcher made.
   const algorithms::AlgorithmInfo* dispatch(const algorithms::CollectiveArgs& a, bool flat) {
-    if (!dispatcher_) dispatcher_.emplace(tune::Dispatcher::from_environment(tune_context()));
+    if (!dispatcher_)
+      dispatcher_.emplace(tune::Dispatcher::from_environment(tune_context(), calibrated_params ? &*calibrated_params : nullptr));
     if (flat) return nullptr;
     return dispatcher_->choose(a.collective, algorithms::model_bytes(a)).algorithm;
   }

@@ -42,7 +42,9 @@ CommImpl::CommImpl(std::shared_ptr<Store> st, int r, int n, const Options& optio
   shoal::store::ScopedTimeout store_timeout(*store, timeout);
   const std::string prefix = "shoal/comm" + std::to_string(store->next_communicator_index());
   Transport transport;
+  bool calibrate = false;
   try {
+    calibrate = calibration_wanted();
     transport = set_up(prefix, deadline);
   } catch (const std::exception& e) {
     comm::vote_against_creation(*store, prefix, r, n, e.what());
@@ -54,6 +56,7 @@ CommImpl::CommImpl(std::shared_ptr<Store> st, int r, int n, const Options& optio
   engine = std::make_unique<comm::Engine>(r, n, comm_id, std::move(transport.streams), std::move(transport.shm),
                                           timeout);
   if (engine->shm() && engine->shm()->all_ranks_share_memory()) flat_max_bytes_ = engine->shm()->flat_bytes();
+  if (calibrate) calibrate_cost_model();
   SHOAL_INFO("communicator ready: rank " << r << " of " << n << ", " << topology.num_hosts
                                          << " host(s), listening on " << listen_address);
 }

@@ -56,12 +56,19 @@ const std::vector<Setting>& settings() {
       {"SHOAL_TUNE_SIM", "enum", "on",
        "on: for a world larger than every measured one, the dispatcher reads the tuning file's "
        "simulated tables (shoal-sim tune); off: it ignores them (cost model there). Equal on all ranks"},
+      {"SHOAL_TUNE_CALIBRATE", "enum", "on",
+       "on: a new communicator times a few ring all_gathers and a reduction (milliseconds) and the "
+       "cost model uses the measured constants, the slowest rank's, instead of the defaults; off: "
+       "the defaults. Equal on all ranks"},
       {"SHOAL_TUNE_ALPHA", "string", "",
-       "cost model: seconds per message (default per transport: shm 5e-6, tcp 3e-5). Equal on all ranks"},
+       "cost model: seconds per message (replaces the calibrated or default value: shm 5e-6, tcp 3e-5). "
+       "Equal on all ranks"},
       {"SHOAL_TUNE_BETA", "string", "",
-       "cost model: seconds per byte moved (default: shm 2e-10, tcp 8e-10). Equal on all ranks"},
+       "cost model: seconds per byte moved (replaces the calibrated or default value: shm 2e-10, tcp "
+       "8e-10). Equal on all ranks"},
       {"SHOAL_TUNE_GAMMA", "string", "",
-       "cost model: seconds per byte reduced (default 2e-10). Equal on all ranks"},
+       "cost model: seconds per byte reduced (replaces the calibrated or default value, 2e-10). Equal "
+       "on all ranks"},
       {"SHOAL_HIERARCHICAL", "enum", "auto",
        "all_reduce, all_gather, reduce_scatter across hosts in an intra-host and an inter-host phase "
        "on sub-communicators (rank-aligned groups at once). auto: when every host has the same number "

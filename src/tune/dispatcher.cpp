@@ -69,8 +69,8 @@ CostParams default_cost_params(Transport t) {
   return c;
 }
 
-CostParams cost_params(Transport t) {
-  CostParams c = default_cost_params(t);
+CostParams cost_params(Transport t, const CostParams* measured) {
+  CostParams c = measured ? *measured : default_cost_params(t);
   c.alpha = setting_or("SHOAL_TUNE_ALPHA", c.alpha);
   c.beta = setting_or("SHOAL_TUNE_BETA", c.beta);
   c.gamma = setting_or("SHOAL_TUNE_GAMMA", c.gamma);
@@ -122,7 +122,7 @@ Dispatcher::Dispatcher(Context context, CostParams params, std::shared_ptr<const
     if (simulated[c] && context_.world > largest_measured[c]) tables_[c] = simulated[c];
 }
 
-Dispatcher Dispatcher::from_environment(const Context& context) {
+Dispatcher Dispatcher::from_environment(const Context& context, const CostParams* measured) {
   const std::string mode = config::get("SHOAL_DISPATCH");
   SHOAL_CHECK(mode == "on" || mode == "off", InvalidArgument,
               "SHOAL_DISPATCH='" << mode << "' is not on or off");
@@ -132,7 +132,7 @@ Dispatcher Dispatcher::from_environment(const Context& context) {
   SHOAL_CHECK(sim == "on" || sim == "off", InvalidArgument, "SHOAL_TUNE_SIM='" << sim << "' is not on or off");
   if (mode == "on" && !path.empty())
     file = std::make_shared<const TuningFile>(load_tuning_file(path, /*keep_simulated=*/sim == "on"));
-  return Dispatcher(context, cost_params(context.transport), std::move(file), mode == "on");
+  return Dispatcher(context, cost_params(context.transport, measured), std::move(file), mode == "on");
 }
 
 const Measurements* Dispatcher::table_for(Collective collective) const {

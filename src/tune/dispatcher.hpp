@@ -30,9 +30,10 @@ Context make_context(const std::vector<int>& host_of, bool all_shared);
 
 /// Cost-model constants per transport, before SHOAL_TUNE_ALPHA/BETA/GAMMA.
 algorithms::CostParams default_cost_params(Transport t);
-/// default_cost_params with SHOAL_TUNE_ALPHA/BETA/GAMMA applied (InvalidArgumentError when one
-/// is not a non-negative number).
-algorithms::CostParams cost_params(Transport t);
+/// default_cost_params (or `measured`, the constants calibrated at creation) with
+/// SHOAL_TUNE_ALPHA/BETA/GAMMA applied (InvalidArgumentError when one is not a non-negative
+/// number).
+algorithms::CostParams cost_params(Transport t, const algorithms::CostParams* measured = nullptr);
 
 /// The row of `collective` with the least predicted time for `bytes` (model_bytes) on `world`
 /// ranks; ties go to the earlier row.
@@ -60,8 +61,8 @@ class Dispatcher {
              bool enabled = true, Interpolation interpolation = Interpolation::log_linear);
 
   /// From SHOAL_DISPATCH, SHOAL_TUNE_FILE (read and checked here), SHOAL_TUNE_SIM and
-  /// SHOAL_TUNE_ALPHA/BETA/GAMMA.
-  static Dispatcher from_environment(const Context& context);
+  /// SHOAL_TUNE_ALPHA/BETA/GAMMA; `measured`: the cost constants calibrated at creation.
+  static Dispatcher from_environment(const Context& context, const algorithms::CostParams* measured = nullptr);
 
   /// The row for a call of `collective` moving `bytes` (algorithms::model_bytes). Does not look
   /// at SHOAL_ALGO: algorithms::choose gives that priority.

@@ -72,6 +72,19 @@ Measurements parse_table(const json& t, std::string_view source, const std::stri
                where + ".source", "must be \"measured\" or \"simulated\", got " << src.dump());
     m.simulated = src.get<std::string>() == "simulated";
   }
+  if (t.contains("calibration")) {
+    const json& cal = t.at("calibration");
+    const std::string w = where + ".calibration";
+    TUNE_CHECK(cal.is_object(), w, "must be an object of alpha_us, beta_ns_per_byte, gamma_ns_per_byte");
+    auto constant = [&](const char* name, double scale) {
+      const json& v = field(cal, name, source, w);
+      TUNE_CHECK(v.is_number() && v.get<double>() > 0 && std::isfinite(v.get<double>()), w + "." + name,
+                 "must be a positive number, got " << v.dump());
+      return v.get<double>() * scale;
+    };
+    m.calibration = algorithms::CostParams{constant("alpha_us", 1e-6), constant("beta_ns_per_byte", 1e-9),
+                                           constant("gamma_ns_per_byte", 1e-9)};
+  }
   const json& sizes = field(t, "sizes", source, where);
   TUNE_CHECK(sizes.is_array() && !sizes.empty(), where + ".sizes", "must be a non-empty array of byte counts");
   for (size_t i = 0; i < sizes.size(); ++i) {
@@ -164,6 +177,10 @@ std::string to_json(const TuningFile& file, std::string_view extra) {
     t["ranks_per_host"] = m.ranks_per_host;
     t["transport"] = std::string(to_string(m.transport));
     if (m.simulated) t["source"] = "simulated";
+    if (m.calibration)
+      t["calibration"] = {{"alpha_us", m.calibration->alpha * 1e6},
+                          {"beta_ns_per_byte", m.calibration->beta * 1e9},
+                          {"gamma_ns_per_byte", m.calibration->gamma * 1e9}};
     t["sizes"] = m.sizes;
     json times = json::object();
     for (const auto& [row, seconds] : m.times) {

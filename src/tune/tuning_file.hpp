@@ -9,11 +9,15 @@
 // Sizes count bytes as the cost models do (algorithms::model_bytes): the whole vector of
 // all_reduce, the gathered output of all_gather, the input of reduce_scatter. A table may say
 // "source": "simulated" (written by `shoal-sim tune`: the simulator's prediction for a world
-// larger than any measured); "measured" is the default. Other fields (host, command, date,
+// larger than any measured); "measured" is the default. A measured table may hold the cost
+// constants its communicator calibrated at creation, "calibration": {"alpha_us": 5.1,
+// "beta_ns_per_byte": 0.4, "gamma_ns_per_byte": 0.02} (shoal-tune --report judges the cost
+// model with them; the dispatcher uses its own communicator's). Other fields (host, command, date,
 // iterations) are kept for people and ignored here.
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -35,6 +39,7 @@ struct Measurements {
   int ranks_per_host = 1;
   Transport transport = Transport::shm;
   bool simulated = false;       // predicted by shoal-sim, not measured
+  std::optional<algorithms::CostParams> calibration;  // seconds, as calibrated at creation
   std::vector<uint64_t> sizes;  // strictly increasing, >= 1
   /// Seconds per call of each measured algorithm at each size, in registry order.
   std::vector<std::pair<const algorithms::AlgorithmInfo*, std::vector<double>>> times;
@@ -48,7 +53,8 @@ struct TuningFile {
 /// Parses a tuning file's JSON text; `source` names it in errors. Raises InvalidArgumentError
 /// naming the source and the problem: not JSON, a missing or mistyped field, an unknown
 /// collective, transport or algorithm, sizes not increasing, a time list of the wrong length, a
-/// time that is not positive, two tables for the same key.
+/// time that is not positive, a calibration constant that is not positive, two tables for the
+/// same key.
 TuningFile parse_tuning_file(std::string_view text, std::string_view source);
 
 /// Reads and parses `path` (an unreadable file is an InvalidArgumentError as well).

@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -172,6 +173,47 @@ TEST(DispatchedCollectives, DispatchOffRunsTheFirstRow) {
   });
   EXPECT_EQ(err, "");
   EXPECT_EQ(ok.load(), 2);
+}
+
+// Calibration at creation (SHOAL_TUNE_CALIBRATE): every rank of a new communicator holds the same
+// measured constants, bit for bit (so every rank picks alike), finite and positive, and the
+// dispatcher uses them; SHOAL_DISPATCH=off or SHOAL_TUNE_CALIBRATE=off measure nothing; a bad
+// value fails creation on every rank with the setting's name instead of a hang.
+TEST(CalibrationAtCreation, EveryRankHoldsTheSameMeasuredConstants) {
+  ScopedEnv on("SHOAL_TUNE_CALIBRATE", "on"), dispatch("SHOAL_DISPATCH", "on");
+  for (int world : {2, 3, 5}) {
+    std::atomic<int> agreed{0};
+    const std::string err = run_ranks(world, [&](Communicator& c) {
+      const auto& params = c.impl().calibrated_params;
+      ASSERT_TRUE(params.has_value());
+      double mine[3] = {params->alpha, params->beta, params->gamma};
+      for (double x : mine) EXPECT_TRUE(std::isfinite(x) && x > 0) << x;
+      std::vector<double> all(3 * static_cast<size_t>(world));
+      c.all_gather(mine, all.data(), 3, DataType::float64);
+      bool same = true;
+      for (int r = 0; r < world; ++r) same &= std::memcmp(all.data() + 3 * r, mine, sizeof mine) == 0;
+      // The dispatcher takes them (no SHOAL_TUNE_* set here).
+      const tune::Dispatcher d = tune::Dispatcher::from_environment(c.impl().tune_context(), &*params);
+      same &= d.params().alpha == params->alpha && d.params().beta == params->beta;
+      agreed += same;
+    });
+    EXPECT_EQ(err, "") << world;
+    EXPECT_EQ(agreed.load(), world) << world;
+  }
+}
+
+TEST(CalibrationAtCreation, OffSwitchesMeasureNothingAndBadValuesFailCreation) {
+  for (const char* setting : {"SHOAL_TUNE_CALIBRATE", "SHOAL_DISPATCH"}) {
+    ScopedEnv off(setting, "off");
+    std::atomic<int> none{0};
+    EXPECT_EQ(run_ranks(2, [&](Communicator& c) { none += !c.impl().calibrated_params.has_value(); }), "");
+    EXPECT_EQ(none.load(), 2) << setting;
+  }
+  ScopedEnv bad("SHOAL_TUNE_CALIBRATE", "sometimes");
+  std::atomic<int> called{0};
+  const std::string err = run_ranks(2, [&](Communicator&) { ++called; });
+  EXPECT_NE(err.find("SHOAL_TUNE_CALIBRATE='sometimes'"), std::string::npos) << err;
+  EXPECT_EQ(called.load(), 0);
 }
 
 // A malformed tuning file fails the first collective with InvalidArgumentError naming it.

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -12,6 +13,7 @@
 
 #include "algorithms/registry.hpp"
 #include "shoal/error.hpp"
+#include "tune/calibration.hpp"
 #include "tune/dispatcher.hpp"
 #include "support/env.hpp"
 
@@ -108,6 +110,58 @@ TEST(CostModel, SettingsOverrideTheConstants) {
   } catch (const InvalidArgumentError& e) {
     EXPECT_NE(std::string(e.what()).find("SHOAL_TUNE_ALPHA"), std::string::npos) << e.what();
   }
+}
+
+// Calibration at creation: times that the ring's own model produces from known constants give
+// those constants back, at every world (the fit inverts the model, it does not assume one).
+TEST(Calibration, FitRecoversTheConstantsThatProducedTheTimes) {
+  const auto* ring = algorithms::find_algorithm(Collective::all_gather, "ring");
+  ASSERT_NE(ring, nullptr);
+  const algorithms::CostParams truth{7.5e-6, 3.1e-10, 4.2e-11};
+  for (int p : {2, 3, 4, 7, 8, 16, 100}) {
+    const tune::CalibrationPlan plan = tune::calibration_plan(p);
+    EXPECT_GT(plan.large_block, plan.small_block);
+    EXPECT_LE(plan.large_block * p, uint64_t{4} << 20) << "creation must stay cheap";
+    const tune::CalibrationTimes times{ring->cost(p, plan.small_block * p, truth),
+                                       ring->cost(p, plan.large_block * p, truth),
+                                       truth.gamma * static_cast<double>(plan.reduce_bytes)};
+    const auto c = tune::fit_cost_params(p, plan, times, tune::default_cost_params(Transport::shm));
+    EXPECT_NEAR(c.alpha / truth.alpha, 1.0, 1e-9) << p;
+    EXPECT_NEAR(c.beta / truth.beta, 1.0, 1e-9) << p;
+    EXPECT_NEAR(c.gamma / truth.gamma, 1.0, 1e-9) << p;
+  }
+}
+
+// Noise can make the large call no slower per byte than the small one: the fit still gives
+// finite positive constants (alpha from the small call, beta at its floor), never a negative
+// or infinite one that would make every pick absurd.
+TEST(Calibration, NoisyOrZeroTimesGiveFinitePositiveConstants) {
+  const auto floor = tune::default_cost_params(Transport::tcp);
+  const tune::CalibrationPlan plan = tune::calibration_plan(4);
+  const auto noisy = tune::fit_cost_params(4, plan, {1e-3, 1e-4, 1e-5}, floor);  // large faster than small
+  EXPECT_NEAR(noisy.alpha, 1e-3 / 3, 1e-12);  // 3 ring steps
+  EXPECT_EQ(noisy.beta, floor.beta / 100);
+  const auto zero = tune::fit_cost_params(4, plan, {0, 0, 0}, floor);
+  EXPECT_EQ(zero.alpha, floor.alpha);
+  EXPECT_EQ(zero.beta, floor.beta / 100);
+  EXPECT_EQ(zero.gamma, floor.gamma);
+  for (const auto& c : {noisy, zero})
+    for (double x : {c.alpha, c.beta, c.gamma}) EXPECT_TRUE(std::isfinite(x) && x > 0);
+}
+
+// The measured constants replace the defaults; SHOAL_TUNE_* still replaces each of them.
+TEST(Calibration, MeasuredConstantsFeedTheCostModelAndSettingsStillWin) {
+  const algorithms::CostParams measured{1e-6, 1e-9, 1e-10};
+  ScopedEnv a("SHOAL_TUNE_ALPHA", std::nullopt), b("SHOAL_TUNE_BETA", "2e-9"), g("SHOAL_TUNE_GAMMA", std::nullopt);
+  const auto c = tune::cost_params(Transport::shm, &measured);
+  EXPECT_EQ(c.alpha, 1e-6);
+  EXPECT_EQ(c.beta, 2e-9);
+  EXPECT_EQ(c.gamma, 1e-10);
+  // And they change the pick: with a huge per-message cost, 1 MiB all_reduce at 16 ranks goes
+  // to the fewest messages (not the ring, which sends 2(p-1)).
+  const algorithms::CostParams latency_bound{1.0, 1e-12, 1e-12};
+  const Dispatcher d(Context{16, 16, Transport::shm}, latency_bound, nullptr);
+  EXPECT_NE(d.choose(Collective::all_reduce, 1 << 20).algorithm->name, "ring");
 }
 
 TEST(Context, FromTopology) {
@@ -266,6 +320,22 @@ TEST(TuningFile, NearestWorldOnTheSameTransport) {
   EXPECT_EQ(t.choose(Collective::all_gather, 4096).source, Choice::Source::cost_model);
 }
 
+TEST(TuningFile, CalibrationConstantsAreReadAndWritten) {
+  const std::string text = R"({"format": "shoal-tune 1", "tables": [
+      {"collective": "all_reduce", "world": 4, "ranks_per_host": 4, "transport": "shm",
+       "calibration": {"alpha_us": 5.5, "beta_ns_per_byte": 0.25, "gamma_ns_per_byte": 0.02},
+       "sizes": [8], "times_us": {"ring": [1]}}]})";
+  const tune::TuningFile a = tune::parse_tuning_file(text, "mem");
+  ASSERT_TRUE(a.tables[0].calibration.has_value());
+  EXPECT_DOUBLE_EQ(a.tables[0].calibration->alpha, 5.5e-6);
+  EXPECT_DOUBLE_EQ(a.tables[0].calibration->beta, 0.25e-9);
+  EXPECT_DOUBLE_EQ(a.tables[0].calibration->gamma, 0.02e-9);
+  const tune::TuningFile b = tune::parse_tuning_file(tune::to_json(a), "mem2");
+  ASSERT_TRUE(b.tables[0].calibration.has_value());
+  EXPECT_DOUBLE_EQ(b.tables[0].calibration->alpha, 5.5e-6);
+  EXPECT_FALSE(tune::parse_tuning_file(kGoodFile, "mem").tables[0].calibration.has_value());
+}
+
 TEST(TuningFile, RoundTripsThroughJson) {
   const tune::TuningFile a = tune::parse_tuning_file(kGoodFile, "mem");
   const tune::TuningFile b = tune::parse_tuning_file(tune::to_json(a, R"({"host": "x"})"), "mem2");
@@ -422,6 +492,13 @@ TEST(TuningFile, MalformedFilesAreRejectedWithTheProblem) {
   expect_rejected(table(R"({"collective": "all_reduce", "world": 4, "ranks_per_host": 4, "transport": "shm",
                             "source": "guessed", "sizes": [8], "times_us": {"ring": [1]}})"),
                   "source: must be \"measured\" or \"simulated\"");
+  expect_rejected(table(R"({"collective": "all_reduce", "world": 4, "ranks_per_host": 4, "transport": "shm",
+                            "calibration": {"alpha_us": 5, "beta_ns_per_byte": -1, "gamma_ns_per_byte": 1},
+                            "sizes": [8], "times_us": {"ring": [1]}})"),
+                  "calibration.beta_ns_per_byte: must be a positive number");
+  expect_rejected(table(R"({"collective": "all_reduce", "world": 4, "ranks_per_host": 4, "transport": "shm",
+                            "calibration": {"alpha_us": 5}, "sizes": [8], "times_us": {"ring": [1]}})"),
+                  "calibration: missing field 'beta_ns_per_byte'");
 }
 
 TEST(TuningFile, AMissingFileIsNamed) {

@@ -1,0 +1,72 @@
+// Calibration at creation (SHOAL_TUNE_CALIBRATE): the cost model's alpha, beta and gamma
+// measured on this communicator's own links, agreed by every rank (tune/calibration.hpp).
+#include <algorithm>
+#include <chrono>
+#include <limits>
+#include <vector>
+
+#include "comm/comm_impl.hpp"
+#include "core/check.hpp"
+#include "core/config.hpp"
+#include "core/reduce.hpp"
+#include "tune/calibration.hpp"
+
+namespace shoal::detail {
+
+using algorithms::Collective;
+
+namespace {
+
+// The fastest of `calls` timed runs of `run`, after one untimed.
+template <class F>
+double fastest_of(int calls, F&& run) {
+  double best = std::numeric_limits<double>::infinity();
+  for (int i = -1; i < calls; ++i) {
+    const auto t0 = std::chrono::steady_clock::now();
+    run();
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (i >= 0) best = std::min(best, s);
+  }
+  return best;
+}
+
+}  // namespace
+
+bool CommImpl::calibration_wanted() const {
+  const std::string mode = config::get("SHOAL_TUNE_CALIBRATE");
+  SHOAL_CHECK(mode == "on" || mode == "off", InvalidArgument, "SHOAL_TUNE_CALIBRATE='" << mode << "' is not on or off");
+  return mode == "on" && size >= 2 && config::get("SHOAL_DISPATCH") != "off";
+}
+
+void CommImpl::calibrate_cost_model() {
+  const tune::CalibrationPlan plan = tune::calibration_plan(size);
+  const auto* ring_all_gather = algorithms::find_algorithm(Collective::all_gather, "ring");
+  const auto* ring_all_reduce = algorithms::find_algorithm(Collective::all_reduce, "ring");
+  SHOAL_CHECK(ring_all_gather && ring_all_reduce, Internal, "the registry has no ring");
+
+  // Forced rows: no dispatcher (which this calibrates), no flat path, no hierarchy.
+  std::vector<uint8_t> block(plan.large_block, static_cast<uint8_t>(rank));
+  std::vector<uint8_t> gathered(plan.large_block * static_cast<uint64_t>(size));
+  auto all_gather = [&](uint64_t bytes) {
+    submit(Collective::all_gather, block.data(), gathered.data(), bytes, DataType::uint8, ReduceOp::sum, -1, -1, 0,
+           /*blocking=*/true, ring_all_gather)
+        .wait();
+  };
+  std::vector<float> acc(plan.reduce_bytes / sizeof(float), 1.0f), in(acc.size(), 0.5f);
+  double times[3] = {
+      fastest_of(plan.small_calls, [&] { all_gather(plan.small_block); }),
+      fastest_of(plan.large_calls, [&] { all_gather(plan.large_block); }),
+      fastest_of(plan.reduce_calls, [&] { kernels::reduce_into(acc.data(), in.data(), acc.size(), DataType::float32, ReduceOp::sum); }),
+  };
+  // The slowest rank's times, the same bits everywhere: so is the fit, and so are the picks.
+  submit(Collective::all_reduce, times, times, 3, DataType::float64, ReduceOp::max, -1, -1, 0, /*blocking=*/true,
+         ring_all_reduce)
+      .wait();
+  calibrated_params = tune::fit_cost_params(size, plan, {times[0], times[1], times[2]},
+                                            tune::default_cost_params(tune_context().transport));
+  SHOAL_INFO("cost model calibrated at creation: alpha " << calibrated_params->alpha * 1e6 << " us, beta "
+                                                         << 1e-9 / calibrated_params->beta << " GB/s, gamma "
+                                                         << 1e-9 / calibrated_params->gamma << " GB/s");
+}
+
+}  // namespace shoal::detail

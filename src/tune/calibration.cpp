@@ -1,0 +1,52 @@
+#include "tune/calibration.hpp"
+
+#include <algorithm>
+#include <cmath>
+
+#include "core/check.hpp"
+
+namespace shoal::tune {
+
+using algorithms::Collective;
+using algorithms::CostParams;
+
+CalibrationPlan calibration_plan(int world) {
+  CalibrationPlan plan;
+  const uint64_t p = static_cast<uint64_t>(std::max(world, 1));
+  plan.small_block = 8;
+  plan.large_block = std::clamp<uint64_t>((2u << 20) / p, 16u << 10, 256u << 10);
+  plan.reduce_bytes = 256u << 10;
+  plan.small_calls = 8;
+  plan.large_calls = 3;
+  plan.reduce_calls = 3;
+  return plan;
+}
+
+CostParams fit_cost_params(int world, const CalibrationPlan& plan, const CalibrationTimes& times,
+                           const CostParams& floor) {
+  const auto* ring = algorithms::find_algorithm(Collective::all_gather, "ring");
+  SHOAL_CHECK(ring != nullptr, Internal, "the registry has no ring all_gather");
+  const int p = std::max(world, 2);
+  // The ring's time is linear in its constants: t = a * alpha + b * beta.
+  const uint64_t n_small = plan.small_block * p, n_large = plan.large_block * p;
+  const double a_small = ring->cost(p, n_small, {1, 0, 0}), b_small = ring->cost(p, n_small, {0, 1, 0});
+  const double a_large = ring->cost(p, n_large, {1, 0, 0}), b_large = ring->cost(p, n_large, {0, 1, 0});
+  const double min_alpha = floor.alpha / 100, min_beta = floor.beta / 100, min_gamma = floor.gamma / 100;
+  auto usable = [](double x) { return std::isfinite(x) && x > 0; };
+
+  CostParams c;
+  const double det = a_small * b_large - a_large * b_small;
+  c.alpha = (times.small_s * b_large - times.large_s * b_small) / det;
+  c.beta = (a_small * times.large_s - a_large * times.small_s) / det;
+  if (!usable(c.alpha) || !usable(c.beta)) {
+    c.alpha = times.small_s / a_small;
+    c.beta = (times.large_s - c.alpha * a_large) / b_large;
+  }
+  c.alpha = usable(c.alpha) ? std::max(c.alpha, min_alpha) : floor.alpha;
+  c.beta = usable(c.beta) ? std::max(c.beta, min_beta) : min_beta;
+  const double gamma = times.reduce_s / static_cast<double>(std::max<uint64_t>(plan.reduce_bytes, 1));
+  c.gamma = usable(gamma) ? std::max(gamma, min_gamma) : floor.gamma;
+  return c;
+}
+
+}  // namespace shoal::tune
