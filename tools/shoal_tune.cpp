@@ -2,7 +2,7 @@
 // sizes on the real job, and rank 0 writes a tuning file the dispatcher reads (SHOAL_TUNE_FILE).
 //
 //   shoal-run -n 4 shoal-tune -o tune.json [-b 1K -e 16M -f 2 | --sizes 1K,64K,4M] [-n 10] [-w 2]
-//   shoal-tune --report tune.json     # no job: markdown tables and held-out accuracy
+//   shoal-tune --report tune.json [--picks-from other.json]   # no job: tables, held-out accuracy
 //
 // Every rank forces the same algorithm in the same order (algorithms::detail::
 // set_algorithm_override, part of every frame's signature), so the sweep itself is a sequence of
@@ -18,6 +18,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <map>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <tuple>
@@ -95,6 +96,7 @@ int sweep(const std::string& out_path, const std::vector<uint64_t>& sizes, int i
     m.world = p;
     m.ranks_per_host = ctx.ranks_per_host;
     m.transport = ctx.transport;
+    m.calibration = comm.impl().calibrated_params;
     std::vector<const AlgorithmInfo*> rows;
     for (const auto& row : algorithms::registry())
       if (row.collective == c) rows.push_back(&row);
@@ -105,7 +107,7 @@ int sweep(const std::string& out_path, const std::vector<uint64_t>& sizes, int i
       m.sizes.push_back(bytes_for(c, count, p));
       // Fewer iterations for large calls: the sweep must stay short; each is long enough.
       const uint64_t scaled = static_cast<uint64_t>(iters) * (256u << 10) / std::max<uint64_t>(s, 1);
-      const int n = static_cast<int>(std::min<uint64_t>(static_cast<uint64_t>(iters), std::max<uint64_t>(2, scaled)));
+      const int n = static_cast<int>(std::min<uint64_t>(static_cast<uint64_t>(iters), std::max<uint64_t>(4, scaled)));
       std::vector<double> best(rows.size(), 1e30);
       for (int round = 0; round < rounds; ++round)
         for (size_t a = 0; a < rows.size(); ++a) {
@@ -191,8 +193,12 @@ double time_of(const tune::Measurements& m, const AlgorithmInfo* row, size_t i) 
   return 1e30;  // not measured: never "within 10%"
 }
 
-int report(const std::string& path) {
+// `picks_path` (may be ""): a tuning file from another run, whose dispatcher (all of its sizes)
+// picks at every size of `path`: the picks as they would be in use, judged on fresh times.
+int report(const std::string& path, const std::string& picks_path) {
   tune::TuningFile file = tune::load_tuning_file(path);
+  std::shared_ptr<const tune::TuningFile> other_run;
+  if (!picks_path.empty()) other_run = std::make_shared<const tune::TuningFile>(tune::load_tuning_file(picks_path));
   std::stable_sort(file.tables.begin(), file.tables.end(), [](const tune::Measurements& a, const tune::Measurements& b) {
     return std::tuple(a.collective, a.world) < std::tuple(b.collective, b.world);
   });
@@ -200,31 +206,46 @@ int report(const std::string& path) {
     int hits = 0, total = 0;
   };
   std::map<std::string, Tally> tally;  // model -> picks within 10% of the best
+  std::string totals;                  // per table: the sweep's total time, held-out picks vs each row
+  std::string excess;                  // per table: the mean excess over the best, picks vs each row
   for (const auto& m : file.tables) {
     const tune::Context ctx{m.world, m.ranks_per_host, m.transport};
-    const auto params = tune::cost_params(m.transport);
+    // As in use: the constants the communicator calibrated at creation, when the file has them.
+    const auto params = tune::cost_params(m.transport, m.calibration ? &*m.calibration : nullptr);
     // Held out: the dispatcher built from the other half of the sizes predicts each size.
     const tune::Dispatcher halves[2][2] = {
         {tune::Dispatcher(ctx, params, half_of(m, 1)), tune::Dispatcher(ctx, params, half_of(m, 0))},
         {tune::Dispatcher(ctx, params, half_of(m, 1), true, tune::Interpolation::nearest),
          tune::Dispatcher(ctx, params, half_of(m, 0), true, tune::Interpolation::nearest)}};
-    const tune::Dispatcher model(ctx, params, nullptr);
+    const tune::Dispatcher model(ctx, tune::cost_params(m.transport), nullptr);
+    const std::optional<tune::Dispatcher> calibrated =
+        m.calibration ? std::optional<tune::Dispatcher>(std::in_place, ctx, params, nullptr) : std::nullopt;
+    const std::optional<tune::Dispatcher> from_other_run =
+        other_run ? std::optional<tune::Dispatcher>(std::in_place, ctx, params, other_run) : std::nullopt;
+    double picked_total = 0, other_total = 0;
+    std::vector<double> row_total(m.times.size(), 0.0);
+    // Sum over sizes of log(time / best time at that size): the mean excess, each size alike.
+    double picked_log = 0, other_log = 0;
+    std::vector<double> row_log(m.times.size(), 0.0);
     std::printf("\n### %s, %d ranks (%d per host, %s)\n\n", std::string(algorithms::to_string(m.collective)).c_str(),
                 m.world, m.ranks_per_host, std::string(tune::to_string(m.transport)).c_str());
     std::printf("| bytes |");
     for (const auto& [row, t] : m.times) std::printf(" %s |", std::string(row->name).c_str());
-    std::printf(" best | held-out pick | cost-model pick |\n|---:|");
+    std::printf(" best | held-out pick | cost-model pick |%s\n|---:|", other_run ? " pick from the other run |" : "");
     for (size_t a = 0; a < m.times.size(); ++a) std::printf("---:|");
-    std::printf("---|---|---|\n");
+    std::printf("---|---|---|%s\n", other_run ? "---|" : "");
     for (size_t i = 0; i < m.sizes.size(); ++i) {
       const uint64_t s = m.sizes[i];
       const AlgorithmInfo* best = nullptr;
       double best_t = 0;
       std::printf("| %s |", human(s).c_str());
-      for (const auto& [row, t] : m.times) {
+      for (size_t a = 0; a < m.times.size(); ++a) {
+        const auto& [row, t] = m.times[a];
         std::printf(" %.1f |", t[i] * 1e6);
         if (!best || t[i] < best_t) best = row, best_t = t[i];
+        row_total[a] += t[i];
       }
+      for (size_t a = 0; a < m.times.size(); ++a) row_log[a] += std::log(m.times[a].second[i] / best_t);
       auto within = [&](const AlgorithmInfo* row) { return time_of(m, row, i) <= 1.1 * best_t; };
       auto mark = [&](const tune::Choice& c) {
         const double t = time_of(m, c.algorithm, i);
@@ -235,22 +256,78 @@ int report(const std::string& path) {
       };
       const tune::Choice held = halves[0][i % 2].choose(m.collective, s);
       const tune::Choice near = halves[1][i % 2].choose(m.collective, s);
-      const tune::Choice cm = model.choose(m.collective, s);
-      std::printf(" %s | %s | %s |\n", std::string(best->name).c_str(), mark(held).c_str(), mark(cm).c_str());
+      const tune::Choice cm = (calibrated ? *calibrated : model).choose(m.collective, s);
+      picked_total += time_of(m, held.algorithm, i);
+      picked_log += std::log(time_of(m, held.algorithm, i) / best_t);
+      std::printf(" %s | %s | %s |", std::string(best->name).c_str(), mark(held).c_str(), mark(cm).c_str());
+      if (from_other_run) {
+        const tune::Choice o = from_other_run->choose(m.collective, s);
+        other_total += time_of(m, o.algorithm, i);
+        other_log += std::log(time_of(m, o.algorithm, i) / best_t);
+        std::printf(" %s |", mark(o).c_str());
+        tally["table from the other run (all its sizes)"].total++;
+        tally["table from the other run (all its sizes)"].hits += within(o.algorithm);
+      }
+      std::printf("\n");
       auto count = [&](const std::string& name, const AlgorithmInfo* row) {
         tally[name].total++;
         tally[name].hits += within(row);
       };
       count("table, log-linear interpolation (held out)", held.algorithm);
       count("table, nearest measured size (held out)", near.algorithm);
-      count("cost model alone (default constants)", cm.algorithm);
+      count("cost model alone (default constants)", model.choose(m.collective, s).algorithm);
+      if (calibrated) count("cost model alone (calibrated at creation)", cm.algorithm);
       count("first row (ring), no dispatcher", &algorithms::first_row(m.collective));
     }
+    // The sweep's total time: the held-out picks against every single algorithm.
+    char line[160];
+    std::snprintf(line, sizeof line, "| %s | %d | %.0f |", std::string(algorithms::to_string(m.collective)).c_str(),
+                  m.world, picked_total * 1e6);
+    totals += line;
+    if (other_run) {
+      std::snprintf(line, sizeof line, " %.0f |", other_total * 1e6);
+      totals += line;
+    }
+    size_t fastest = 0;
+    for (size_t a = 0; a < m.times.size(); ++a) {
+      if (row_total[a] < row_total[fastest]) fastest = a;
+    }
+    std::snprintf(line, sizeof line, " %s %.0f | %.2fx |", std::string(m.times[fastest].first->name).c_str(),
+                  row_total[fastest] * 1e6, row_total[fastest] / picked_total);
+    totals += line;
+    if (other_run) {
+      std::snprintf(line, sizeof line, " %.2fx |", row_total[fastest] / other_total);
+      totals += line;
+    }
+    totals += "\n";
+    // The mean excess over the best, per size alike (geometric): picks against the best single row.
+    const double k = static_cast<double>(m.sizes.size());
+    const size_t steadiest = static_cast<size_t>(std::min_element(row_log.begin(), row_log.end()) - row_log.begin());
+    auto pct = [&](double sum_log) { return (std::exp(sum_log / k) - 1) * 100; };
+    std::snprintf(line, sizeof line, "| %s | %d | %+.1f%% |", std::string(algorithms::to_string(m.collective)).c_str(),
+                  m.world, pct(picked_log));
+    excess += line;
+    if (other_run) {
+      std::snprintf(line, sizeof line, " %+.1f%% |", pct(other_log));
+      excess += line;
+    }
+    std::snprintf(line, sizeof line, " %s %+.1f%% |\n", std::string(m.times[steadiest].first->name).c_str(),
+                  pct(row_log[steadiest]));
+    excess += line;
   }
   std::printf("\n* = outside the other half's sizes: the cost model's pick.\n\nHeld-out accuracy (pick within 10%% of "
               "the best measured time at that size):\n\n| model | within 10%% |\n|---|---:|\n");
   for (const auto& [name, t] : tally)
     std::printf("| %s | %d / %d (%.0f%%) |\n", name.c_str(), t.hits, t.total, t.total ? 100.0 * t.hits / t.total : 0.0);
+  std::printf("\nTotal time over each table's sizes (microseconds): the picks against the best single algorithm "
+              "(>1x: the picks are faster):\n\n| collective | world | held-out picks |%s best single algorithm | "
+              "its total / held-out picks' |%s\n|---|---:|---:|%s---|---:|%s\n%s",
+              other_run ? " other run's picks |" : "", other_run ? " its total / other run's picks' |" : "",
+              other_run ? "---:|" : "", other_run ? "---:|" : "", totals.c_str());
+  std::printf("\nMean excess over the best time at each size (geometric mean of time / best, every size "
+              "weighing alike):\n\n| collective | world | held-out picks |%s best single algorithm |\n"
+              "|---|---:|---:|%s---|\n%s",
+              other_run ? " other run's picks |" : "", other_run ? "---:|" : "", excess.c_str());
   return 0;
 }
 
@@ -270,10 +347,13 @@ int main(int argc, char** argv) {
   app.add_option("-n,--iters", iters, "timed calls per point (fewer above 256K)")->capture_default_str()->check(CLI::Range(1, 100000));
   app.add_option("-w,--warmup", warmup, "untimed calls per point")->capture_default_str()->check(CLI::Range(0, 1000));
   app.add_option("--rounds", rounds, "interleaved rounds per size; the fastest counts")->capture_default_str()->check(CLI::Range(1, 100));
+  std::string picks_from;
   app.add_option("--report", report_path, "print a tuning file's tables and held-out accuracy (no job)");
+  app.add_option("--picks-from", picks_from,
+                 "with --report: also judge the picks of this tuning file (another run) on the report's times");
   CLI11_PARSE(app, argc, argv);
   try {
-    if (!report_path.empty()) return report(report_path);
+    if (!report_path.empty()) return report(report_path, picks_from);
     std::vector<uint64_t> sizes;
     if (!sizes_list.empty()) {
       sizes = parse_sizes(sizes_list);
