@@ -491,6 +491,29 @@ TEST(Sim, RingLatencyLinearRecursiveDoublingLogarithmic) {
   }
 }
 
+// The same for all_gather and reduce_scatter (docs/algorithms.md, "Latency against world
+// size"): with bandwidth out of the picture a schedule's time is its critical path in message
+// latencies, p-1 for the rings and ceil(log2 p) for Bruck at any p, log2 p for recursive
+// doubling and halving at powers of two (+2 for the fold elsewhere).
+TEST(Sim, AllGatherAndReduceScatterLatencyGrowsWithLog2P) {
+  const double alpha = 1e-6;
+  const auto m = one_rank_per_host(1e18, alpha);
+  auto steps = [&](Collective c, const char* name, int p) {
+    const auto* row = find_algorithm(c, name);
+    const uint64_t size = 4 * static_cast<uint64_t>(p);  // one element per block
+    return sim_row(*row, size, p, m).time / alpha;
+  };
+  for (int p : {16, 100, 1000, 1024}) {
+    const double log_p = std::ceil(std::log2(p)), fold = (p & (p - 1)) == 0 ? 0 : 2;
+    EXPECT_NEAR(steps(Collective::all_gather, "ring", p), p - 1, 0.01 * p) << p;
+    EXPECT_NEAR(steps(Collective::reduce_scatter, "ring", p), p - 1, 0.01 * p) << p;
+    EXPECT_NEAR(steps(Collective::all_gather, "bruck", p), log_p, 0.01) << p;
+    EXPECT_LE(steps(Collective::all_gather, "recursive_doubling", p), std::floor(std::log2(p)) + fold + 0.01) << p;
+    EXPECT_LE(steps(Collective::reduce_scatter, "recursive_halving", p), std::floor(std::log2(p)) + fold + 0.01) << p;
+    EXPECT_GE(steps(Collective::reduce_scatter, "recursive_halving", p), std::floor(std::log2(p)) - 0.01) << p;
+  }
+}
+
 TEST(Sim, TaperNeverHelpsAndSharedNicsSlowDown) {
   ClusterModel m = sim::frontier_model();
   m.hosts_per_leaf = 4;
