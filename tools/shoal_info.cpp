@@ -50,7 +50,19 @@ static void print_dispatch(const tune::Context& ctx, const std::string& size_lis
               c.alpha, c.beta, c.gamma);
   std::printf("# bytes as the cost models count them: all_reduce the vector, all_gather the gathered output, "
               "reduce_scatter the input\n");
-  std::printf("%-15s %12s %-19s %-12s %s\n", "collective", "bytes", "algorithm", "from", "predicted");
+  // Whether SHOAL_HIERARCHICAL takes the two-level path (comm/hierarchical.cpp: several hosts of
+  // the same number >1 of ranks), and why; "-" where the layout has no hierarchy.
+  const std::string mode = config::get("SHOAL_HIERARCHICAL");
+  const uint64_t min_bytes = config::get_bytes("SHOAL_HIERARCHICAL_MIN_BYTES");
+  const bool layout = ctx.ranks_per_host > 1 && ctx.world > ctx.ranks_per_host && ctx.world % ctx.ranks_per_host == 0;
+  auto hierarchy = [&](algorithms::Collective coll, uint64_t bytes) -> std::string {
+    if (!layout) return "-";
+    if (mode != "auto") return mode == "on" ? "yes (on)" : "no (off)";
+    if (!config::get("SHOAL_ALGO").empty()) return "no (SHOAL_ALGO)";
+    if (const auto faster = d.hierarchical_is_faster(coll, bytes)) return *faster ? "yes (tuning file)" : "no (tuning file)";
+    return bytes >= min_bytes ? "yes (min bytes)" : "no (min bytes)";
+  };
+  std::printf("%-15s %12s %-19s %-12s %-12s %s\n", "collective", "bytes", "algorithm", "from", "predicted", "hierarchy");
   for (auto coll : {algorithms::Collective::all_reduce, algorithms::Collective::all_gather,
                     algorithms::Collective::reduce_scatter}) {
     for (uint64_t bytes : sizes) {
@@ -60,10 +72,11 @@ static void print_dispatch(const tune::Context& ctx, const std::string& size_lis
       const algorithms::AlgorithmInfo* forced = algorithms::override_for(coll, rule_bytes);
       char predicted[32] = "-";
       if (ch.predicted_s > 0) std::snprintf(predicted, sizeof predicted, "%.1f us", ch.predicted_s * 1e6);
-      std::printf("%-15s %12llu %-19s %-12s %s\n", std::string(algorithms::to_string(coll)).c_str(),
+      std::printf("%-15s %12llu %-19s %-12s %-12s %s\n", std::string(algorithms::to_string(coll)).c_str(),
                   static_cast<unsigned long long>(bytes),
                   std::string(forced ? forced->name : ch.algorithm->name).c_str(),
-                  forced ? "SHOAL_ALGO" : std::string(tune::to_string(ch.source)).c_str(), forced ? "-" : predicted);
+                  forced ? "SHOAL_ALGO" : std::string(tune::to_string(ch.source)).c_str(), forced ? "-" : predicted,
+                  hierarchy(coll, bytes).c_str());
     }
   }
 }

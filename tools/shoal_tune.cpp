@@ -100,6 +100,10 @@ int sweep(const std::string& out_path, const std::vector<uint64_t>& sizes, int i
     std::vector<const AlgorithmInfo*> rows;
     for (const auto& row : algorithms::registry())
       if (row.collective == c) rows.push_back(&row);
+    // Across hosts of several ranks each, the hierarchical composition is one more column
+    // (nullptr below): SHOAL_HIERARCHICAL=auto then takes it where it is the fastest.
+    const bool with_hierarchy = comm::hierarchy_fits(comm.impl().topology);
+    if (with_hierarchy) rows.push_back(nullptr);
     std::vector<std::vector<double>> times(rows.size());
     for (uint64_t s : sizes) {
       const uint64_t count = count_for(c, s, p);
@@ -111,8 +115,12 @@ int sweep(const std::string& out_path, const std::vector<uint64_t>& sizes, int i
       std::vector<double> best(rows.size(), 1e30);
       for (int round = 0; round < rounds; ++round)
         for (size_t a = 0; a < rows.size(); ++a) {
-          algorithms::detail::set_algorithm_override(std::string(algorithms::to_string(c)) + ":" +
-                                                     std::string(rows[a]->name));
+          // Every rank sets the same, in the same order: the hierarchy on for its column (its
+          // phases pick their own rows), off for the rows, whatever SHOAL_HIERARCHICAL says.
+          comm.impl().hierarchy_mode = rows[a] ? comm::HierarchyMode::off : comm::HierarchyMode::on;
+          if (rows[a])
+            algorithms::detail::set_algorithm_override(std::string(algorithms::to_string(c)) + ":" +
+                                                       std::string(rows[a]->name));
           for (int i = 0; i < warmup; ++i) run_once(comm, c, in.data(), out.data(), count);
           comm.barrier();
           const auto t0 = Clock::now();
@@ -126,12 +134,15 @@ int sweep(const std::string& out_path, const std::vector<uint64_t>& sizes, int i
       if (comm.rank() == 0) {
         std::printf("%-15s %8s", std::string(algorithms::to_string(c)).c_str(), human(m.sizes.back()).c_str());
         for (size_t a = 0; a < rows.size(); ++a)
-          std::printf("  %s %.1fus", std::string(rows[a]->name).c_str(), best[a] * 1e6);
+          std::printf("  %s %.1fus", rows[a] ? std::string(rows[a]->name).c_str() : "hierarchical", best[a] * 1e6);
         std::printf("\n");
         std::fflush(stdout);
       }
     }
-    for (size_t a = 0; a < rows.size(); ++a) m.times.emplace_back(rows[a], std::move(times[a]));
+    for (size_t a = 0; a < rows.size(); ++a) {
+      if (rows[a]) m.times.emplace_back(rows[a], std::move(times[a]));
+      else m.hierarchical = std::move(times[a]);
+    }
     if (!m.sizes.empty()) file.tables.push_back(std::move(m));
   }
   comm.barrier();
@@ -178,18 +189,44 @@ std::shared_ptr<const tune::TuningFile> half_of(const tune::Measurements& m, siz
   auto f = std::make_shared<tune::TuningFile>();
   tune::Measurements h = m;
   h.sizes.clear();
+  h.hierarchical.clear();
   for (auto& [row, t] : h.times) t.clear();
   for (size_t i = keep; i < m.sizes.size(); i += 2) {
     h.sizes.push_back(m.sizes[i]);
     for (size_t a = 0; a < m.times.size(); ++a) h.times[a].second.push_back(m.times[a].second[i]);
+    if (!m.hierarchical.empty()) h.hierarchical.push_back(m.hierarchical[i]);
   }
   f->tables.push_back(std::move(h));
   return f;
 }
 
-double time_of(const tune::Measurements& m, const AlgorithmInfo* row, size_t i) {
-  for (const auto& [r, t] : m.times)
-    if (r == row) return t[i];
+// A table's columns: its rows, then "hierarchical" when it was timed.
+std::vector<std::pair<std::string, const std::vector<double>*>> columns_of(const tune::Measurements& m) {
+  std::vector<std::pair<std::string, const std::vector<double>*>> cols;
+  for (const auto& [row, t] : m.times) cols.emplace_back(std::string(row->name), &t);
+  if (!m.hierarchical.empty()) cols.emplace_back("hierarchical", &m.hierarchical);
+  return cols;
+}
+
+// What runs a call of `bytes`, as the communicator decides it: the hierarchy when
+// SHOAL_HIERARCHICAL=auto takes it (the table's times where they cover the size, else the
+// default 1 MiB threshold), else the dispatcher's row. `fallback`: the cost model decided.
+struct Pick {
+  std::string name;
+  bool fallback = false;
+};
+Pick pick_of(const tune::Dispatcher& d, const tune::Measurements& m, uint64_t bytes) {
+  if (!m.hierarchical.empty()) {
+    const auto faster = d.hierarchical_is_faster(m.collective, bytes);
+    if (faster ? *faster : bytes >= (1u << 20)) return {"hierarchical", !faster.has_value()};
+  }
+  const tune::Choice c = d.choose(m.collective, bytes);
+  return {std::string(c.algorithm->name), c.source == tune::Choice::Source::cost_model};
+}
+
+double time_of(const tune::Measurements& m, const std::string& name, size_t i) {
+  for (const auto& [n, t] : columns_of(m))
+    if (n == name) return (*t)[i];
   return 1e30;  // not measured: never "within 10%"
 }
 
@@ -222,62 +259,61 @@ int report(const std::string& path, const std::string& picks_path) {
         m.calibration ? std::optional<tune::Dispatcher>(std::in_place, ctx, params, nullptr) : std::nullopt;
     const std::optional<tune::Dispatcher> from_other_run =
         other_run ? std::optional<tune::Dispatcher>(std::in_place, ctx, params, other_run) : std::nullopt;
+    const auto cols = columns_of(m);
     double picked_total = 0, other_total = 0;
-    std::vector<double> row_total(m.times.size(), 0.0);
+    std::vector<double> row_total(cols.size(), 0.0);
     // Sum over sizes of log(time / best time at that size): the mean excess, each size alike.
     double picked_log = 0, other_log = 0;
-    std::vector<double> row_log(m.times.size(), 0.0);
+    std::vector<double> row_log(cols.size(), 0.0);
     std::printf("\n### %s, %d ranks (%d per host, %s)\n\n", std::string(algorithms::to_string(m.collective)).c_str(),
                 m.world, m.ranks_per_host, std::string(tune::to_string(m.transport)).c_str());
     std::printf("| bytes |");
-    for (const auto& [row, t] : m.times) std::printf(" %s |", std::string(row->name).c_str());
+    for (const auto& [name, t] : cols) std::printf(" %s |", name.c_str());
     std::printf(" best | held-out pick | cost-model pick |%s\n|---:|", other_run ? " pick from the other run |" : "");
-    for (size_t a = 0; a < m.times.size(); ++a) std::printf("---:|");
+    for (size_t a = 0; a < cols.size(); ++a) std::printf("---:|");
     std::printf("---|---|---|%s\n", other_run ? "---|" : "");
     for (size_t i = 0; i < m.sizes.size(); ++i) {
       const uint64_t s = m.sizes[i];
-      const AlgorithmInfo* best = nullptr;
-      double best_t = 0;
+      size_t best = 0;
       std::printf("| %s |", human(s).c_str());
-      for (size_t a = 0; a < m.times.size(); ++a) {
-        const auto& [row, t] = m.times[a];
-        std::printf(" %.1f |", t[i] * 1e6);
-        if (!best || t[i] < best_t) best = row, best_t = t[i];
-        row_total[a] += t[i];
+      for (size_t a = 0; a < cols.size(); ++a) {
+        const double t = (*cols[a].second)[i];
+        std::printf(" %.1f |", t * 1e6);
+        if (t < (*cols[best].second)[i]) best = a;
+        row_total[a] += t;
       }
-      for (size_t a = 0; a < m.times.size(); ++a) row_log[a] += std::log(m.times[a].second[i] / best_t);
-      auto within = [&](const AlgorithmInfo* row) { return time_of(m, row, i) <= 1.1 * best_t; };
-      auto mark = [&](const tune::Choice& c) {
-        const double t = time_of(m, c.algorithm, i);
+      const double best_t = (*cols[best].second)[i];
+      for (size_t a = 0; a < cols.size(); ++a) row_log[a] += std::log((*cols[a].second)[i] / best_t);
+      auto within = [&](const Pick& p) { return time_of(m, p.name, i) <= 1.1 * best_t; };
+      auto mark = [&](const Pick& p) {
         char buf[96];
-        std::snprintf(buf, sizeof buf, "%s%s (%+.0f%%)", std::string(c.algorithm->name).c_str(),
-                      c.source == tune::Choice::Source::cost_model ? "*" : "", (t / best_t - 1) * 100);
+        std::snprintf(buf, sizeof buf, "%s%s (%+.0f%%)", p.name.c_str(), p.fallback ? "*" : "",
+                      (time_of(m, p.name, i) / best_t - 1) * 100);
         return std::string(buf);
       };
-      const tune::Choice held = halves[0][i % 2].choose(m.collective, s);
-      const tune::Choice near = halves[1][i % 2].choose(m.collective, s);
-      const tune::Choice cm = (calibrated ? *calibrated : model).choose(m.collective, s);
-      picked_total += time_of(m, held.algorithm, i);
-      picked_log += std::log(time_of(m, held.algorithm, i) / best_t);
-      std::printf(" %s | %s | %s |", std::string(best->name).c_str(), mark(held).c_str(), mark(cm).c_str());
+      const Pick held = pick_of(halves[0][i % 2], m, s);
+      const Pick near = pick_of(halves[1][i % 2], m, s);
+      const Pick cm = pick_of(calibrated ? *calibrated : model, m, s);
+      picked_total += time_of(m, held.name, i);
+      picked_log += std::log(time_of(m, held.name, i) / best_t);
+      std::printf(" %s | %s | %s |", cols[best].first.c_str(), mark(held).c_str(), mark(cm).c_str());
+      auto count = [&](const std::string& name, const Pick& p) {
+        tally[name].total++;
+        tally[name].hits += within(p);
+      };
       if (from_other_run) {
-        const tune::Choice o = from_other_run->choose(m.collective, s);
-        other_total += time_of(m, o.algorithm, i);
-        other_log += std::log(time_of(m, o.algorithm, i) / best_t);
+        const Pick o = pick_of(*from_other_run, m, s);
+        other_total += time_of(m, o.name, i);
+        other_log += std::log(time_of(m, o.name, i) / best_t);
         std::printf(" %s |", mark(o).c_str());
-        tally["table from the other run (all its sizes)"].total++;
-        tally["table from the other run (all its sizes)"].hits += within(o.algorithm);
+        count("table from the other run (all its sizes)", o);
       }
       std::printf("\n");
-      auto count = [&](const std::string& name, const AlgorithmInfo* row) {
-        tally[name].total++;
-        tally[name].hits += within(row);
-      };
-      count("table, log-linear interpolation (held out)", held.algorithm);
-      count("table, nearest measured size (held out)", near.algorithm);
-      count("cost model alone (default constants)", model.choose(m.collective, s).algorithm);
-      if (calibrated) count("cost model alone (calibrated at creation)", cm.algorithm);
-      count("first row (ring), no dispatcher", &algorithms::first_row(m.collective));
+      count("table, log-linear interpolation (held out)", held);
+      count("table, nearest measured size (held out)", near);
+      count("cost model alone (default constants)", pick_of(model, m, s));
+      if (calibrated) count("cost model alone (calibrated at creation)", cm);
+      count("first row (ring), no dispatcher", {std::string(algorithms::first_row(m.collective).name)});
     }
     // The sweep's total time: the held-out picks against every single algorithm.
     char line[160];
@@ -289,10 +325,10 @@ int report(const std::string& path, const std::string& picks_path) {
       totals += line;
     }
     size_t fastest = 0;
-    for (size_t a = 0; a < m.times.size(); ++a) {
+    for (size_t a = 0; a < cols.size(); ++a) {
       if (row_total[a] < row_total[fastest]) fastest = a;
     }
-    std::snprintf(line, sizeof line, " %s %.0f | %.2fx |", std::string(m.times[fastest].first->name).c_str(),
+    std::snprintf(line, sizeof line, " %s %.0f | %.2fx |", cols[fastest].first.c_str(),
                   row_total[fastest] * 1e6, row_total[fastest] / picked_total);
     totals += line;
     if (other_run) {
@@ -311,7 +347,7 @@ int report(const std::string& path, const std::string& picks_path) {
       std::snprintf(line, sizeof line, " %+.1f%% |", pct(other_log));
       excess += line;
     }
-    std::snprintf(line, sizeof line, " %s %+.1f%% |\n", std::string(m.times[steadiest].first->name).c_str(),
+    std::snprintf(line, sizeof line, " %s %+.1f%% |\n", cols[steadiest].first.c_str(),
                   pct(row_log[steadiest]));
     excess += line;
   }

@@ -51,6 +51,14 @@ class CommImpl {
   std::shared_ptr<Store> job_store;
   std::unique_ptr<comm::Engine> engine;
 
+  /// The dispatcher, made at the first call that needs it: reads and checks SHOAL_DISPATCH and
+  /// SHOAL_TUNE_FILE; every input is equal on all ranks, and so is every pick.
+  const tune::Dispatcher& dispatcher() {
+    if (!dispatcher_)
+      dispatcher_.emplace(tune::Dispatcher::from_environment(tune_context(), calibrated_params ? &*calibrated_params : nullptr));
+    return *dispatcher_;
+  }
+
   // ---- split and hierarchical collectives (comm/split.cpp, comm/hierarchical.cpp) ----
   /// The child of Communicator::split (collective); empty for a negative color.
   Communicator split(int color, int key);
@@ -84,15 +92,12 @@ class CommImpl {
   /// Sets calibrated_params: a few forced ring calls timed on every rank (collective).
   void calibrate_cost_model();
 
-  /// The dispatcher's row for `a` (null: the first row). Made at the first call, which reads
-  /// and checks SHOAL_DISPATCH and SHOAL_TUNE_FILE; every input is equal on all ranks, and so
-  /// is the pick.
-  /// A flat call (no schedule to pick, the latency path) only gets the dispatcher made.
+  /// The dispatcher's row for `a` (null: the first row). A flat call (no schedule to pick, the
+  /// latency path) only gets the dispatcher made.
   const algorithms::AlgorithmInfo* dispatch(const algorithms::CollectiveArgs& a, bool flat) {
-    if (!dispatcher_)
-      dispatcher_.emplace(tune::Dispatcher::from_environment(tune_context(), calibrated_params ? &*calibrated_params : nullptr));
+    const tune::Dispatcher& d = dispatcher();
     if (flat) return nullptr;
-    return dispatcher_->choose(a.collective, algorithms::model_bytes(a)).algorithm;
+    return d.choose(a.collective, algorithms::model_bytes(a)).algorithm;
   }
   std::optional<tune::Dispatcher> dispatcher_;
 

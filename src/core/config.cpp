@@ -72,11 +72,12 @@ const std::vector<Setting>& settings() {
       {"SHOAL_HIERARCHICAL", "enum", "auto",
        "all_reduce, all_gather, reduce_scatter across hosts in an intra-host and an inter-host phase "
        "on sub-communicators (rank-aligned groups at once). auto: when every host has the same number "
-       ">1 of ranks, >1 host, the message is at least SHOAL_HIERARCHICAL_MIN_BYTES and SHOAL_ALGO is "
-       "unset; on: whenever that layout holds; off: never. Equal on all ranks"},
+       ">1 of ranks, >1 host, SHOAL_ALGO is unset and the tuning file's \"hierarchical\" times say it is "
+       "faster (where they cover the size; else: the message is at least SHOAL_HIERARCHICAL_MIN_BYTES); "
+       "on: whenever that layout holds; off: never. Equal on all ranks"},
       {"SHOAL_HIERARCHICAL_MIN_BYTES", "bytes", "1M",
-       "smallest message SHOAL_HIERARCHICAL=auto runs hierarchically: the all_reduce vector, the "
-       "all_gather output, the reduce_scatter input. Equal on all ranks"},
+       "smallest message SHOAL_HIERARCHICAL=auto runs hierarchically where no tuning file times the "
+       "hierarchy: the all_reduce vector, the all_gather output, the reduce_scatter input. Equal on all ranks"},
       {"SHOAL_CHUNK_BYTES", "bytes", "512K",
        "pipeline chunk of ring algorithms: reduction of one chunk overlaps the transfer of the next"},
       {"SHOAL_SOCKET_BUFFER", "bytes", "4M", "SO_SNDBUF/SO_RCVBUF of data connections (0: kernel default)"},

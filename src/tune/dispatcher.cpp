@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <map>
+#include <optional>
 
 #include "core/check.hpp"
 #include "core/config.hpp"
@@ -139,6 +140,28 @@ const Measurements* Dispatcher::table_for(Collective collective) const {
   return tables_[static_cast<int>(collective)];
 }
 
+// Where `bytes` falls among a table's sizes: the neighbours lo <= bytes <= hi and the weight of
+// hi (log-linear, or 0/1 for the nearest); nullopt outside the measured sizes.
+struct Between {
+  size_t lo, hi;
+  double w;
+  double at(const std::vector<double>& t) const { return (1 - w) * t[lo] + w * t[hi]; }
+};
+
+std::optional<Between> locate(const Measurements& m, uint64_t bytes, Interpolation interpolation) {
+  if (bytes < m.sizes.front() || bytes > m.sizes.back()) return std::nullopt;
+  const size_t hi = static_cast<size_t>(std::lower_bound(m.sizes.begin(), m.sizes.end(), bytes) - m.sizes.begin());
+  const size_t lo = m.sizes[hi] == bytes ? hi : hi - 1;
+  double w = 0;
+  if (lo != hi) {
+    const double x = std::log(static_cast<double>(bytes)), x0 = std::log(static_cast<double>(m.sizes[lo])),
+                 x1 = std::log(static_cast<double>(m.sizes[hi]));
+    w = (x - x0) / (x1 - x0);
+    if (interpolation == Interpolation::nearest) w = w < 0.5 ? 0 : 1;
+  }
+  return Between{lo, hi, w};
+}
+
 Choice Dispatcher::choose(Collective collective, uint64_t bytes) const {
   Choice choice;
   if (!enabled_ || rows_[static_cast<int>(collective)] <= 1) {
@@ -146,19 +169,9 @@ Choice Dispatcher::choose(Collective collective, uint64_t bytes) const {
     return choice;
   }
   const Measurements* m = tables_[static_cast<int>(collective)];
-  if (m && bytes >= m->sizes.front() && bytes <= m->sizes.back()) {
-    // The measured neighbours lo <= bytes <= hi.
-    const size_t hi = static_cast<size_t>(std::lower_bound(m->sizes.begin(), m->sizes.end(), bytes) - m->sizes.begin());
-    const size_t lo = m->sizes[hi] == bytes ? hi : hi - 1;
-    double w = 0;  // weight of hi
-    if (lo != hi) {
-      const double x = std::log(static_cast<double>(bytes)), x0 = std::log(static_cast<double>(m->sizes[lo])),
-                   x1 = std::log(static_cast<double>(m->sizes[hi]));
-      w = (x - x0) / (x1 - x0);
-      if (interpolation_ == Interpolation::nearest) w = w < 0.5 ? 0 : 1;
-    }
+  if (const auto between = m ? locate(*m, bytes, interpolation_) : std::nullopt) {
     for (const auto& [row, seconds] : m->times) {
-      const double t = (1 - w) * seconds[lo] + w * seconds[hi];
+      const double t = between->at(seconds);
       if (!choice.algorithm || t < choice.predicted_s) {
         choice.algorithm = row;
         choice.predicted_s = t;
@@ -172,6 +185,17 @@ Choice Dispatcher::choose(Collective collective, uint64_t bytes) const {
   choice.source = Choice::Source::cost_model;
   choice.predicted_s = choice.algorithm->cost(context_.world, bytes, params_);
   return choice;
+}
+
+std::optional<bool> Dispatcher::hierarchical_is_faster(Collective collective, uint64_t bytes) const {
+  const Measurements* m = enabled_ ? tables_[static_cast<int>(collective)] : nullptr;
+  if (!m || m->hierarchical.empty()) return std::nullopt;
+  const auto between = locate(*m, bytes, interpolation_);
+  if (!between) return std::nullopt;
+  const double hierarchical = between->at(m->hierarchical);
+  for (const auto& [row, seconds] : m->times)
+    if (between->at(seconds) <= hierarchical) return false;  // a tie stays flat
+  return true;
 }
 
 }  // namespace shoal::tune

@@ -9,6 +9,7 @@
 
 #include <array>
 #include <memory>
+#include <optional>
 #include <string_view>
 #include <vector>
 
@@ -67,6 +68,11 @@ class Dispatcher {
   /// The row for a call of `collective` moving `bytes` (algorithms::model_bytes). Does not look
   /// at SHOAL_ALGO: algorithms::choose gives that priority.
   Choice choose(algorithms::Collective collective, uint64_t bytes) const;
+
+  /// Whether the hierarchical composition (comm/hierarchical.hpp) is faster than every row for
+  /// a call of `bytes`, by the table's "hierarchical" times; nullopt when the table has none or
+  /// does not cover `bytes` (SHOAL_HIERARCHICAL_MIN_BYTES decides then). A tie stays flat.
+  std::optional<bool> hierarchical_is_faster(algorithms::Collective collective, uint64_t bytes) const;
 
   /// The table this dispatcher reads for `collective`, or nullptr: of the same transport, the
   /// measured one nearest in world size, then ranks per host; but when the world is larger than

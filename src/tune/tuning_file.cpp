@@ -18,6 +18,11 @@ using algorithms::Collective;
 using nlohmann::json;
 
 constexpr std::string_view kFormat = "shoal-tune 1";
+constexpr std::string_view kHierarchical = "hierarchical";
+
+bool hierarchical_serves(Collective c) {
+  return c == Collective::all_reduce || c == Collective::all_gather || c == Collective::reduce_scatter;
+}
 
 // Every problem names the file and where in it: "tuning file 'x.json': tables[2].sizes: ...".
 #define TUNE_CHECK(cond, where, msg) \
@@ -102,10 +107,20 @@ Measurements parse_table(const json& t, std::string_view source, const std::stri
     const std::string& name = item.key();
     const json& list = item.value();
     const std::string w = where + ".times_us." + name;
-    const AlgorithmInfo* row = algorithms::find_algorithm(m.collective, name);
-    TUNE_CHECK(row != nullptr, w,
-               "unknown algorithm '" << name << "' for " << algorithms::to_string(m.collective) << " (it has: "
-                                     << names_for(m.collective) << ")");
+    const bool hierarchical = name == kHierarchical;
+    const AlgorithmInfo* row = hierarchical ? nullptr : algorithms::find_algorithm(m.collective, name);
+    if (hierarchical) {
+      TUNE_CHECK(hierarchical_serves(m.collective), w,
+                 "only all_reduce, all_gather and reduce_scatter have a hierarchical composition");
+      TUNE_CHECK(m.ranks_per_host > 1 && m.ranks_per_host < m.world, w,
+                 "needs several hosts of several ranks (world " << m.world << ", ranks_per_host " << m.ranks_per_host
+                                                                 << ")");
+    } else {
+      TUNE_CHECK(row != nullptr, w,
+                 "unknown algorithm '" << name << "' for " << algorithms::to_string(m.collective) << " (it has: "
+                                       << names_for(m.collective)
+                                       << (hierarchical_serves(m.collective) ? ", hierarchical" : "") << ")");
+    }
     TUNE_CHECK(list.is_array() && list.size() == m.sizes.size(), w,
                "must be an array of " << m.sizes.size() << " times, one per size, got " << list.dump());
     std::vector<double> seconds;
@@ -114,8 +129,10 @@ Measurements parse_table(const json& t, std::string_view source, const std::stri
                  w + "[" << i << "]", "must be a positive number of microseconds, got " << list[i].dump());
       seconds.push_back(list[i].get<double>() * 1e-6);
     }
-    m.times.emplace_back(row, std::move(seconds));
+    if (hierarchical) m.hierarchical = std::move(seconds);
+    else m.times.emplace_back(row, std::move(seconds));
   }
+  TUNE_CHECK(!m.times.empty(), where + ".times_us", "must time at least one algorithm besides hierarchical");
   // Registry order, so that ties go to the earlier row whatever the file's key order.
   std::sort(m.times.begin(), m.times.end(),
             [](const auto& a, const auto& b) { return registry_index(a.first) < registry_index(b.first); });
@@ -183,11 +200,13 @@ std::string to_json(const TuningFile& file, std::string_view extra) {
                           {"gamma_ns_per_byte", m.calibration->gamma * 1e9}};
     t["sizes"] = m.sizes;
     json times = json::object();
-    for (const auto& [row, seconds] : m.times) {
+    auto microseconds = [](const std::vector<double>& seconds) {
       json list = json::array();
-      for (double s : seconds) list.push_back(std::round(s * 1e9) / 1e3);  // microseconds, ns precision
-      times[std::string(row->name)] = list;
-    }
+      for (double s : seconds) list.push_back(std::round(s * 1e9) / 1e3);  // ns precision
+      return list;
+    };
+    for (const auto& [row, seconds] : m.times) times[std::string(row->name)] = microseconds(seconds);
+    if (!m.hierarchical.empty()) times[std::string(kHierarchical)] = microseconds(m.hierarchical);
     t["times_us"] = times;
     tables.push_back(t);
   }

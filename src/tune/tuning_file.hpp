@@ -43,6 +43,8 @@ struct Measurements {
   std::vector<uint64_t> sizes;  // strictly increasing, >= 1
   /// Seconds per call of each measured algorithm at each size, in registry order.
   std::vector<std::pair<const algorithms::AlgorithmInfo*, std::vector<double>>> times;
+  /// Seconds per call of the hierarchical composition at each size; empty when not measured.
+  std::vector<double> hierarchical;
 };
 
 struct TuningFile {

@@ -4,7 +4,8 @@
 # world beyond every measured one, the fastest algorithm of the nearest simulated table (checked
 # against the file's own times, read independently with python); SHOAL_TUNE_SIM=off and
 # worlds up to the largest measured one do not read them; --merge keeps measured tables and
-# does not simulate what they cover; bad arguments exit non-zero with a message.
+# does not simulate what they cover; shoal-info says where a measured table's "hierarchical"
+# times take the hierarchy; bad arguments exit non-zero with a message.
 # Usage: bash test_shoal_sim.sh BIN_DIR     (ctest passes the build's bin directory)
 set -u
 # shellcheck source=tool_test.sh
@@ -115,7 +116,24 @@ else
   fail "measured up to 32 ranks, simulated above"
 fi
 
-# 5. Bad arguments: a message and a non-zero exit, no file.
+# 5. shoal-info's hierarchy column: a measured table's "hierarchical" times decide where they
+# cover the size (faster at 1 KiB, slower at 16 MiB here), SHOAL_HIERARCHICAL=off says no.
+cat >"$D/hier.json" <<'EOF'
+{"format": "shoal-tune 1",
+ "tables": [{"collective": "all_gather", "world": 32, "ranks_per_host": 4, "transport": "tcp",
+             "sizes": [1024, 16777216], "times_us": {"ring": [10, 20], "hierarchical": [1, 1000]}}]}
+EOF
+if SHOAL_TUNE_FILE=$D/hier.json info 32 >"$D/out" 2>&1 &&
+  grep -qE "^all_gather +1024 .* yes \(tuning file\)$" "$D/out" &&
+  grep -qE "^all_gather +16777216 .* no \(tuning file\)$" "$D/out" &&
+  SHOAL_HIERARCHICAL=off SHOAL_TUNE_FILE=$D/hier.json info 32 >"$D/out" 2>&1 &&
+  grep -qE "^all_gather +1024 .* no \(off\)$" "$D/out"; then
+  pass
+else
+  fail "shoal-info shows where the tuning file's hierarchical times take the hierarchy"
+fi
+
+# 6. Bad arguments: a message and a non-zero exit, no file.
 for args in "--worlds 1 --sizes 1K" "--worlds 8 --collectives all_smash" "--worlds 8 --sizes 1K:2K:1"; do
   # shellcheck disable=SC2086
   if "${GUARD[@]}" "$SIM" tune $args -o "$D/bad.json" >"$D/out" 2>&1 || [[ -e $D/bad.json ]] ||

@@ -336,6 +336,35 @@ TEST(TuningFile, CalibrationConstantsAreReadAndWritten) {
   EXPECT_FALSE(tune::parse_tuning_file(kGoodFile, "mem").tables[0].calibration.has_value());
 }
 
+// "hierarchical" times across hosts: read, written back, and compared with every row at the
+// call's size (interpolated as the rows are); a tie stays flat; no opinion outside the sizes,
+// without hierarchical times or with the dispatcher off.
+TEST(TuningFile, HierarchicalTimesDecideWhereTheyCoverTheCall) {
+  const std::string text = R"({"format": "shoal-tune 1", "tables": [
+      {"collective": "all_gather", "world": 8, "ranks_per_host": 2, "transport": "tcp",
+       "sizes": [1024, 1048576, 16777216],
+       "times_us": {"ring": [50, 500, 8000], "bruck": [20, 600, 9000], "hierarchical": [60, 300, 8000]}},
+      {"collective": "all_reduce", "world": 8, "ranks_per_host": 2, "transport": "tcp",
+       "sizes": [1024], "times_us": {"ring": [50]}}]})";
+  auto file = std::make_shared<const tune::TuningFile>(tune::parse_tuning_file(text, "mem"));
+  ASSERT_EQ(file->tables[0].hierarchical.size(), 3u);
+  EXPECT_TRUE(file->tables[1].hierarchical.empty());
+  const tune::TuningFile again = tune::parse_tuning_file(tune::to_json(*file), "mem2");
+  EXPECT_EQ(again.tables[0].hierarchical, file->tables[0].hierarchical);
+
+  const Dispatcher d(Context{8, 2, Transport::tcp}, tune::default_cost_params(Transport::tcp), file);
+  EXPECT_EQ(d.hierarchical_is_faster(Collective::all_gather, 1024), false);       // bruck 20 < 60
+  EXPECT_EQ(d.hierarchical_is_faster(Collective::all_gather, 1048576), true);     // 300 < 500
+  EXPECT_EQ(d.hierarchical_is_faster(Collective::all_gather, 4194304), true);     // interpolated
+  EXPECT_EQ(d.hierarchical_is_faster(Collective::all_gather, 16777216), false);   // tie with ring
+  EXPECT_EQ(d.hierarchical_is_faster(Collective::all_gather, 512), std::nullopt);  // outside
+  EXPECT_EQ(d.hierarchical_is_faster(Collective::all_reduce, 1024), std::nullopt);  // not timed
+  const Dispatcher off(Context{8, 2, Transport::tcp}, tune::default_cost_params(Transport::tcp), file, false);
+  EXPECT_EQ(off.hierarchical_is_faster(Collective::all_gather, 1048576), std::nullopt);
+  // The flat pick ignores the hierarchical column.
+  EXPECT_EQ(d.choose(Collective::all_gather, 1048576).algorithm->name, "ring");
+}
+
 TEST(TuningFile, RoundTripsThroughJson) {
   const tune::TuningFile a = tune::parse_tuning_file(kGoodFile, "mem");
   const tune::TuningFile b = tune::parse_tuning_file(tune::to_json(a, R"({"host": "x"})"), "mem2");
@@ -499,6 +528,15 @@ TEST(TuningFile, MalformedFilesAreRejectedWithTheProblem) {
   expect_rejected(table(R"({"collective": "all_reduce", "world": 4, "ranks_per_host": 4, "transport": "shm",
                             "calibration": {"alpha_us": 5}, "sizes": [8], "times_us": {"ring": [1]}})"),
                   "calibration: missing field 'beta_ns_per_byte'");
+  expect_rejected(table(R"({"collective": "all_reduce", "world": 4, "ranks_per_host": 4, "transport": "shm",
+                            "sizes": [8], "times_us": {"ring": [1], "hierarchical": [1]}})"),
+                  "times_us.hierarchical: needs several hosts of several ranks");
+  expect_rejected(table(R"({"collective": "broadcast", "world": 4, "ranks_per_host": 2, "transport": "tcp",
+                            "sizes": [8], "times_us": {"hierarchical": [1]}})"),
+                  "only all_reduce, all_gather and reduce_scatter have a hierarchical composition");
+  expect_rejected(table(R"({"collective": "all_gather", "world": 4, "ranks_per_host": 2, "transport": "tcp",
+                            "sizes": [8], "times_us": {"hierarchical": [1]}})"),
+                  "must time at least one algorithm besides hierarchical");
 }
 
 TEST(TuningFile, AMissingFileIsNamed) {
