@@ -5,7 +5,11 @@
 //   shoal-sim tune [model flags] --worlds 64,256,1024 --sizes 1K:256M:4 [--merge measured.json] -o FILE
 // The model starts from built-in defaults, then SHOAL_SIM_MODEL or --model (JSON, as calibrate
 // writes it), then the flags given on the command line.
+// GCC 12's -Wrestrict misfires in CLI11's formatter when it is inlined here (GCC bug 105329).
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wrestrict"
 #include <CLI/CLI.hpp>
+#pragma GCC diagnostic pop
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -137,6 +141,13 @@ sim::Builder hierarchical_builder(const algorithms::HierarchyPlan& plan) {
   return [plan](algorithms::Schedule& s, const algorithms::CollectiveArgs& a) { algorithms::hierarchical(s, a, plan); };
 }
 
+// Whether `coll` on `world` ranks of `ranks_per_host` per host has a hierarchical composition.
+bool hierarchy_fits(Collective coll, int world, int ranks_per_host) {
+  const bool composable = coll == Collective::all_reduce || coll == Collective::all_gather ||
+                          coll == Collective::reduce_scatter;
+  return composable && ranks_per_host > 1 && world > ranks_per_host && world % ranks_per_host == 0;
+}
+
 // `algo`: a row, "hier(LOCAL+INTER)", or "all" — every row and, when the world spans several
 // hosts of ranks_per_host ranks, hier(ring+X) for every row X of the collective.
 std::vector<Candidate> candidates_of(Collective coll, const std::string& algo, int world, int ranks_per_host) {
@@ -157,9 +168,7 @@ std::vector<Candidate> candidates_of(Collective coll, const std::string& algo, i
     return out;
   }
   for (const auto* row : rows_of(coll, algo)) out.push_back({std::string(row->name), sim::Builder(row->build)});
-  const bool composable = coll == Collective::all_reduce || coll == Collective::all_gather ||
-                          coll == Collective::reduce_scatter;
-  if (algo == "all" && composable && ranks_per_host > 1 && world > ranks_per_host && world % ranks_per_host == 0)
+  if (algo == "all" && hierarchy_fits(coll, world, ranks_per_host))
     for (const auto* row : rows_of(coll, "all")) {
       const algorithms::HierarchyPlan plan{ranks_per_host, "ring", row->name};
       out.push_back({algorithms::hierarchy_name(plan), hierarchical_builder(plan)});
@@ -235,6 +244,10 @@ int main(int argc, char** argv) {
   tune_cmd->add_option("--merge", tune_merge, "a measured tuning file (shoal-tune) to add the tables to");
   tune_cmd->add_option("-o,--output", tune_out, "the tuning file to write (SHOAL_TUNE_FILE)")->required();
   tune_cmd->add_option("--threads", tune_threads, "schedule builders at once (0: every core)");
+  bool tune_flat_only = false;
+  tune_cmd->add_flag("--no-hierarchical", tune_flat_only,
+                     "do not predict the hierarchy across hosts (the 'hierarchical' column, the best "
+                     "hier(ring+X)): about half the time");
   tune_model.add_to(tune_cmd);
 
   CLI11_PARSE(app, argc, argv);
@@ -354,19 +367,39 @@ int main(int argc, char** argv) {
             }
             m.times.emplace_back(row, std::move(times));
           }
-          // Where the choice changes: the fastest row per size, as runs of sizes.
-          std::string line;
-          const algorithms::AlgorithmInfo* prev = nullptr;
+          // Across hosts of several ranks: the hierarchy's time, the best composition (a ring
+          // inside hosts, every row between them; the runtime's phases pick their own rows).
+          if (!tune_flat_only && hierarchy_fits(coll, w, model.ranks_per_host))
+            for (size_t i = 0; i < sizes.size(); ++i) {
+              double best = 0;
+              for (const auto* row : rows_of(coll, "all")) {
+                const algorithms::HierarchyPlan plan{model.ranks_per_host, "ring", row->name};
+                auto a = sim::args_for(coll, sizes[i], w, DataType::float32);
+                a.chunk_bytes = tune_chunk;
+                const auto res = sim::simulate(sim::compile(a, hierarchical_builder(plan), tune_threads), model);
+                if (!res.error.empty())
+                  throw InternalError(algorithms::hierarchy_name(plan) + " at " + std::to_string(w) + " ranks: " + res.error);
+                if (best == 0 || res.time < best) best = std::max(res.time, 1e-9);
+              }
+              m.hierarchical.push_back(best);
+            }
+          // Where the choice changes: the fastest row (or the hierarchy) per size, as runs of sizes.
+          std::string line, prev;
           for (size_t i = 0; i < sizes.size(); ++i) {
-            const algorithms::AlgorithmInfo* best = nullptr;
+            std::string best;
             double best_t = 0;
             for (const auto& [row, t] : m.times)
-              if (!best || t[i] < best_t) {
-                best = row;
+              if (best.empty() || t[i] < best_t) {
+                best = row->name;
                 best_t = t[i];
               }
-            if (best != prev) line += std::string(line.empty() ? "" : " | ") + human_bytes(sizes[i]) + ": " +
-                                      std::string(best->name);
+            if (!m.hierarchical.empty() && m.hierarchical[i] < best_t) best = "hierarchical";
+            if (best != prev) {
+              if (!line.empty()) line += " | ";
+              line += human_bytes(sizes[i]);
+              line += ": ";
+              line += best;
+            }
             prev = best;
           }
           std::printf("  %-14s %6d ranks  %s\n", std::string(algorithms::to_string(coll)).c_str(), w, line.c_str());

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # End-to-end tests of shoal-sim's tune subcommand and the dispatcher reading what it writes:
 # the simulated tables are a valid tuning file; the dispatcher (through shoal-info) takes, for a
-# world beyond every measured one, the fastest algorithm of the nearest simulated table (checked
+# world beyond every measured one, the fastest algorithm of the nearest simulated table, and the
+# hierarchy where its predicted time is less still (checked
 # against the file's own times, read independently with python); SHOAL_TUNE_SIM=off and
 # worlds up to the largest measured one do not read them; --merge keeps measured tables and
 # does not simulate what they cover; shoal-info says where a measured table's "hierarchical"
@@ -30,7 +31,7 @@ assert keys == {(c, w) for c in ("all_reduce", "all_gather", "reduce_scatter") f
 for t in doc["tables"]:
     assert t["source"] == "simulated" and t["transport"] == "tcp" and t["ranks_per_host"] == 4
     assert t["sizes"] == [1024, 65536, 1048576, 16777216]
-    assert len(t["times_us"]) >= 2, t["times_us"].keys()
+    assert len(t["times_us"]) >= 3 and "hierarchical" in t["times_us"], t["times_us"].keys()
     for name, times in t["times_us"].items():
         assert len(times) == 4 and all(x > 0 for x in times), (name, times)
         assert times == sorted(times), (name, times)  # more bytes never take less time
@@ -40,7 +41,8 @@ else
   fail "tune writes a valid file of simulated tables"
 fi
 
-# fastest COLLECTIVE WORLD SIZE: the algorithm with the least time in the simulated table
+# fastest COLLECTIVE WORLD SIZE: the algorithm with the least time in the simulated table, then
+# "yes" when its hierarchical time is less still, else "no"
 fastest() {
   $PY - "$D/sim.json" "$1" "$2" "$3" <<'EOF'
 import json, sys
@@ -48,7 +50,9 @@ doc = json.load(open(sys.argv[1]))
 coll, world, size = sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
 (t,) = [t for t in doc["tables"] if t["collective"] == coll and t["world"] == world]
 i = t["sizes"].index(size)
-print(min(t["times_us"].items(), key=lambda kv: kv[1][i])[0])
+rows = {k: v for k, v in t["times_us"].items() if k != "hierarchical"}
+name, times = min(rows.items(), key=lambda kv: kv[1][i])
+print(name, "yes" if t["times_us"]["hierarchical"][i] < times[i] else "no")
 EOF
 }
 
@@ -57,15 +61,17 @@ info() {
   "${GUARD[@]}" "$INFO" --algorithms --world "$1" --ranks-per-host 4 --transport tcp --sizes $SIZES
 }
 
-# 2. For 100 and 4,096 ranks the dispatcher reads the 128-rank table, for 40 the 32-rank one.
+# 2. For 100 and 4,096 ranks the dispatcher reads the 128-rank table, for 40 the 32-rank one:
+# its row, and the hierarchy where the table's hierarchical time beats every row.
 for w in 40:32 100:128 4096:128; do
   world=${w%%:*} table=${w##*:}
   ok=1
   SHOAL_TUNE_FILE=$D/sim.json info "$world" >"$D/out" 2>&1 || ok=0
   for c in all_reduce all_gather reduce_scatter; do
     for s in 1024 65536 1048576 16777216; do
-      want=$(fastest $c "$table" $s)
-      grep -qE "^$c +$s +$want +simulation " "$D/out" || { ok=0; echo "want $c $s $want (table $table)"; }
+      read -r want hier <<<"$(fastest $c "$table" $s)"
+      grep -qE "^$c +$s +$want +simulation .* $hier \(simulation\)$" "$D/out" ||
+        { ok=0; echo "want $c $s $want, hierarchy $hier (table $table)"; }
     done
   done
   if ((ok)); then pass; else fail "world $world picks the fastest of the $table-rank simulated table"; fi
@@ -110,7 +116,7 @@ else
 fi
 if SHOAL_TUNE_FILE=$D/merged.json info 32 >"$D/out" 2>&1 && grep -qE "^all_reduce +65536 +ring +tuning file " "$D/out" &&
   SHOAL_TUNE_FILE=$D/merged.json info 64 >"$D/out" 2>&1 &&
-  grep -qE "^all_reduce +65536 +$(fastest all_reduce 128 65536) +simulation " "$D/out"; then
+  grep -qE "^all_reduce +65536 +$(fastest all_reduce 128 65536 | cut -d' ' -f1) +simulation " "$D/out"; then
   pass
 else
   fail "measured up to 32 ranks, simulated above"
