@@ -4,6 +4,7 @@
 #include <array>
 #include <cmath>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <tuple>
 #include <nlohmann/json.hpp>
@@ -227,6 +228,68 @@ Theta nnls(const std::vector<Theta>& raw, const std::vector<double>& rhs) {
   return best;
 }
 
+// Nelder-Mead in log(theta) on `loss` from `start` (a constant at 0 starts from `floor`), at
+// most `rounds` rounds; returns the best point seen. Used after the Gauss-Newton fit to lower
+// the mean absolute relative error, which follows the median (what calibration is judged by)
+// more closely than the squared error a few far points dominate.
+Theta nelder_mead_log(const Theta& start, const Theta& floor, const std::function<double(const Theta&)>& loss,
+                      int rounds) {
+  using V = std::array<double, kParams>;
+  auto theta_of = [](const V& v) {
+    Theta t;
+    for (int j = 0; j < kParams; ++j) t[j] = std::exp(v[j]);
+    return t;
+  };
+  std::array<V, kParams + 1> x;
+  std::array<double, kParams + 1> f;
+  for (int k = 0; k <= kParams; ++k) {
+    for (int j = 0; j < kParams; ++j) x[k][j] = std::log(std::max(start[j], floor[j]));
+    if (k > 0) x[k][k - 1] += 0.5;  // a factor of e^0.5 on one constant
+    f[k] = loss(theta_of(x[k]));
+  }
+  for (int round = 0; round < rounds; ++round) {
+    std::array<int, kParams + 1> order;
+    for (int k = 0; k <= kParams; ++k) order[k] = k;
+    std::sort(order.begin(), order.end(), [&](int a, int b) { return f[a] < f[b]; });
+    const int best = order[0], second_worst = order[kParams - 1], worst = order[kParams];
+    V centroid{};
+    for (int k = 0; k < kParams; ++k)
+      for (int j = 0; j < kParams; ++j) centroid[j] += x[order[k]][j] / kParams;
+    auto towards_worst = [&](double a) {
+      V v;
+      for (int j = 0; j < kParams; ++j) v[j] = centroid[j] + a * (x[worst][j] - centroid[j]);
+      return v;
+    };
+    auto take = [&](const V& v, double fv) {
+      x[worst] = v;
+      f[worst] = fv;
+    };
+    const V reflected = towards_worst(-1);
+    const double fr = loss(theta_of(reflected));
+    if (fr < f[best]) {
+      const V expanded = towards_worst(-2);
+      const double fe = loss(theta_of(expanded));
+      fe < fr ? take(expanded, fe) : take(reflected, fr);
+    } else if (fr < f[second_worst]) {
+      take(reflected, fr);
+    } else {
+      const V contracted = towards_worst(0.5);
+      const double fc = loss(theta_of(contracted));
+      if (fc < f[worst]) {
+        take(contracted, fc);
+      } else {  // shrink towards the best
+        for (int k = 0; k <= kParams; ++k) {
+          if (k == best) continue;
+          for (int j = 0; j < kParams; ++j) x[k][j] = x[best][j] + 0.5 * (x[k][j] - x[best][j]);
+          f[k] = loss(theta_of(x[k]));
+        }
+      }
+    }
+  }
+  const int best = static_cast<int>(std::min_element(f.begin(), f.end()) - f.begin());
+  return theta_of(x[best]);
+}
+
 struct Point {
   Measurement* m;
   Programs prog;
@@ -269,6 +332,16 @@ std::vector<Fit> calibrate(std::vector<Measurement>& points, ClusterModel& model
     // Points far off the first fit (a loaded machine's stalls: 1 KiB taking milliseconds)
     // are left out of the second one, and counted.
     std::vector<char> use(pts.size(), 1);
+    auto mean_abs_error = [&](const Theta& t) {
+      double sum = 0;
+      int n = 0;
+      for (size_t i = 0; i < pts.size(); ++i)
+        if (use[i]) {
+          sum += std::fabs(time_at(pts[i], t) - pts[i].m->seconds) / pts[i].m->seconds;
+          ++n;
+        }
+      return n ? sum / n : 0.0;
+    };
     auto fit_theta = [&] {
       for (int iter = 0; iter < iterations; ++iter) {
         std::vector<Theta> rows;
@@ -311,6 +384,9 @@ std::vector<Fit> calibrate(std::vector<Measurement>& points, ClusterModel& model
       for (size_t i = 0; i < pts.size(); ++i) use[i] = e[i] <= cut;
       fit_theta();
     }
+    const double gauss_newton_loss = mean_abs_error(theta);
+    const Theta refined = nelder_mead_log(theta, floor_step, mean_abs_error, 400);
+    if (mean_abs_error(refined) < gauss_newton_loss) theta = refined;
     Fit fit;
     fit.transport = transport;
     fit.latency = theta[0];
