@@ -32,6 +32,14 @@ double setting_or(const char* name, double fallback) {
   return x;
 }
 
+// A row's modelled time; with `host_share`, its bandwidth term is beta x the bytes a host
+// sends to other hosts (inter_host_share) instead of the flat model's.
+double modelled_cost(const AlgorithmInfo& row, int world, uint64_t bytes, const CostParams& c,
+                     const std::function<double(const AlgorithmInfo&)>& host_share) {
+  if (!host_share) return row.cost(world, bytes, c);
+  return row.cost(world, bytes, {c.alpha, 0, c.gamma}) + c.beta * host_share(row) * static_cast<double>(bytes);
+}
+
 }  // namespace
 
 std::string_view to_string(Choice::Source s) {
@@ -78,13 +86,34 @@ CostParams cost_params(Transport t, const CostParams* measured) {
   return c;
 }
 
-const AlgorithmInfo& cost_model_choice(Collective collective, uint64_t bytes, int world,
-                                       const CostParams& params) {
+double inter_host_share(const AlgorithmInfo& row, int world, int ranks_per_host) {
+  if (ranks_per_host >= world || world < 2) return 0;
+  // A representative call: 4096 float32 per block, so that every split is even.
+  algorithms::CollectiveArgs a;
+  a.collective = row.collective;
+  a.dtype = DataType::float32;
+  a.op = ReduceOp::sum;
+  a.size = world;
+  a.root = 0;
+  a.count = row.collective == Collective::all_reduce ? 4096ull * static_cast<uint64_t>(world) : 4096;
+  a.algorithm = &row;
+  a.forced = true;
+  double sent = 0;
+  for (int r = 0; r < ranks_per_host; ++r) {
+    a.rank = r;
+    for (const auto& step : algorithms::build_schedule(a).steps)
+      if (step.kind == algorithms::StepKind::send && step.peer >= ranks_per_host) sent += static_cast<double>(step.src.bytes);
+  }
+  return sent / static_cast<double>(algorithms::model_bytes(a));
+}
+
+const AlgorithmInfo& cost_model_choice(Collective collective, uint64_t bytes, int world, const CostParams& params,
+                                       const std::function<double(const AlgorithmInfo&)>& host_share) {
   const AlgorithmInfo* best = nullptr;
   double best_cost = 0;
   for (const auto& row : algorithms::registry()) {
     if (row.collective != collective) continue;
-    const double cost = row.cost(world, bytes, params);
+    const double cost = modelled_cost(row, world, bytes, params, host_share);
     // Strictly less: ties go to the earlier row, on every rank alike.
     if (!best || cost < best_cost) {
       best = &row;
@@ -99,6 +128,15 @@ Dispatcher::Dispatcher(Context context, CostParams params, std::shared_ptr<const
                        bool enabled, Interpolation interpolation)
     : context_(context), params_(params), file_(std::move(file)), enabled_(enabled), interpolation_(interpolation) {
   for (const auto& row : algorithms::registry()) ++rows_[static_cast<int>(row.collective)];
+  // Across hosts of several ranks: the bytes each row sends through a host's NICs.
+  if (enabled_ && context_.transport == Transport::tcp && context_.ranks_per_host > 1 &&
+      context_.world > context_.ranks_per_host) {
+    for (const auto& row : algorithms::registry()) {
+      const bool served = row.collective == Collective::all_reduce || row.collective == Collective::all_gather ||
+                          row.collective == Collective::reduce_scatter;
+      host_share_.push_back(served ? inter_host_share(row, context_.world, context_.ranks_per_host) : 0);
+    }
+  }
   if (!file_) return;
   // Per collective, the table of the same transport nearest in world size, then in ranks per
   // host (log distance; an exact match is 0); the first in the file on a tie. Measured tables
@@ -181,9 +219,12 @@ Choice Dispatcher::choose(Collective collective, uint64_t bytes) const {
     return choice;
   }
   // Outside what was measured (or nothing measured): the cost model.
-  choice.algorithm = &cost_model_choice(collective, bytes, context_.world, params_);
+  std::function<double(const AlgorithmInfo&)> share;
+  if (!host_share_.empty())
+    share = [this](const AlgorithmInfo& row) { return host_share_[&row - algorithms::registry().data()]; };
+  choice.algorithm = &cost_model_choice(collective, bytes, context_.world, params_, share);
   choice.source = Choice::Source::cost_model;
-  choice.predicted_s = choice.algorithm->cost(context_.world, bytes, params_);
+  choice.predicted_s = modelled_cost(*choice.algorithm, context_.world, bytes, params_, share);
   return choice;
 }
 

@@ -8,6 +8,7 @@
 #pragma once
 
 #include <array>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string_view>
@@ -37,9 +38,19 @@ algorithms::CostParams default_cost_params(Transport t);
 algorithms::CostParams cost_params(Transport t, const algorithms::CostParams* measured = nullptr);
 
 /// The row of `collective` with the least predicted time for `bytes` (model_bytes) on `world`
-/// ranks; ties go to the earlier row.
-const algorithms::AlgorithmInfo& cost_model_choice(algorithms::Collective collective, uint64_t bytes,
-                                                   int world, const algorithms::CostParams& params);
+/// ranks; ties go to the earlier row. `host_share`, when given, replaces each row's bandwidth
+/// term by beta x host_share(row) x bytes (see inter_host_share).
+const algorithms::AlgorithmInfo& cost_model_choice(
+    algorithms::Collective collective, uint64_t bytes, int world, const algorithms::CostParams& params,
+    const std::function<double(const algorithms::AlgorithmInfo&)>& host_share = nullptr);
+
+/// The bytes the ranks of one host send to other hosts in one call of `row`, as a fraction of
+/// the call's bytes (model_bytes): counted from the row's own schedules for the ranks of host 0
+/// with `ranks_per_host` ranks per host in blocks (the layout launchers give). Across hosts the
+/// host's NICs, which all its ranks share, are what a call waits for: the ring crosses each
+/// host boundary once ((p-1)/p, its own model's term), the butterflies send every rank's share
+/// across at once (more).
+double inter_host_share(const algorithms::AlgorithmInfo& row, int world, int ranks_per_host);
 
 /// How measured times are read between two measured sizes.
 enum class Interpolation : uint8_t {
@@ -92,6 +103,8 @@ class Dispatcher {
   Interpolation interpolation_;
   std::array<const Measurements*, kCollectives> tables_{};
   std::array<int, kCollectives> rows_{};  // how many rows serve each collective
+  /// Per registry row, inter_host_share at this context; empty on one host or one rank per host.
+  std::vector<double> host_share_;
 };
 
 }  // namespace shoal::tune

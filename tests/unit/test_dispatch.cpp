@@ -164,6 +164,33 @@ TEST(Calibration, MeasuredConstantsFeedTheCostModelAndSettingsStillWin) {
   EXPECT_NE(d.choose(Collective::all_reduce, 1 << 20).algorithm->name, "ring");
 }
 
+// Across hosts the bandwidth term counts the bytes a host sends through its NICs, from the
+// rows' own schedules: the ring crosses each host boundary once ((p-1)/p of the bytes, as its
+// flat model says), recursive doubling and halving send every rank's share across; on one host
+// (or one rank per host) there is nothing to count.
+TEST(CostModel, AcrossHostsTheBandwidthTermIsWhatAHostSendsToOthers) {
+  auto row = [](Collective c, const char* name) { return *algorithms::find_algorithm(c, name); };
+  for (int p : {8, 16}) {
+    EXPECT_NEAR(tune::inter_host_share(row(Collective::all_gather, "ring"), p, 2), (p - 1.0) / p, 1e-9) << p;
+    EXPECT_NEAR(tune::inter_host_share(row(Collective::reduce_scatter, "ring"), p, 2), (p - 1.0) / p, 1e-9) << p;
+    EXPECT_NEAR(tune::inter_host_share(row(Collective::all_reduce, "ring"), p, 2), 2 * (p - 1.0) / p, 1e-9) << p;
+    EXPECT_GT(tune::inter_host_share(row(Collective::all_gather, "recursive_doubling"), p, 2), 1.4) << p;
+    EXPECT_GT(tune::inter_host_share(row(Collective::reduce_scatter, "recursive_halving"), p, 2), 1.4) << p;
+  }
+  EXPECT_EQ(tune::inter_host_share(row(Collective::all_gather, "ring"), 8, 8), 0.0);
+  // The flat model picks recursive halving for a large reduce_scatter at 8 ranks (same bytes as
+  // the ring, fewer steps); across 4 hosts of 2 it must not: it sends 1.5 n through a host's NICs.
+  const algorithms::CostParams tcp{3.5e-5, 8e-9, 2e-11};
+  const Dispatcher one_host(Context{8, 8, Transport::tcp}, tcp, nullptr);
+  const Dispatcher four_hosts(Context{8, 2, Transport::tcp}, tcp, nullptr);
+  EXPECT_EQ(one_host.choose(Collective::reduce_scatter, 16 << 20).algorithm->name, "recursive_halving");
+  const auto across = four_hosts.choose(Collective::reduce_scatter, 16 << 20);
+  EXPECT_NE(across.algorithm->name, "recursive_halving");
+  EXPECT_NEAR(across.predicted_s, tcp.beta * tune::inter_host_share(*across.algorithm, 8, 2) * (16 << 20) +
+                                      across.algorithm->cost(8, 16 << 20, {tcp.alpha, 0, tcp.gamma}),
+              1e-12);
+}
+
 TEST(Context, FromTopology) {
   const Context c = tune::make_context({0, 0, 0, 1, 1, 2}, false);
   EXPECT_EQ(c.world, 6);
