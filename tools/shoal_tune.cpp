@@ -209,19 +209,21 @@ std::vector<std::pair<std::string, const std::vector<double>*>> columns_of(const
 }
 
 // What runs a call of `bytes`, as the communicator decides it: the hierarchy when
-// SHOAL_HIERARCHICAL=auto takes it (the table's times where they cover the size, else the
-// default 1 MiB threshold), else the dispatcher's row. `fallback`: the cost model decided.
+// SHOAL_HIERARCHICAL=auto takes it (the table's hierarchical times, else the default 1 MiB
+// threshold), else the dispatcher's row. `fallback`: not read from a measured size of the
+// dispatcher's table (outside its sizes, or no table: the cost model and the threshold).
 struct Pick {
   std::string name;
   bool fallback = false;
 };
 Pick pick_of(const tune::Dispatcher& d, const tune::Measurements& m, uint64_t bytes) {
+  const tune::Measurements* t = d.table_for(m.collective);
+  const bool fallback = !t || bytes < t->sizes.front() || bytes > t->sizes.back();
   if (!m.hierarchical.empty()) {
     const auto faster = d.hierarchical_is_faster(m.collective, bytes);
-    if (faster ? *faster : bytes >= (1u << 20)) return {"hierarchical", !faster.has_value()};
+    if (faster ? *faster : bytes >= (1u << 20)) return {"hierarchical", fallback};
   }
-  const tune::Choice c = d.choose(m.collective, bytes);
-  return {std::string(c.algorithm->name), c.source == tune::Choice::Source::cost_model};
+  return {std::string(d.choose(m.collective, bytes).algorithm->name), fallback};
 }
 
 double time_of(const tune::Measurements& m, const std::string& name, size_t i) {
@@ -351,7 +353,8 @@ int report(const std::string& path, const std::string& picks_path) {
                   pct(row_log[steadiest]));
     excess += line;
   }
-  std::printf("\n* = outside the other half's sizes: the cost model's pick.\n\nHeld-out accuracy (pick within 10%% of "
+  std::printf("\n* = outside the sizes of the dispatcher's table: the nearest size's ranking (no table: the cost "
+              "model).\n\nHeld-out accuracy (pick within 10%% of "
               "the best measured time at that size):\n\n| model | within 10%% |\n|---|---:|\n");
   for (const auto& [name, t] : tally)
     std::printf("| %s | %d / %d (%.0f%%) |\n", name.c_str(), t.hits, t.total, t.total ? 100.0 * t.hits / t.total : 0.0);

@@ -483,6 +483,9 @@ void Engine::break_comm(ErrorCode code, const std::string& message, int peer) {
         culprit = outer_ranks_[peer];
         where += ": its rank " + std::to_string(peer) + " is rank " + std::to_string(culprit);
       }
+      // The message names this rank by its rank in here too ("cut off from rank 3").
+      if (rank_ < static_cast<int>(outer_ranks_.size()))
+        where += "; this is its rank " + std::to_string(rank_) + ", rank " + std::to_string(outer_ranks_[rank_]);
       where += "]";
     }
   }

@@ -73,7 +73,8 @@ const std::vector<Setting>& settings() {
        "all_reduce, all_gather, reduce_scatter across hosts in an intra-host and an inter-host phase "
        "on sub-communicators (rank-aligned groups at once). auto: when every host has the same number "
        ">1 of ranks, >1 host, SHOAL_ALGO is unset and the tuning file's \"hierarchical\" times say it is "
-       "faster (where they cover the size; else: the message is at least SHOAL_HIERARCHICAL_MIN_BYTES); "
+       "faster (at the nearest measured size; without such times: the message is at least "
+       "SHOAL_HIERARCHICAL_MIN_BYTES); "
        "on: whenever that layout holds; off: never. Equal on all ranks"},
       {"SHOAL_HIERARCHICAL_MIN_BYTES", "bytes", "1M",
        "smallest message SHOAL_HIERARCHICAL=auto runs hierarchically where no tuning file times the "

@@ -187,7 +187,7 @@ struct Between {
 };
 
 std::optional<Between> locate(const Measurements& m, uint64_t bytes, Interpolation interpolation) {
-  if (bytes < m.sizes.front() || bytes > m.sizes.back()) return std::nullopt;
+  if (bytes < m.sizes.front() || bytes > m.sizes.back()) return std::nullopt;  // callers clamp
   const size_t hi = static_cast<size_t>(std::lower_bound(m.sizes.begin(), m.sizes.end(), bytes) - m.sizes.begin());
   const size_t lo = m.sizes[hi] == bytes ? hi : hi - 1;
   double w = 0;
@@ -206,19 +206,24 @@ Choice Dispatcher::choose(Collective collective, uint64_t bytes) const {
     choice.algorithm = &algorithms::first_row(collective);
     return choice;
   }
-  const Measurements* m = tables_[static_cast<int>(collective)];
-  if (const auto between = m ? locate(*m, bytes, interpolation_) : std::nullopt) {
+  if (const Measurements* m = tables_[static_cast<int>(collective)]) {
+    // Outside the measured sizes, the ranking at the nearest one: beyond the largest every
+    // row is bound by bandwidth and keeps its place, below the smallest by latency; the
+    // measurement knows the machine better than the model does.
+    const uint64_t at = std::clamp(bytes, m->sizes.front(), m->sizes.back());
+    const Between between = *locate(*m, at, interpolation_);
     for (const auto& [row, seconds] : m->times) {
-      const double t = between->at(seconds);
+      const double t = between.at(seconds);
       if (!choice.algorithm || t < choice.predicted_s) {
         choice.algorithm = row;
         choice.predicted_s = t;
       }
     }
+    if (bytes > at) choice.predicted_s *= static_cast<double>(bytes) / static_cast<double>(at);
     choice.source = m->simulated ? Choice::Source::simulation : Choice::Source::tuning_file;
     return choice;
   }
-  // Outside what was measured (or nothing measured): the cost model.
+  // Nothing measured: the cost model.
   std::function<double(const AlgorithmInfo&)> share;
   if (!host_share_.empty())
     share = [this](const AlgorithmInfo& row) { return host_share_[&row - algorithms::registry().data()]; };
@@ -231,11 +236,13 @@ Choice Dispatcher::choose(Collective collective, uint64_t bytes) const {
 std::optional<bool> Dispatcher::hierarchical_is_faster(Collective collective, uint64_t bytes) const {
   const Measurements* m = enabled_ ? tables_[static_cast<int>(collective)] : nullptr;
   if (!m || m->hierarchical.empty()) return std::nullopt;
-  const auto between = locate(*m, bytes, interpolation_);
-  if (!between) return std::nullopt;
-  const double hierarchical = between->at(m->hierarchical);
+  // Outside the measured sizes, the verdict at the nearest one (every column's time grows
+  // alike with the bytes there; a blind threshold knows less).
+  const uint64_t at = std::clamp(bytes, m->sizes.front(), m->sizes.back());
+  const Between between = *locate(*m, at, interpolation_);
+  const double hierarchical = between.at(m->hierarchical);
   for (const auto& [row, seconds] : m->times)
-    if (between->at(seconds) <= hierarchical) return false;  // a tie stays flat
+    if (between.at(seconds) <= hierarchical) return false;  // a tie stays flat
   return true;
 }
 

@@ -1,8 +1,10 @@
 // The dispatcher: which algorithm runs a call, from (collective, bytes, world size, ranks per
 // host, transport). Measured times from a tuning file (SHOAL_TUNE_FILE, written by shoal-tune)
-// where they cover the call, interpolated in log(size); for a world larger than any measured,
+// of the nearest world, interpolated in log(size) (outside its sizes: the ranking at the
+// nearest); for a world larger than any measured,
 // the simulator's predicted times when the file has them (shoal-sim tune; SHOAL_TUNE_SIM=off
-// ignores them); the alpha-beta-gamma cost models of the registry otherwise. Every input is
+// ignores them); the alpha-beta-gamma cost models of the registry where no table serves the
+// collective and transport. Every input is
 // the same on every rank (the file, the settings, the topology), so every rank picks the same
 // row: the pick is part of each frame's signature.
 #pragma once
@@ -81,8 +83,9 @@ class Dispatcher {
   Choice choose(algorithms::Collective collective, uint64_t bytes) const;
 
   /// Whether the hierarchical composition (comm/hierarchical.hpp) is faster than every row for
-  /// a call of `bytes`, by the table's "hierarchical" times; nullopt when the table has none or
-  /// does not cover `bytes` (SHOAL_HIERARCHICAL_MIN_BYTES decides then). A tie stays flat.
+  /// a call of `bytes`, by the table's "hierarchical" times (outside its sizes: at the nearest
+  /// one); nullopt when the table has none (SHOAL_HIERARCHICAL_MIN_BYTES decides then). A tie
+  /// stays flat.
   std::optional<bool> hierarchical_is_faster(algorithms::Collective collective, uint64_t bytes) const;
 
   /// The table this dispatcher reads for `collective`, or nullptr: of the same transport, the

@@ -155,8 +155,9 @@ case_partition() {
   ip netns exec "$P-h3" ip link set eth1 up
   [[ $rc != 0 && $rc != 124 && $rc != 137 ]] || { echo "exit status $rc after $took s:"; tail -20 "$D/part.out"; return 1; }
   # Named by its rank in the job, also when a sub-communicator of the hierarchy saw it.
-  # Either side of the cut may speak first: host 3's ranks name a rank of another host.
-  grep -qE "rank [67] sent nothing for [0-9.]+ s .*SHOAL_HEARTBEAT|sent nothing for [0-9.]+ s .*SHOAL_HEARTBEAT.*(cut off from rank [67] |: its rank [0-9]+ is rank [67]\])" "$D/part.out" ||
+  # Either side of the cut may speak first: host 3's ranks name a rank of another host (in a
+  # sub-communicator, "this is its rank N, rank 6" gives the speaker's rank in the job).
+  grep -qE "rank [67] sent nothing for [0-9.]+ s .*SHOAL_HEARTBEAT|sent nothing for [0-9.]+ s .*SHOAL_HEARTBEAT.*(cut off from rank [67] |: its rank [0-9]+ is rank [67][];]|this is its rank [0-9]+, rank [67]\])" "$D/part.out" ||
     { echo "no rank declared the other side of the cut silent:"; grep -i "shoal-bench: rank" "$D/part.out" | head; return 1; }
   ge 15 "$took" || { echo "the job took $took s to end after the partition"; return 1; }
   echo "the job ended $took s after host 3 was cut off: $(grep -oE "rank [0-9]+ sent nothing for [0-9.]+ s|its rank [0-9]+ is rank [0-9]+" "$D/part.out" | head -2 | tr '\n' ' ')"

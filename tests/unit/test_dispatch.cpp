@@ -316,15 +316,22 @@ TEST(TuningFile, InterpolatesInLogSize) {
   EXPECT_EQ(pick(n, Collective::all_reduce, 30000), "rabenseifner");
 }
 
-TEST(TuningFile, OutsideTheMeasuredSizesTheCostModelDecides) {
+// Outside the measured sizes the ranking at the nearest measured size decides, not the cost
+// model; where the file has no table for the collective, the cost model does.
+TEST(TuningFile, OutsideTheMeasuredSizesTheNearestMeasuredSizeDecides) {
   TempFile f(kGoodFile);
   ScopedEnv file("SHOAL_TUNE_FILE", f.path);
   const Dispatcher d = Dispatcher::from_environment(Context{4, 4, Transport::shm});
-  const Dispatcher model = model_only(4, Transport::shm);
-  for (uint64_t bytes : {uint64_t{0}, uint64_t{8}, uint64_t{1023}, uint64_t{16 << 20} + 1, uint64_t{1} << 34}) {
-    EXPECT_EQ(d.choose(Collective::all_reduce, bytes).source, Choice::Source::cost_model) << bytes;
-    EXPECT_EQ(pick(d, Collective::all_reduce, bytes), pick(model, Collective::all_reduce, bytes)) << bytes;
+  const tune::Measurements& m = *d.table_for(Collective::all_reduce);
+  for (uint64_t bytes : {uint64_t{0}, uint64_t{8}, uint64_t{1023}}) {
+    EXPECT_EQ(d.choose(Collective::all_reduce, bytes).source, Choice::Source::tuning_file) << bytes;
+    EXPECT_EQ(pick(d, Collective::all_reduce, bytes), pick(d, Collective::all_reduce, m.sizes.front())) << bytes;
   }
+  for (uint64_t bytes : {m.sizes.back() + 1, uint64_t{1} << 34}) {
+    EXPECT_EQ(d.choose(Collective::all_reduce, bytes).source, Choice::Source::tuning_file) << bytes;
+    EXPECT_EQ(pick(d, Collective::all_reduce, bytes), pick(d, Collective::all_reduce, m.sizes.back())) << bytes;
+  }
+  EXPECT_EQ(d.choose(Collective::reduce_scatter, 1 << 20).source, Choice::Source::cost_model);  // no table
 }
 
 TEST(TuningFile, NearestWorldOnTheSameTransport) {
@@ -364,8 +371,8 @@ TEST(TuningFile, CalibrationConstantsAreReadAndWritten) {
 }
 
 // "hierarchical" times across hosts: read, written back, and compared with every row at the
-// call's size (interpolated as the rows are); a tie stays flat; no opinion outside the sizes,
-// without hierarchical times or with the dispatcher off.
+// call's size (interpolated as the rows are; outside the sizes, at the nearest); a tie stays
+// flat; no opinion without hierarchical times or with the dispatcher off.
 TEST(TuningFile, HierarchicalTimesDecideWhereTheyCoverTheCall) {
   const std::string text = R"({"format": "shoal-tune 1", "tables": [
       {"collective": "all_gather", "world": 8, "ranks_per_host": 2, "transport": "tcp",
@@ -384,7 +391,8 @@ TEST(TuningFile, HierarchicalTimesDecideWhereTheyCoverTheCall) {
   EXPECT_EQ(d.hierarchical_is_faster(Collective::all_gather, 1048576), true);     // 300 < 500
   EXPECT_EQ(d.hierarchical_is_faster(Collective::all_gather, 4194304), true);     // interpolated
   EXPECT_EQ(d.hierarchical_is_faster(Collective::all_gather, 16777216), false);   // tie with ring
-  EXPECT_EQ(d.hierarchical_is_faster(Collective::all_gather, 512), std::nullopt);  // outside
+  EXPECT_EQ(d.hierarchical_is_faster(Collective::all_gather, 512), false);        // as at 1024
+  EXPECT_EQ(d.hierarchical_is_faster(Collective::all_gather, 1ull << 30), false);  // as at 16M
   EXPECT_EQ(d.hierarchical_is_faster(Collective::all_reduce, 1024), std::nullopt);  // not timed
   const Dispatcher off(Context{8, 2, Transport::tcp}, tune::default_cost_params(Transport::tcp), file, false);
   EXPECT_EQ(off.hierarchical_is_faster(Collective::all_gather, 1048576), std::nullopt);
@@ -448,9 +456,10 @@ TEST(TuningFile, SimulatedTablesServeOnlyWorldsLargerThanAnyMeasured) {
     EXPECT_EQ(c.source, Choice::Source::simulation) << p;
     EXPECT_DOUBLE_EQ(c.predicted_s, 5e-6) << p;
   }
-  // outside the simulated sizes: the cost model
+  // outside the simulated sizes: the nearest simulated size's ranking
   const Dispatcher big = Dispatcher::from_environment(Context{1024, 2, Transport::tcp});
-  EXPECT_EQ(big.choose(Collective::all_reduce, uint64_t{1} << 30).source, Choice::Source::cost_model);
+  EXPECT_EQ(big.choose(Collective::all_reduce, uint64_t{1} << 30).source, Choice::Source::simulation);
+  EXPECT_EQ(pick(big, Collective::all_reduce, uint64_t{1} << 30), pick(big, Collective::all_reduce, 1048576));
   // another transport sees none of them
   EXPECT_EQ(Dispatcher::from_environment(Context{1024, 1024, Transport::shm}).table_for(Collective::all_reduce),
             nullptr);
