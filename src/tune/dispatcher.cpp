@@ -179,15 +179,15 @@ const Measurements* Dispatcher::table_for(Collective collective) const {
 }
 
 // Where `bytes` falls among a table's sizes: the neighbours lo <= bytes <= hi and the weight of
-// hi (log-linear, or 0/1 for the nearest); nullopt outside the measured sizes.
+// hi (log-linear, or 0/1 for the nearest). Outside the measured sizes: the nearest end.
 struct Between {
   size_t lo, hi;
   double w;
   double at(const std::vector<double>& t) const { return (1 - w) * t[lo] + w * t[hi]; }
 };
 
-std::optional<Between> locate(const Measurements& m, uint64_t bytes, Interpolation interpolation) {
-  if (bytes < m.sizes.front() || bytes > m.sizes.back()) return std::nullopt;  // callers clamp
+Between locate(const Measurements& m, uint64_t bytes, Interpolation interpolation) {
+  bytes = std::clamp(bytes, m.sizes.front(), m.sizes.back());
   const size_t hi = static_cast<size_t>(std::lower_bound(m.sizes.begin(), m.sizes.end(), bytes) - m.sizes.begin());
   const size_t lo = m.sizes[hi] == bytes ? hi : hi - 1;
   double w = 0;
@@ -210,8 +210,7 @@ Choice Dispatcher::choose(Collective collective, uint64_t bytes) const {
     // Outside the measured sizes, the ranking at the nearest one: beyond the largest every
     // row is bound by bandwidth and keeps its place, below the smallest by latency; the
     // measurement knows the machine better than the model does.
-    const uint64_t at = std::clamp(bytes, m->sizes.front(), m->sizes.back());
-    const Between between = *locate(*m, at, interpolation_);
+    const Between between = locate(*m, bytes, interpolation_);
     for (const auto& [row, seconds] : m->times) {
       const double t = between.at(seconds);
       if (!choice.algorithm || t < choice.predicted_s) {
@@ -219,13 +218,14 @@ Choice Dispatcher::choose(Collective collective, uint64_t bytes) const {
         choice.predicted_s = t;
       }
     }
-    if (bytes > at) choice.predicted_s *= static_cast<double>(bytes) / static_cast<double>(at);
+    if (bytes > m->sizes.back()) choice.predicted_s *= static_cast<double>(bytes) / static_cast<double>(m->sizes.back());
     choice.source = m->simulated ? Choice::Source::simulation : Choice::Source::tuning_file;
     return choice;
   }
   // Nothing measured: the cost model.
   std::function<double(const AlgorithmInfo&)> share;
-  if (!host_share_.empty())
+  if (!host_share_.empty() && (collective == Collective::all_reduce || collective == Collective::all_gather ||
+                               collective == Collective::reduce_scatter))
     share = [this](const AlgorithmInfo& row) { return host_share_[&row - algorithms::registry().data()]; };
   choice.algorithm = &cost_model_choice(collective, bytes, context_.world, params_, share);
   choice.source = Choice::Source::cost_model;
@@ -238,8 +238,7 @@ std::optional<bool> Dispatcher::hierarchical_is_faster(Collective collective, ui
   if (!m || m->hierarchical.empty()) return std::nullopt;
   // Outside the measured sizes, the verdict at the nearest one (every column's time grows
   // alike with the bytes there; a blind threshold knows less).
-  const uint64_t at = std::clamp(bytes, m->sizes.front(), m->sizes.back());
-  const Between between = *locate(*m, at, interpolation_);
+  const Between between = locate(*m, bytes, interpolation_);
   const double hierarchical = between.at(m->hierarchical);
   for (const auto& [row, seconds] : m->times)
     if (between.at(seconds) <= hierarchical) return false;  // a tie stays flat
