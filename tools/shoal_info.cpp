@@ -59,11 +59,8 @@ static void print_dispatch(const tune::Context& ctx, const std::string& size_lis
     if (!layout) return "-";
     if (mode != "auto") return mode == "on" ? "yes (on)" : "no (off)";
     if (!config::get("SHOAL_ALGO").empty()) return "no (SHOAL_ALGO)";
-    if (const auto faster = d.hierarchical_is_faster(coll, bytes)) {
-      const std::string from = d.table_for(coll)->simulated ? " (simulation)" : " (tuning file)";
-      return (*faster ? "yes" : "no") + from;
-    }
-    return bytes >= min_bytes ? "yes (min bytes)" : "no (min bytes)";
+    const auto verdict = d.auto_hierarchy(coll, bytes, min_bytes);
+    return (verdict.take ? "yes (" : "no (") + std::string(verdict.from) + ")";
   };
   std::printf("%-15s %12s %-19s %-12s %-12s %s\n", "collective", "bytes", "algorithm", "from", "predicted", "hierarchy");
   for (auto coll : {algorithms::Collective::all_reduce, algorithms::Collective::all_gather,

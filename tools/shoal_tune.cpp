@@ -201,8 +201,9 @@ std::shared_ptr<const tune::TuningFile> half_of(const tune::Measurements& m, siz
 }
 
 // A table's columns: its rows, then "hierarchical" when it was timed.
-std::vector<std::pair<std::string, const std::vector<double>*>> columns_of(const tune::Measurements& m) {
-  std::vector<std::pair<std::string, const std::vector<double>*>> cols;
+using Columns = std::vector<std::pair<std::string, const std::vector<double>*>>;
+Columns columns_of(const tune::Measurements& m) {
+  Columns cols;
   for (const auto& [row, t] : m.times) cols.emplace_back(std::string(row->name), &t);
   if (!m.hierarchical.empty()) cols.emplace_back("hierarchical", &m.hierarchical);
   return cols;
@@ -219,15 +220,13 @@ struct Pick {
 Pick pick_of(const tune::Dispatcher& d, const tune::Measurements& m, uint64_t bytes) {
   const tune::Measurements* t = d.table_for(m.collective);
   const bool fallback = !t || bytes < t->sizes.front() || bytes > t->sizes.back();
-  if (!m.hierarchical.empty()) {
-    const auto faster = d.hierarchical_is_faster(m.collective, bytes);
-    if (faster ? *faster : bytes >= (1u << 20)) return {"hierarchical", fallback};
-  }
+  if (!m.hierarchical.empty() && d.auto_hierarchy(m.collective, bytes, uint64_t{1} << 20).take)
+    return {"hierarchical", fallback};
   return {std::string(d.choose(m.collective, bytes).algorithm->name), fallback};
 }
 
-double time_of(const tune::Measurements& m, const std::string& name, size_t i) {
-  for (const auto& [n, t] : columns_of(m))
+double time_of(const Columns& cols, const std::string& name, size_t i) {
+  for (const auto& [n, t] : cols)
     if (n == name) return (*t)[i];
   return 1e30;  // not measured: never "within 10%"
 }
@@ -286,18 +285,18 @@ int report(const std::string& path, const std::string& picks_path) {
       }
       const double best_t = (*cols[best].second)[i];
       for (size_t a = 0; a < cols.size(); ++a) row_log[a] += std::log((*cols[a].second)[i] / best_t);
-      auto within = [&](const Pick& p) { return time_of(m, p.name, i) <= 1.1 * best_t; };
+      auto within = [&](const Pick& p) { return time_of(cols, p.name, i) <= 1.1 * best_t; };
       auto mark = [&](const Pick& p) {
         char buf[96];
         std::snprintf(buf, sizeof buf, "%s%s (%+.0f%%)", p.name.c_str(), p.fallback ? "*" : "",
-                      (time_of(m, p.name, i) / best_t - 1) * 100);
+                      (time_of(cols, p.name, i) / best_t - 1) * 100);
         return std::string(buf);
       };
       const Pick held = pick_of(halves[0][i % 2], m, s);
       const Pick near = pick_of(halves[1][i % 2], m, s);
       const Pick cm = pick_of(calibrated ? *calibrated : model, m, s);
-      picked_total += time_of(m, held.name, i);
-      picked_log += std::log(time_of(m, held.name, i) / best_t);
+      picked_total += time_of(cols, held.name, i);
+      picked_log += std::log(time_of(cols, held.name, i) / best_t);
       std::printf(" %s | %s | %s |", cols[best].first.c_str(), mark(held).c_str(), mark(cm).c_str());
       auto count = [&](const std::string& name, const Pick& p) {
         tally[name].total++;
@@ -305,8 +304,8 @@ int report(const std::string& path, const std::string& picks_path) {
       };
       if (from_other_run) {
         const Pick o = pick_of(*from_other_run, m, s);
-        other_total += time_of(m, o.name, i);
-        other_log += std::log(time_of(m, o.name, i) / best_t);
+        other_total += time_of(cols, o.name, i);
+        other_log += std::log(time_of(cols, o.name, i) / best_t);
         std::printf(" %s |", mark(o).c_str());
         count("table from the other run (all its sizes)", o);
       }

@@ -332,11 +332,9 @@ std::optional<Work> CommImpl::try_hierarchical(const comm::HierCall& c, bool blo
     return std::nullopt;
   // The size auto decides by: the whole vector, the gathered output, the scattered input.
   const uint64_t bytes = c.count * size_of(c.dtype) * (c.collective == Collective::all_reduce ? 1 : size);
-  if (*hierarchy_mode == comm::HierarchyMode::automatic) {
-    // The tuning file's "hierarchical" times where they cover the call, else the threshold.
-    const auto faster = dispatcher().hierarchical_is_faster(c.collective, bytes);
-    if (faster ? !*faster : bytes < hierarchy_min_bytes) return std::nullopt;
-  }
+  if (*hierarchy_mode == comm::HierarchyMode::automatic &&
+      !dispatcher().auto_hierarchy(c.collective, bytes, hierarchy_min_bytes).take)
+    return std::nullopt;
   if (engine->broken()) {  // the groups would not know yet
     auto state = std::make_shared<WorkState>();
     state->complete(engine->broken_error());

@@ -128,16 +128,23 @@ Dispatcher::Dispatcher(Context context, CostParams params, std::shared_ptr<const
                        bool enabled, Interpolation interpolation)
     : context_(context), params_(params), file_(std::move(file)), enabled_(enabled), interpolation_(interpolation) {
   for (const auto& row : algorithms::registry()) ++rows_[static_cast<int>(row.collective)];
-  // Across hosts of several ranks: the bytes each row sends through a host's NICs.
-  if (enabled_ && context_.transport == Transport::tcp && context_.ranks_per_host > 1 &&
-      context_.world > context_.ranks_per_host) {
-    for (const auto& row : algorithms::registry()) {
-      const bool served = row.collective == Collective::all_reduce || row.collective == Collective::all_gather ||
-                          row.collective == Collective::reduce_scatter;
-      host_share_.push_back(served ? inter_host_share(row, context_.world, context_.ranks_per_host) : 0);
-    }
+  if (file_) choose_tables();
+  // Across hosts of several ranks, where no table decides: the bytes each row sends through a
+  // host's NICs (schedules built once here, not per call).
+  if (!enabled_ || context_.transport != Transport::tcp || context_.ranks_per_host <= 1 ||
+      context_.world <= context_.ranks_per_host)
+    return;
+  host_share_.assign(algorithms::registry().size(), 0.0);
+  for (Collective c : {Collective::all_reduce, Collective::all_gather, Collective::reduce_scatter}) {
+    if (tables_[static_cast<int>(c)]) continue;
+    nic_aware_[static_cast<int>(c)] = true;
+    for (const auto& row : algorithms::registry())
+      if (row.collective == c)
+        host_share_[&row - algorithms::registry().data()] = inter_host_share(row, context_.world, context_.ranks_per_host);
   }
-  if (!file_) return;
+}
+
+void Dispatcher::choose_tables() {
   // Per collective, the table of the same transport nearest in world size, then in ranks per
   // host (log distance; an exact match is 0); the first in the file on a tie. Measured tables
   // first; for a world beyond every measured one, the simulated tables of such worlds.
@@ -224,8 +231,7 @@ Choice Dispatcher::choose(Collective collective, uint64_t bytes) const {
   }
   // Nothing measured: the cost model.
   std::function<double(const AlgorithmInfo&)> share;
-  if (!host_share_.empty() && (collective == Collective::all_reduce || collective == Collective::all_gather ||
-                               collective == Collective::reduce_scatter))
+  if (nic_aware_[static_cast<int>(collective)])
     share = [this](const AlgorithmInfo& row) { return host_share_[&row - algorithms::registry().data()]; };
   choice.algorithm = &cost_model_choice(collective, bytes, context_.world, params_, share);
   choice.source = Choice::Source::cost_model;
@@ -243,6 +249,13 @@ std::optional<bool> Dispatcher::hierarchical_is_faster(Collective collective, ui
   for (const auto& [row, seconds] : m->times)
     if (between.at(seconds) <= hierarchical) return false;  // a tie stays flat
   return true;
+}
+
+Dispatcher::AutoHierarchy Dispatcher::auto_hierarchy(Collective collective, uint64_t bytes,
+                                                     uint64_t min_bytes) const {
+  if (const auto faster = hierarchical_is_faster(collective, bytes))
+    return {*faster, table_for(collective)->simulated ? "simulation" : "tuning file"};
+  return {bytes >= min_bytes, "min bytes"};
 }
 
 }  // namespace shoal::tune

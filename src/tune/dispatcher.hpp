@@ -88,6 +88,16 @@ class Dispatcher {
   /// stays flat.
   std::optional<bool> hierarchical_is_faster(algorithms::Collective collective, uint64_t bytes) const;
 
+  /// SHOAL_HIERARCHICAL=auto's decision for a call of `bytes` on a layout that allows the
+  /// hierarchy: hierarchical_is_faster where the table has hierarchical times, else whether
+  /// `bytes` >= `min_bytes` (SHOAL_HIERARCHICAL_MIN_BYTES). `from`: "tuning file",
+  /// "simulation" or "min bytes".
+  struct AutoHierarchy {
+    bool take = false;
+    std::string_view from;
+  };
+  AutoHierarchy auto_hierarchy(algorithms::Collective collective, uint64_t bytes, uint64_t min_bytes) const;
+
   /// The table this dispatcher reads for `collective`, or nullptr: of the same transport, the
   /// measured one nearest in world size, then ranks per host; but when the world is larger than
   /// every measured one (or none is measured), the nearest simulated one of such a world.
@@ -106,8 +116,11 @@ class Dispatcher {
   Interpolation interpolation_;
   std::array<const Measurements*, kCollectives> tables_{};
   std::array<int, kCollectives> rows_{};  // how many rows serve each collective
-  /// Per registry row, inter_host_share at this context; empty on one host or one rank per host.
+  /// Per registry row, inter_host_share at this context, for the collectives in nic_aware_:
+  /// all_reduce, all_gather and reduce_scatter across hosts of several ranks, with no table.
   std::vector<double> host_share_;
+  std::array<bool, kCollectives> nic_aware_{};
+  void choose_tables();
 };
 
 }  // namespace shoal::tune

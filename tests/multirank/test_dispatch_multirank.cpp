@@ -18,6 +18,7 @@
 #include "support/values.hpp"
 #include "tune/dispatcher.hpp"
 #include "support/env.hpp"
+#include "support/temp_file.hpp"
 
 namespace shoal::testing {
 namespace {
@@ -55,18 +56,6 @@ std::string tuning_file_text() {
   return os.str();
 }
 
-struct TuningFileOnDisk {
-  std::string path;
-  TuningFileOnDisk() {
-    char name[] = "/tmp/shoal-dispatch-XXXXXX";
-    const int fd = mkstemp(name);
-    close(fd);
-    path = name;
-    std::ofstream(path) << tuning_file_text();
-  }
-  ~TuningFileOnDisk() { std::remove(path.c_str()); }
-};
-
 template <class Want>
 uint64_t wrong(const void* buf, uint64_t first, uint64_t n, DataType t, Want want) {
   uint64_t bad = 0;
@@ -77,7 +66,7 @@ uint64_t wrong(const void* buf, uint64_t first, uint64_t n, DataType t, Want wan
 class DispatchedCollectives : public ::testing::TestWithParam<int> {};
 
 TEST_P(DispatchedCollectives, TuningFilePicksRunAndMatchReference) {
-  TuningFileOnDisk file;
+  TempFile file(tuning_file_text());
   ScopedEnv tune_file("SHOAL_TUNE_FILE", file.path.c_str());
   ScopedEnv no_flat("SHOAL_FLAT_MAX_BYTES", "0");  // small calls would skip the schedule
   ScopedEnv on("SHOAL_DISPATCH", "on");
@@ -129,7 +118,7 @@ INSTANTIATE_TEST_SUITE_P(Worlds, DispatchedCollectives, ::testing::Values(3, 4, 
 // says swing above 64K: the signatures differ, so both fail with MismatchError. Forcing swing
 // instead agrees with the dispatcher and succeeds: the pick is what runs.
 TEST(DispatchedCollectives, ThePickReachesTheWire) {
-  TuningFileOnDisk file;
+  TempFile file(tuning_file_text());
   ScopedEnv tune_file("SHOAL_TUNE_FILE", file.path.c_str());
   ScopedEnv no_flat("SHOAL_FLAT_MAX_BYTES", "0");
   ScopedEnv on("SHOAL_DISPATCH", "on");
@@ -159,7 +148,7 @@ TEST(DispatchedCollectives, ThePickReachesTheWire) {
 // SHOAL_DISPATCH=off: the first row (ring) on every rank, whatever the tuning file says; rank 0
 // forcing ring agrees.
 TEST(DispatchedCollectives, DispatchOffRunsTheFirstRow) {
-  TuningFileOnDisk file;
+  TempFile file(tuning_file_text());
   ScopedEnv tune_file("SHOAL_TUNE_FILE", file.path.c_str());
   ScopedEnv no_flat("SHOAL_FLAT_MAX_BYTES", "0");
   ScopedEnv off("SHOAL_DISPATCH", "off");

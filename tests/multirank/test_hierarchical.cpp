@@ -2,9 +2,6 @@
 // each with a host identity of its own (comm::set_thread_host_id_for_testing), so ranks of one
 // "host" share memory and the others talk TCP; results against support/values.hpp.
 #include <gtest/gtest.h>
-#include <unistd.h>
-#include <cstdio>
-#include <fstream>
 
 #include <cstdlib>
 #include <functional>
@@ -14,7 +11,9 @@
 
 #include "comm/comm_impl.hpp"
 #include "comm/topology.hpp"
+#include "support/env.hpp"
 #include "support/ranks.hpp"
+#include "support/temp_file.hpp"
 #include "support/values.hpp"
 
 namespace shoal::testing {
@@ -181,49 +180,36 @@ TEST(HierarchicalOrder, ParentCallsWaitForPendingHierarchicalWork) {
   EXPECT_EQ(err, "");
 }
 
-// auto takes the hierarchy from SHOAL_HIERARCHICAL_MIN_BYTES (1 MiB) on, not below.
-TEST(HierarchicalAuto, ChoosesByMessageSize) {
+// On 2 hosts of 2 under SHOAL_HIERARCHICAL=auto: a 4 KB and then a 1 MiB all_reduce, both
+// checked, and the hierarchical calls counted after each.
+std::string small_then_big(uint64_t after_small, uint64_t after_big) {
   setenv("SHOAL_HIERARCHICAL", "auto", 1);
-  std::string err = run_on_hosts({0, 0, 1, 1}, [](Communicator& c) {
+  std::string err = run_on_hosts({0, 0, 1, 1}, [&](Communicator& c) {
     std::vector<float> small(1000, 1.0f), big(1 << 18, 1.0f);  // 4 KB, 1 MiB
     c.all_reduce(std::span<float>(small), ReduceOp::sum);
-    EXPECT_EQ(hierarchical_calls(c), 0u);
+    EXPECT_EQ(hierarchical_calls(c), after_small);
     c.all_reduce(std::span<float>(big), ReduceOp::sum);
-    EXPECT_EQ(hierarchical_calls(c), 1u);
+    EXPECT_EQ(hierarchical_calls(c), after_big);
     EXPECT_EQ(small.back(), 4.0f);
     EXPECT_EQ(big.back(), 4.0f);
   });
   setenv("SHOAL_HIERARCHICAL", "on", 1);
-  EXPECT_EQ(err, "");
+  return err;
 }
+
+// auto takes the hierarchy from SHOAL_HIERARCHICAL_MIN_BYTES (1 MiB) on, not below.
+TEST(HierarchicalAuto, ChoosesByMessageSize) { EXPECT_EQ(small_then_big(0, 1), ""); }
 
 // With a tuning file that times "hierarchical" (shoal-tune across hosts), auto follows the
 // file where it covers the call, not the size threshold: here the file says the hierarchy wins
 // at 4 KB (below the 1 MiB threshold) and loses at 1 MiB (above it).
 TEST(HierarchicalAuto, FollowsTheTuningFileWhereItHasHierarchicalTimes) {
-  char path[] = "/tmp/shoal-hier-tune-XXXXXX";
-  const int fd = mkstemp(path);
-  ASSERT_GE(fd, 0);
-  close(fd);
-  std::ofstream(path) << R"({"format": "shoal-tune 1", "tables": [
+  TempFile file(R"({"format": "shoal-tune 1", "tables": [
       {"collective": "all_reduce", "world": 4, "ranks_per_host": 2, "transport": "tcp",
        "sizes": [1024, 65536, 16777216],
-       "times_us": {"ring": [100, 100, 100], "hierarchical": [10, 10, 1000000]}}]})";
-  setenv("SHOAL_HIERARCHICAL", "auto", 1);
-  setenv("SHOAL_TUNE_FILE", path, 1);
-  std::string err = run_on_hosts({0, 0, 1, 1}, [](Communicator& c) {
-    std::vector<float> small(1000, 1.0f), big(1 << 18, 1.0f);  // 4 KB, 1 MiB
-    c.all_reduce(std::span<float>(small), ReduceOp::sum);
-    EXPECT_EQ(hierarchical_calls(c), 1u);
-    c.all_reduce(std::span<float>(big), ReduceOp::sum);
-    EXPECT_EQ(hierarchical_calls(c), 1u);
-    EXPECT_EQ(small.back(), 4.0f);
-    EXPECT_EQ(big.back(), 4.0f);
-  });
-  unsetenv("SHOAL_TUNE_FILE");
-  setenv("SHOAL_HIERARCHICAL", "on", 1);
-  std::remove(path);
-  EXPECT_EQ(err, "");
+       "times_us": {"ring": [100, 100, 100], "hierarchical": [10, 10, 1000000]}}]})");
+  ScopedEnv tune_file("SHOAL_TUNE_FILE", file.path);
+  EXPECT_EQ(small_then_big(1, 1), "");
 }
 
 TEST(HierarchicalSplit, SplitByHostGivesLocalAndRankAlignedGroups) {

@@ -16,11 +16,13 @@
 #include "tune/calibration.hpp"
 #include "tune/dispatcher.hpp"
 #include "support/env.hpp"
+#include "support/temp_file.hpp"
 
 namespace shoal {
 namespace {
 
 using shoal::testing::ScopedEnv;
+using shoal::testing::TempFile;
 
 using algorithms::Collective;
 using tune::Choice;
@@ -28,20 +30,6 @@ using tune::Context;
 using tune::Dispatcher;
 using tune::Transport;
 
-
-// A file under /tmp that disappears with the test.
-struct TempFile {
-  std::string path;
-  explicit TempFile(const std::string& text) {
-    char name[] = "/tmp/shoal-tune-test-XXXXXX";
-    const int fd = mkstemp(name);
-    EXPECT_GE(fd, 0);
-    close(fd);
-    path = name;
-    std::ofstream(path) << text;
-  }
-  ~TempFile() { std::remove(path.c_str()); }
-};
 
 std::string pick(const Dispatcher& d, Collective c, uint64_t bytes) {
   return std::string(d.choose(c, bytes).algorithm->name);
