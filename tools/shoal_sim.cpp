@@ -71,7 +71,8 @@ struct ModelFlags {
   std::string path;
   bool frontier = false;
   int rph = 0, nics = 0, hosts_per_leaf = -1;
-  double nic_gbps = 0, latency_us = 0, intra_gbps = 0, intra_flow_gbps = 0, intra_latency_us = 0, reduce_gbps = 0,
+  uint64_t nic_burst_bytes = 0;
+  double nic_gbps = 0, nic_burst_gbps = 0, latency_us = 0, intra_gbps = 0, intra_flow_gbps = 0, intra_latency_us = 0, reduce_gbps = 0,
          copy_gbps = 0, overhead_us = 0, taper = 0;
   CLI::App* app = nullptr;
 
@@ -82,6 +83,9 @@ struct ModelFlags {
     sub->add_option("--ranks-per-host", rph, "ranks per host");
     sub->add_option("--nics", nics, "NICs per host (local rank i uses NIC i mod nics)");
     sub->add_option("--nic-gbps", nic_gbps, "Gbit/s per NIC and direction");
+    sub->add_option("--nic-burst-bytes", nic_burst_bytes,
+                    "token bucket per NIC and direction, refilled at --nic-gbps (tc tbf; a cloud VM's burst): bytes");
+    sub->add_option("--nic-burst-gbps", nic_burst_gbps, "Gbit/s of a NIC while its bucket holds tokens");
     sub->add_option("--latency-us", latency_us, "latency between hosts (us)");
     sub->add_option("--intra-gbps", intra_gbps, "GB/s (bytes) of a host's memory bus, shared by its local transfers");
     sub->add_option("--intra-flow-gbps", intra_flow_gbps, "GB/s cap of one local transfer (0: none)");
@@ -102,6 +106,8 @@ struct ModelFlags {
     if (app->count("--ranks-per-host")) model.ranks_per_host = rph;
     if (app->count("--nics")) model.nics = nics;
     if (app->count("--nic-gbps")) model.nic_bw = nic_gbps * 1e9 / 8;
+    if (app->count("--nic-burst-bytes")) model.nic_burst_bytes = nic_burst_bytes;
+    if (app->count("--nic-burst-gbps")) model.nic_burst_bw = nic_burst_gbps * 1e9 / 8;
     if (app->count("--latency-us")) model.nic_latency = latency_us * 1e-6;
     if (app->count("--intra-gbps")) model.intra_bw = intra_gbps * 1e9;
     if (app->count("--intra-flow-gbps")) model.intra_flow_bw = intra_flow_gbps * 1e9;
@@ -226,7 +232,8 @@ int main(int argc, char** argv) {
   int cal_cores = 0;
   cal->add_option("--cores", cal_cores,
                   "CPU cores the measured ranks shared (one machine; 0: a core per rank): a point of p ranks is "
-                  "predicted max(1, p/cores) times slower than the model's")
+                  "simulated with its CPU and memory costs max(1, p/cores) times the model's (a real network's "
+                  "bandwidth, hosts > 1, excepted)")
       ->check(CLI::Range(0, 1 << 20));
 
   // ---- tune ----

@@ -110,7 +110,10 @@ std::vector<Measurement> read_bench_file(const std::string& path, const std::str
   }
   SHOAL_CHECK(!out.empty(), InvalidArgument, "calibrate: " << path << ": no measurements");
   for (auto& m : out) {
-    if (m.transport.empty()) m.transport = m.hosts > 1 ? "tcp" : "shm";
+    // Across hosts the network is a real one (the emulated cluster's shaped links, or a
+    // cluster's): its own fit, apart from loopback TCP on one host.
+    if (m.hosts > 1) m.transport = "net";
+    else if (m.transport.empty()) m.transport = "shm";
     SHOAL_CHECK(m.algorithm.empty() || algorithms::find_algorithm(m.collective, m.algorithm), InvalidArgument,
                 "calibrate: " << path << ": " << algorithms::to_string(m.collective) << " has no algorithm '"
                               << m.algorithm << "'");
@@ -128,6 +131,7 @@ ClusterModel job_model(const Measurement& m, const ClusterModel& base) {
     j.ranks_per_host = m.hosts > 1 ? std::max(1, m.ranks / m.hosts) : 1;
     j.nics = 1;
   }
+  if (m.transport != "net") j.nic_burst_bytes = 0;  // loopback has no shaper
   return j;
 }
 
@@ -164,6 +168,13 @@ ClusterModel with_theta(ClusterModel m, const std::string& transport, const Thet
   m.copy_cost = t[3];
   m.overhead = 0;  // keeps the time homogeneous in theta (see calibrate)
   return m;
+}
+
+// The constants theta of `transport` in a model (with_theta's inverse).
+Theta theta_of(const ClusterModel& m, const std::string& transport) {
+  auto spb = [](double bw) { return bw > 0 && bw < 1e30 ? 1.0 / bw : 0.0; };
+  if (transport == "shm") return {m.intra_latency, spb(m.intra_bw), m.reduce_cost, m.copy_cost};
+  return {m.nic_latency, spb(m.nic_bw), m.reduce_cost, m.copy_cost};
 }
 
 // Weighted non-negative least squares over kParams unknowns: tries every subset of free
@@ -301,33 +312,48 @@ Programs compile_point(const Measurement& m) {
   return compile(a, algorithms::find_algorithm(m.collective, m.algorithm), 1);
 }
 
-// How much longer a measured call took because its ranks shared `cores` cores (calibrate()).
-double oversubscription(const Measurement& m, int cores) {
-  return cores > 0 ? std::max(1.0, static_cast<double>(m.ranks) / cores) : 1.0;
+// The model of a measured call whose ranks shared `cores` cores (calibrate()): every CPU or
+// memory cost max(1, p / cores) times longer (time-sharing stretches them alike); a real
+// network's bandwidth ("net": shaped links) is not the cores' and stays.
+ClusterModel on_shared_cores(ClusterModel j, const Measurement& m, int cores) {
+  const double s = cores > 0 ? std::max(1.0, static_cast<double>(m.ranks) / cores) : 1.0;
+  if (s == 1.0) return j;
+  j.intra_latency *= s;
+  j.nic_latency *= s;
+  j.overhead *= s;
+  j.reduce_cost *= s;
+  j.copy_cost *= s;
+  j.intra_bw /= s;
+  j.intra_flow_bw /= s;
+  j.nic_burst_bw /= s;  // a bucket's burst is the host's copying
+  if (m.transport != "net") j.nic_bw /= s;
+  return j;
 }
 
 }  // namespace
 
 double predict(const Measurement& m, const ClusterModel& model, int cores) {
-  return simulate(compile_point(m), job_model(m, model)).time * oversubscription(m, cores);
+  return simulate(compile_point(m), on_shared_cores(job_model(m, model), m, cores)).time;
 }
 
 std::vector<Fit> calibrate(std::vector<Measurement>& points, ClusterModel& model, int iterations, int cores) {
   std::map<std::string, std::vector<Point>> by_transport;
   for (auto& m : points) by_transport[m.transport].push_back({&m, compile_point(m)});
   std::vector<Fit> fits;
-  for (const std::string transport : {"tcp", "shm"}) {  // shm last: its reduce cost wins
+  // net after tcp: its NIC constants are the model's; shm last: its reduce cost wins.
+  for (const std::string transport : {"tcp", "net", "shm"}) {
     auto it = by_transport.find(transport);
     if (it == by_transport.end()) continue;
     auto& pts = it->second;
-    // The simulated time is homogeneous of degree 1 and piecewise linear in theta (every
-    // cost is latency, bytes x seconds per byte, or bytes x reduce cost), so T(theta) =
-    // grad T(theta) . theta: each iteration takes the gradient at theta by finite differences
-    // and solves the linear least-squares problem for the next theta (Gauss-Newton).
-    Theta theta{10e-6, 1e-10, 1e-10, 1e-10};
+    // The simulated time is piecewise linear in theta (every cost is latency, bytes x seconds
+    // per byte, or bytes x reduce cost) and, without a token bucket, homogeneous of degree 1:
+    // T(theta) = grad T(theta) . theta. Each iteration takes the gradient at theta by finite
+    // differences and solves the linear least-squares problem for the next theta
+    // (Gauss-Newton), T(theta') ~ T(theta) + grad T . (theta' - theta).
+    Theta theta = theta_of(model, transport);  // from the model given (its defaults otherwise)
     const Theta floor_step{1e-7, 1e-12, 1e-12, 1e-12};
     auto time_at = [&](const Point& p, const Theta& t) {
-      return simulate(p.prog, job_model(*p.m, with_theta(model, transport, t))).time * oversubscription(*p.m, cores);
+      return simulate(p.prog, on_shared_cores(job_model(*p.m, with_theta(model, transport, t)), *p.m, cores)).time;
     };
     // Points far off the first fit (a loaded machine's stalls: 1 KiB taking milliseconds)
     // are left out of the second one, and counted.
@@ -359,9 +385,13 @@ std::vector<Fit> calibrate(std::vector<Measurement>& points, ClusterModel& model
           }
           const double w = 1.0 / p.m->seconds;  // relative error
           Theta row;
-          for (int j = 0; j < kParams; ++j) row[j] = g[j] * w;
+          double fixed = base;  // the part of the time no constant of theta scales (a bucket's burst)
+          for (int j = 0; j < kParams; ++j) {
+            row[j] = g[j] * w;
+            fixed -= g[j] * theta[j];
+          }
           rows.push_back(row);
-          rhs.push_back(1.0);
+          rhs.push_back(1.0 - fixed * w);
         }
         const Theta next = nnls(rows, rhs);
         double change = 0;
@@ -376,6 +406,23 @@ std::vector<Fit> calibrate(std::vector<Measurement>& points, ClusterModel& model
       for (const auto& p : pts) e.push_back(std::fabs(time_at(p, theta) - p.m->seconds) / p.m->seconds);
       return e;
     };
+    // Gauss-Newton finds the nearest optimum: it starts from the best of the model's constants
+    // and a grid of latencies and transfer rates around them (with a token bucket, a start at
+    // a far rate can settle where copies stand in for the network).
+    {
+      const Theta given = theta;
+      double best = mean_abs_error(theta);
+      for (double latency : {1e-6, 1e-5, 1e-4})
+        for (double seconds_per_byte : {1e-8, 1e-9, 1e-10, 1e-11}) {
+          Theta t = given;
+          t[0] = latency;
+          t[1] = seconds_per_byte;
+          if (const double e = mean_abs_error(t); e < best) {
+            best = e;
+            theta = t;
+          }
+        }
+    }
     fit_theta();
     {
       std::vector<double> e = errors(), sorted = e;

@@ -17,7 +17,7 @@ struct Measurement {
   std::string file;
   algorithms::Collective collective = algorithms::Collective::all_reduce;
   std::string algorithm;   // a registry row of the collective
-  std::string transport;   // "shm" (one host, shared memory) or "tcp"
+  std::string transport;   // "shm" (one host, shared memory), "tcp" (loopback) or "net" (hosts > 1)
   int ranks = 0, hosts = 1;
   uint64_t size = 0;       // nccl-tests size (bytes)
   uint64_t chunk_bytes = 512 << 10;
@@ -36,7 +36,8 @@ std::vector<Measurement> read_bench_file(const std::string& path, const std::str
 std::vector<Measurement> best_of_repeats(const std::vector<Measurement>& points);
 
 /// The model of a measurement's job: one host of `ranks` ranks on shared memory; with tcp,
-/// every rank its own host with one NIC (loopback on one machine), unless hosts > 1.
+/// every rank its own host with one NIC (loopback on one machine: no token bucket); with net,
+/// `hosts` hosts of one NIC (the base model's bucket, if any: the emulated cluster's tbf).
 ClusterModel job_model(const Measurement& m, const ClusterModel& base);
 
 struct Fit {
@@ -48,11 +49,12 @@ struct Fit {
 };
 
 /// Fits every transport present in `points` (predictions written back into them) and returns
-/// the fits; `model` gets intra_* from shm, nic_* from tcp, reduce and copy cost from the
+/// the fits; `model` gets intra_* from shm, nic_* from net (else tcp), reduce and copy cost from the
 /// last fit (shm preferred). `cores`: the CPU cores the measured ranks shared (all on one
 /// machine, as here, the emulated cluster included; 0: a core per rank). A point of p ranks is
-/// predicted max(1, p / cores) times the simulated time: every cost the model has is CPU or
-/// memory time of a rank, so time-sharing stretches them alike.
+/// simulated with every CPU or memory cost (latencies, per-byte copy, reduction and shared-
+/// memory or loopback transfer) max(1, p / cores) times longer: time-sharing stretches them
+/// alike. The bandwidth of a real network ("net") is not the cores' and is not stretched.
 std::vector<Fit> calibrate(std::vector<Measurement>& points, ClusterModel& model, int iterations = 8,
                            int cores = 0);
 

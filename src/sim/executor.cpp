@@ -174,7 +174,7 @@ namespace {
 
 constexpr double kInfinite = 1e300;
 
-enum class Ev : uint8_t { local_done, flow_start, flow_done, deliver, recv_done };
+enum class Ev : uint8_t { local_done, flow_start, flow_done, deliver, recv_done, bucket_empty };
 
 struct Event {
   double t;
@@ -194,18 +194,34 @@ struct Flow {
 struct Resource {
   double cap = kInfinite;
   std::vector<uint32_t> flows;
+  // A token bucket (ClusterModel::nic_burst_bytes; burst 0: none): `tokens` bytes at time `t`,
+  // refilled at `sustained` and drained by `usage` (the sum of its flows' rates); cap is `peak`
+  // while tokens last, `sustained` once they are out.
+  double burst = 0, tokens = 0, sustained = 0, peak = 0, usage = 0, t = 0;
+  uint32_t ver = 0;  // of its pending bucket_empty event
 };
 
 class Simulator {
  public:
-  Simulator(const Programs& pg, const ClusterModel& m) : pg_(pg), m_(m) {
+  // `tokens`: every bucket's level at the start (empty: full).
+  Simulator(const Programs& pg, const ClusterModel& m, const std::vector<double>& tokens = {}) : pg_(pg), m_(m) {
     const int p = pg.p;
     hosts_ = (p + m.ranks_per_host - 1) / m.ranks_per_host;
     leaves_ = m.hosts_per_leaf > 0 ? (hosts_ + m.hosts_per_leaf - 1) / m.hosts_per_leaf : 0;
     const int nic_slots = hosts_ * m.nics;
     res_.resize(2 * nic_slots + hosts_ + 2 * leaves_);
     auto cap = [](double bw) { return bw > 0 ? bw : kInfinite; };
-    for (int i = 0; i < 2 * nic_slots; ++i) res_[i].cap = cap(m.nic_bw);
+    const bool bucket = m.nic_burst_bytes > 0 && m.nic_burst_bw > 0;
+    for (int i = 0; i < 2 * nic_slots; ++i) {
+      res_[i].cap = cap(m.nic_bw);
+      if (bucket) {
+        res_[i].burst = static_cast<double>(m.nic_burst_bytes);
+        res_[i].tokens = tokens.empty() ? res_[i].burst : tokens[i];
+        res_[i].sustained = m.nic_bw;
+        res_[i].peak = cap(m.nic_burst_bw);
+        res_[i].cap = res_[i].peak;
+      }
+    }
     for (int h = 0; h < hosts_; ++h) res_[2 * nic_slots + h].cap = cap(m.intra_bw);
     const double core = m.hosts_per_leaf * m.nics * m.nic_bw / m.taper;
     for (int l = 0; l < 2 * leaves_; ++l) res_[2 * nic_slots + hosts_ + l].cap = cap(core);
@@ -226,17 +242,25 @@ class Simulator {
     while (!q_.empty()) {
       const Event e = q_.top();
       q_.pop();
+      // Superseded events (a flow's completion before its rate changed, a bucket's last
+      // token before its usage did) do not move the clock: the call ends at its last real event.
+      if ((e.kind == Ev::flow_done && flows_[e.id].ver != e.ver) ||
+          (e.kind == Ev::bucket_empty && res_[e.id].ver != e.ver))
+        continue;
       now_ = e.t;
       ++res.events;
       switch (e.kind) {
         case Ev::local_done: case Ev::recv_done: complete(e.id); break;
         case Ev::flow_start: begin_flow(e.id); break;
-        case Ev::flow_done:
-          if (flows_[e.id].ver == e.ver) end_flow(e.id);
-          break;
+        case Ev::flow_done: end_flow(e.id); break;
         case Ev::deliver:
           arrived_[e.id] = 1;
           if (remaining_[e.id] == 0) finish_recv(e.id);
+          break;
+        case Ev::bucket_empty:
+          fill(e.id);
+          res_[e.id].tokens = 0;
+          rerate(e.id);
           break;
       }
       drain_ready();
@@ -262,6 +286,16 @@ class Simulator {
     }
     res.run_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     return res;
+  }
+
+  // Every NIC bucket's level now (after run(): what the next call starts with).
+  std::vector<double> bucket_levels() {
+    std::vector<double> out(2 * hosts_ * m_.nics);
+    for (uint32_t r = 0; r < out.size(); ++r) {
+      fill(r);
+      out[r] = res_[r].tokens;
+    }
+    return out;
   }
 
  private:
@@ -385,6 +419,7 @@ class Simulator {
     const uint32_t touched[4] = {fl.res[0], fl.res[1], fl.res[2], fl.res[3]};
     const int n = fl.nres;
     for (int k = 0; k < n; ++k) {  // swap-remove from each resource's list
+      use(fl.res[k], -fl.rate);
       auto& list = res_[fl.res[k]].flows;
       const uint32_t last = list.back();
       list[fl.pos[k]] = last;
@@ -410,8 +445,33 @@ class Simulator {
     try_channel(c);
   }
 
-  // Recomputes the rate of every flow on resource r (its count changed).
+  // Brings a bucket's tokens to now.
+  void fill(uint32_t r) {
+    Resource& x = res_[r];
+    if (x.burst == 0) return;
+    x.tokens = std::clamp(x.tokens + (x.sustained - x.usage) * (now_ - x.t), 0.0, x.burst);
+    x.t = now_;
+  }
+
+  // Adds `delta` to resource r's usage; a bucket draining faster than it fills gets the event
+  // of its last token.
+  void use(uint32_t r, double delta) {
+    Resource& x = res_[r];
+    if (x.burst == 0) return;
+    fill(r);
+    x.usage = std::max(0.0, x.usage + delta);
+    ++x.ver;
+    if (x.cap == x.peak && x.usage > x.sustained && x.peak > x.sustained)
+      push(now_ + x.tokens / (x.usage - x.sustained), Ev::bucket_empty, r, x.ver);
+  }
+
+  // Recomputes the rate of every flow on resource r (its count or its cap changed).
   void rerate(uint32_t r) {
+    if (Resource& x = res_[r]; x.burst > 0) {  // tokens left (or refilled): the peak rate
+      fill(r);
+      x.cap = x.tokens >= 1 ? x.peak : x.sustained;
+      use(r, 0);
+    }
     for (uint32_t f : res_[r].flows) {
       Flow& fl = flows_[f];
       fl.remaining = std::max(0.0, fl.remaining - fl.rate * (now_ - fl.t));
@@ -422,6 +482,7 @@ class Simulator {
         rate = std::min(rate, x.cap / static_cast<double>(x.flows.size()));
       }
       if (rate != fl.rate) {
+        for (int k = 0; k < fl.nres; ++k) use(fl.res[k], rate - fl.rate);
         fl.rate = rate;
         ++fl.ver;
         push(now_ + (rate >= kInfinite ? 0 : fl.remaining / rate), Ev::flow_done, f, fl.ver);
@@ -457,8 +518,36 @@ SimResult simulate(const Programs& prog, const ClusterModel& model) {
   }
   SHOAL_CHECK(model.ranks_per_host > 0 && model.nics > 0 && model.taper > 0, InvalidArgument,
               "simulation: ranks_per_host, nics and taper must be positive");
-  Simulator sim(prog, model);
-  return sim.run();
+  if (model.nic_burst_bytes == 0 || model.nic_burst_bw <= 0) return Simulator(prog, model).run();
+  const size_t buckets = 2 * static_cast<size_t>((prog.p + model.ranks_per_host - 1) / model.ranks_per_host) *
+                         static_cast<size_t>(model.nics);
+  const double full = static_cast<double>(model.nic_burst_bytes) * static_cast<double>(buckets);
+  SimResult res;
+  double run_seconds = 0;
+  // Every bucket at `level` x full at the start: the call's result (in res), and how much
+  // fuller (> 0) or emptier (< 0) it left them, as a fraction of full.
+  auto change = [&](double level) {
+    const std::vector<double> start(buckets, level * static_cast<double>(model.nic_burst_bytes));
+    Simulator sim(prog, model, start);
+    res = sim.run();
+    run_seconds += res.run_seconds;
+    double left = 0;
+    for (double t : sim.bucket_levels()) left += t;
+    return left / full - level;
+  };
+  // The steady level: full when a call leaves them full (links idle enough), empty when a call
+  // from empty buckets leaves them (nearly) empty (the links the bottleneck), else bisection.
+  const double tolerance = 1e-3;
+  if (change(1.0) < -tolerance && res.error.empty() && change(0.0) > tolerance) {
+    double lo = 0, hi = 1;
+    for (int i = 0; i < 10; ++i) {
+      const double mid = (lo + hi) / 2;
+      (change(mid) < 0 ? hi : lo) = mid;
+    }
+    change(lo);
+  }
+  res.run_seconds = run_seconds;
+  return res;
 }
 
 }  // namespace shoal::sim

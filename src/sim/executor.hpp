@@ -77,6 +77,11 @@ struct SimResult {
   std::string error;       // a deadlock (steps that never ran) or compile()'s error
 };
 
+/// With token buckets (ClusterModel::nic_burst_bytes), the call is one of many back to back
+/// (a benchmark's loop, a training step's): the buckets start at the steady level, the one a
+/// call leaves as it found it (full when the call leaves the links idle long enough to refill
+/// them, empty when it moves more than they refill; else found by bisection, all buckets at
+/// one level).
 SimResult simulate(const Programs& prog, const ClusterModel& model);
 
 /// The nccl-tests bus bandwidth factor of a collective on p ranks.

@@ -25,6 +25,8 @@ void for_each_field(ClusterModel& m, Fn&& fn) {
   fn("reduce_cost", m.reduce_cost);
   fn("copy_cost", m.copy_cost);
   fn("eager_bytes", m.eager_bytes);
+  fn("nic_burst_bytes", m.nic_burst_bytes);
+  fn("nic_burst_bw", m.nic_burst_bw);
   fn("hosts_per_leaf", m.hosts_per_leaf);
   fn("taper", m.taper);
 }

@@ -20,6 +20,11 @@ struct ClusterModel {
   double reduce_cost = 0.1e-9;   // seconds per byte reduced (on the rank's core)
   double copy_cost = 0.05e-9;    // seconds per byte copied or finalized
   uint64_t eager_bytes = 64 << 10;  // larger messages wait until their receive is posted
+  // A token bucket on every NIC direction (tc's tbf, which shapes the emulated cluster; a
+  // cloud VM's burst allowance): nic_bw refills it, and while it holds tokens the NIC runs at
+  // nic_burst_bw. 0 in either: no bucket, nic_bw always.
+  uint64_t nic_burst_bytes = 0;
+  double nic_burst_bw = 0;
   // Fat tree: hosts_per_leaf hosts under each leaf switch; a leaf's uplink (and downlink) to
   // the core carries hosts_per_leaf * nics * nic_bw / taper. 0: a full-bisection network.
   int hosts_per_leaf = 0;

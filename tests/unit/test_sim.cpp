@@ -27,6 +27,7 @@
 #include "algorithms/registry.hpp"
 #include "sim/calibrate.hpp"
 #include "sim/executor.hpp"
+#include "support/temp_file.hpp"
 
 namespace shoal::testing {
 namespace {
@@ -514,6 +515,43 @@ TEST(Sim, AllGatherAndReduceScatterLatencyGrowsWithLog2P) {
   }
 }
 
+// A token bucket per NIC (tc's tbf on the emulated cluster, a cloud VM's burst allowance):
+// calls that leave the links idle most of the time run at the burst rate, calls that move more
+// than the bucket refills run at the shaped rate, and back to back no call beats the shaped
+// rate on average (what the bucket lends, the call before had to leave unused).
+TEST(Sim, TokenBucketLendsIdleLinksNeverMoreThanTheShapedRate) {
+  ClusterModel shaped = one_rank_per_host(125e6, 100e-6);  // 1 Gbit/s, a slow 100 us
+  ClusterModel bucket = shaped;
+  bucket.nic_burst_bytes = 250000;
+  bucket.nic_burst_bw = 3e9;
+  ClusterModel no_burst = bucket;  // a bucket of nothing: the shaped link
+  no_burst.nic_burst_bytes = 0;
+  const auto* ring = find_algorithm(Collective::all_gather, "ring");
+  const auto* swing = find_algorithm(Collective::all_reduce, "swing");
+  const int p = 8;
+  // 8 KiB all_gather: 1 KiB blocks, 7 steps of 100 us latency; 7 KiB per call per NIC refill in
+  // 56 us at 125 MB/s: the bucket stays full and the wire costs ~0 instead of 7 x 8 us.
+  const double t_small = sim_row(*ring, 8 << 10, p, bucket).time;
+  EXPECT_NEAR(t_small, 7 * 100e-6, 7 * 1e-6);
+  EXPECT_NEAR(sim_row(*ring, 8 << 10, p, shaped).time, 7 * (100e-6 + 1024 / 125e6), 1e-9);
+  EXPECT_DOUBLE_EQ(sim_row(*ring, 8 << 10, p, no_burst).time, sim_row(*ring, 8 << 10, p, shaped).time);
+  for (const auto* row : {ring, swing})
+    for (uint64_t size = 8 << 10; size <= (64u << 20); size *= 8) {
+      const double with = sim_row(*row, size, p, bucket).time, without = sim_row(*row, size, p, shaped).time;
+      const auto a = sim::args_for(row->collective, size, p);
+      // What one NIC sends per call, at least (the bus bandwidth's bytes), at the shaped rate.
+      const double wire = sim::bus_factor(row->collective, p) * static_cast<double>(model_bytes(a)) / 125e6;
+      EXPECT_LE(with, without * (1 + 1e-9)) << row->name << " " << size;
+      EXPECT_GE(with, wire * 0.999) << row->name << " " << size;
+    }
+  // 64 MiB moves 55 MiB per NIC: 220x the bucket; back to back it is as shaped.
+  EXPECT_NEAR(sim_row(*ring, 64 << 20, p, bucket).time / sim_row(*ring, 64 << 20, p, shaped).time, 1.0, 0.01);
+  // The model file keeps the bucket.
+  const ClusterModel back = sim::model_from_json(sim::to_json(bucket));
+  EXPECT_EQ(back.nic_burst_bytes, 250000u);
+  EXPECT_DOUBLE_EQ(back.nic_burst_bw, 3e9);
+}
+
 TEST(Sim, TaperNeverHelpsAndSharedNicsSlowDown) {
   ClusterModel m = sim::frontier_model();
   m.hosts_per_leaf = 4;
@@ -572,16 +610,23 @@ TEST(Sim, ForcedRowsAtScaleRunQuickly) {
   }
 }
 
+// Constants a calibration test must find back (no per-message overhead, no per-flow cap: the
+// fit sets both to 0).
+ClusterModel known_model(double intra_latency, double intra_bw, double reduce_cost, double copy_cost) {
+  ClusterModel m;
+  m.intra_latency = intra_latency;
+  m.intra_bw = intra_bw;
+  m.intra_flow_bw = 0;
+  m.reduce_cost = reduce_cost;
+  m.copy_cost = copy_cost;
+  m.overhead = 0;
+  return m;
+}
+
 TEST(Calibrate, SeparatesCopyFromReductionCountsSharedCoresAndKeepsTheBestRepeat) {
   // Points of 2, 4 and 8 ranks measured on 2 shared cores (4 and 8 ranks: 2x and 4x slower),
   // with copies cheaper than reductions; every point also once more, 30% slower (a noisy run).
-  ClusterModel truth;
-  truth.intra_latency = 5e-6;
-  truth.intra_bw = 20e9;
-  truth.intra_flow_bw = 0;
-  truth.reduce_cost = 2e-10;
-  truth.copy_cost = 0.5e-10;
-  truth.overhead = 0;
+  const ClusterModel truth = known_model(5e-6, 20e9, 2e-10, 0.5e-10);
   std::vector<sim::Measurement> pts;
   for (int p : {2, 4, 8})
     for (auto [coll, algo] : {std::pair{Collective::all_reduce, "rabenseifner"}, {Collective::all_gather, "bruck"},
@@ -614,15 +659,56 @@ TEST(Calibrate, SeparatesCopyFromReductionCountsSharedCoresAndKeepsTheBestRepeat
   EXPECT_GT(sim::calibrate(again, naive)[0].median_error, 0.05);
 }
 
+TEST(Calibrate, ANetworksBandwidthIsNotStretchedBySharedCores) {
+  // The emulated cluster: 2 to 16 ranks on 2 cores behind 1 Gbit/s links with tbf's bucket.
+  // The links' rate is the network's, not the cores': a 16 MiB all_gather on 8 hosts is as
+  // wire-bound on 2 cores as on 8, while its latency-bound 1 KiB call is nearly 4x slower; the
+  // fit finds the links' rate and latency, from the default model's far start (25 GB/s, 2 us).
+  ClusterModel truth = known_model(5e-6, 5e9, 3e-10, 1e-10);
+  truth.nic_burst_bytes = 250000;
+  truth.nic_burst_bw = 3e9;
+  truth.nic_bw = 125e6;
+  truth.nic_latency = 30e-6;
+  auto point = [](const char* algo, Collective coll, int hosts, int per_host, uint64_t size) {
+    sim::Measurement x;
+    x.collective = coll;
+    x.algorithm = algo;
+    x.transport = "net";
+    x.hosts = hosts;
+    x.ranks = hosts * per_host;
+    x.size = size;
+    return x;
+  };
+  const auto big = point("ring", Collective::all_gather, 8, 1, 16u << 20);
+  EXPECT_NEAR(sim::predict(big, truth, 2), sim::predict(big, truth), 0.02 * sim::predict(big, truth));
+  const auto small = point("ring", Collective::all_gather, 8, 1, 1024);
+  const double stretch = sim::predict(small, truth, 2) / sim::predict(small, truth);
+  EXPECT_GT(stretch, 3.5);  // 8 ranks on 2 cores: 4x, less the unstretched wire time
+  EXPECT_LE(stretch, 4.0 + 1e-9);
+  std::vector<sim::Measurement> pts;
+  for (auto [hosts, per_host] : {std::pair{2, 1}, {4, 1}, {8, 1}, {8, 2}})
+    for (auto [coll, algo] : {std::pair{Collective::all_reduce, "ring"}, {Collective::all_reduce, "rabenseifner"},
+                              {Collective::all_gather, "bruck"}, {Collective::reduce_scatter, "recursive_halving"}})
+      for (uint64_t size = 1024; size <= (16u << 20); size *= 16) {
+        auto x = point(algo, coll, hosts, per_host, size);
+        x.seconds = sim::predict(x, truth, /*cores=*/2);
+        pts.push_back(x);
+      }
+  ClusterModel fitted = truth;  // the bucket and the intra-host constants (8 x 2) are given
+  fitted.nic_bw = ClusterModel{}.nic_bw;
+  fitted.nic_latency = ClusterModel{}.nic_latency;
+  const auto fits = sim::calibrate(pts, fitted, 8, /*cores=*/2);
+  ASSERT_EQ(fits.size(), 1u);
+  EXPECT_EQ(fits[0].transport, "net");
+  EXPECT_LT(fits[0].median_error, 0.01);
+  EXPECT_NEAR(fitted.nic_bw, 125e6, 6e6);
+  EXPECT_NEAR(fitted.nic_latency, 30e-6, 3e-6);
+}
+
 TEST(Calibrate, RecoversTheModelItWasGivenAndReadsBenchTables) {
   // Measurements made by the simulator itself, with known constants: the fit must find them.
-  ClusterModel truth;
+  ClusterModel truth = known_model(7e-6, 3e9, 4e-10, 4e-10);
   truth.ranks_per_host = 4;
-  truth.intra_latency = 7e-6;
-  truth.intra_bw = 3e9;
-  truth.intra_flow_bw = 0;
-  truth.reduce_cost = truth.copy_cost = 4e-10;
-  truth.overhead = 0;
   std::vector<sim::Measurement> pts;
   for (const char* algo : {"ring", "rabenseifner", "recursive_doubling"})
     for (uint64_t size = 1024; size <= (16u << 20); size *= 4) {
@@ -642,18 +728,19 @@ TEST(Calibrate, RecoversTheModelItWasGivenAndReadsBenchTables) {
   EXPECT_NEAR(fitted.intra_bw, 3e9, 0.15e9);
   EXPECT_NEAR(fitted.reduce_cost, 4e-10, 0.3e-10);
 
-  const std::string path = ::testing::TempDir() + "/shoal_sim_bench.txt";
-  {
-    std::FILE* f = std::fopen(path.c_str(), "w");
-    ASSERT_NE(f, nullptr);
-    std::fputs("# shoal-bench all_reduce: 4 ranks (1 hosts), dtype float32, op sum, iters 20, warmup 5\n"
-               "# rank 0 of 4 (local 0 of 4, 1 host(s)), transport shm with 3 peer(s), timeout 300 s, chunk 524288 B\n"
-               "        1024           256     float     sum      -1    20.50    0.05    0.07      0    21.00    0.05    0.07      0\n"
-               "     1048576        262144     float     sum      -1   900.00    1.17    1.75      0   910.00    1.15    1.73      0\n",
-               f);
-    std::fclose(f);
-  }
-  const auto read = sim::read_bench_file(path, "rabenseifner");
+  // shoal-bench's table: its header, its communicator line, then rows.
+  auto bench_table = [](const std::string& coll, int ranks, int hosts, const std::string& transport,
+                        const std::string& rows) {
+    const std::string n = std::to_string(ranks), h = std::to_string(hosts), local = std::to_string(ranks / hosts);
+    return "# shoal-bench " + coll + ": " + n + " ranks (" + h + " hosts), dtype float32, op sum, iters 20, warmup 5\n" +
+           "# rank 0 of " + n + " (local 0 of " + local + ", " + h + " host(s)), transport " + transport +
+           ", timeout 300 s, chunk 524288 B\n" + rows;
+  };
+  const TempFile table(bench_table(
+      "all_reduce", 4, 1, "shm with 3 peer(s)",
+      "        1024           256     float     sum      -1    20.50    0.05    0.07      0    21.00    0.05    0.07      0\n"
+      "     1048576        262144     float     sum      -1   900.00    1.17    1.75      0   910.00    1.15    1.73      0\n"));
+  const auto read = sim::read_bench_file(table.path, "rabenseifner");
   ASSERT_EQ(read.size(), 2u);
   EXPECT_EQ(read[1].size, 1048576u);
   EXPECT_DOUBLE_EQ(read[1].seconds, 900e-6);  // the lesser of out of place and in place
@@ -661,6 +748,16 @@ TEST(Calibrate, RecoversTheModelItWasGivenAndReadsBenchTables) {
   EXPECT_EQ(read[0].transport, "shm");
   EXPECT_EQ(read[0].ranks, 4);
   EXPECT_EQ(read[0].algorithm, "rabenseifner");
+
+  // A job across hosts is measured on a network of its own: "net", apart from loopback "tcp".
+  const TempFile across_hosts(bench_table(
+      "all_gather", 4, 4, "tcp with 3 peer(s) on 198.18.0.1",
+      "        1024           64     float     none      -1    80.00    0.01    0.01      0    81.00    0.01    0.01      0\n"));
+  const auto across = sim::read_bench_file(across_hosts.path, "bruck");
+  ASSERT_EQ(across.size(), 1u);
+  EXPECT_EQ(across[0].transport, "net");
+  EXPECT_EQ(across[0].hosts, 4);
+  EXPECT_EQ(across[0].collective, Collective::all_gather);
 }
 
 }  // namespace
