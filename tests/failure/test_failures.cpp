@@ -15,9 +15,11 @@
 
 #include "support/processes.hpp"
 #include "comm/agreement.hpp"
+#include "comm/comm_impl.hpp"
 #include "comm/topology.hpp"
 #include "support/ranks.hpp"
 #include "transport/frame.hpp"
+#include "transport/shm/segment.hpp"
 #include "transport/tcp/socket.hpp"
 
 namespace shoal::testing {
@@ -47,17 +49,20 @@ int expect_error(int rank, const ProcessJob& job, Call call) {
 
 double reported_time(const RankResult& r) { return std::stod(r.report.substr(0, r.report.find('\n'))); }
 
-int count_shoal_segments() {
+// The segments of communicator `comm_id` still in /dev/shm (other tests running at the same
+// time have theirs: only this job's count).
+int segments_left(uint64_t comm_id) {
+  const std::string prefix = transport::shm::segment_name(comm_id, 0).substr(1);  // "shoal-<id>-"
+  const std::string mine = prefix.substr(0, prefix.rfind('-') + 1);
   int n = 0;
   for (const auto& e : std::filesystem::directory_iterator("/dev/shm"))
-    n += e.path().filename().string().rfind("shoal-", 0) == 0;
+    n += e.path().filename().string().rfind(mine, 0) == 0;
   return n;
 }
 
 // The ranks share one host, so the data moves through shared memory (SHOAL_TRANSPORT=auto):
 // the death must still surface on every survivor, and no segment may be left behind.
 TEST(Failures, KilledPeerMidCollectiveRaisesPeerFailureNamingItOnEverySurvivor) {
-  const int segments_before = count_shoal_segments();
   ProcessJob job(4);
   const int victim = 2;
   auto results = job.run([&](int rank, const ProcessJob& j) {
@@ -69,7 +74,7 @@ TEST(Failures, KilledPeerMidCollectiveRaisesPeerFailureNamingItOnEverySurvivor) 
     if (rank == victim) {
       Work w = comm.all_reduce_async(buf.data(), buf.size(), DataType::float32, ReduceOp::sum);
       std::this_thread::sleep_for(150ms);
-      j.report(rank, std::to_string(monotonic_seconds()));
+      j.report(rank, std::to_string(monotonic_seconds()) + " " + std::to_string(comm.impl().comm_id));
       raise(SIGKILL);
     }
     return expect_error<PeerFailureError>(rank, j, [&] {
@@ -77,7 +82,11 @@ TEST(Failures, KilledPeerMidCollectiveRaisesPeerFailureNamingItOnEverySurvivor) 
     });
   }, 90s);
   ASSERT_EQ(results[victim].exit_code, 128 + SIGKILL);
-  const double killed_at = std::stod(results[victim].report);
+  std::istringstream victim_report(results[victim].report);
+  double killed_at = 0;
+  uint64_t comm_id = 0;
+  victim_report >> killed_at >> comm_id;
+  ASSERT_NE(comm_id, 0u) << "the victim's report: " << results[victim].report;
   for (int r = 0; r < 4; ++r) {
     if (r == victim) continue;
     SCOPED_TRACE("rank " + std::to_string(r) + ": " + results[r].report);
@@ -85,7 +94,7 @@ TEST(Failures, KilledPeerMidCollectiveRaisesPeerFailureNamingItOnEverySurvivor) 
     EXPECT_NE(results[r].report.find("rank 2"), std::string::npos) << "the message must name the dead rank";
     EXPECT_LT(reported_time(results[r]) - killed_at, 5.0) << "detection took too long";
   }
-  EXPECT_EQ(count_shoal_segments(), segments_before) << "shared memory left in /dev/shm";
+  EXPECT_EQ(segments_left(comm_id), 0) << "shared memory left in /dev/shm";
 }
 
 // A frozen rank (SIGSTOP: its sockets stay open, the kernel still acknowledges its bytes)
