@@ -70,7 +70,7 @@ Collective parse_collective(const std::string& name) {
 struct ModelFlags {
   std::string path;
   bool frontier = false;
-  int rph = 0, nics = 0, hosts_per_leaf = -1;
+  int rph = 0, nics = 0, hosts_per_leaf = -1, stripe = -1;
   uint64_t nic_burst_bytes = 0;
   double nic_gbps = 0, nic_burst_gbps = 0, latency_us = 0, intra_gbps = 0, intra_flow_gbps = 0, intra_latency_us = 0, reduce_gbps = 0,
          copy_gbps = 0, overhead_us = 0, taper = 0;
@@ -81,7 +81,11 @@ struct ModelFlags {
     sub->add_option("--model", path, "model JSON (default: SHOAL_SIM_MODEL); flags below override it");
     sub->add_flag("--frontier", frontier, "start from the Frontier-like model (8 ranks, 4 NICs of 25 GB/s per node)");
     sub->add_option("--ranks-per-host", rph, "ranks per host");
-    sub->add_option("--nics", nics, "NICs per host (local rank i uses NIC i mod nics)");
+    sub->add_option("--nics", nics, "NICs per host (local rank i uses NIC i mod nics, unless --stripe 1)");
+    sub->add_option("--stripe", stripe,
+                    "1: a flow between hosts uses every NIC of both (shoal's multi-rail TCP); 0: the local "
+                    "rank's NIC only (NCCL's and PCCL's rails)")
+        ->check(CLI::Range(0, 1));
     sub->add_option("--nic-gbps", nic_gbps, "Gbit/s per NIC and direction");
     sub->add_option("--nic-burst-bytes", nic_burst_bytes,
                     "token bucket per NIC and direction, refilled at --nic-gbps (tc tbf; a cloud VM's burst): bytes");
@@ -105,6 +109,7 @@ struct ModelFlags {
     if (!file.empty()) model = sim::load_model(file, model);
     if (app->count("--ranks-per-host")) model.ranks_per_host = rph;
     if (app->count("--nics")) model.nics = nics;
+    if (app->count("--stripe")) model.stripe = stripe;
     if (app->count("--nic-gbps")) model.nic_bw = nic_gbps * 1e9 / 8;
     if (app->count("--nic-burst-bytes")) model.nic_burst_bytes = nic_burst_bytes;
     if (app->count("--nic-burst-gbps")) model.nic_burst_bw = nic_burst_gbps * 1e9 / 8;
@@ -319,7 +324,9 @@ int main(int argc, char** argv) {
     }
 
     if (*tune_cmd) {
-      const sim::ClusterModel model = tune_model.build();
+      sim::ClusterModel model = tune_model.build();
+      // The tables are for shoal's runtime, which stripes every pair's stream over all NICs.
+      if (!tune_model.app->count("--stripe")) model.stripe = 1;
       // The measured file's tables, and its other top-level fields (host, command, date) kept.
       tune::TuningFile file;
       nlohmann::json extra = nlohmann::json::object();

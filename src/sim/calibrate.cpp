@@ -132,6 +132,7 @@ ClusterModel job_model(const Measurement& m, const ClusterModel& base) {
     j.nics = 1;
   }
   if (m.transport != "net") j.nic_burst_bytes = 0;  // loopback has no shaper
+  else j.stripe = 1;                                // the runtime stripes over every NIC
   return j;
 }
 

@@ -212,13 +212,15 @@ class Simulator {
     res_.resize(2 * nic_slots + hosts_ + 2 * leaves_);
     auto cap = [](double bw) { return bw > 0 ? bw : kInfinite; };
     const bool bucket = m.nic_burst_bytes > 0 && m.nic_burst_bw > 0;
+    // Striped: a host's NIC 0 stands for all of them (nic_of() is 0), the others stay idle.
+    const double rails = m.stripe ? m.nics : 1;
     for (int i = 0; i < 2 * nic_slots; ++i) {
-      res_[i].cap = cap(m.nic_bw);
+      res_[i].cap = cap(m.nic_bw * rails);
       if (bucket) {
-        res_[i].burst = static_cast<double>(m.nic_burst_bytes);
+        res_[i].burst = static_cast<double>(m.nic_burst_bytes) * rails;
         res_[i].tokens = tokens.empty() ? res_[i].burst : tokens[i];
-        res_[i].sustained = m.nic_bw;
-        res_[i].peak = cap(m.nic_burst_bw);
+        res_[i].sustained = m.nic_bw * rails;
+        res_[i].peak = cap(m.nic_burst_bw * rails);
         res_[i].cap = res_[i].peak;
       }
     }
@@ -521,19 +523,19 @@ SimResult simulate(const Programs& prog, const ClusterModel& model) {
   if (model.nic_burst_bytes == 0 || model.nic_burst_bw <= 0) return Simulator(prog, model).run();
   const size_t buckets = 2 * static_cast<size_t>((prog.p + model.ranks_per_host - 1) / model.ranks_per_host) *
                          static_cast<size_t>(model.nics);
-  const double full = static_cast<double>(model.nic_burst_bytes) * static_cast<double>(buckets);
+  const double full = static_cast<double>(model.nic_burst_bytes) * (model.stripe ? model.nics : 1);
   SimResult res;
   double run_seconds = 0;
   // Every bucket at `level` x full at the start: the call's result (in res), and how much
-  // fuller (> 0) or emptier (< 0) it left them, as a fraction of full.
+  // fuller (> 0) or emptier (< 0) it left the most drained one (the busiest link's; idle ones
+  // only refill), as a fraction of full.
   auto change = [&](double level) {
-    const std::vector<double> start(buckets, level * static_cast<double>(model.nic_burst_bytes));
-    Simulator sim(prog, model, start);
+    Simulator sim(prog, model, std::vector<double>(buckets, level * full));
     res = sim.run();
     run_seconds += res.run_seconds;
-    double left = 0;
-    for (double t : sim.bucket_levels()) left += t;
-    return left / full - level;
+    double least = full;
+    for (double t : sim.bucket_levels()) least = std::min(least, t);
+    return least / full - level;
   };
   // The steady level: full when a call leaves them full (links idle enough), empty when a call
   // from empty buckets leaves them (nearly) empty (the links the bottleneck), else bisection.

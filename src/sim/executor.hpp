@@ -81,7 +81,7 @@ struct SimResult {
 /// (a benchmark's loop, a training step's): the buckets start at the steady level, the one a
 /// call leaves as it found it (full when the call leaves the links idle long enough to refill
 /// them, empty when it moves more than they refill; else found by bisection, all buckets at
-/// one level).
+/// one level, judged by the most drained one).
 SimResult simulate(const Programs& prog, const ClusterModel& model);
 
 /// The nccl-tests bus bandwidth factor of a collective on p ranks.

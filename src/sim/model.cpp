@@ -16,6 +16,7 @@ template <class Fn>
 void for_each_field(ClusterModel& m, Fn&& fn) {
   fn("ranks_per_host", m.ranks_per_host);
   fn("nics", m.nics);
+  fn("stripe", m.stripe);
   fn("nic_bw", m.nic_bw);
   fn("nic_latency", m.nic_latency);
   fn("intra_bw", m.intra_bw);

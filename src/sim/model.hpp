@@ -10,7 +10,11 @@ namespace shoal::sim {
 
 struct ClusterModel {
   int ranks_per_host = 8;
-  int nics = 1;                  // per host; local rank i uses NIC i mod nics
+  int nics = 1;                  // per host; local rank i uses NIC i mod nics, unless stripe
+  // 1: a flow between hosts uses every NIC of both (shoal's multi-rail TCP stripes each pair's
+  // stream over all of them): the host's NICs act as one of nics x nic_bw. 0: one NIC per
+  // flow, the local rank's (how NCCL and PCCL assign rails).
+  int stripe = 0;
   double nic_bw = 25e9;          // per NIC and direction
   double nic_latency = 2e-6;     // one message between hosts, start to first byte delivered
   double intra_bw = 100e9;       // a host's memory bus, shared by every intra-host transfer on it
@@ -31,7 +35,7 @@ struct ClusterModel {
   double taper = 1;
 
   int host_of(int rank) const { return rank / ranks_per_host; }
-  int nic_of(int rank) const { return (rank % ranks_per_host) % nics; }
+  int nic_of(int rank) const { return stripe ? 0 : (rank % ranks_per_host) % nics; }
 };
 
 /// JSON text of the model (every field, SI units as above).
