@@ -210,8 +210,8 @@ Columns columns_of(const tune::Measurements& m) {
 }
 
 // What runs a call of `bytes`, as the communicator decides it: the hierarchy when
-// SHOAL_HIERARCHICAL=auto takes it (the table's hierarchical times, else the default 1 MiB
-// threshold), else the dispatcher's row. `fallback`: not read from a measured size of the
+// SHOAL_HIERARCHICAL=auto takes it (the table's hierarchical times, else the size range of
+// SHOAL_HIERARCHICAL_MIN_BYTES and _MAX_BYTES), else the dispatcher's row. `fallback`: not read from a measured size of the
 // dispatcher's table (outside its sizes, or no table: the cost model and the threshold).
 struct Pick {
   std::string name;
@@ -220,7 +220,10 @@ struct Pick {
 Pick pick_of(const tune::Dispatcher& d, const tune::Measurements& m, uint64_t bytes) {
   const tune::Measurements* t = d.table_for(m.collective);
   const bool fallback = !t || bytes < t->sizes.front() || bytes > t->sizes.back();
-  if (!m.hierarchical.empty() && d.auto_hierarchy(m.collective, bytes, uint64_t{1} << 20).take)
+  if (!m.hierarchical.empty() &&
+      d.auto_hierarchy(m.collective, bytes, config::get_bytes("SHOAL_HIERARCHICAL_MIN_BYTES"),
+                       config::get_bytes("SHOAL_HIERARCHICAL_MAX_BYTES"))
+          .take)
     return {"hierarchical", fallback};
   return {std::string(d.choose(m.collective, bytes).algorithm->name), fallback};
 }

@@ -74,11 +74,15 @@ const std::vector<Setting>& settings() {
        "on sub-communicators (rank-aligned groups at once). auto: when every host has the same number "
        ">1 of ranks, >1 host, SHOAL_ALGO is unset and the tuning file's \"hierarchical\" times say it is "
        "faster (at the nearest measured size; without such times: the message is at least "
-       "SHOAL_HIERARCHICAL_MIN_BYTES); "
+       "SHOAL_HIERARCHICAL_MIN_BYTES and below SHOAL_HIERARCHICAL_MAX_BYTES); "
        "on: whenever that layout holds; off: never. Equal on all ranks"},
       {"SHOAL_HIERARCHICAL_MIN_BYTES", "bytes", "1M",
        "smallest message SHOAL_HIERARCHICAL=auto runs hierarchically where no tuning file times the "
        "hierarchy: the all_reduce vector, the all_gather output, the reduce_scatter input. Equal on all ranks"},
+      {"SHOAL_HIERARCHICAL_MAX_BYTES", "bytes", "16M",
+       "the message (as SHOAL_HIERARCHICAL_MIN_BYTES counts it) from which SHOAL_HIERARCHICAL=auto stays flat "
+       "where no tuning file times the hierarchy: each pair's stream already stripes over every NIC, and "
+       "large flat calls win (docs/algorithms.md); 0: no bound. Equal on all ranks"},
       {"SHOAL_CHUNK_BYTES", "bytes", "512K",
        "pipeline chunk of ring algorithms: reduction of one chunk overlaps the transfer of the next"},
       {"SHOAL_SOCKET_BUFFER", "bytes", "4M", "SO_SNDBUF/SO_RCVBUF of data connections (0: kernel default)"},

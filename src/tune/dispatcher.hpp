@@ -84,19 +84,20 @@ class Dispatcher {
 
   /// Whether the hierarchical composition (comm/hierarchical.hpp) is faster than every row for
   /// a call of `bytes`, by the table's "hierarchical" times (outside its sizes: at the nearest
-  /// one); nullopt when the table has none (SHOAL_HIERARCHICAL_MIN_BYTES decides then). A tie
+  /// one); nullopt when the table has none (the size range decides then). A tie
   /// stays flat.
   std::optional<bool> hierarchical_is_faster(algorithms::Collective collective, uint64_t bytes) const;
 
   /// SHOAL_HIERARCHICAL=auto's decision for a call of `bytes` on a layout that allows the
   /// hierarchy: hierarchical_is_faster where the table has hierarchical times, else whether
-  /// `bytes` >= `min_bytes` (SHOAL_HIERARCHICAL_MIN_BYTES). `from`: "tuning file",
-  /// "simulation" or "min bytes".
+  /// min_bytes <= `bytes` < max_bytes (SHOAL_HIERARCHICAL_MIN_BYTES and _MAX_BYTES; max 0: no
+  /// bound). `from`: "tuning file", "simulation" or "size range".
   struct AutoHierarchy {
     bool take = false;
     std::string_view from;
   };
-  AutoHierarchy auto_hierarchy(algorithms::Collective collective, uint64_t bytes, uint64_t min_bytes) const;
+  AutoHierarchy auto_hierarchy(algorithms::Collective collective, uint64_t bytes, uint64_t min_bytes,
+                               uint64_t max_bytes) const;
 
   /// The table this dispatcher reads for `collective`, or nullptr: of the same transport, the
   /// measured one nearest in world size, then ranks per host; but when the world is larger than

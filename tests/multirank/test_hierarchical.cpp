@@ -180,36 +180,43 @@ TEST(HierarchicalOrder, ParentCallsWaitForPendingHierarchicalWork) {
   EXPECT_EQ(err, "");
 }
 
-// On 2 hosts of 2 under SHOAL_HIERARCHICAL=auto: a 4 KB and then a 1 MiB all_reduce, both
+// On 2 hosts of 2 under SHOAL_HIERARCHICAL=auto: a 4 KB, a 1 MiB and a 4 MiB all_reduce, each
 // checked, and the hierarchical calls counted after each.
-std::string small_then_big(uint64_t after_small, uint64_t after_big) {
+std::string sizes_in_turn(uint64_t after_small, uint64_t after_big, uint64_t after_bigger) {
   setenv("SHOAL_HIERARCHICAL", "auto", 1);
   std::string err = run_on_hosts({0, 0, 1, 1}, [&](Communicator& c) {
-    std::vector<float> small(1000, 1.0f), big(1 << 18, 1.0f);  // 4 KB, 1 MiB
+    std::vector<float> small(1000, 1.0f), big(1 << 18, 1.0f), bigger(1 << 20, 1.0f);  // 4 KB, 1 MiB, 4 MiB
     c.all_reduce(std::span<float>(small), ReduceOp::sum);
     EXPECT_EQ(hierarchical_calls(c), after_small);
     c.all_reduce(std::span<float>(big), ReduceOp::sum);
     EXPECT_EQ(hierarchical_calls(c), after_big);
+    c.all_reduce(std::span<float>(bigger), ReduceOp::sum);
+    EXPECT_EQ(hierarchical_calls(c), after_bigger);
     EXPECT_EQ(small.back(), 4.0f);
     EXPECT_EQ(big.back(), 4.0f);
+    EXPECT_EQ(bigger.back(), 4.0f);
   });
   setenv("SHOAL_HIERARCHICAL", "on", 1);
   return err;
 }
 
-// auto takes the hierarchy from SHOAL_HIERARCHICAL_MIN_BYTES (1 MiB) on, not below.
-TEST(HierarchicalAuto, ChoosesByMessageSize) { EXPECT_EQ(small_then_big(0, 1), ""); }
+// Without a tuning file auto takes the hierarchy from SHOAL_HIERARCHICAL_MIN_BYTES (1 MiB) on
+// and below SHOAL_HIERARCHICAL_MAX_BYTES (16 MiB; 2 MiB here): not at 4 KB, not at 4 MiB.
+TEST(HierarchicalAuto, ChoosesByMessageSize) {
+  ScopedEnv max_bytes("SHOAL_HIERARCHICAL_MAX_BYTES", "2M");
+  EXPECT_EQ(sizes_in_turn(0, 1, 1), "");
+}
 
 // With a tuning file that times "hierarchical" (shoal-tune across hosts), auto follows the
-// file where it covers the call, not the size threshold: here the file says the hierarchy wins
-// at 4 KB (below the 1 MiB threshold) and loses at 1 MiB (above it).
+// file where it covers the call, not the size range: here the file says the hierarchy wins at
+// 4 KB (below the 1 MiB threshold) and at 1 MiB, and loses at 4 MiB (inside the range).
 TEST(HierarchicalAuto, FollowsTheTuningFileWhereItHasHierarchicalTimes) {
   TempFile file(R"({"format": "shoal-tune 1", "tables": [
       {"collective": "all_reduce", "world": 4, "ranks_per_host": 2, "transport": "tcp",
-       "sizes": [1024, 65536, 16777216],
-       "times_us": {"ring": [100, 100, 100], "hierarchical": [10, 10, 1000000]}}]})");
+       "sizes": [1024, 65536, 1048576, 4194304],
+       "times_us": {"ring": [100, 100, 100, 100], "hierarchical": [10, 10, 10, 1000000]}}]})");
   ScopedEnv tune_file("SHOAL_TUNE_FILE", file.path);
-  EXPECT_EQ(small_then_big(1, 1), "");
+  EXPECT_EQ(sizes_in_turn(1, 2, 2), "");
 }
 
 TEST(HierarchicalSplit, SplitByHostGivesLocalAndRankAlignedGroups) {
