@@ -8,9 +8,9 @@
 # (with 20, the first calls after a size change, slower, weigh on the mean). net runs across
 # the emulated cluster (scripts/netcluster.sh up first; its hosts shoal-h0, shoal-h1, ...):
 # WORLDS are then HOSTSxRANKS, e.g. "2x1 4x1 8x1 8x2", and sizes from 1 MiB up get 10 timed
-# calls (a 16 MiB call takes ~0.1 s on 1 Gbit/s links). NET_RATE (default 1gbit, as given to
-# netcluster.sh up) sets the fit's token bucket: the cluster's tbf lets max(2 ms x rate, 68 KiB)
-# through at the veths' speed (~3 GB/s here) before it shapes (docs/scale.md).
+# calls (a 16 MiB call takes ~0.1 s on 1 Gbit/s links). The fit's token bucket is the cluster's
+# own, read from shoal-h0's tbf: it lets its burst through at the veths' speed (~3 GB/s here)
+# before it shapes (docs/scale.md).
 # Each sweep runs REPEATS times, interleaved; calibrate keeps each point's least time. Run it on
 # a quiet machine: every other job shows up as error.
 set -u
@@ -57,11 +57,13 @@ for ((rep = 1; rep <= REPEATS; ++rep)); do
     done
   done
 done
-rate=${NET_RATE:-1gbit}
-awk -v r="${rate%bit}" 'BEGIN { b = r + 0; u = tolower(substr(r, length(r)));
-  b *= u == "k" ? 1e3 : u == "m" ? 1e6 : u == "g" ? 1e9 : 1;
-  x = b / 8 * 0.002; if (x < 65536 + 4096) x = 65536 + 4096;
-  printf "{\"nic_burst_bytes\": %.0f, \"nic_burst_bw\": 3e9}\n", x }' >"$OUT/base.json"
+echo '{}' >"$OUT/base.json"
+if [[ " $TRANSPORTS " == *" net "* ]]; then
+  ip netns exec shoal-h0 tc -j qdisc show dev eth0 root | /usr/bin/python3 -c '
+import json, sys
+burst = next(q["options"]["burst"] for q in json.load(sys.stdin) if q["kind"] == "tbf")
+print(json.dumps({"nic_burst_bytes": burst, "nic_burst_bw": 3e9}))' >"$OUT/base.json"
+fi
 "$B/shoal-sim" calibrate --cores "$(nproc)" --model "$OUT/base.json" -o "$OUT/model.json" "${files[@]}" \
   >"$OUT/calibrate.out"
 tail -4 "$OUT/calibrate.out"

@@ -53,14 +53,13 @@ static void print_dispatch(const tune::Context& ctx, const std::string& size_lis
   // Whether SHOAL_HIERARCHICAL takes the two-level path (comm/hierarchical.cpp: several hosts of
   // the same number >1 of ranks), and why; "-" where the layout has no hierarchy.
   const std::string mode = config::get("SHOAL_HIERARCHICAL");
-  const uint64_t min_bytes = config::get_bytes("SHOAL_HIERARCHICAL_MIN_BYTES"),
-                 max_bytes = config::get_bytes("SHOAL_HIERARCHICAL_MAX_BYTES");
+  const auto hierarchy_sizes = tune::Dispatcher::hierarchy_sizes_from_environment();
   const bool layout = ctx.ranks_per_host > 1 && ctx.world > ctx.ranks_per_host && ctx.world % ctx.ranks_per_host == 0;
   auto hierarchy = [&](algorithms::Collective coll, uint64_t bytes) -> std::string {
     if (!layout) return "-";
     if (mode != "auto") return mode == "on" ? "yes (on)" : "no (off)";
     if (!config::get("SHOAL_ALGO").empty()) return "no (SHOAL_ALGO)";
-    const auto verdict = d.auto_hierarchy(coll, bytes, min_bytes, max_bytes);
+    const auto verdict = d.auto_hierarchy(coll, bytes, hierarchy_sizes);
     return (verdict.take ? "yes (" : "no (") + std::string(verdict.from) + ")";
   };
   std::printf("%-15s %12s %-19s %-12s %-12s %s\n", "collective", "bytes", "algorithm", "from", "predicted", "hierarchy");

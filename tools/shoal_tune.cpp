@@ -217,13 +217,12 @@ struct Pick {
   std::string name;
   bool fallback = false;
 };
-Pick pick_of(const tune::Dispatcher& d, const tune::Measurements& m, uint64_t bytes) {
+Pick pick_of(const tune::Dispatcher& d, const tune::Measurements& m, uint64_t bytes,
+             const tune::Dispatcher::SizeRange& hierarchy_sizes) {
   const tune::Measurements* t = d.table_for(m.collective);
   const bool fallback = !t || bytes < t->sizes.front() || bytes > t->sizes.back();
   if (!m.hierarchical.empty() &&
-      d.auto_hierarchy(m.collective, bytes, config::get_bytes("SHOAL_HIERARCHICAL_MIN_BYTES"),
-                       config::get_bytes("SHOAL_HIERARCHICAL_MAX_BYTES"))
-          .take)
+      d.auto_hierarchy(m.collective, bytes, hierarchy_sizes).take)
     return {"hierarchical", fallback};
   return {std::string(d.choose(m.collective, bytes).algorithm->name), fallback};
 }
@@ -246,6 +245,7 @@ int report(const std::string& path, const std::string& picks_path) {
   struct Tally {
     int hits = 0, total = 0;
   };
+  const auto hierarchy_sizes = tune::Dispatcher::hierarchy_sizes_from_environment();
   std::map<std::string, Tally> tally;  // model -> picks within 10% of the best
   std::string totals;                  // per table: the sweep's total time, held-out picks vs each row
   std::string excess;                  // per table: the mean excess over the best, picks vs each row
@@ -295,9 +295,9 @@ int report(const std::string& path, const std::string& picks_path) {
                       (time_of(cols, p.name, i) / best_t - 1) * 100);
         return std::string(buf);
       };
-      const Pick held = pick_of(halves[0][i % 2], m, s);
-      const Pick near = pick_of(halves[1][i % 2], m, s);
-      const Pick cm = pick_of(calibrated ? *calibrated : model, m, s);
+      const Pick held = pick_of(halves[0][i % 2], m, s, hierarchy_sizes);
+      const Pick near = pick_of(halves[1][i % 2], m, s, hierarchy_sizes);
+      const Pick cm = pick_of(calibrated ? *calibrated : model, m, s, hierarchy_sizes);
       picked_total += time_of(cols, held.name, i);
       picked_log += std::log(time_of(cols, held.name, i) / best_t);
       std::printf(" %s | %s | %s |", cols[best].first.c_str(), mark(held).c_str(), mark(cm).c_str());
@@ -306,7 +306,7 @@ int report(const std::string& path, const std::string& picks_path) {
         tally[name].hits += within(p);
       };
       if (from_other_run) {
-        const Pick o = pick_of(*from_other_run, m, s);
+        const Pick o = pick_of(*from_other_run, m, s, hierarchy_sizes);
         other_total += time_of(cols, o.name, i);
         other_log += std::log(time_of(cols, o.name, i) / best_t);
         std::printf(" %s |", mark(o).c_str());
@@ -315,7 +315,7 @@ int report(const std::string& path, const std::string& picks_path) {
       std::printf("\n");
       count("table, log-linear interpolation (held out)", held);
       count("table, nearest measured size (held out)", near);
-      count("cost model alone (default constants)", pick_of(model, m, s));
+      count("cost model alone (default constants)", pick_of(model, m, s, hierarchy_sizes));
       if (calibrated) count("cost model alone (calibrated at creation)", cm);
       count("first row (ring), no dispatcher", {std::string(algorithms::first_row(m.collective).name)});
     }

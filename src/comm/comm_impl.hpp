@@ -71,7 +71,7 @@ class CommImpl {
   }
   int splits = 0;  // split() calls so far, equal on all ranks: scopes the children's keys
   std::optional<comm::HierarchyMode> hierarchy_mode;  // read at the first eligible call
-  uint64_t hierarchy_min_bytes = 0, hierarchy_max_bytes = 0;
+  tune::Dispatcher::SizeRange hierarchy_sizes;
   std::unique_ptr<comm::Hierarchy> hierarchy;  // after engine: stopped before the engine is
 
   /// The cost model's constants measured when this communicator was made (comm/calibration.cpp;

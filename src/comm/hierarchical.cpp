@@ -317,8 +317,7 @@ std::optional<Work> CommImpl::try_hierarchical(const comm::HierCall& c, bool blo
                 "SHOAL_HIERARCHICAL='" << mode << "' must be auto, on or off");
     hierarchy_mode = mode == "on" ? comm::HierarchyMode::on
                      : mode == "off" ? comm::HierarchyMode::off : comm::HierarchyMode::automatic;
-    hierarchy_min_bytes = config::get_bytes("SHOAL_HIERARCHICAL_MIN_BYTES");
-    hierarchy_max_bytes = config::get_bytes("SHOAL_HIERARCHICAL_MAX_BYTES");
+    hierarchy_sizes = tune::Dispatcher::hierarchy_sizes_from_environment();
     if (*hierarchy_mode != comm::HierarchyMode::off && !comm::hierarchy_fits(topology))
       hierarchy_mode = comm::HierarchyMode::off;  // uneven hosts, one host, one rank per host
     // A forced algorithm is meant for the whole communicator (shoal-bench --algo): auto stands aside.
@@ -334,7 +333,7 @@ std::optional<Work> CommImpl::try_hierarchical(const comm::HierCall& c, bool blo
   // The size auto decides by: the whole vector, the gathered output, the scattered input.
   const uint64_t bytes = c.count * size_of(c.dtype) * (c.collective == Collective::all_reduce ? 1 : size);
   if (*hierarchy_mode == comm::HierarchyMode::automatic &&
-      !dispatcher().auto_hierarchy(c.collective, bytes, hierarchy_min_bytes, hierarchy_max_bytes).take)
+      !dispatcher().auto_hierarchy(c.collective, bytes, hierarchy_sizes).take)
     return std::nullopt;
   if (engine->broken()) {  // the groups would not know yet
     auto state = std::make_shared<WorkState>();

@@ -203,8 +203,8 @@ struct Resource {
 
 class Simulator {
  public:
-  // `tokens`: every bucket's level at the start (empty: full).
-  Simulator(const Programs& pg, const ClusterModel& m, const std::vector<double>& tokens = {}) : pg_(pg), m_(m) {
+  // `bucket_level`: every token bucket's level at the start, a fraction of full.
+  Simulator(const Programs& pg, const ClusterModel& m, double bucket_level = 1.0) : pg_(pg), m_(m) {
     const int p = pg.p;
     hosts_ = (p + m.ranks_per_host - 1) / m.ranks_per_host;
     leaves_ = m.hosts_per_leaf > 0 ? (hosts_ + m.hosts_per_leaf - 1) / m.hosts_per_leaf : 0;
@@ -218,7 +218,7 @@ class Simulator {
       res_[i].cap = cap(m.nic_bw * rails);
       if (bucket) {
         res_[i].burst = static_cast<double>(m.nic_burst_bytes) * rails;
-        res_[i].tokens = tokens.empty() ? res_[i].burst : tokens[i];
+        res_[i].tokens = bucket_level * res_[i].burst;
         res_[i].sustained = m.nic_bw * rails;
         res_[i].peak = cap(m.nic_burst_bw * rails);
         res_[i].cap = res_[i].peak;
@@ -290,14 +290,16 @@ class Simulator {
     return res;
   }
 
-  // Every NIC bucket's level now (after run(): what the next call starts with).
-  std::vector<double> bucket_levels() {
-    std::vector<double> out(2 * hosts_ * m_.nics);
-    for (uint32_t r = 0; r < out.size(); ++r) {
-      fill(r);
-      out[r] = res_[r].tokens;
-    }
-    return out;
+  // The most drained bucket's level now, a fraction of full (after run(): what the next call
+  // would start with on the busiest link; idle ones only refill). 1 without buckets.
+  double lowest_bucket_level() {
+    double least = 1;
+    for (uint32_t r = 0; r < res_.size(); ++r)
+      if (res_[r].burst > 0) {
+        fill(r);
+        least = std::min(least, res_[r].tokens / res_[r].burst);
+      }
+    return least;
   }
 
  private:
@@ -455,16 +457,21 @@ class Simulator {
     x.t = now_;
   }
 
-  // Adds `delta` to resource r's usage; a bucket draining faster than it fills gets the event
-  // of its last token.
+  // A filled bucket's event of its last token, if it drains (any earlier one superseded).
+  void schedule_empty(uint32_t r) {
+    Resource& x = res_[r];
+    ++x.ver;
+    if (x.cap == x.peak && x.usage > x.sustained && x.peak > x.sustained)
+      push(now_ + x.tokens / (x.usage - x.sustained), Ev::bucket_empty, r, x.ver);
+  }
+
+  // Adds `delta` to resource r's usage (its bucket's drain).
   void use(uint32_t r, double delta) {
     Resource& x = res_[r];
     if (x.burst == 0) return;
     fill(r);
     x.usage = std::max(0.0, x.usage + delta);
-    ++x.ver;
-    if (x.cap == x.peak && x.usage > x.sustained && x.peak > x.sustained)
-      push(now_ + x.tokens / (x.usage - x.sustained), Ev::bucket_empty, r, x.ver);
+    schedule_empty(r);
   }
 
   // Recomputes the rate of every flow on resource r (its count or its cap changed).
@@ -472,7 +479,7 @@ class Simulator {
     if (Resource& x = res_[r]; x.burst > 0) {  // tokens left (or refilled): the peak rate
       fill(r);
       x.cap = x.tokens >= 1 ? x.peak : x.sustained;
-      use(r, 0);
+      schedule_empty(r);
     }
     for (uint32_t f : res_[r].flows) {
       Flow& fl = flows_[f];
@@ -521,21 +528,15 @@ SimResult simulate(const Programs& prog, const ClusterModel& model) {
   SHOAL_CHECK(model.ranks_per_host > 0 && model.nics > 0 && model.taper > 0, InvalidArgument,
               "simulation: ranks_per_host, nics and taper must be positive");
   if (model.nic_burst_bytes == 0 || model.nic_burst_bw <= 0) return Simulator(prog, model).run();
-  const size_t buckets = 2 * static_cast<size_t>((prog.p + model.ranks_per_host - 1) / model.ranks_per_host) *
-                         static_cast<size_t>(model.nics);
-  const double full = static_cast<double>(model.nic_burst_bytes) * (model.stripe ? model.nics : 1);
   SimResult res;
   double run_seconds = 0;
-  // Every bucket at `level` x full at the start: the call's result (in res), and how much
-  // fuller (> 0) or emptier (< 0) it left the most drained one (the busiest link's; idle ones
-  // only refill), as a fraction of full.
+  // Every bucket at `level` of full at the start: the call's result (in res), and how much
+  // fuller (> 0) or emptier (< 0) it left the most drained one, as a fraction of full.
   auto change = [&](double level) {
-    Simulator sim(prog, model, std::vector<double>(buckets, level * full));
+    Simulator sim(prog, model, level);
     res = sim.run();
     run_seconds += res.run_seconds;
-    double least = full;
-    for (double t : sim.bucket_levels()) least = std::min(least, t);
-    return least / full - level;
+    return sim.lowest_bucket_level() - level;
   };
   // The steady level: full when a call leaves them full (links idle enough), empty when a call
   // from empty buckets leaves them (nearly) empty (the links the bottleneck), else bisection.

@@ -251,11 +251,15 @@ std::optional<bool> Dispatcher::hierarchical_is_faster(Collective collective, ui
   return true;
 }
 
-Dispatcher::AutoHierarchy Dispatcher::auto_hierarchy(Collective collective, uint64_t bytes, uint64_t min_bytes,
-                                                     uint64_t max_bytes) const {
+Dispatcher::SizeRange Dispatcher::hierarchy_sizes_from_environment() {
+  return {config::get_bytes("SHOAL_HIERARCHICAL_MIN_BYTES"), config::get_bytes("SHOAL_HIERARCHICAL_MAX_BYTES")};
+}
+
+Dispatcher::AutoHierarchy Dispatcher::auto_hierarchy(Collective collective, uint64_t bytes,
+                                                     const SizeRange& sizes) const {
   if (const auto faster = hierarchical_is_faster(collective, bytes))
     return {*faster, table_for(collective)->simulated ? "simulation" : "tuning file"};
-  return {bytes >= min_bytes && (max_bytes == 0 || bytes < max_bytes), "size range"};
+  return {sizes.contains(bytes), "size range"};
 }
 
 }  // namespace shoal::tune

@@ -88,16 +88,22 @@ class Dispatcher {
   /// stays flat.
   std::optional<bool> hierarchical_is_faster(algorithms::Collective collective, uint64_t bytes) const;
 
+  /// The sizes SHOAL_HIERARCHICAL=auto takes the hierarchy for where no table times it:
+  /// min <= bytes < max (SHOAL_HIERARCHICAL_MIN_BYTES and _MAX_BYTES; max 0: no bound).
+  struct SizeRange {
+    uint64_t min = 0, max = 0;
+    bool contains(uint64_t bytes) const { return bytes >= min && (max == 0 || bytes < max); }
+  };
+  static SizeRange hierarchy_sizes_from_environment();
+
   /// SHOAL_HIERARCHICAL=auto's decision for a call of `bytes` on a layout that allows the
   /// hierarchy: hierarchical_is_faster where the table has hierarchical times, else whether
-  /// min_bytes <= `bytes` < max_bytes (SHOAL_HIERARCHICAL_MIN_BYTES and _MAX_BYTES; max 0: no
-  /// bound). `from`: "tuning file", "simulation" or "size range".
+  /// `sizes` contains `bytes`. `from`: "tuning file", "simulation" or "size range".
   struct AutoHierarchy {
     bool take = false;
     std::string_view from;
   };
-  AutoHierarchy auto_hierarchy(algorithms::Collective collective, uint64_t bytes, uint64_t min_bytes,
-                               uint64_t max_bytes) const;
+  AutoHierarchy auto_hierarchy(algorithms::Collective collective, uint64_t bytes, const SizeRange& sizes) const;
 
   /// The table this dispatcher reads for `collective`, or nullptr: of the same transport, the
   /// measured one nearest in world size, then ranks per host; but when the world is larger than

@@ -49,14 +49,11 @@ int expect_error(int rank, const ProcessJob& job, Call call) {
 
 double reported_time(const RankResult& r) { return std::stod(r.report.substr(0, r.report.find('\n'))); }
 
-// The segments of communicator `comm_id` still in /dev/shm (other tests running at the same
-// time have theirs: only this job's count).
-int segments_left(uint64_t comm_id) {
-  const std::string prefix = transport::shm::segment_name(comm_id, 0).substr(1);  // "shoal-<id>-"
-  const std::string mine = prefix.substr(0, prefix.rfind('-') + 1);
+// The segments of communicator `comm_id`'s `ranks` still in /dev/shm (other tests running at
+// the same time have theirs: only this job's count).
+int segments_left(uint64_t comm_id, int ranks) {
   int n = 0;
-  for (const auto& e : std::filesystem::directory_iterator("/dev/shm"))
-    n += e.path().filename().string().rfind(mine, 0) == 0;
+  for (int r = 0; r < ranks; ++r) n += std::filesystem::exists("/dev/shm" + transport::shm::segment_name(comm_id, r));
   return n;
 }
 
@@ -94,7 +91,7 @@ TEST(Failures, KilledPeerMidCollectiveRaisesPeerFailureNamingItOnEverySurvivor) 
     EXPECT_NE(results[r].report.find("rank 2"), std::string::npos) << "the message must name the dead rank";
     EXPECT_LT(reported_time(results[r]) - killed_at, 5.0) << "detection took too long";
   }
-  EXPECT_EQ(segments_left(comm_id), 0) << "shared memory left in /dev/shm";
+  EXPECT_EQ(segments_left(comm_id, 4), 0) << "shared memory left in /dev/shm";
 }
 
 // A frozen rank (SIGSTOP: its sockets stay open, the kernel still acknowledges its bytes)
