@@ -35,9 +35,10 @@ std::vector<Measurement> read_bench_file(const std::string& path, const std::str
 /// files of the same sweep give the best of their rounds, as shoal-tune's --rounds do).
 std::vector<Measurement> best_of_repeats(const std::vector<Measurement>& points);
 
-/// The model of a measurement's job: one host of `ranks` ranks on shared memory; with tcp,
-/// every rank its own host with one NIC (loopback on one machine: no token bucket); with net,
-/// `hosts` hosts of one NIC (the base model's bucket, if any: the emulated cluster's tbf).
+/// The model of a measurement's job: one host of `ranks` ranks on shared memory; with tcp
+/// (loopback: no wire, the kernel's copies), one host too, its transfers at the nic_* latency
+/// and rate, all sharing that rate (no token bucket); with net, `hosts` hosts of one NIC
+/// (the base model's bucket, if any: the emulated cluster's tbf).
 ClusterModel job_model(const Measurement& m, const ClusterModel& base);
 
 struct Fit {
@@ -52,9 +53,10 @@ struct Fit {
 /// the fits; `model` gets intra_* from shm, nic_* from net (else tcp), reduce and copy cost from the
 /// last fit (shm preferred). `cores`: the CPU cores the measured ranks shared (all on one
 /// machine, as here, the emulated cluster included; 0: a core per rank). A point of p ranks is
-/// simulated with every CPU or memory cost (latencies, per-byte copy, reduction and shared-
-/// memory or loopback transfer) max(1, p / cores) times longer: time-sharing stretches them
-/// alike. The bandwidth of a real network ("net") is not the cores' and is not stretched.
+/// simulated with its CPU work (latencies, per-byte copy and reduction, shared memory's
+/// transfers: the ranks' own copies) max(1, p / cores) times longer: time-sharing stretches them
+/// alike. Loopback TCP's one rate, shared by every transfer (job_model), is already the cores'
+/// total and is not stretched, nor is the bandwidth of a real network ("net").
 std::vector<Fit> calibrate(std::vector<Measurement>& points, ClusterModel& model, int iterations = 8,
                            int cores = 0);
 

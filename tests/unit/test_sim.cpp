@@ -668,6 +668,29 @@ TEST(Calibrate, SeparatesCopyFromReductionCountsSharedCoresAndKeepsTheBestRepeat
   EXPECT_GT(sim::calibrate(again, naive)[0].median_error, 0.05);
 }
 
+TEST(Calibrate, LoopbackTcpIsOneHostWhoseTransfersShareOneRate) {
+  // Loopback has no wire: every transfer is the kernel's copying on the same machine, so the
+  // ranks' transfers share the tcp rate (nic_bw) instead of each rank having a NIC of its own.
+  // A ring all_gather of S bytes on p ranks: p transfers of S/p at once in each of p-1 steps,
+  // (p-1) S / nic_bw in all (with a NIC per rank: (p-1) S / (p nic_bw)).
+  ClusterModel m = known_model(0, 1e30, 0, 0);
+  m.nic_latency = 0;
+  m.nic_bw = 1e9;
+  sim::Measurement x;
+  x.collective = Collective::all_gather;
+  x.algorithm = "ring";
+  x.transport = "tcp";
+  x.ranks = 4;
+  x.size = 4 << 20;
+  EXPECT_EQ(sim::job_model(x, m).ranks_per_host, 4);
+  EXPECT_NEAR(sim::predict(x, m), 3.0 * x.size / m.nic_bw, 1e-6 * 3.0 * x.size / m.nic_bw);
+  EXPECT_DOUBLE_EQ(sim::predict(x, m, /*cores=*/2), sim::predict(x, m));  // not stretched
+  m.nic_latency = 10e-6;  // the latency is the tcp one, and time-sharing stretches it
+  x.size = 16;  // one float per rank: 3 latencies, and 4 bytes at a time to move
+  EXPECT_NEAR(sim::predict(x, m), 3 * 10e-6, 1e-7);
+  EXPECT_NEAR(sim::predict(x, m, /*cores=*/2), 2 * 3 * 10e-6, 1e-7);
+}
+
 TEST(Calibrate, ANetworksBandwidthIsNotStretchedBySharedCores) {
   // The emulated cluster: 2 to 16 ranks on 2 cores behind 1 Gbit/s links with tbf's bucket.
   // The links' rate is the network's, not the cores': a 16 MiB all_gather on 8 hosts is as
