@@ -67,6 +67,8 @@ def busbw_table(worlds, size):
     for w in sorted(worlds):
         cells = []
         best = max((worlds[w][a][size][1] for a in algos if size in worlds[w].get(a, {})), default=None)
+        if best is None:  # not run at this size
+            continue
         for a in algos:
             v = worlds[w].get(a, {}).get(size)
             if v is None:
