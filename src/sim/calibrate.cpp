@@ -324,10 +324,10 @@ Programs compile_point(const Measurement& m) {
 // per-message overhead, reductions and copies max(1, p / cores) times longer (time-sharing
 // stretches a rank's work alike), and so are shared memory's transfers (a rank's own copies:
 // CMA by the receiver, the queues' by both; on one host or among a host's ranks across
-// hosts). Loopback TCP's are not: the kernel copies on
-// whichever core is free, and its single rate, which every transfer on the machine shares
-// (job_model), is already the cores' total (stretched, it fitted at 19% instead of 14%:
-// docs/scale.md); a real network's rate ("net": shaped links) is not the cores' at all.
+// hosts). Loopback TCP's are not: its one rate, which every transfer on the machine shares
+// (job_model), stands for the cores' copying as a whole (stretched as well, it fitted at 19%
+// instead of 14%: docs/scale.md). A real network's rate ("net": shaped links) is not the
+// cores' at all.
 ClusterModel on_shared_cores(ClusterModel j, const Measurement& m, int cores) {
   const double s = cores > 0 ? std::max(1.0, static_cast<double>(m.ranks) / cores) : 1.0;
   if (s == 1.0) return j;
