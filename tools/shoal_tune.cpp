@@ -210,9 +210,10 @@ Columns columns_of(const tune::Measurements& m) {
 }
 
 // What runs a call of `bytes`, as the communicator decides it: the hierarchy when
-// SHOAL_HIERARCHICAL=auto takes it (the table's hierarchical times, else the size range of
-// SHOAL_HIERARCHICAL_MIN_BYTES and _MAX_BYTES), else the dispatcher's row. `fallback`: not read from a measured size of the
-// dispatcher's table (outside its sizes, or no table: the cost model and the threshold).
+// SHOAL_HIERARCHICAL=auto takes it (the table's hierarchical times, else `hierarchy_sizes`,
+// SHOAL_HIERARCHICAL_MIN_BYTES to _MAX_BYTES), else the dispatcher's row. `fallback`: not read
+// from a measured size of the dispatcher's table (outside its sizes, or no table: the cost
+// model and the size range).
 struct Pick {
   std::string name;
   bool fallback = false;
@@ -221,8 +222,7 @@ Pick pick_of(const tune::Dispatcher& d, const tune::Measurements& m, uint64_t by
              const tune::Dispatcher::SizeRange& hierarchy_sizes) {
   const tune::Measurements* t = d.table_for(m.collective);
   const bool fallback = !t || bytes < t->sizes.front() || bytes > t->sizes.back();
-  if (!m.hierarchical.empty() &&
-      d.auto_hierarchy(m.collective, bytes, hierarchy_sizes).take)
+  if (!m.hierarchical.empty() && d.auto_hierarchy(m.collective, bytes, hierarchy_sizes).take)
     return {"hierarchical", fallback};
   return {std::string(d.choose(m.collective, bytes).algorithm->name), fallback};
 }
