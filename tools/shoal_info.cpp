@@ -44,10 +44,10 @@ static void print_dispatch(const tune::Context& ctx, const std::string& size_lis
   const tune::Dispatcher d = tune::Dispatcher::from_environment(ctx);
   const auto& c = d.params();
   std::printf("\n# the dispatcher's choice for %d ranks, %d per host, over %s (SHOAL_DISPATCH=%s, "
-              "SHOAL_TUNE_FILE=%s; cost model alpha %.3g s, beta %.3g s/B, gamma %.3g s/B)\n",
+              "SHOAL_TUNE_FILE=%s; cost model alpha %.3g s, beta %.3g s/B, gamma %.3g s/B, busy gamma %.3g s/B)\n",
               ctx.world, ctx.ranks_per_host, std::string(tune::to_string(ctx.transport)).c_str(),
               d.enabled() ? "on" : "off", config::get("SHOAL_TUNE_FILE").empty() ? "-" : config::get("SHOAL_TUNE_FILE").c_str(),
-              c.alpha, c.beta, c.gamma);
+              c.alpha, c.beta, c.gamma, c.busy_gamma);
   std::printf("# bytes as the cost models count them: all_reduce the vector, all_gather the gathered output, "
               "reduce_scatter the input\n");
   // Whether SHOAL_HIERARCHICAL takes the two-level path (comm/hierarchical.cpp: several hosts of
@@ -60,7 +60,14 @@ static void print_dispatch(const tune::Context& ctx, const std::string& size_lis
     if (mode != "auto") return mode == "on" ? "yes (on)" : "no (off)";
     if (!config::get("SHOAL_ALGO").empty()) return "no (SHOAL_ALGO)";
     const auto verdict = d.auto_hierarchy(coll, bytes, hierarchy_sizes);
-    return (verdict.take ? "yes (" : "no (") + std::string(verdict.from) + ")";
+    std::string why(verdict.from);
+    if (why == "cost model") {  // with the hierarchy's modelled time, against the flat row's
+      char t[64];
+      std::snprintf(t, sizeof t, ": %.1f against %.1f us", *d.hierarchy_cost(coll, bytes) * 1e6,
+                    *d.flat_cost(coll, bytes) * 1e6);
+      why += t;
+    }
+    return (verdict.take ? "yes (" : "no (") + why + ")";
   };
   std::printf("%-15s %12s %-19s %-12s %-12s %s\n", "collective", "bytes", "algorithm", "from", "predicted", "hierarchy");
   for (auto coll : {algorithms::Collective::all_reduce, algorithms::Collective::all_gather,

@@ -18,6 +18,11 @@ struct CostParams {
   double alpha = 5e-6;
   double beta = 1e-10;   // 10 GB/s
   double gamma = 5e-11;  // 20 GB/s of reduction
+  /// Across hosts: seconds per byte of memory work (reducing, copying, moving to a rank of the
+  /// same host) that a step-synchronous call pays on top of its NIC time, with every rank and
+  /// the network at work at once (the dispatcher's across-hosts model; calibrated from a Swing
+  /// all_gather). gamma is one rank's reduction alone.
+  double busy_gamma = 2e-10;
 };
 
 struct AlgorithmInfo {
@@ -30,6 +35,10 @@ struct AlgorithmInfo {
   /// reduce, the gathered output of all_gather and gather, the input of reduce_scatter and
   /// scatter (count x element size x p), a rank's buffer for all_to_all.
   double (*cost)(int p, uint64_t bytes, const CostParams& c);
+  /// Chunk-pipelined: a chunk's reduction and its host-local moves overlap the transfer of the
+  /// next, so across hosts its memory work hides behind the NICs; otherwise every step waits
+  /// for the whole of the previous one (the butterflies, Bruck, the trees of whole blocks).
+  bool pipelined = false;
 };
 
 /// Every algorithm, in order of preference per collective.

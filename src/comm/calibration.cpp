@@ -39,7 +39,7 @@ bool CommImpl::calibration_wanted() const {
 }
 
 void CommImpl::calibrate_cost_model() {
-  const tune::CalibrationPlan plan = tune::calibration_plan(size);
+  const tune::CalibrationPlan plan = tune::calibration_plan(size, tune_context().transport);
   const auto* ring_all_gather = algorithms::find_algorithm(Collective::all_gather, "ring");
   const auto* ring_all_reduce = algorithms::find_algorithm(Collective::all_reduce, "ring");
   SHOAL_CHECK(ring_all_gather && ring_all_reduce, Internal, "the registry has no ring");
@@ -53,20 +53,45 @@ void CommImpl::calibrate_cost_model() {
         .wait();
   };
   std::vector<float> acc(plan.reduce_bytes / sizeof(float), 1.0f), in(acc.size(), 0.5f);
-  double times[3] = {
+  double times[4] = {
       fastest_of(plan.small_calls, [&] { all_gather(plan.small_block); }),
       fastest_of(plan.large_calls, [&] { all_gather(plan.large_block); }),
       fastest_of(plan.reduce_calls, [&] { kernels::reduce_into(acc.data(), in.data(), acc.size(), DataType::float32, ReduceOp::sum); }),
+      0,
   };
+  // Across hosts of several ranks: a step-synchronous call, whose memory work (for Swing's
+  // all_gather, its host-local last step) the NICs do not hide: busy_gamma is what it takes
+  // beyond the wire.
+  const tune::Context context = tune_context();
+  if (tune::across_hosts_of_several(context)) {
+    const auto* swing = algorithms::find_algorithm(Collective::all_gather, "swing");
+    SHOAL_CHECK(swing, Internal, "the registry has no swing all_gather");
+    std::vector<uint8_t> mine(plan.swing_block, static_cast<uint8_t>(rank)), all(plan.swing_block * size);
+    auto swing_all_gather = [&] {
+      submit(Collective::all_gather, mine.data(), all.data(), plan.swing_block, DataType::uint8, ReduceOp::sum, -1,
+             -1, 0, /*blocking=*/true, swing)
+          .wait();
+    };
+    // Back to back from a common start, the mean: a rank that leaves one call early waits
+    // longer in the next, so single calls of one rank swing by half their time.
+    swing_all_gather();
+    all_gather(plan.small_block);
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int i = 0; i < plan.swing_calls; ++i) swing_all_gather();
+    times[3] = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / plan.swing_calls;
+  }
   // The slowest rank's times, the same bits everywhere: so is the fit, and so are the picks.
-  submit(Collective::all_reduce, times, times, 3, DataType::float64, ReduceOp::max, -1, -1, 0, /*blocking=*/true,
+  submit(Collective::all_reduce, times, times, 4, DataType::float64, ReduceOp::max, -1, -1, 0, /*blocking=*/true,
          ring_all_reduce)
       .wait();
-  calibrated_params = tune::fit_cost_params(size, plan, {times[0], times[1], times[2]},
-                                            tune::default_cost_params(tune_context().transport));
+  calibrated_params = tune::fit_cost_params(size, plan, {times[0], times[1], times[2], times[3]},
+                                            tune::default_cost_params(context.transport), context.ranks_per_host);
   SHOAL_INFO("cost model calibrated at creation: alpha " << calibrated_params->alpha * 1e6 << " us, beta "
                                                          << 1e-9 / calibrated_params->beta << " GB/s, gamma "
-                                                         << 1e-9 / calibrated_params->gamma << " GB/s");
+                                                         << 1e-9 / calibrated_params->gamma << " GB/s, busy gamma "
+                                                         << 1e-9 / calibrated_params->busy_gamma << " GB/s (times: "
+                                                         << times[0] * 1e6 << ", " << times[1] * 1e6 << ", "
+                                                         << times[2] * 1e6 << ", " << times[3] * 1e6 << " us)");
 }
 
 }  // namespace shoal::detail

@@ -57,9 +57,10 @@ const std::vector<Setting>& settings() {
        "on: for a world larger than every measured one, the dispatcher reads the tuning file's "
        "simulated tables (shoal-sim tune); off: it ignores them (cost model there). Equal on all ranks"},
       {"SHOAL_TUNE_CALIBRATE", "enum", "on",
-       "on: a new communicator times a few ring all_gathers and a reduction (milliseconds) and the "
-       "cost model uses the measured constants, the slowest rank's, instead of the defaults; off: "
-       "the defaults. Equal on all ranks"},
+       "on: a new communicator times a few ring all_gathers and a reduction (milliseconds; across "
+       "hosts of several ranks also a Swing all_gather of about 16 MiB) and the cost model uses the "
+       "measured constants, the slowest rank's, instead of the defaults; off: the defaults. Equal on "
+       "all ranks"},
       {"SHOAL_TUNE_ALPHA", "string", "",
        "cost model: seconds per message (replaces the calibrated or default value: shm 5e-6, tcp 3e-5). "
        "Equal on all ranks"},
@@ -69,20 +70,24 @@ const std::vector<Setting>& settings() {
       {"SHOAL_TUNE_GAMMA", "string", "",
        "cost model: seconds per byte reduced (replaces the calibrated or default value, 2e-10). Equal "
        "on all ranks"},
+      {"SHOAL_TUNE_BUSY_GAMMA", "string", "",
+       "cost model across hosts: seconds per byte of memory work (reducing, moving within the host) "
+       "while every rank of the machine works at once (replaces the calibrated or default value, "
+       "2e-10). Equal on all ranks"},
       {"SHOAL_HIERARCHICAL", "enum", "auto",
        "all_reduce, all_gather, reduce_scatter across hosts in an intra-host and an inter-host phase "
        "on sub-communicators (rank-aligned groups at once). auto: when every host has the same number "
        ">1 of ranks, >1 host, SHOAL_ALGO is unset and the tuning file's \"hierarchical\" times say it is "
-       "faster (at the nearest measured size; without such times: the message is at least "
-       "SHOAL_HIERARCHICAL_MIN_BYTES and below SHOAL_HIERARCHICAL_MAX_BYTES); "
+       "faster (at the nearest measured size; without such times: the cost model, within "
+       "SHOAL_HIERARCHICAL_MIN_BYTES and SHOAL_HIERARCHICAL_MAX_BYTES); "
        "on: whenever that layout holds; off: never. Equal on all ranks"},
-      {"SHOAL_HIERARCHICAL_MIN_BYTES", "bytes", "1M",
-       "smallest message SHOAL_HIERARCHICAL=auto runs hierarchically where no tuning file times the "
-       "hierarchy: the all_reduce vector, the all_gather output, the reduce_scatter input. Equal on all ranks"},
-      {"SHOAL_HIERARCHICAL_MAX_BYTES", "bytes", "16M",
-       "the message (as SHOAL_HIERARCHICAL_MIN_BYTES counts it) from which SHOAL_HIERARCHICAL=auto stays flat "
-       "where no tuning file times the hierarchy: each pair's stream already stripes over every NIC, and "
-       "large flat calls win (docs/algorithms.md); 0: no bound. Equal on all ranks"},
+      {"SHOAL_HIERARCHICAL_MIN_BYTES", "bytes", "0",
+       "smallest message SHOAL_HIERARCHICAL=auto may run hierarchically where no tuning file times the "
+       "hierarchy (the cost model decides within the bounds): the all_reduce vector, the all_gather "
+       "output, the reduce_scatter input. Equal on all ranks"},
+      {"SHOAL_HIERARCHICAL_MAX_BYTES", "bytes", "0",
+       "the message (as SHOAL_HIERARCHICAL_MIN_BYTES counts it) from which SHOAL_HIERARCHICAL=auto stays "
+       "flat where no tuning file times the hierarchy; 0: no bound. Equal on all ranks"},
       {"SHOAL_CHUNK_BYTES", "bytes", "512K",
        "pipeline chunk of ring algorithms: reduction of one chunk overlaps the transfer of the next"},
       {"SHOAL_SOCKET_BUFFER", "bytes", "4M", "SO_SNDBUF/SO_RCVBUF of data connections (0: kernel default)"},

@@ -4,26 +4,30 @@
 #include <cmath>
 
 #include "core/check.hpp"
+#include "tune/dispatcher.hpp"
 
 namespace shoal::tune {
 
 using algorithms::Collective;
 using algorithms::CostParams;
 
-CalibrationPlan calibration_plan(int world) {
+CalibrationPlan calibration_plan(int world, Transport transport) {
   CalibrationPlan plan;
   const uint64_t p = static_cast<uint64_t>(std::max(world, 1));
   plan.small_block = 8;
-  plan.large_block = std::clamp<uint64_t>((2u << 20) / p, 16u << 10, 256u << 10);
+  plan.large_block =
+      transport == Transport::tcp ? 512u << 10 : std::clamp<uint64_t>((2u << 20) / p, 16u << 10, 256u << 10);
   plan.reduce_bytes = 256u << 10;
   plan.small_calls = 8;
   plan.large_calls = 3;
   plan.reduce_calls = 3;
+  plan.swing_block = std::clamp<uint64_t>((16u << 20) / p, 256u << 10, 2u << 20);
+  plan.swing_calls = 3;
   return plan;
 }
 
 CostParams fit_cost_params(int world, const CalibrationPlan& plan, const CalibrationTimes& times,
-                           const CostParams& floor) {
+                           const CostParams& floor, int ranks_per_host) {
   const auto* ring = algorithms::find_algorithm(Collective::all_gather, "ring");
   SHOAL_CHECK(ring != nullptr, Internal, "the registry has no ring all_gather");
   const int p = std::max(world, 2);
@@ -46,6 +50,16 @@ CostParams fit_cost_params(int world, const CalibrationPlan& plan, const Calibra
   c.beta = usable(c.beta) ? std::max(c.beta, min_beta) : min_beta;
   const double gamma = times.reduce_s / static_cast<double>(std::max<uint64_t>(plan.reduce_bytes, 1));
   c.gamma = usable(gamma) ? std::max(gamma, min_gamma) : floor.gamma;
+  c.busy_gamma = floor.busy_gamma;
+  const auto* swing = algorithms::find_algorithm(Collective::all_gather, "swing");
+  if (times.swing_s > 0 && swing && across_hosts_of_several({world, ranks_per_host, Transport::tcp})) {
+    const HostTraffic traffic = host_traffic(*swing, world, ranks_per_host);
+    const uint64_t bytes = plan.swing_block * static_cast<uint64_t>(world);
+    const double n = static_cast<double>(bytes);
+    const double beyond = times.swing_s - swing->cost(world, bytes, {c.alpha, 0, 0, 0}) - c.beta * traffic.nic * n;
+    const double busy = beyond / (traffic.memory * n);
+    c.busy_gamma = usable(busy) ? std::max(busy, floor.busy_gamma / 100) : floor.busy_gamma / 100;
+  }
   return c;
 }
 

@@ -1,39 +1,55 @@
 // Calibration at creation: the cost model's constants measured cheaply when a communicator is
 // made, instead of the per-transport defaults. Every rank times the same few forced ring
-// all_gathers (a small and a large one) and a local reduction; the slowest rank's times are
-// agreed by an all_reduce(max), and this fit turns them into alpha, beta and gamma, the same
-// bits on every rank (docs/algorithms.md, "Calibration at creation").
+// all_gathers (a small and a large one), a local reduction and, across hosts of several ranks, a
+// forced Swing all_gather; the slowest rank's times are agreed by an all_reduce(max), and
+// this fit turns them into alpha, beta, gamma and busy_gamma, the same bits on every rank
+// (docs/algorithms.md, "Calibration at creation").
 #pragma once
 
 #include <cstdint>
 
 #include "algorithms/registry.hpp"
+#include "tune/tuning_file.hpp"
 
 namespace shoal::tune {
 
 /// What the communicator times: ring all_gathers of `small_block` and `large_block` bytes per
-/// rank, and a float32 sum reduction of `reduce_bytes`.
+/// rank, a float32 sum reduction of `reduce_bytes`, and across hosts of several ranks a Swing
+/// all_gather of `swing_block` bytes per rank.
 struct CalibrationPlan {
   uint64_t small_block = 8;
   uint64_t large_block = 0;
   uint64_t reduce_bytes = 0;
+  uint64_t swing_block = 0;
   int small_calls = 0, large_calls = 0, reduce_calls = 0;  // timed (the fastest counts)
+  int swing_calls = 0;                                     // timed back to back (the mean counts)
 };
-/// The plan for `world` ranks: the large all_gather moves about 2 MiB in all (at least 16 KiB
-/// per rank, at most 256 KiB), so creation stays within milliseconds on shared memory.
-CalibrationPlan calibration_plan(int world);
+/// The plan for `world` ranks over `transport`. On shared memory the large all_gather moves
+/// about 2 MiB in all (at least 16 KiB per rank, at most 256 KiB), so creation stays within
+/// milliseconds; over TCP it moves 512 KiB per rank, a whole chunk of the ring's pipeline, which
+/// a striped connection spreads over every NIC (its segments are 256 KiB: a smaller block
+/// crosses one NIC and would measure beta at a fraction of the host's rate). The Swing call
+/// gathers about 16 MiB (256 KiB to 2 MiB per rank), three calls after an untimed one: its
+/// host-local last step, half of that, is far beyond a core's cache, as in the large calls its
+/// constant decides (smaller calls, whose memory work stays in cache, would measure less).
+CalibrationPlan calibration_plan(int world, Transport transport);
 
-/// Seconds per call, the slowest rank's fastest call (every rank holds the same values).
+/// Seconds per call, the slowest rank's fastest call, and for swing_s its mean call (every rank
+/// holds the same values); swing_s 0 where the Swing all_gather was not timed.
 struct CalibrationTimes {
-  double small_s = 0, large_s = 0, reduce_s = 0;
+  double small_s = 0, large_s = 0, reduce_s = 0, swing_s = 0;
 };
 
 /// alpha and beta from the two all_gathers through the ring's own cost model
 /// (t = (p-1) alpha + (p-1)/p n beta, solved for the pair), gamma from the reduction. A
 /// solution that is not positive (noise: the large call no slower per byte than the small)
 /// falls back to alpha from the small call alone and beta from what the large call leaves,
-/// never below `floor.beta` / 100; every constant is finite and positive.
+/// never below `floor.beta` / 100. busy_gamma, where `swing_s` was timed on hosts of
+/// `ranks_per_host` ranks, from what the Swing call took beyond its latency and its NIC bytes
+/// (dispatcher.hpp, host_traffic), per byte of its memory work: never below
+/// `floor.busy_gamma` / 100 (the wire hid it all), `floor.busy_gamma` where not timed. Every
+/// constant is finite and positive.
 algorithms::CostParams fit_cost_params(int world, const CalibrationPlan& plan, const CalibrationTimes& times,
-                                       const algorithms::CostParams& floor);
+                                       const algorithms::CostParams& floor, int ranks_per_host = 1);
 
 }  // namespace shoal::tune

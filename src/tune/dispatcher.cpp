@@ -4,6 +4,7 @@
 #include <cerrno>
 #include <cmath>
 #include <cstdlib>
+#include <limits>
 #include <map>
 #include <optional>
 
@@ -32,12 +33,18 @@ double setting_or(const char* name, double fallback) {
   return x;
 }
 
-// A row's modelled time; with `host_share`, its bandwidth term is beta x the bytes a host
-// sends to other hosts (inter_host_share) instead of the flat model's.
+// A row's modelled time; with `traffic` (across hosts of several ranks), its bandwidth term is
+// beta x the bytes a host sends to other hosts (x `nic_factor`: ranks of a host running it at
+// once), and its memory work (reductions, host-local moves) costs busy_gamma per byte: hidden
+// behind the NICs by a pipelined row, added by the others, whose every step waits for the
+// whole of the previous one.
 double modelled_cost(const AlgorithmInfo& row, int world, uint64_t bytes, const CostParams& c,
-                     const std::function<double(const AlgorithmInfo&)>& host_share) {
-  if (!host_share) return row.cost(world, bytes, c);
-  return row.cost(world, bytes, {c.alpha, 0, c.gamma}) + c.beta * host_share(row) * static_cast<double>(bytes);
+                     const HostTraffic* traffic, double nic_factor = 1) {
+  if (!traffic) return row.cost(world, bytes, c);
+  const double n = static_cast<double>(bytes);
+  const double wire = c.beta * nic_factor * traffic->nic * n, memory = c.busy_gamma * traffic->memory * n;
+  const double latency = row.cost(world, bytes, {c.alpha, 0, 0, 0});
+  return latency + (row.pipelined ? std::max(wire, memory) : wire + memory);
 }
 
 }  // namespace
@@ -75,6 +82,7 @@ CostParams default_cost_params(Transport t) {
     c.beta = 8e-10;
   }
   c.gamma = 2e-10;
+  c.busy_gamma = 2e-10;  // one core's pass over memory; calibration measures the machine's
   return c;
 }
 
@@ -83,11 +91,13 @@ CostParams cost_params(Transport t, const CostParams* measured) {
   c.alpha = setting_or("SHOAL_TUNE_ALPHA", c.alpha);
   c.beta = setting_or("SHOAL_TUNE_BETA", c.beta);
   c.gamma = setting_or("SHOAL_TUNE_GAMMA", c.gamma);
+  c.busy_gamma = setting_or("SHOAL_TUNE_BUSY_GAMMA", c.busy_gamma);
   return c;
 }
 
-double inter_host_share(const AlgorithmInfo& row, int world, int ranks_per_host) {
-  if (ranks_per_host >= world || world < 2) return 0;
+HostTraffic host_traffic(const AlgorithmInfo& row, int world, int ranks_per_host) {
+  HostTraffic traffic;
+  if (ranks_per_host >= world || world < 2) return traffic;
   // A representative call: 4096 float32 per block, so that every split is even.
   algorithms::CollectiveArgs a;
   a.collective = row.collective;
@@ -98,22 +108,34 @@ double inter_host_share(const AlgorithmInfo& row, int world, int ranks_per_host)
   a.count = row.collective == Collective::all_reduce ? 4096ull * static_cast<uint64_t>(world) : 4096;
   a.algorithm = &row;
   a.forced = true;
-  double sent = 0;
+  double nic = 0, memory = 0;
   for (int r = 0; r < ranks_per_host; ++r) {
     a.rank = r;
-    for (const auto& step : algorithms::build_schedule(a).steps)
-      if (step.kind == algorithms::StepKind::send && step.peer >= ranks_per_host) sent += static_cast<double>(step.src.bytes);
+    double mine = 0;  // this rank's memory work
+    for (const auto& step : algorithms::build_schedule(a).steps) {
+      const auto moved = static_cast<double>(step.kind == algorithms::StepKind::send ? step.src.bytes : step.dst.bytes);
+      switch (step.kind) {
+        case algorithms::StepKind::send: (step.peer >= ranks_per_host ? nic : mine) += moved; break;
+        case algorithms::StepKind::reduce:
+        case algorithms::StepKind::copy: mine += moved; break;
+        default: break;
+      }
+    }
+    memory = std::max(memory, mine);
   }
-  return sent / static_cast<double>(algorithms::model_bytes(a));
+  const auto n = static_cast<double>(algorithms::model_bytes(a));
+  traffic.nic = nic / n;
+  traffic.memory = memory / n;
+  return traffic;
 }
 
 const AlgorithmInfo& cost_model_choice(Collective collective, uint64_t bytes, int world, const CostParams& params,
-                                       const std::function<double(const AlgorithmInfo&)>& host_share) {
+                                       const std::function<const HostTraffic*(const AlgorithmInfo&)>& traffic) {
   const AlgorithmInfo* best = nullptr;
   double best_cost = 0;
   for (const auto& row : algorithms::registry()) {
     if (row.collective != collective) continue;
-    const double cost = modelled_cost(row, world, bytes, params, host_share);
+    const double cost = modelled_cost(row, world, bytes, params, traffic ? traffic(row) : nullptr);
     // Strictly less: ties go to the earlier row, on every rank alike.
     if (!best || cost < best_cost) {
       best = &row;
@@ -129,18 +151,21 @@ Dispatcher::Dispatcher(Context context, CostParams params, std::shared_ptr<const
     : context_(context), params_(params), file_(std::move(file)), enabled_(enabled), interpolation_(interpolation) {
   for (const auto& row : algorithms::registry()) ++rows_[static_cast<int>(row.collective)];
   if (file_) choose_tables();
-  // Across hosts of several ranks, where no table decides: the bytes each row sends through a
-  // host's NICs (schedules built once here, not per call).
-  if (!enabled_ || context_.transport != Transport::tcp || context_.ranks_per_host <= 1 ||
-      context_.world <= context_.ranks_per_host)
-    return;
-  host_share_.assign(algorithms::registry().size(), 0.0);
+  // Across hosts of several ranks: the bytes each row sends through a host's NICs and its
+  // memory work, flat and in the hierarchy's inter-host phase (schedules built once here, not
+  // per call). The flat pick follows them where no table decides.
+  if (!across_hosts_of_several(context_)) return;
+  const int hosts = context_.world / context_.ranks_per_host;
+  traffic_.assign(algorithms::registry().size(), HostTraffic{});
+  inter_traffic_.assign(algorithms::registry().size(), HostTraffic{});
   for (Collective c : {Collective::all_reduce, Collective::all_gather, Collective::reduce_scatter}) {
-    if (tables_[static_cast<int>(c)]) continue;
-    nic_aware_[static_cast<int>(c)] = true;
-    for (const auto& row : algorithms::registry())
-      if (row.collective == c)
-        host_share_[&row - algorithms::registry().data()] = inter_host_share(row, context_.world, context_.ranks_per_host);
+    nic_aware_[static_cast<int>(c)] = enabled_ && !tables_[static_cast<int>(c)];
+    for (const auto& row : algorithms::registry()) {
+      if (row.collective != c) continue;
+      const size_t i = &row - algorithms::registry().data();
+      traffic_[i] = host_traffic(row, context_.world, context_.ranks_per_host);
+      if (context_.world % context_.ranks_per_host == 0) inter_traffic_[i] = host_traffic(row, hosts, 1);
+    }
   }
 }
 
@@ -230,12 +255,13 @@ Choice Dispatcher::choose(Collective collective, uint64_t bytes) const {
     return choice;
   }
   // Nothing measured: the cost model.
-  std::function<double(const AlgorithmInfo&)> share;
+  std::function<const HostTraffic*(const AlgorithmInfo&)> traffic;
   if (nic_aware_[static_cast<int>(collective)])
-    share = [this](const AlgorithmInfo& row) { return host_share_[&row - algorithms::registry().data()]; };
-  choice.algorithm = &cost_model_choice(collective, bytes, context_.world, params_, share);
+    traffic = [this](const AlgorithmInfo& row) { return &traffic_[&row - algorithms::registry().data()]; };
+  choice.algorithm = &cost_model_choice(collective, bytes, context_.world, params_, traffic);
   choice.source = Choice::Source::cost_model;
-  choice.predicted_s = modelled_cost(*choice.algorithm, context_.world, bytes, params_, share);
+  choice.predicted_s = modelled_cost(*choice.algorithm, context_.world, bytes, params_,
+                                     traffic ? traffic(*choice.algorithm) : nullptr);
   return choice;
 }
 
@@ -251,6 +277,50 @@ std::optional<bool> Dispatcher::hierarchical_is_faster(Collective collective, ui
   return true;
 }
 
+std::optional<double> Dispatcher::flat_cost(Collective collective, uint64_t bytes) const {
+  if (traffic_.empty()) return std::nullopt;
+  const AlgorithmInfo& row = *choose(collective, bytes).algorithm;
+  return modelled_cost(row, context_.world, bytes, params_, &traffic_[&row - algorithms::registry().data()]);
+}
+
+std::optional<double> Dispatcher::hierarchy_cost(Collective collective, uint64_t bytes) const {
+  const int local = context_.ranks_per_host;
+  if (traffic_.empty() || context_.world % local != 0) return std::nullopt;
+  const int hosts = context_.world / local;
+  const double n = static_cast<double>(bytes), share = (local - 1.0) / local;  // of n, to the host's others
+  // Host-local steps (local - 1 per phase) at the communicator's alpha: calibration does not
+  // measure them apart, and on hosts of more ranks than cores a step's cost is the wake-ups,
+  // wherever the bytes go.
+  const double alpha = params_.alpha, steps_local = local - 1.0;
+  // The inter-host phase on `b` bytes: every rank of a host runs it at once, through its NICs.
+  auto inter = [&](Collective c, uint64_t b) {
+    double best = std::numeric_limits<double>::infinity();
+    for (const auto& row : algorithms::registry())
+      if (row.collective == c)
+        best = std::min(best, modelled_cost(row, hosts, b, params_,
+                                            &inter_traffic_[&row - algorithms::registry().data()], local));
+    return best;
+  };
+  const uint64_t slice = bytes / static_cast<uint64_t>(local);
+  switch (collective) {
+    case Collective::all_reduce:
+      // reduce_scatter in the host (reduce and pass on `share`), all_reduce of the slice across
+      // hosts, all_gather in the host (pass on `share`).
+      return 2 * steps_local * alpha + params_.busy_gamma * 3 * share * n + inter(Collective::all_reduce, slice);
+    case Collective::reduce_scatter:
+      // The host's blocks of every host reduced in the host, then a reduce_scatter of those
+      // across hosts.
+      return steps_local * alpha + params_.busy_gamma * 2 * share * n + inter(Collective::reduce_scatter, slice);
+    case Collective::all_gather:
+      // Each rank's block straight to its peer on every other host, each arrival passed on to
+      // the host's other ranks.
+      return (hosts - 1 + steps_local) * alpha + params_.beta * (hosts - 1.0) / hosts * n +
+             params_.busy_gamma * share * n;
+    default:
+      return std::nullopt;
+  }
+}
+
 Dispatcher::SizeRange Dispatcher::hierarchy_sizes_from_environment() {
   return {config::get_bytes("SHOAL_HIERARCHICAL_MIN_BYTES"), config::get_bytes("SHOAL_HIERARCHICAL_MAX_BYTES")};
 }
@@ -259,7 +329,9 @@ Dispatcher::AutoHierarchy Dispatcher::auto_hierarchy(Collective collective, uint
                                                      const SizeRange& sizes) const {
   if (const auto faster = hierarchical_is_faster(collective, bytes))
     return {*faster, table_for(collective)->simulated ? "simulation" : "tuning file"};
-  return {sizes.contains(bytes), "size range"};
+  if (!sizes.contains(bytes)) return {false, "size range"};
+  const auto hierarchical = hierarchy_cost(collective, bytes), flat = flat_cost(collective, bytes);
+  return {hierarchical && flat && *hierarchical < *flat, "cost model"};  // a tie stays flat
 }
 
 }  // namespace shoal::tune

@@ -32,27 +32,40 @@ struct Context {
 /// whether every rank shares one host's memory (then the transport is shm).
 Context make_context(const std::vector<int>& host_of, bool all_shared);
 
-/// Cost-model constants per transport, before SHOAL_TUNE_ALPHA/BETA/GAMMA.
+/// Whether calls cross hosts of several ranks each: where the cost model counts the bytes
+/// through a host's NICs and the memory work the NICs do not hide (HostTraffic).
+inline bool across_hosts_of_several(const Context& c) {
+  return c.transport == Transport::tcp && c.ranks_per_host > 1 && c.world > c.ranks_per_host;
+}
+
+/// Cost-model constants per transport, before SHOAL_TUNE_ALPHA/BETA/GAMMA/BUSY_GAMMA.
 algorithms::CostParams default_cost_params(Transport t);
 /// default_cost_params (or `measured`, the constants calibrated at creation) with
-/// SHOAL_TUNE_ALPHA/BETA/GAMMA applied (InvalidArgumentError when one is not a non-negative
-/// number).
+/// SHOAL_TUNE_ALPHA/BETA/GAMMA/BUSY_GAMMA applied (InvalidArgumentError when one is not a
+/// non-negative number).
 algorithms::CostParams cost_params(Transport t, const algorithms::CostParams* measured = nullptr);
 
+/// What one call of a row does across hosts of `ranks_per_host` ranks, as fractions of the
+/// call's bytes (model_bytes), counted from the row's own schedules for the ranks of host 0
+/// (ranks in blocks per host, the layout launchers give).
+struct HostTraffic {
+  /// The bytes the host's ranks together send to other hosts: through the NICs they share,
+  /// which is what a call across hosts waits for. The ring crosses each host boundary once
+  /// ((p-1)/p, its own model's term); the butterflies send every rank's share across at once.
+  double nic = 0;
+  /// The busiest of those ranks' memory work: bytes it reduces, copies and sends to ranks of
+  /// its own host.
+  double memory = 0;
+};
+HostTraffic host_traffic(const algorithms::AlgorithmInfo& row, int world, int ranks_per_host);
+
 /// The row of `collective` with the least predicted time for `bytes` (model_bytes) on `world`
-/// ranks; ties go to the earlier row. `host_share`, when given, replaces each row's bandwidth
-/// term by beta x host_share(row) x bytes (see inter_host_share).
+/// ranks; ties go to the earlier row. `traffic`, when given, says each row's HostTraffic: its
+/// time is then alpha's term + beta x nic x bytes + busy_gamma x memory x bytes, or the larger
+/// of the last two for a pipelined row (its memory work overlaps the NICs).
 const algorithms::AlgorithmInfo& cost_model_choice(
     algorithms::Collective collective, uint64_t bytes, int world, const algorithms::CostParams& params,
-    const std::function<double(const algorithms::AlgorithmInfo&)>& host_share = nullptr);
-
-/// The bytes the ranks of one host send to other hosts in one call of `row`, as a fraction of
-/// the call's bytes (model_bytes): counted from the row's own schedules for the ranks of host 0
-/// with `ranks_per_host` ranks per host in blocks (the layout launchers give). Across hosts the
-/// host's NICs, which all its ranks share, are what a call waits for: the ring crosses each
-/// host boundary once ((p-1)/p, its own model's term), the butterflies send every rank's share
-/// across at once (more).
-double inter_host_share(const algorithms::AlgorithmInfo& row, int world, int ranks_per_host);
+    const std::function<const HostTraffic*(const algorithms::AlgorithmInfo&)>& traffic = nullptr);
 
 /// How measured times are read between two measured sizes.
 enum class Interpolation : uint8_t {
@@ -75,7 +88,7 @@ class Dispatcher {
              bool enabled = true, Interpolation interpolation = Interpolation::log_linear);
 
   /// From SHOAL_DISPATCH, SHOAL_TUNE_FILE (read and checked here), SHOAL_TUNE_SIM and
-  /// SHOAL_TUNE_ALPHA/BETA/GAMMA; `measured`: the cost constants calibrated at creation.
+  /// SHOAL_TUNE_ALPHA/BETA/GAMMA/BUSY_GAMMA; `measured`: the constants calibrated at creation.
   static Dispatcher from_environment(const Context& context, const algorithms::CostParams* measured = nullptr);
 
   /// The row for a call of `collective` moving `bytes` (algorithms::model_bytes). Does not look
@@ -84,12 +97,22 @@ class Dispatcher {
 
   /// Whether the hierarchical composition (comm/hierarchical.hpp) is faster than every row for
   /// a call of `bytes`, by the table's "hierarchical" times (outside its sizes: at the nearest
-  /// one); nullopt when the table has none (the size range decides then). A tie
-  /// stays flat.
+  /// one); nullopt when the table has none (the cost model decides then). A tie stays flat.
   std::optional<bool> hierarchical_is_faster(algorithms::Collective collective, uint64_t bytes) const;
 
-  /// The sizes SHOAL_HIERARCHICAL=auto takes the hierarchy for where no table times it:
-  /// min <= bytes < max (SHOAL_HIERARCHICAL_MIN_BYTES and _MAX_BYTES; max 0: no bound).
+  /// The modelled time of the hierarchical composition for a call of `bytes` across hosts of
+  /// several ranks (the same number on each), in the across-hosts model of the rows: its
+  /// host-local phases cost alpha per step and busy_gamma per byte of their memory work, its
+  /// inter-host phase the cheapest row on one rank per host, whose bytes cross the host's NICs
+  /// once per rank of the host (the rank-aligned groups run at once). nullopt for other
+  /// layouts and collectives.
+  std::optional<double> hierarchy_cost(algorithms::Collective collective, uint64_t bytes) const;
+  /// The modelled time, across hosts of several ranks, of the row that would run the call flat
+  /// (choose's); nullopt for other layouts.
+  std::optional<double> flat_cost(algorithms::Collective collective, uint64_t bytes) const;
+
+  /// The sizes SHOAL_HIERARCHICAL=auto may take the hierarchy for where no table times it:
+  /// min <= bytes < max (SHOAL_HIERARCHICAL_MIN_BYTES and _MAX_BYTES; 0: no bound).
   struct SizeRange {
     uint64_t min = 0, max = 0;
     bool contains(uint64_t bytes) const { return bytes >= min && (max == 0 || bytes < max); }
@@ -97,8 +120,9 @@ class Dispatcher {
   static SizeRange hierarchy_sizes_from_environment();
 
   /// SHOAL_HIERARCHICAL=auto's decision for a call of `bytes` on a layout that allows the
-  /// hierarchy: hierarchical_is_faster where the table has hierarchical times, else whether
-  /// `sizes` contains `bytes`. `from`: "tuning file", "simulation" or "size range".
+  /// hierarchy: hierarchical_is_faster where the table has hierarchical times; else, within
+  /// `sizes`, whether hierarchy_cost is below flat_cost. `from`: "tuning file", "simulation",
+  /// "cost model" or "size range" (outside it).
   struct AutoHierarchy {
     bool take = false;
     std::string_view from;
@@ -123,9 +147,11 @@ class Dispatcher {
   Interpolation interpolation_;
   std::array<const Measurements*, kCollectives> tables_{};
   std::array<int, kCollectives> rows_{};  // how many rows serve each collective
-  /// Per registry row, inter_host_share at this context, for the collectives in nic_aware_:
-  /// all_reduce, all_gather and reduce_scatter across hosts of several ranks, with no table.
-  std::vector<double> host_share_;
+  /// Across hosts of several ranks, per registry row of all_reduce, all_gather and
+  /// reduce_scatter: host_traffic at this context, and on one rank per host of as many hosts
+  /// (the hierarchy's inter-host phase). Empty for other layouts.
+  std::vector<HostTraffic> traffic_, inter_traffic_;
+  /// The collectives whose flat pick is the across-hosts model's (no table decides).
   std::array<bool, kCollectives> nic_aware_{};
   void choose_tables();
 };

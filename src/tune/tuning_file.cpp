@@ -80,7 +80,8 @@ Measurements parse_table(const json& t, std::string_view source, const std::stri
   if (t.contains("calibration")) {
     const json& cal = t.at("calibration");
     const std::string w = where + ".calibration";
-    TUNE_CHECK(cal.is_object(), w, "must be an object of alpha_us, beta_ns_per_byte, gamma_ns_per_byte");
+    TUNE_CHECK(cal.is_object(), w,
+               "must be an object of alpha_us, beta_ns_per_byte, gamma_ns_per_byte (and busy_gamma_ns_per_byte)");
     auto constant = [&](const char* name, double scale) {
       const json& v = field(cal, name, source, w);
       TUNE_CHECK(v.is_number() && v.get<double>() > 0 && std::isfinite(v.get<double>()), w + "." + name,
@@ -89,6 +90,8 @@ Measurements parse_table(const json& t, std::string_view source, const std::stri
     };
     m.calibration = algorithms::CostParams{constant("alpha_us", 1e-6), constant("beta_ns_per_byte", 1e-9),
                                            constant("gamma_ns_per_byte", 1e-9)};
+    // Files written before busy_gamma was measured keep the default.
+    if (cal.contains("busy_gamma_ns_per_byte")) m.calibration->busy_gamma = constant("busy_gamma_ns_per_byte", 1e-9);
   }
   const json& sizes = field(t, "sizes", source, where);
   TUNE_CHECK(sizes.is_array() && !sizes.empty(), where + ".sizes", "must be a non-empty array of byte counts");
@@ -197,7 +200,8 @@ std::string to_json(const TuningFile& file, std::string_view extra) {
     if (m.calibration)
       t["calibration"] = {{"alpha_us", m.calibration->alpha * 1e6},
                           {"beta_ns_per_byte", m.calibration->beta * 1e9},
-                          {"gamma_ns_per_byte", m.calibration->gamma * 1e9}};
+                          {"gamma_ns_per_byte", m.calibration->gamma * 1e9},
+                          {"busy_gamma_ns_per_byte", m.calibration->busy_gamma * 1e9}};
     t["sizes"] = m.sizes;
     json times = json::object();
     auto microseconds = [](const std::vector<double>& seconds) {

@@ -11,8 +11,9 @@
 // "source": "simulated" (written by `shoal-sim tune`: the simulator's prediction for a world
 // larger than any measured); "measured" is the default. A measured table may hold the cost
 // constants its communicator calibrated at creation, "calibration": {"alpha_us": 5.1,
-// "beta_ns_per_byte": 0.4, "gamma_ns_per_byte": 0.02} (shoal-tune --report judges the cost
-// model with them; the dispatcher uses its own communicator's). Other fields (host, command, date,
+// "beta_ns_per_byte": 0.4, "gamma_ns_per_byte": 0.02, "busy_gamma_ns_per_byte": 0.9} (the last
+// optional; shoal-tune --report judges the cost model with them; the dispatcher uses its own
+// communicator's). Other fields (host, command, date,
 // iterations) are kept for people and ignored here.
 #pragma once
 

@@ -85,11 +85,13 @@ TEST(CostModel, SingleRowCollectivesAndOneRankGiveTheirRow) {
 
 TEST(CostModel, SettingsOverrideTheConstants) {
   {
-    ScopedEnv a("SHOAL_TUNE_ALPHA", "1e-3"), b("SHOAL_TUNE_BETA", std::nullopt), g("SHOAL_TUNE_GAMMA", "0");
+    ScopedEnv a("SHOAL_TUNE_ALPHA", "1e-3"), b("SHOAL_TUNE_BETA", std::nullopt), g("SHOAL_TUNE_GAMMA", "0"),
+        bg("SHOAL_TUNE_BUSY_GAMMA", "3e-9");
     const auto c = tune::cost_params(Transport::shm);
     EXPECT_EQ(c.alpha, 1e-3);
     EXPECT_EQ(c.beta, tune::default_cost_params(Transport::shm).beta);
     EXPECT_EQ(c.gamma, 0.0);
+    EXPECT_EQ(c.busy_gamma, 3e-9);
   }
   ScopedEnv a("SHOAL_TUNE_ALPHA", "fast");
   try {
@@ -105,18 +107,35 @@ TEST(CostModel, SettingsOverrideTheConstants) {
 TEST(Calibration, FitRecoversTheConstantsThatProducedTheTimes) {
   const auto* ring = algorithms::find_algorithm(Collective::all_gather, "ring");
   ASSERT_NE(ring, nullptr);
-  const algorithms::CostParams truth{7.5e-6, 3.1e-10, 4.2e-11};
+  const algorithms::CostParams truth{7.5e-6, 3.1e-10, 4.2e-11, 9.7e-10};
   for (int p : {2, 3, 4, 7, 8, 16, 100}) {
-    const tune::CalibrationPlan plan = tune::calibration_plan(p);
-    EXPECT_GT(plan.large_block, plan.small_block);
-    EXPECT_LE(plan.large_block * p, uint64_t{4} << 20) << "creation must stay cheap";
-    const tune::CalibrationTimes times{ring->cost(p, plan.small_block * p, truth),
-                                       ring->cost(p, plan.large_block * p, truth),
-                                       truth.gamma * static_cast<double>(plan.reduce_bytes)};
-    const auto c = tune::fit_cost_params(p, plan, times, tune::default_cost_params(Transport::shm));
-    EXPECT_NEAR(c.alpha / truth.alpha, 1.0, 1e-9) << p;
-    EXPECT_NEAR(c.beta / truth.beta, 1.0, 1e-9) << p;
-    EXPECT_NEAR(c.gamma / truth.gamma, 1.0, 1e-9) << p;
+    EXPECT_LE(tune::calibration_plan(p, Transport::shm).large_block * p, uint64_t{4} << 20) << "creation must stay cheap";
+    // Over TCP a step carries a whole chunk of the ring, enough to stripe over every NIC.
+    EXPECT_GE(tune::calibration_plan(p, Transport::tcp).large_block, algorithms::CollectiveArgs{}.chunk_bytes);
+    for (Transport t : {Transport::shm, Transport::tcp}) {
+      const tune::CalibrationPlan plan = tune::calibration_plan(p, t);
+      EXPECT_GT(plan.large_block, plan.small_block);
+      // Across hosts of 2 ranks (tcp, an even world of several hosts) the Swing all_gather is
+      // timed too: its modelled time across hosts.
+      const bool across = t == Transport::tcp && p % 2 == 0 && p > 2;
+      double swing_s = 0;
+      if (across) {
+        const auto* swing = algorithms::find_algorithm(Collective::all_gather, "swing");
+        const auto traffic = tune::host_traffic(*swing, p, 2);
+        const double n = static_cast<double>(plan.swing_block * p);
+        swing_s = swing->cost(p, plan.swing_block * p, {truth.alpha, 0, 0, 0}) + truth.beta * traffic.nic * n +
+                  truth.busy_gamma * traffic.memory * n;
+      }
+      const tune::CalibrationTimes times{ring->cost(p, plan.small_block * p, truth),
+                                         ring->cost(p, plan.large_block * p, truth),
+                                         truth.gamma * static_cast<double>(plan.reduce_bytes), swing_s};
+      const auto floor = tune::default_cost_params(t);
+      const auto c = tune::fit_cost_params(p, plan, times, floor, across ? 2 : 1);
+      EXPECT_NEAR(c.alpha / truth.alpha, 1.0, 1e-9) << p;
+      EXPECT_NEAR(c.beta / truth.beta, 1.0, 1e-9) << p;
+      EXPECT_NEAR(c.gamma / truth.gamma, 1.0, 1e-9) << p;
+      EXPECT_NEAR(c.busy_gamma / (across ? truth.busy_gamma : floor.busy_gamma), 1.0, 1e-9) << p;
+    }
   }
 }
 
@@ -125,16 +144,19 @@ TEST(Calibration, FitRecoversTheConstantsThatProducedTheTimes) {
 // or infinite one that would make every pick absurd.
 TEST(Calibration, NoisyOrZeroTimesGiveFinitePositiveConstants) {
   const auto floor = tune::default_cost_params(Transport::tcp);
-  const tune::CalibrationPlan plan = tune::calibration_plan(4);
-  const auto noisy = tune::fit_cost_params(4, plan, {1e-3, 1e-4, 1e-5}, floor);  // large faster than small
+  const tune::CalibrationPlan plan = tune::calibration_plan(4, Transport::tcp);
+  const auto noisy = tune::fit_cost_params(4, plan, {1e-3, 1e-4, 1e-5, 1e-3}, floor);  // large faster than small
+  // A Swing call faster than its wire alone: the memory work was hidden, busy_gamma at its floor.
+  EXPECT_EQ(tune::fit_cost_params(4, plan, {1e-5, 1e-2, 1e-5, 1e-6}, floor, 2).busy_gamma, floor.busy_gamma / 100);
   EXPECT_NEAR(noisy.alpha, 1e-3 / 3, 1e-12);  // 3 ring steps
   EXPECT_EQ(noisy.beta, floor.beta / 100);
-  const auto zero = tune::fit_cost_params(4, plan, {0, 0, 0}, floor);
+  const auto zero = tune::fit_cost_params(4, plan, {0, 0, 0, 0}, floor);
   EXPECT_EQ(zero.alpha, floor.alpha);
   EXPECT_EQ(zero.beta, floor.beta / 100);
   EXPECT_EQ(zero.gamma, floor.gamma);
+  EXPECT_EQ(zero.busy_gamma, floor.busy_gamma);
   for (const auto& c : {noisy, zero})
-    for (double x : {c.alpha, c.beta, c.gamma}) EXPECT_TRUE(std::isfinite(x) && x > 0);
+    for (double x : {c.alpha, c.beta, c.gamma, c.busy_gamma}) EXPECT_TRUE(std::isfinite(x) && x > 0);
 }
 
 // The measured constants replace the defaults; SHOAL_TUNE_* still replaces each of them.
@@ -159,24 +181,75 @@ TEST(Calibration, MeasuredConstantsFeedTheCostModelAndSettingsStillWin) {
 TEST(CostModel, AcrossHostsTheBandwidthTermIsWhatAHostSendsToOthers) {
   auto row = [](Collective c, const char* name) { return *algorithms::find_algorithm(c, name); };
   for (int p : {8, 16}) {
-    EXPECT_NEAR(tune::inter_host_share(row(Collective::all_gather, "ring"), p, 2), (p - 1.0) / p, 1e-9) << p;
-    EXPECT_NEAR(tune::inter_host_share(row(Collective::reduce_scatter, "ring"), p, 2), (p - 1.0) / p, 1e-9) << p;
-    EXPECT_NEAR(tune::inter_host_share(row(Collective::all_reduce, "ring"), p, 2), 2 * (p - 1.0) / p, 1e-9) << p;
-    EXPECT_GT(tune::inter_host_share(row(Collective::all_gather, "recursive_doubling"), p, 2), 1.4) << p;
-    EXPECT_GT(tune::inter_host_share(row(Collective::reduce_scatter, "recursive_halving"), p, 2), 1.4) << p;
+    EXPECT_NEAR(tune::host_traffic(row(Collective::all_gather, "ring"), p, 2).nic, (p - 1.0) / p, 1e-9) << p;
+    EXPECT_NEAR(tune::host_traffic(row(Collective::reduce_scatter, "ring"), p, 2).nic, (p - 1.0) / p, 1e-9) << p;
+    EXPECT_NEAR(tune::host_traffic(row(Collective::all_reduce, "ring"), p, 2).nic, 2 * (p - 1.0) / p, 1e-9) << p;
+    EXPECT_GT(tune::host_traffic(row(Collective::all_gather, "recursive_doubling"), p, 2).nic, 1.4) << p;
+    EXPECT_GT(tune::host_traffic(row(Collective::reduce_scatter, "recursive_halving"), p, 2).nic, 1.4) << p;
   }
-  EXPECT_EQ(tune::inter_host_share(row(Collective::all_gather, "ring"), 8, 8), 0.0);
+  EXPECT_EQ(tune::host_traffic(row(Collective::all_gather, "ring"), 8, 8).nic, 0.0);
   // The flat model picks recursive halving for a large reduce_scatter at 8 ranks (same bytes as
   // the ring, fewer steps); across 4 hosts of 2 it must not: it sends 1.5 n through a host's NICs.
-  const algorithms::CostParams tcp{3.5e-5, 8e-9, 2e-11};
+  const algorithms::CostParams tcp{3.5e-5, 8e-9, 2e-11, 2e-11};
   const Dispatcher one_host(Context{8, 8, Transport::tcp}, tcp, nullptr);
   const Dispatcher four_hosts(Context{8, 2, Transport::tcp}, tcp, nullptr);
   EXPECT_EQ(one_host.choose(Collective::reduce_scatter, 16 << 20).algorithm->name, "recursive_halving");
-  const auto across = four_hosts.choose(Collective::reduce_scatter, 16 << 20);
-  EXPECT_NE(across.algorithm->name, "recursive_halving");
-  EXPECT_NEAR(across.predicted_s, tcp.beta * tune::inter_host_share(*across.algorithm, 8, 2) * (16 << 20) +
-                                      across.algorithm->cost(8, 16 << 20, {tcp.alpha, 0, tcp.gamma}),
-              1e-12);
+  EXPECT_NE(four_hosts.choose(Collective::reduce_scatter, 16 << 20).algorithm->name, "recursive_halving");
+}
+
+// The memory work a row does besides its NIC bytes, counted from its schedule at 4 hosts of 2:
+// Swing's reduce_scatter reduces (p-1)/p of the input and sends its first half to its partner
+// on the same host; the ring reduces as much and passes all it reduces to its neighbour, which
+// for rank 0 is on its own host.
+TEST(CostModel, HostTrafficCountsEachRowsMemoryWork) {
+  auto traffic = [](Collective c, const char* name) {
+    return tune::host_traffic(*algorithms::find_algorithm(c, name), 8, 2);
+  };
+  const auto swing = traffic(Collective::reduce_scatter, "swing");
+  EXPECT_NEAR(swing.nic, 2 * (1 / 4.0 + 1 / 8.0), 1e-9);  // steps 2 and 3 cross, both ranks
+  EXPECT_GE(swing.memory, 7 / 8.0 + 1 / 2.0 - 1e-9);
+  EXPECT_LE(swing.memory, 7 / 8.0 + 1 / 2.0 + 2 / 8.0 + 1e-9);  // at most the copies of two blocks more
+  const auto ring = traffic(Collective::reduce_scatter, "ring");
+  EXPECT_GE(ring.memory, 2 * 7 / 8.0 - 1e-9);
+  // all_gather reduces nothing: Swing's memory work is its last (host-local) step, half the
+  // output, and at most the copy of its own block.
+  const auto swing_ag = traffic(Collective::all_gather, "swing");
+  EXPECT_NEAR(swing_ag.nic, 2 * (1 / 8.0 + 1 / 4.0), 1e-9);
+  EXPECT_GE(swing_ag.memory, 1 / 2.0 - 1e-9);
+  EXPECT_LE(swing_ag.memory, 1 / 2.0 + 1 / 8.0 + 1e-9);
+}
+
+// Across hosts a pipelined row hides its memory work behind the NICs and a step-synchronous one
+// adds it: the predicted time is alpha's term + max(wire, memory) for the ring and + wire +
+// memory for Swing. On the emulated cluster's constants (4 hosts of 2, 8 ranks on 2 cores) that
+// makes the ring the pick for 16 MiB, where Swing's fewer NIC bytes alone would win (the
+// measured times: docs/algorithms.md); with memory work that costs nothing, Swing wins.
+TEST(CostModel, APipelinedRowHidesItsMemoryWorkBehindTheNicsAndOthersAddIt) {
+  const Context cluster{8, 2, Transport::tcp};
+  const algorithms::CostParams busy{6.5e-5, 4.3e-9, 2e-11, 1e-9}, idle{6.5e-5, 4.3e-9, 2e-11, 1e-13};
+  const auto* ring = algorithms::find_algorithm(Collective::reduce_scatter, "ring");
+  const auto* swing = algorithms::find_algorithm(Collective::reduce_scatter, "swing");
+  ASSERT_TRUE(ring && swing && ring->pipelined && !swing->pipelined);
+  const uint64_t n = 16 << 20;
+  for (const auto* params : {&busy, &idle}) {
+    auto expected = [&](const algorithms::AlgorithmInfo& row) {
+      const auto t = tune::host_traffic(row, 8, 2);
+      const double wire = params->beta * t.nic * n, memory = params->busy_gamma * t.memory * n;
+      return row.cost(8, n, {params->alpha, 0, 0, 0}) + (row.pipelined ? std::max(wire, memory) : wire + memory);
+    };
+    // The pick is the cheaper of the two (no other row comes close at 16 MiB), and its
+    // prediction is that row's modelled time.
+    const auto pick = Dispatcher(cluster, *params, nullptr).choose(Collective::reduce_scatter, n);
+    const auto* cheaper = expected(*ring) < expected(*swing) ? ring : swing;
+    EXPECT_EQ(pick.algorithm, cheaper);
+    EXPECT_NEAR(pick.predicted_s, expected(*cheaper), expected(*cheaper) * 1e-12);
+  }
+  for (Collective c : {Collective::reduce_scatter, Collective::all_reduce}) {
+    EXPECT_EQ(Dispatcher(cluster, busy, nullptr).choose(c, n).algorithm->name, "ring") << algorithms::to_string(c);
+    EXPECT_EQ(Dispatcher(cluster, idle, nullptr).choose(c, n).algorithm->name, "swing") << algorithms::to_string(c);
+  }
+  // Small messages stay with the fewer steps.
+  EXPECT_NE(Dispatcher(cluster, busy, nullptr).choose(Collective::reduce_scatter, 64 << 10).algorithm->name, "ring");
 }
 
 TEST(Context, FromTopology) {
@@ -352,9 +425,14 @@ TEST(TuningFile, CalibrationConstantsAreReadAndWritten) {
   EXPECT_DOUBLE_EQ(a.tables[0].calibration->alpha, 5.5e-6);
   EXPECT_DOUBLE_EQ(a.tables[0].calibration->beta, 0.25e-9);
   EXPECT_DOUBLE_EQ(a.tables[0].calibration->gamma, 0.02e-9);
-  const tune::TuningFile b = tune::parse_tuning_file(tune::to_json(a), "mem2");
+  // A file from before busy_gamma was calibrated keeps the default; a newer one has it.
+  EXPECT_DOUBLE_EQ(a.tables[0].calibration->busy_gamma, algorithms::CostParams{}.busy_gamma);
+  tune::TuningFile with_busy = a;
+  with_busy.tables[0].calibration->busy_gamma = 1.5e-9;
+  const tune::TuningFile b = tune::parse_tuning_file(tune::to_json(with_busy), "mem2");
   ASSERT_TRUE(b.tables[0].calibration.has_value());
   EXPECT_DOUBLE_EQ(b.tables[0].calibration->alpha, 5.5e-6);
+  EXPECT_DOUBLE_EQ(b.tables[0].calibration->busy_gamma, 1.5e-9);
   EXPECT_FALSE(tune::parse_tuning_file(kGoodFile, "mem").tables[0].calibration.has_value());
 }
 
@@ -386,6 +464,40 @@ TEST(TuningFile, HierarchicalTimesDecideWhereTheyCoverTheCall) {
   EXPECT_EQ(off.hierarchical_is_faster(Collective::all_gather, 1048576), std::nullopt);
   // The flat pick ignores the hierarchical column.
   EXPECT_EQ(d.choose(Collective::all_gather, 1048576).algorithm->name, "ring");
+}
+
+// Without hierarchical times the cost model decides: the hierarchy's inter-host phase sends
+// what a ring of one rank per host sends, 2(H-1)/H of its slice per rank, and every rank of a
+// host sends its own slice at once: 1.5 n through a host's NICs at 4 hosts, against the flat
+// ring's 2(p-1)/p = 1.875 n at 16 ranks. With slow NICs and free memory work the model takes
+// it; with costly messages and fast NICs (more steps: 2(l-1) local + the inter phase) it stays
+// flat; outside SHOAL_HIERARCHICAL_MIN/MAX_BYTES it stays flat; on one host there is none.
+TEST(HierarchyModel, TheCostModelDecidesWhereNoTableTimesTheHierarchy) {
+  const Context four_hosts{16, 4, Transport::tcp};
+  const algorithms::CostParams slow_nics{1e-9, 1e-6, 1e-12, 1e-12}, costly_messages{1e-3, 1e-12, 1e-12, 1e-12};
+  const uint64_t n = 4 << 20;
+  const Dispatcher slow(four_hosts, slow_nics, nullptr);
+  ASSERT_TRUE(slow.hierarchy_cost(Collective::all_reduce, n).has_value());
+  EXPECT_NEAR(*slow.hierarchy_cost(Collective::all_reduce, n), 1e-6 * 1.5 * n, 1e-6 * 1.5 * n * 1e-3);
+  EXPECT_NEAR(*slow.flat_cost(Collective::all_reduce, n), 1e-6 * 1.875 * n, 1e-6 * 1.875 * n * 1e-3);  // the ring
+  const Dispatcher::SizeRange any{};
+  for (Collective c : {Collective::all_reduce, Collective::all_gather, Collective::reduce_scatter}) {
+    const auto verdict = slow.auto_hierarchy(c, n, any);
+    EXPECT_TRUE(verdict.take) << algorithms::to_string(c);
+    EXPECT_EQ(verdict.from, "cost model");
+    EXPECT_FALSE(slow.auto_hierarchy(c, n, {0, 1 << 20}).take) << "beyond SHOAL_HIERARCHICAL_MAX_BYTES";
+    EXPECT_EQ(slow.auto_hierarchy(c, n, {0, 1 << 20}).from, "size range");
+    EXPECT_FALSE(slow.auto_hierarchy(c, n, {8 << 20, 0}).take) << "below SHOAL_HIERARCHICAL_MIN_BYTES";
+  }
+  const Dispatcher costly(four_hosts, costly_messages, nullptr);
+  EXPECT_FALSE(costly.auto_hierarchy(Collective::all_reduce, 4096, any).take);
+  EXPECT_GT(*costly.hierarchy_cost(Collective::all_reduce, 4096), *costly.flat_cost(Collective::all_reduce, 4096));
+  // One host: no hierarchy to cost.
+  const Dispatcher one_host(Context{16, 16, Transport::shm}, slow_nics, nullptr);
+  EXPECT_FALSE(one_host.hierarchy_cost(Collective::all_reduce, n).has_value());
+  EXPECT_FALSE(one_host.auto_hierarchy(Collective::all_reduce, n, any).take);
+  // Uneven hosts (no hierarchy runs there): no cost either.
+  EXPECT_FALSE(Dispatcher(Context{10, 4, Transport::tcp}, slow_nics, nullptr).hierarchy_cost(Collective::all_reduce, n));
 }
 
 TEST(TuningFile, RoundTripsThroughJson) {
