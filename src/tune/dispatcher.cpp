@@ -164,7 +164,9 @@ Dispatcher::Dispatcher(Context context, CostParams params, std::shared_ptr<const
       if (row.collective != c) continue;
       const size_t i = &row - algorithms::registry().data();
       traffic_[i] = host_traffic(row, context_.world, context_.ranks_per_host);
-      if (context_.world % context_.ranks_per_host == 0) inter_traffic_[i] = host_traffic(row, hosts, 1);
+      // The hierarchy's all_gather crosses hosts by a direct exchange, not by a row.
+      if (c != Collective::all_gather && context_.world % context_.ranks_per_host == 0)
+        inter_traffic_[i] = host_traffic(row, hosts, 1);
     }
   }
 }
