@@ -33,6 +33,9 @@ class CommImpl {
     return tune::make_context(topology.host_of, engine->shm() != nullptr && engine->shm()->all_ranks_share_memory());
   }
 
+  /// Flat collectives issued so far (comm/flat.hpp), direct ones included.
+  uint32_t flat_calls() const { return flat_seq_; }
+
   /// "shm with 3 peer(s), tcp with 4 peer(s) on 10.0.0.2".
   std::string transport_summary() const;
 
@@ -105,6 +108,7 @@ class CommImpl {
   bool flat_eligible(const algorithms::CollectiveArgs& a) const;
   Work run_flat_here(const comm::OpRequest& request);
   uint64_t flat_max_bytes_ = 0;
+  uint64_t flat_direct_bytes_ = UINT64_MAX;  // ShmMesh::flat_direct_bytes()
   uint32_t flat_seq_ = 0;
 };
 

@@ -55,7 +55,10 @@ CommImpl::CommImpl(std::shared_ptr<Store> st, int r, int n, const Options& optio
   store_timeout.restore();
   engine = std::make_unique<comm::Engine>(r, n, comm_id, std::move(transport.streams), std::move(transport.shm),
                                           timeout);
-  if (engine->shm() && engine->shm()->all_ranks_share_memory()) flat_max_bytes_ = engine->shm()->flat_bytes();
+  if (engine->shm() && engine->shm()->all_ranks_share_memory()) {
+    flat_max_bytes_ = engine->shm()->flat_bytes();
+    flat_direct_bytes_ = engine->shm()->flat_direct_bytes();
+  }
   if (calibrate) calibrate_cost_model();
   SHOAL_INFO("communicator ready: rank " << r << " of " << n << ", " << topology.num_hosts
                                          << " host(s), listening on " << listen_address);
@@ -176,7 +179,7 @@ const algorithms::AlgorithmInfo* CommImpl::forced_algorithm(Collective collectiv
 }
 
 bool CommImpl::flat_eligible(const algorithms::CollectiveArgs& a) const {
-  return flat_max_bytes_ > 0 && comm::flat_fits(a, flat_max_bytes_);
+  return flat_max_bytes_ > 0 && comm::flat_fits(a, flat_max_bytes_, flat_direct_bytes_);
 }
 
 // The Work of every blocking flat collective that succeeded (nothing to allocate per call).
@@ -222,7 +225,9 @@ Work CommImpl::run_flat_here(const comm::OpRequest& req) {
                               algorithms::signature(a), req.input, req.output);
     flat.run(check);
   } catch (const Error& e) {
-    if (e.code() == ErrorCode::Mismatch) engine->break_from_caller(e.code(), e.what(), e.peer());
+    // The peers may still be waiting in this collective (for this rank's input, or for it to
+    // read theirs): a failed one breaks the communicator, so that they learn of it too.
+    engine->break_from_caller(e.code(), e.what(), e.peer());
     return failed_work(std::current_exception());
   }
   return Work(succeeded_work());

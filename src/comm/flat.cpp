@@ -106,7 +106,13 @@ uint64_t flat_published_bytes(const algorithms::CollectiveArgs& a) {
   }
 }
 
-bool flat_fits(const algorithms::CollectiveArgs& a, uint64_t slot_bytes) {
+bool flat_direct(const algorithms::CollectiveArgs& a, uint64_t direct_bytes) {
+  return (a.collective == Collective::all_gather || a.collective == Collective::broadcast) && a.size > 1 &&
+         a.count > 0 && a.count * size_of(a.dtype) >= direct_bytes;
+}
+
+bool flat_fits(const algorithms::CollectiveArgs& a, uint64_t slot_bytes, uint64_t direct_bytes) {
+  if (flat_direct(a, direct_bytes)) return true;
   switch (a.collective) {
     case Collective::all_reduce: case Collective::all_gather: case Collective::reduce_scatter:
     case Collective::broadcast: case Collective::reduce: break;
@@ -123,7 +129,8 @@ FlatCollective::FlatCollective(const transport::shm::ShmMesh& mesh, const algori
                                uint32_t seq, uint64_t op_number, uint32_t signature, const void* input,
                                void* output)
     : mesh_(mesh), args_(args), seq_(seq), op_number_(op_number), signature_(signature),
-      input_(input), output_(output), es_(size_of(args.dtype)) {
+      input_(input), output_(output), es_(size_of(args.dtype)), direct_(flat_direct(args, mesh.flat_direct_bytes())),
+      reduces_(reduces(args.collective)) {
   announce_collective(mesh, args.rank, op_number, signature);
 }
 
@@ -136,7 +143,7 @@ void FlatCollective::mismatch(int peer, const std::string& what) const {
 }
 
 void FlatCollective::watch_peer() const {
-  if (stage_ == Stage::combine) watch(next_);
+  if (stage_ == Stage::combine) watch(waiting_for());
 }
 
 void FlatCollective::watch(int q) const {
@@ -168,20 +175,40 @@ bool FlatCollective::advance() {
     const uint64_t bytes = flat_published_bytes(args_);
     slot.signature = signature_;
     slot.bytes = bytes;
-    if (bytes > 0) std::memcpy(mine.flat_data(seq_), input_, bytes);
+    if (direct_) {
+      const uint64_t address = reinterpret_cast<uintptr_t>(input_);
+      if (bytes > 0) std::memcpy(mine.flat_data(seq_), &address, sizeof address);
+    } else if (bytes > 0) {
+      std::memcpy(mine.flat_data(seq_), input_, bytes);
+    }
     raise(mine.header(), slot.seq, seq_);
     stage_ = Stage::combine;
-    next_ = 0;
+    step_ = 0;
   }
   if (stage_ == Stage::combine) {
     if (!combine()) return false;
-    if (args_.collective != Collective::all_reduce || args_.count * es_ <= kWholeBytes) return true;
+    const bool slices = args_.collective == Collective::all_reduce && args_.count * es_ > kWholeBytes;
+    if (!slices && !direct_) return true;
+    // Slices reduced, or (direct) every input this rank reads is read.
     const auto& mine = mesh_.segment_of(args_.rank);
     raise(mine.header(), mine.header().flat_done, seq_);
-    stage_ = Stage::gather;
-    next_ = 0;
+    stage_ = slices ? Stage::gather : Stage::release;
+    step_ = 0;
   }
-  return gather();
+  return stage_ == Stage::gather ? gather() : release();
+}
+
+// (direct) Copies rank q's input, whose address q published, to `to`.
+void FlatCollective::pull(int q, void* to) const {
+  const auto& seg = mesh_.segment_of(q);
+  uint64_t address = 0;
+  std::memcpy(&address, seg.flat_data(seq_), sizeof address);
+  std::string error;
+  if (!transport::shm::pull_from(seg.header().pid, address, to, args_.count * es_, error))
+    SHOAL_THROW(PeerFailure, "rank " << args_.rank << ": " << algorithms::to_string(args_.collective) << " #"
+                                     << op_number_ << ": cannot read rank " << q << "'s input from its memory ("
+                                     << error << ")",
+                q);
 }
 
 bool FlatCollective::combine() {
@@ -202,8 +229,8 @@ bool FlatCollective::combine() {
   // In a broadcast and a reduce too, every rank waits for every peer's slot: that is how a
   // peer that called something else is caught, and what makes the next operation's slot free.
   const bool takes_data = c != Collective::reduce || me == args_.root;
-  for (; next_ < p; ++next_) {
-    const int q = next_;
+  for (; step_ < p; ++step_) {
+    const int q = peer_at(step_);
     const auto& seg = mesh_.segment_of(q);
     const FlatSlotHeader& slot = seg.flat_slot(seq_);
     if (q != me && !reached(slot.seq, seq_)) return false;
@@ -213,10 +240,13 @@ bool FlatCollective::combine() {
     const uint8_t* data = seg.flat_data(seq_) + lo * es_;
     const void* from = q == me ? input_ : data;
     if (c == Collective::broadcast) {
-      if (q == args_.root && output_ != from) std::memcpy(output_, from, bytes);
+      if (q != args_.root || output_ == from) continue;
+      if (direct_ && q != me) pull(q, output_);
+      else std::memcpy(output_, from, bytes);
     } else if (c == Collective::all_gather) {
       uint8_t* to = static_cast<uint8_t*>(output_) + static_cast<uint64_t>(q) * bytes;
-      if (to != from) std::memcpy(to, from, bytes);
+      if (direct_ && q != me) pull(q, to);
+      else if (to != from) std::memcpy(to, from, bytes);
     } else if (takes_data && hi > lo) {
       if (q == 0) std::memcpy(dst, data, (hi - lo) * es_);
       else kernels::reduce_into(dst, data, hi - lo, args_.dtype, args_.op);
@@ -229,12 +259,24 @@ bool FlatCollective::combine() {
 
 // (all_reduce above kWholeBytes) Copy the slices the peers reduced.
 bool FlatCollective::gather() {
-  for (; next_ < args_.size; ++next_) {
-    const auto& seg = mesh_.segment_of(next_);
-    if (next_ != args_.rank && !reached(seg.header().flat_done, seq_)) return false;
-    const uint64_t b = algorithms::block_begin(args_.count, args_.size, next_);
-    const uint64_t e = algorithms::block_begin(args_.count, args_.size, next_ + 1);
+  for (; step_ < args_.size; ++step_) {
+    const int q = peer_at(step_);
+    const auto& seg = mesh_.segment_of(q);
+    if (q != args_.rank && !reached(seg.header().flat_done, seq_)) return false;
+    const uint64_t b = algorithms::block_begin(args_.count, args_.size, q);
+    const uint64_t e = algorithms::block_begin(args_.count, args_.size, q + 1);
     if (e > b) std::memcpy(static_cast<uint8_t*>(output_) + b * es_, seg.flat_result(seq_) + b * es_, (e - b) * es_);
+  }
+  return true;
+}
+
+// (direct) Waits until the peers that read this rank's input have read it: every peer in an
+// all_gather, only the root's readers in a broadcast (the others' inputs are not read).
+bool FlatCollective::release() {
+  if (args_.collective == Collective::broadcast && args_.rank != args_.root) return true;
+  for (; step_ < args_.size; ++step_) {
+    const int q = peer_at(step_);
+    if (q != args_.rank && !reached(mesh_.segment_of(q).header().flat_done, seq_)) return false;
   }
   return true;
 }
@@ -245,9 +287,10 @@ void FlatCollective::run(const std::function<void(int)>& check) {
     check(q);
   };
   while (!advance()) {
-    const auto& peer = mesh_.segment_of(next_);
+    const int q = waiting_for();
+    const auto& peer = mesh_.segment_of(q);
     auto& word = stage_ == Stage::combine ? peer.flat_slot(seq_).seq : peer.header().flat_done;
-    wait_for(peer.header(), word, seq_, next_, watch_and_check);
+    wait_for(peer.header(), word, seq_, q, watch_and_check);
   }
 }
 

@@ -10,6 +10,11 @@
 //    its slice into its result area, publishes that, and copies the others' slices;
 //  - all_gather: copy every slot into place; reduce_scatter: reduce this rank's block of every
 //    slot; broadcast: copy the root's slot; reduce: the root reduces every slot.
+// An all_gather or broadcast from SHOAL_FLAT_DIRECT_BYTES per rank on (where every rank can
+// read every other's memory) publishes only its input's address: peers copy the input once,
+// straight into their output (process_vm_readv), then raise their `flat_done`, and a rank whose
+// input was read returns once every reader has raised it (its buffer is the user's again).
+// That path has no size limit (nothing goes through the slot).
 // Every rank waits for every peer's slot, even where it needs no data (a broadcast's root): a
 // peer that issued another call is caught at that call, and the next rule holds.
 // Reductions run in rank order, so every rank gets the same bits. Two slots by operation parity
@@ -41,8 +46,11 @@ Announcement announced_by(const transport::shm::ShmMesh& mesh, int peer, uint64_
 
 /// Bytes a rank publishes in its slot for `a` (the flat path is possible when they fit).
 uint64_t flat_published_bytes(const algorithms::CollectiveArgs& a);
-/// Whether `a` has a flat version that fits slots of `slot_bytes`.
-bool flat_fits(const algorithms::CollectiveArgs& a, uint64_t slot_bytes);
+/// Whether an all_gather or broadcast `a` publishes its input by address, given the mesh's
+/// flat_direct_bytes() (the same on every rank).
+bool flat_direct(const algorithms::CollectiveArgs& a, uint64_t direct_bytes);
+/// Whether `a` has a flat version: one that fits slots of `slot_bytes`, or a direct one.
+bool flat_fits(const algorithms::CollectiveArgs& a, uint64_t slot_bytes, uint64_t direct_bytes);
 
 /// Flat collective number `seq` (1, 2, ... in issue order, the same on every rank), which is
 /// collective number `op_number` of the communicator, with `signature`.
@@ -57,15 +65,19 @@ class FlatCollective {
   /// this collective with other arguments or moved past it without publishing (so it will not).
   void watch_peer() const;
   /// The peer it waits for when advance() returned false.
-  int waiting_for() const { return next_; }
+  int waiting_for() const { return peer_at(step_); }
   /// Runs to the end on this thread: spins, yields, then sleeps on a futex between advances.
   /// `check(rank)` runs while waiting for `rank` and throws to abandon (broken, timeout).
   void run(const std::function<void(int waiting_for)>& check);
 
  private:
-  enum class Stage { publish, combine, gather };
+  // gather: (all_reduce above kWholeBytes) copy the slices the peers reduced; release: (direct)
+  // wait until every peer that reads this rank's input has read it.
+  enum class Stage { publish, combine, gather, release };
   bool combine();
   bool gather();
+  bool release();
+  void pull(int q, void* to) const;
   void watch(int q) const;
   void check_slot(int q, const transport::shm::FlatSlotHeader& slot) const;
   [[noreturn]] void mismatch(int peer, const std::string& what) const;
@@ -78,8 +90,16 @@ class FlatCollective {
   const void* input_;
   void* output_;
   const uint64_t es_;
+  const bool direct_;
+  const bool reduces_;  // all_reduce, reduce_scatter, reduce
   Stage stage_ = Stage::publish;
-  int next_ = 0;  // the next peer to look at
+  // The peer looked at in step s of a stage: in rank order where a reduction needs it (every
+  // rank then gets the same bits), else starting from this rank itself (its own block needs no
+  // wait, and the peers' readers spread over different sources).
+  int peer_at(int s) const {
+    return stage_ == Stage::combine && reduces_ ? s : (args_.rank + s) % args_.size;
+  }
+  int step_ = 0;  // the next step of the stage
 };
 
 }  // namespace shoal::comm

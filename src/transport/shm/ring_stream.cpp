@@ -17,21 +17,7 @@ RingStream::RingStream(RingView out, RingView in, SegmentHeader* mine, SegmentHe
     : out_(out), in_(in), mine_(mine), peers_(peers), fd_(socket_fd), direct_threshold_(direct_threshold) {}
 
 bool RingStream::pull(void* dst, uint64_t remote_addr, uint64_t len, std::string& error) {
-  auto* out = static_cast<uint8_t*>(dst);
-  while (len > 0) {
-    iovec local{out, len};
-    iovec remote{reinterpret_cast<void*>(remote_addr), len};
-    ssize_t n = process_vm_readv(peers_->pid, &local, 1, &remote, 1, 0);
-    if (n <= 0) {
-      if (n < 0 && errno == EINTR) continue;
-      error = n < 0 ? std::string("process_vm_readv: ") + strerror(errno) : "process_vm_readv read nothing";
-      return false;
-    }
-    out += n;
-    remote_addr += static_cast<uint64_t>(n);
-    len -= static_cast<uint64_t>(n);
-  }
-  return true;
+  return pull_from(peers_->pid, remote_addr, dst, len, error);
 }
 
 bool RingStream::post_abort(ErrorCode code, int culprit, const std::string& message) {

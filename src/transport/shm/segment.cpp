@@ -5,6 +5,7 @@
 #include <signal.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -16,6 +17,24 @@
 #include "core/check.hpp"
 
 namespace shoal::transport::shm {
+
+bool pull_from(int pid, uint64_t remote_addr, void* dst, uint64_t len, std::string& error) {
+  auto* out = static_cast<uint8_t*>(dst);
+  while (len > 0) {
+    iovec local{out, len};
+    iovec remote{reinterpret_cast<void*>(remote_addr), len};
+    const ssize_t n = process_vm_readv(pid, &local, 1, &remote, 1, 0);
+    if (n <= 0) {
+      if (n < 0 && errno == EINTR) continue;
+      error = n < 0 ? std::string("process_vm_readv: ") + strerror(errno) : "process_vm_readv read nothing";
+      return false;
+    }
+    out += n;
+    remote_addr += static_cast<uint64_t>(n);
+    len -= static_cast<uint64_t>(n);
+  }
+  return true;
+}
 
 std::string segment_name(uint64_t comm_id, int rank) {
   char buf[64];

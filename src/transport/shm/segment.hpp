@@ -34,6 +34,7 @@ struct alignas(64) SegmentHeader {
   uint32_t rings = 0;       // one per local rank (the slot of the owner itself is unused)
   uint32_t pad = 0;
   uint64_t flat_bytes = 0;  // data capacity of each flat slot and result area
+  uint64_t flat_direct_bytes = 0;  // SHOAL_FLAT_DIRECT_BYTES of the owner (0: never)
   // Cross-memory attach (process_vm_readv): the owner's pid and the address, in the owner's
   // memory, of a known value that peers try to read; can_pull[i] = 1 when the owner could read
   // the probe of the local rank with index i (then i may send it frames by reference).
@@ -105,6 +106,10 @@ class Segment {
 
 /// The segment name of `rank` in communicator `comm_id`.
 std::string segment_name(uint64_t comm_id, int rank);
+
+/// Copies `len` bytes at `remote_addr` in process `pid` to `dst` with process_vm_readv (cross-
+/// memory attach: one copy). False with `error` set when the kernel refuses or the process is gone.
+bool pull_from(int pid, uint64_t remote_addr, void* dst, uint64_t len, std::string& error);
 
 /// This process's pid namespace, as SegmentHeader::pid_namespace records it (0: unknown).
 uint64_t own_pid_namespace();

@@ -4,6 +4,7 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <bit>
 
 #include "core/check.hpp"
@@ -48,6 +49,12 @@ ShmMesh::ShmMesh(Store& store, const std::string& prefix, int rank, const std::v
   ring_bytes_ = std::bit_ceil(std::max<uint64_t>(4096, config::get_bytes("SHOAL_SHM_RING_BYTES")));
   // Flat collectives' capacity: the same on every rank (a different value fails the mapping).
   flat_bytes_ = (config::get_bytes("SHOAL_FLAT_MAX_BYTES") + 63) / 64 * 64;
+  // Direct flat collectives: with more ranks than cores only beyond the slots (there the
+  // copy they save is worth less than the wait for every reader, which forces every rank onto
+  // a core before any returns: measured in docs/benchmarks.md).
+  const uint64_t direct = config::get_bytes("SHOAL_FLAT_DIRECT_BYTES");
+  const bool oversubscribed = nlocal > sysconf(_SC_NPROCESSORS_ONLN);
+  direct_bytes_ = flat_bytes_ == 0 || direct == 0 ? 0 : oversubscribed ? std::max(direct, flat_bytes_ + 1) : direct;
   const size_t bytes = Segment::bytes_for(static_cast<uint32_t>(nlocal), ring_bytes_, flat_bytes_);
   sweep_orphans();
   try {
@@ -60,6 +67,7 @@ ShmMesh::ShmMesh(Store& store, const std::string& prefix, int rank, const std::v
       h->ring_bytes = ring_bytes_;
       h->rings = static_cast<uint32_t>(nlocal);
       h->flat_bytes = flat_bytes_;
+      h->flat_direct_bytes = direct_bytes_;
       h->pid = getpid();
       h->pid_namespace = own_pid_namespace();
       h->probe_address = reinterpret_cast<uint64_t>(&kProbe);
@@ -81,8 +89,9 @@ ShmMesh::ShmMesh(Store& store, const std::string& prefix, int rank, const std::v
         if (h.magic != kSegmentMagic || h.comm_id != comm_id || h.rank != q || h.ring_bytes != ring_bytes_)
           SHOAL_THROW(Internal, "shared memory " << name << " does not belong to rank " << q
                                                  << " (or SHOAL_SHM_RING_BYTES differs between ranks)");
-        if (h.flat_bytes != flat_bytes_)
-          SHOAL_THROW(Internal, "SHOAL_FLAT_MAX_BYTES differs between this rank and rank " << q);
+        if (h.flat_bytes != flat_bytes_ || h.flat_direct_bytes != direct_bytes_)
+          SHOAL_THROW(Internal, "SHOAL_FLAT_MAX_BYTES or SHOAL_FLAT_DIRECT_BYTES (or the number of cores) differs "
+                                "between this rank and rank " << q);
         // Before our map is published: a peer reads can_pull only after it sees the map.
         if (local_index_[q] < 256 && can_read_probe(seg->header()))
           mine_->header().can_pull[local_index_[q]] = 1;
@@ -103,6 +112,11 @@ ShmMesh::ShmMesh(Store& store, const std::string& prefix, int rank, const std::v
     for (int i = 0; i < size && all_shared_; ++i)
       for (int j = 0; j < size && all_shared_; ++j)
         if (i != j) all_shared_ = static_cast<int>(maps[i].size()) > j && maps[i][j] == '1';
+    // Each rank wrote its can_pull row before its map, and every map is read: all agree.
+    all_pull_ = all_shared_ && size <= 256 && direct_bytes_ > 0;
+    for (int r = 0; r < size && all_pull_; ++r)
+      for (int q = 0; q < size && all_pull_; ++q)
+        if (q != r) all_pull_ = segment_of(r).header().can_pull[q] != 0;
     for (int q = 0; q < size; ++q) {
       if (q == rank || local_index_[q] < 0) continue;
       const std::string& theirs = maps[q];

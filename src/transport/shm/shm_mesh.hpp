@@ -31,6 +31,11 @@ class ShmMesh {
   /// True on every rank when all ranks share this host and every pair maps the other's
   /// segment: then flat collectives (src/comm/flat.cpp) may be used. The same on all ranks.
   bool all_ranks_share_memory() const { return all_shared_; }
+  /// From how many bytes per rank a flat all_gather or broadcast publishes its input by
+  /// address, for the peers to copy once with process_vm_readv (SHOAL_FLAT_DIRECT_BYTES);
+  /// UINT64_MAX unless all ranks share memory and each can read every other's (probed at
+  /// set-up). The same on all ranks.
+  uint64_t flat_direct_bytes() const { return all_pull_ ? direct_bytes_ : UINT64_MAX; }
   /// Rank r's segment (this rank's own included); only when all_ranks_share_memory().
   const Segment& segment_of(int r) const { return r == rank_ ? *mine_ : *peers_[r]; }
   /// This rank's "my progress thread sleeps" flag (null without shared memory).
@@ -43,8 +48,10 @@ class ShmMesh {
   std::vector<int> local_index_;  // per rank: its index among the ranks of this host, or -1
   std::vector<bool> use_;
   bool all_shared_ = false;
+  bool all_pull_ = false;
   uint64_t ring_bytes_ = 0;
   uint64_t flat_bytes_ = 0;
+  uint64_t direct_bytes_ = 0;
 
  public:
   /// Data capacity of the flat collectives' slots (SHOAL_FLAT_MAX_BYTES, rounded up).

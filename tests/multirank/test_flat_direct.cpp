@@ -1,0 +1,187 @@
+// Direct flat collectives (comm/flat.hpp): among ranks of one host, an all_gather or broadcast
+// publishes its input's address and the peers copy it straight from that process's memory
+// (process_vm_readv). Ranks here are forked processes, so every copy crosses address spaces
+// as in a real job; results are compared byte for byte with a reference built independently,
+// and a rank killed in the middle must surface as PeerFailure on every survivor.
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <iomanip>
+#include <sstream>
+#include <thread>
+#include <vector>
+
+#include "comm/comm_impl.hpp"
+#include "support/processes.hpp"
+#include "transport/shm/segment.hpp"
+
+namespace shoal::testing {
+namespace {
+
+using namespace std::chrono_literals;
+
+// Byte j of rank r's contribution: distinct per rank and per offset (no short period).
+uint8_t byte_of(int r, uint64_t j) {
+  uint64_t x = (static_cast<uint64_t>(r) << 40) + j + 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return static_cast<uint8_t>(x ^ (x >> 31));
+}
+
+std::vector<uint8_t> contribution(int r, uint64_t bytes) {
+  std::vector<uint8_t> v(bytes);
+  for (uint64_t j = 0; j < bytes; ++j) v[j] = byte_of(r, j);
+  return v;
+}
+
+// The first byte where `got` differs from what it should be, or -1.
+int64_t first_wrong(const std::vector<uint8_t>& got, const std::vector<uint8_t>& want) {
+  if (got.size() != want.size()) return 0;
+  for (uint64_t j = 0; j < got.size(); ++j)
+    if (got[j] != want[j]) return static_cast<int64_t>(j);
+  return -1;
+}
+
+// Runs all_gather (out of place and in place) and broadcast (from every root) at each count
+// and dtype, on `ranks` processes with the environment `env`. Each rank reports the flat calls
+// it made and the first wrong result, if any; returns the reports.
+std::vector<RankResult> gather_and_broadcast(int ranks, const std::vector<std::pair<const char*, const char*>>& env) {
+  ProcessJob job(ranks);
+  return job.run([&](int rank, const ProcessJob& j) {
+    for (const auto& [k, v] : env) setenv(k, v, 1);
+    Communicator comm = Communicator::create(j.store(), rank, ranks);
+    const uint32_t flat_before = comm.impl().flat_calls();
+    std::ostringstream errors;
+    int calls = 0;
+    for (DataType t : {DataType::int8, DataType::float16, DataType::float32, DataType::float64})
+      for (uint64_t count : {uint64_t{20000 + 3}, uint64_t{(1u << 18) + 5}}) {
+        const uint64_t es = size_of(t), bytes = count * es;
+        const auto mine = contribution(rank, bytes);
+        std::vector<uint8_t> want(bytes * ranks);
+        for (int q = 0; q < ranks; ++q) {
+          const auto theirs = contribution(q, bytes);
+          std::memcpy(want.data() + q * bytes, theirs.data(), bytes);
+        }
+        const std::string what = std::string(to_string(t)) + " x" + std::to_string(count);
+        std::vector<uint8_t> out(bytes * ranks, 0);
+        comm.all_gather(mine.data(), out.data(), count, t);
+        if (int64_t at = first_wrong(out, want); at >= 0) errors << "all_gather " << what << " byte " << at << "; ";
+        std::vector<uint8_t> in_place(bytes * ranks, 0);
+        std::memcpy(in_place.data() + rank * bytes, mine.data(), bytes);
+        comm.all_gather(in_place.data(), count, t);
+        if (int64_t at = first_wrong(in_place, want); at >= 0) errors << "in-place all_gather " << what << " byte " << at << "; ";
+        calls += 2;
+        for (int root = 0; root < ranks; ++root) {
+          std::vector<uint8_t> buf = rank == root ? mine : std::vector<uint8_t>(bytes, 0);
+          comm.broadcast(buf.data(), count, t, root);
+          if (int64_t at = first_wrong(buf, contribution(root, bytes)); at >= 0)
+            errors << "broadcast from " << root << " " << what << " byte " << at << "; ";
+          ++calls;
+        }
+        // The source's buffer is the user's again once the call returns: reuse it at once.
+        std::vector<uint8_t> scratch = mine;
+        comm.all_gather(scratch.data(), out.data(), count, t);
+        std::fill(scratch.begin(), scratch.end(), 0xee);
+        if (int64_t at = first_wrong(out, want); at >= 0) errors << "reused all_gather " << what << " byte " << at << "; ";
+        ++calls;
+      }
+    comm.barrier();
+    j.report(rank, std::to_string(comm.impl().flat_calls() - flat_before) + " of " + std::to_string(calls) +
+                       " flat\n" + errors.str());
+    return errors.str().empty() ? 0 : 1;
+  }, 120s);
+}
+
+// From 16 KiB per rank (8 KiB slots here, so that only the direct path can be flat at these
+// sizes, whatever the core count), every all_gather and broadcast is flat and right, at two
+// and at three processes.
+TEST(FlatDirect, AllGatherAndBroadcastAcrossProcessesMatchTheReference) {
+  for (int ranks : {2, 3}) {
+    SCOPED_TRACE(std::to_string(ranks) + " processes");
+    auto results = gather_and_broadcast(ranks, {{"SHOAL_FLAT_MAX_BYTES", "8K"}, {"SHOAL_FLAT_DIRECT_BYTES", "16K"}});
+    for (int r = 0; r < ranks; ++r) {
+      SCOPED_TRACE("rank " + std::to_string(r) + ": " + results[r].report);
+      EXPECT_EQ(results[r].exit_code, 0);
+      const int calls = 8 * (3 + ranks);
+      EXPECT_EQ(results[r].report.substr(0, results[r].report.find('\n')),
+                std::to_string(calls) + " of " + std::to_string(calls) + " flat");
+    }
+  }
+}
+
+// SHOAL_FLAT_DIRECT_BYTES=0 turns the direct path off: the same calls run through the engine
+// (no flat call: they do not fit the slots), with the same results.
+TEST(FlatDirect, TurnedOffTheSameCallsTakeTheEngineWithTheSameResults) {
+  auto results = gather_and_broadcast(2, {{"SHOAL_FLAT_MAX_BYTES", "8K"}, {"SHOAL_FLAT_DIRECT_BYTES", "0"}});
+  for (int r = 0; r < 2; ++r) {
+    SCOPED_TRACE("rank " + std::to_string(r) + ": " + results[r].report);
+    EXPECT_EQ(results[r].exit_code, 0);
+    EXPECT_EQ(results[r].report.substr(0, results[r].report.find('\n')), "0 of 40 flat");
+  }
+}
+
+// A rank killed while it and its peers run direct all_gathers back to back (its death lands
+// anywhere: while it publishes, while peers copy from its memory, while it waits for its
+// readers): every survivor gets PeerFailureError naming it within seconds, and nothing is left
+// in /dev/shm.
+TEST(FlatDirect, AKilledRankRaisesPeerFailureOnEverySurvivor) {
+  constexpr int kRanks = 3, kVictim = 1;
+  ProcessJob job(kRanks);
+  auto results = job.run([&](int rank, const ProcessJob& j) {
+    setenv("SHOAL_FLAT_MAX_BYTES", "8K", 1);
+    setenv("SHOAL_FLAT_DIRECT_BYTES", "16K", 1);
+    Options o;
+    o.timeout = 60s;  // detection must come far sooner than this
+    Communicator comm = Communicator::create(j.store(), rank, kRanks, o);
+    const uint64_t count = 1 << 20;  // 4 MiB of floats per rank
+    std::vector<float> in(count, 1.0f + rank), out(count * kRanks);
+    comm.barrier();
+    if (rank == kVictim) {
+      std::thread killer([&] {
+        std::this_thread::sleep_for(300ms);
+        std::ostringstream os;
+        os << std::fixed << std::setprecision(6) << monotonic_seconds() << " " << comm.impl().comm_id;
+        j.report(rank, os.str());
+        raise(SIGKILL);
+      });
+      for (;;) comm.all_gather(in.data(), out.data(), count, DataType::float32);
+    }
+    try {
+      for (int i = 0; i < 1000000; ++i) comm.all_gather(in.data(), out.data(), count, DataType::float32);
+    } catch (const PeerFailureError& e) {
+      std::ostringstream os;
+      os << std::fixed << std::setprecision(6) << monotonic_seconds() << "\n" << e.peer() << "\n" << e.what();
+      j.report(rank, os.str());
+      return 0;
+    } catch (const std::exception& e) {
+      j.report(rank, std::string("wrong error: ") + e.what());
+      return 1;
+    }
+    j.report(rank, "no error");
+    return 2;
+  }, 90s);
+  ASSERT_EQ(results[kVictim].exit_code, 128 + SIGKILL) << results[kVictim].report;
+  std::istringstream victim(results[kVictim].report);
+  double killed_at = 0;
+  uint64_t comm_id = 0;
+  victim >> killed_at >> comm_id;
+  ASSERT_NE(comm_id, 0u) << "the victim's report: " << results[kVictim].report;
+  for (int r = 0; r < kRanks; ++r) {
+    if (r == kVictim) continue;
+    SCOPED_TRACE("rank " + std::to_string(r) + ": " + results[r].report);
+    ASSERT_EQ(results[r].exit_code, 0);
+    const double seen_at = std::stod(results[r].report.substr(0, results[r].report.find('\n')));
+    EXPECT_LT(seen_at - killed_at, 5.0) << "detection took too long";
+    EXPECT_NE(results[r].report.find("rank 1"), std::string::npos) << "the message must name the dead rank";
+  }
+  for (int r = 0; r < kRanks; ++r)
+    EXPECT_FALSE(std::filesystem::exists("/dev/shm" + transport::shm::segment_name(comm_id, r)))
+        << "shared memory of rank " << r << " left behind";
+}
+
+}  // namespace
+}  // namespace shoal::testing
