@@ -128,7 +128,7 @@ int main(int argc, char** argv) {
   try {
     if (do_check) return check();
     std::printf("shoal %s: collectives for distributed deep learning\n", "0.1.0");
-    std::printf("transports: shm (rings, CMA single copy, flat shared-slot collectives) on one host, tcp "
+    std::printf("transports: shm (rings, CMA single copy, flat collectives: shared slots, or direct by CMA) on one host, tcp "
                 "(striped over every NIC) between hosts; --check shows what a job uses\n\n");
     if (settings || !algos) print_settings();
     if (algos || !settings) {

@@ -225,8 +225,11 @@ Work CommImpl::run_flat_here(const comm::OpRequest& req) {
                               algorithms::signature(a), req.input, req.output);
     flat.run(check);
   } catch (const Error& e) {
-    // The peers may still be waiting in this collective (for this rank's input, or for it to
-    // read theirs): a failed one breaks the communicator, so that they learn of it too.
+    // The peers may still be waiting in this collective (for this rank's buffers, or for it
+    // to read theirs): a failed one breaks the communicator, so that they learn of it too.
+    // The note goes first, before the user may free a buffer a peer is still reading: that
+    // peer's failed read then reports this cause.
+    transport::shm::post_abort_note(engine->shm()->segment_of(rank).header(), e.code(), e.peer(), e.what());
     engine->break_from_caller(e.code(), e.what(), e.peer());
     return failed_work(std::current_exception());
   }

@@ -5,9 +5,11 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <ctime>
+#include <vector>
 
 #include "core/check.hpp"
 #include "core/config.hpp"
@@ -76,6 +78,16 @@ bool reduces(Collective c) {
   return c == Collective::all_reduce || c == Collective::reduce_scatter || c == Collective::reduce;
 }
 
+// What a direct flat collective publishes in its slot instead of its input: where, in its
+// process, its input and (an all_reduce, whose reduced slice peers copy) its output are.
+struct DirectAddresses {
+  uint64_t input, output;
+};
+
+// A direct reduction pulls a peer's part in pieces this big into a buffer of the calling
+// thread's, and reduces each while it is in cache.
+constexpr uint64_t kPullChunk = 64 * 1024;
+
 }  // namespace
 
 std::string closed_without_joining(int rank, uint64_t number, int peer) {
@@ -106,13 +118,21 @@ uint64_t flat_published_bytes(const algorithms::CollectiveArgs& a) {
   }
 }
 
-bool flat_direct(const algorithms::CollectiveArgs& a, uint64_t direct_bytes) {
-  return (a.collective == Collective::all_gather || a.collective == Collective::broadcast) && a.size > 1 &&
-         a.count > 0 && a.count * size_of(a.dtype) >= direct_bytes;
+bool flat_direct(const algorithms::CollectiveArgs& a, uint64_t slot_bytes, uint64_t direct_bytes) {
+  uint64_t input = a.count * size_of(a.dtype);  // per rank (the root's, in a broadcast)
+  switch (a.collective) {
+    case Collective::all_gather: case Collective::broadcast: break;
+    case Collective::reduce_scatter: input *= static_cast<uint64_t>(a.size); break;
+    // In the slots an all_reduce reduces slices as fast (measured: docs/benchmarks.md), with
+    // one wait less.
+    case Collective::all_reduce: if (input <= slot_bytes) return false; break;
+    default: return false;
+  }
+  return a.size > 1 && a.count > 0 && input >= direct_bytes;
 }
 
 bool flat_fits(const algorithms::CollectiveArgs& a, uint64_t slot_bytes, uint64_t direct_bytes) {
-  if (flat_direct(a, direct_bytes)) return true;
+  if (flat_direct(a, slot_bytes, direct_bytes)) return true;
   switch (a.collective) {
     case Collective::all_reduce: case Collective::all_gather: case Collective::reduce_scatter:
     case Collective::broadcast: case Collective::reduce: break;
@@ -129,7 +149,7 @@ FlatCollective::FlatCollective(const transport::shm::ShmMesh& mesh, const algori
                                uint32_t seq, uint64_t op_number, uint32_t signature, const void* input,
                                void* output)
     : mesh_(mesh), args_(args), seq_(seq), op_number_(op_number), signature_(signature),
-      input_(input), output_(output), es_(size_of(args.dtype)), direct_(flat_direct(args, mesh.flat_direct_bytes())),
+      input_(input), output_(output), es_(size_of(args.dtype)), direct_(flat_direct(args, mesh.flat_bytes(), mesh.flat_direct_bytes())),
       reduces_(reduces(args.collective)) {
   announce_collective(mesh, args.rank, op_number, signature);
 }
@@ -176,8 +196,8 @@ bool FlatCollective::advance() {
     slot.signature = signature_;
     slot.bytes = bytes;
     if (direct_) {
-      const uint64_t address = reinterpret_cast<uintptr_t>(input_);
-      if (bytes > 0) std::memcpy(mine.flat_data(seq_), &address, sizeof address);
+      const DirectAddresses where{reinterpret_cast<uintptr_t>(input_), reinterpret_cast<uintptr_t>(output_)};
+      std::memcpy(mine.flat_data(seq_), &where, sizeof where);
     } else if (bytes > 0) {
       std::memcpy(mine.flat_data(seq_), input_, bytes);
     }
@@ -185,30 +205,59 @@ bool FlatCollective::advance() {
     stage_ = Stage::combine;
     step_ = 0;
   }
+  auto& header = mesh_.segment_of(args_.rank).header();
   if (stage_ == Stage::combine) {
     if (!combine()) return false;
-    const bool slices = args_.collective == Collective::all_reduce && args_.count * es_ > kWholeBytes;
+    const bool slices = args_.collective == Collective::all_reduce && (direct_ || args_.count * es_ > kWholeBytes);
     if (!slices && !direct_) return true;
-    // Slices reduced, or (direct) every input this rank reads is read.
-    const auto& mine = mesh_.segment_of(args_.rank);
-    raise(mine.header(), mine.header().flat_done, seq_);
+    // A slice reduced for the peers to copy, or (direct) everything this rank reads is read.
+    raise(header, slices ? header.flat_done : header.flat_read, seq_);
     stage_ = slices ? Stage::gather : Stage::release;
     step_ = 0;
   }
-  return stage_ == Stage::gather ? gather() : release();
+  if (stage_ == Stage::gather) {
+    if (!gather()) return false;
+    if (!direct_) return true;
+    raise(header, header.flat_read, seq_);  // the peers' slices read
+    stage_ = Stage::release;
+    step_ = 0;
+  }
+  return release();
 }
 
-// (direct) Copies rank q's input, whose address q published, to `to`.
-void FlatCollective::pull(int q, void* to) const {
+// (direct) Copies `len` bytes from `offset` into rank q's input (or output), whose address q
+// published, to `to`.
+void FlatCollective::pull(int q, bool from_output, uint64_t offset, void* to, uint64_t len) const {
   const auto& seg = mesh_.segment_of(q);
-  uint64_t address = 0;
-  std::memcpy(&address, seg.flat_data(seq_), sizeof address);
+  DirectAddresses where{};
+  std::memcpy(&where, seg.flat_data(seq_), sizeof where);
   std::string error;
-  if (!transport::shm::pull_from(seg.header().pid, address, to, args_.count * es_, error))
-    SHOAL_THROW(PeerFailure, "rank " << args_.rank << ": " << algorithms::to_string(args_.collective) << " #"
-                                     << op_number_ << ": cannot read rank " << q << "'s input from its memory ("
-                                     << error << ")",
-                q);
+  if (transport::shm::pull_from(seg.header().pid, (from_output ? where.output : where.input) + offset, to, len, error))
+    return;
+  const std::string call = "rank " + std::to_string(args_.rank) + ": " +
+                           std::string(algorithms::to_string(args_.collective)) + " #" + std::to_string(op_number_);
+  // A peer whose call failed leaves its note before it returns (and its user may free the
+  // buffers): the note is the cause.
+  if (const auto note = transport::shm::abort_note_of(seg.header()))
+    throw_error(note->code, call + ": rank " + std::to_string(q) + " failed and reported: " + note->message,
+                note->culprit);
+  SHOAL_THROW(PeerFailure, call << ": cannot read rank " << q << "'s " << (from_output ? "output" : "input")
+                                << " from its memory (" << error << "): it probably died",
+              q);
+}
+
+// (direct all_reduce, reduce_scatter) Reduces elements [lo, lo + n) of rank q's input into
+// `dst`, a cache-sized piece at a time: onto what `dst` holds, or (`first` not null) onto
+// `first`'s elements, which saves copying those into `dst` beforehand.
+void FlatCollective::pull_and_reduce(int q, uint64_t lo, uint64_t n, uint8_t* dst, const uint8_t* first) const {
+  thread_local std::vector<uint8_t> piece(kPullChunk);
+  const uint64_t per_piece = kPullChunk / es_;
+  for (uint64_t done = 0; done < n; done += per_piece) {
+    const uint64_t m = std::min(per_piece, n - done);
+    pull(q, false, (lo + done) * es_, piece.data(), m * es_);
+    if (first) kernels::reduce(dst + done * es_, first + done * es_, piece.data(), m, args_.dtype, args_.op);
+    else kernels::reduce_into(dst + done * es_, piece.data(), m, args_.dtype, args_.op);
+  }
 }
 
 bool FlatCollective::combine() {
@@ -218,10 +267,11 @@ bool FlatCollective::combine() {
   // What this rank combines: the element range [lo, hi) of each published input, into dst.
   uint64_t lo = 0, hi = count;
   uint8_t* dst = static_cast<uint8_t*>(output_);
-  if (c == Collective::all_reduce && bytes > kWholeBytes) {
+  if (c == Collective::all_reduce && (direct_ || bytes > kWholeBytes)) {
     lo = algorithms::block_begin(count, p, me);
     hi = algorithms::block_begin(count, p, me + 1);
-    dst = mesh_.segment_of(me).flat_result(seq_) + lo * es_;
+    // Direct: reduced in place in the output, from where the peers copy it.
+    dst = direct_ ? dst + lo * es_ : mesh_.segment_of(me).flat_result(seq_) + lo * es_;
   } else if (c == Collective::reduce_scatter) {
     lo = static_cast<uint64_t>(me) * count;
     hi = lo + count;
@@ -241,12 +291,18 @@ bool FlatCollective::combine() {
     const void* from = q == me ? input_ : data;
     if (c == Collective::broadcast) {
       if (q != args_.root || output_ == from) continue;
-      if (direct_ && q != me) pull(q, output_);
+      if (direct_ && q != me) pull(q, false, 0, output_, bytes);
       else std::memcpy(output_, from, bytes);
     } else if (c == Collective::all_gather) {
       uint8_t* to = static_cast<uint8_t*>(output_) + static_cast<uint64_t>(q) * bytes;
-      if (direct_ && q != me) pull(q, to);
+      if (direct_ && q != me) pull(q, false, 0, to, bytes);
       else if (to != from) std::memcpy(to, from, bytes);
+    } else if (direct_) {
+      // This rank's own part first: the next peer's is reduced onto it (in place it is the
+      // destination itself, and is read before anything is reduced onto it), the others' onto
+      // that. Only this rank reduces these elements, so every rank still gets the same bits.
+      if (q == me || hi == lo) continue;
+      pull_and_reduce(q, lo, hi - lo, dst, step_ == 1 ? static_cast<const uint8_t*>(input_) + lo * es_ : nullptr);
     } else if (takes_data && hi > lo) {
       if (q == 0) std::memcpy(dst, data, (hi - lo) * es_);
       else kernels::reduce_into(dst, data, hi - lo, args_.dtype, args_.op);
@@ -257,7 +313,8 @@ bool FlatCollective::combine() {
   return true;
 }
 
-// (all_reduce above kWholeBytes) Copy the slices the peers reduced.
+// (all_reduce in slices) Copy the slices the peers reduced: from their result areas, or
+// (direct) from their outputs, where this rank's own slice already is.
 bool FlatCollective::gather() {
   for (; step_ < args_.size; ++step_) {
     const int q = peer_at(step_);
@@ -265,18 +322,21 @@ bool FlatCollective::gather() {
     if (q != args_.rank && !reached(seg.header().flat_done, seq_)) return false;
     const uint64_t b = algorithms::block_begin(args_.count, args_.size, q);
     const uint64_t e = algorithms::block_begin(args_.count, args_.size, q + 1);
-    if (e > b) std::memcpy(static_cast<uint8_t*>(output_) + b * es_, seg.flat_result(seq_) + b * es_, (e - b) * es_);
+    uint8_t* to = static_cast<uint8_t*>(output_) + b * es_;
+    if (e == b || (direct_ && q == args_.rank)) continue;
+    if (direct_) pull(q, true, b * es_, to, (e - b) * es_);
+    else std::memcpy(to, seg.flat_result(seq_) + b * es_, (e - b) * es_);
   }
   return true;
 }
 
-// (direct) Waits until the peers that read this rank's input have read it: every peer in an
-// all_gather, only the root's readers in a broadcast (the others' inputs are not read).
+// (direct) Waits until every peer that reads this rank's buffers has read them: every peer,
+// but in a broadcast only the root's readers (the others' inputs are not read).
 bool FlatCollective::release() {
   if (args_.collective == Collective::broadcast && args_.rank != args_.root) return true;
   for (; step_ < args_.size; ++step_) {
     const int q = peer_at(step_);
-    if (q != args_.rank && !reached(mesh_.segment_of(q).header().flat_done, seq_)) return false;
+    if (q != args_.rank && !reached(mesh_.segment_of(q).header().flat_read, seq_)) return false;
   }
   return true;
 }
@@ -289,7 +349,9 @@ void FlatCollective::run(const std::function<void(int)>& check) {
   while (!advance()) {
     const int q = waiting_for();
     const auto& peer = mesh_.segment_of(q);
-    auto& word = stage_ == Stage::combine ? peer.flat_slot(seq_).seq : peer.header().flat_done;
+    auto& word = stage_ == Stage::combine  ? peer.flat_slot(seq_).seq
+                 : stage_ == Stage::gather ? peer.header().flat_done
+                                           : peer.header().flat_read;
     wait_for(peer.header(), word, seq_, q, watch_and_check);
   }
 }

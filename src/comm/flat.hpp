@@ -10,11 +10,15 @@
 //    its slice into its result area, publishes that, and copies the others' slices;
 //  - all_gather: copy every slot into place; reduce_scatter: reduce this rank's block of every
 //    slot; broadcast: copy the root's slot; reduce: the root reduces every slot.
-// An all_gather or broadcast from SHOAL_FLAT_DIRECT_BYTES per rank on (where every rank can
-// read every other's memory) publishes only its input's address: peers copy the input once,
-// straight into their output (process_vm_readv), then raise their `flat_done`, and a rank whose
-// input was read returns once every reader has raised it (its buffer is the user's again).
-// That path has no size limit (nothing goes through the slot).
+// Direct: from SHOAL_FLAT_DIRECT_BYTES of input per rank on (where every rank can read every
+// other's memory), a rank publishes only the addresses of its input and output, and the peers
+// read them in place (process_vm_readv): an all_gather or broadcast copies each input once,
+// straight into its output; an all_reduce reduces this rank's slice of every peer's input
+// (a cache-sized piece at a time) into its own output, raises `flat_done`, and copies the
+// peers' reduced slices from their outputs; a reduce_scatter reduces its block alike. Each rank
+// then raises `flat_read`, and one whose buffers were read returns once every reader raised it
+// (its buffers are the user's again). This path has no size limit (nothing goes through the
+// slot) and each element is still reduced by one rank only, in the same order for every call.
 // Every rank waits for every peer's slot, even where it needs no data (a broadcast's root): a
 // peer that issued another call is caught at that call, and the next rule holds.
 // Reductions run in rank order, so every rank gets the same bits. Two slots by operation parity
@@ -46,9 +50,10 @@ Announcement announced_by(const transport::shm::ShmMesh& mesh, int peer, uint64_
 
 /// Bytes a rank publishes in its slot for `a` (the flat path is possible when they fit).
 uint64_t flat_published_bytes(const algorithms::CollectiveArgs& a);
-/// Whether an all_gather or broadcast `a` publishes its input by address, given the mesh's
-/// flat_direct_bytes() (the same on every rank).
-bool flat_direct(const algorithms::CollectiveArgs& a, uint64_t direct_bytes);
+/// Whether `a` runs direct (by address), given the mesh's flat_bytes() and flat_direct_bytes()
+/// (the same on every rank): all_gather, broadcast and reduce_scatter from `direct_bytes` of
+/// input per rank, all_reduce from there but only beyond the slots.
+bool flat_direct(const algorithms::CollectiveArgs& a, uint64_t slot_bytes, uint64_t direct_bytes);
 /// Whether `a` has a flat version: one that fits slots of `slot_bytes`, or a direct one.
 bool flat_fits(const algorithms::CollectiveArgs& a, uint64_t slot_bytes, uint64_t direct_bytes);
 
@@ -71,13 +76,14 @@ class FlatCollective {
   void run(const std::function<void(int waiting_for)>& check);
 
  private:
-  // gather: (all_reduce above kWholeBytes) copy the slices the peers reduced; release: (direct)
-  // wait until every peer that reads this rank's input has read it.
+  // gather: (all_reduce in slices) copy the slices the peers reduced; release: (direct) wait
+  // until every peer that reads this rank's buffers has read them.
   enum class Stage { publish, combine, gather, release };
   bool combine();
   bool gather();
   bool release();
-  void pull(int q, void* to) const;
+  void pull(int q, bool from_output, uint64_t offset, void* to, uint64_t len) const;
+  void pull_and_reduce(int q, uint64_t lo, uint64_t n, uint8_t* dst, const uint8_t* first) const;
   void watch(int q) const;
   void check_slot(int q, const transport::shm::FlatSlotHeader& slot) const;
   [[noreturn]] void mismatch(int peer, const std::string& what) const;
@@ -97,7 +103,7 @@ class FlatCollective {
   // rank then gets the same bits), else starting from this rank itself (its own block needs no
   // wait, and the peers' readers spread over different sources).
   int peer_at(int s) const {
-    return stage_ == Stage::combine && reduces_ ? s : (args_.rank + s) % args_.size;
+    return stage_ == Stage::combine && reduces_ && !direct_ ? s : (args_.rank + s) % args_.size;
   }
   int step_ = 0;  // the next step of the stage
 };

@@ -39,9 +39,10 @@ const std::vector<Setting>& settings() {
        "on shared memory, frames from this size on are pulled by the receiver straight from the "
        "sender's memory (process_vm_readv, one copy) where the kernel allows it; 0: never"},
       {"SHOAL_FLAT_DIRECT_BYTES", "bytes", "32K",
-       "among ranks that all share one host's memory, an all_gather or broadcast of this many bytes "
-       "per rank or more publishes its input by address and the peers copy it once, straight from "
-       "its memory (process_vm_readv), at any size; with more ranks than cores only above "
+       "among ranks that all share one host's memory, an all_gather, broadcast or reduce_scatter "
+       "with this many bytes of input per rank or more (an all_reduce: and above SHOAL_FLAT_MAX_BYTES) "
+       "publishes its buffers' addresses and the peers read them straight from its memory "
+       "(process_vm_readv, one copy), at any size; with more ranks than cores only above "
        "SHOAL_FLAT_MAX_BYTES. 0: never (then only up to SHOAL_FLAT_MAX_BYTES, through the slots). "
        "Equal on all ranks"},
       {"SHOAL_FLAT_MAX_BYTES", "bytes", "256K",

@@ -1,6 +1,6 @@
-// Direct flat collectives (comm/flat.hpp): among ranks of one host, an all_gather or broadcast
-// publishes its input's address and the peers copy it straight from that process's memory
-// (process_vm_readv). Ranks here are forked processes, so every copy crosses address spaces
+// Direct flat collectives (comm/flat.hpp): among ranks of one host, all_gather, broadcast,
+// all_reduce and reduce_scatter publish their buffers' addresses and the peers read them
+// straight from that process's memory (process_vm_readv). Ranks here are forked processes, so every copy crosses address spaces
 // as in a real job; results are compared byte for byte with a reference built independently,
 // and a rank killed in the middle must surface as PeerFailure on every survivor.
 #include <gtest/gtest.h>
@@ -17,6 +17,7 @@
 
 #include "comm/comm_impl.hpp"
 #include "support/processes.hpp"
+#include "support/values.hpp"
 #include "transport/shm/segment.hpp"
 
 namespace shoal::testing {
@@ -38,6 +39,14 @@ std::vector<uint8_t> contribution(int r, uint64_t bytes) {
   return v;
 }
 
+// Elements of `buf` from element `first` on that differ from want(i).
+template <class Want>
+uint64_t wrong(const void* buf, uint64_t first, uint64_t n, DataType t, Want want) {
+  uint64_t bad = 0;
+  for (uint64_t i = 0; i < n; ++i) bad += !(load(buf, first + i, t) == want(i));
+  return bad;
+}
+
 // The first byte where `got` differs from what it should be, or -1.
 int64_t first_wrong(const std::vector<uint8_t>& got, const std::vector<uint8_t>& want) {
   if (got.size() != want.size()) return 0;
@@ -46,8 +55,8 @@ int64_t first_wrong(const std::vector<uint8_t>& got, const std::vector<uint8_t>&
   return -1;
 }
 
-// Runs all_gather (out of place and in place) and broadcast (from every root) at each count
-// and dtype, on `ranks` processes with the environment `env`. Each rank reports the flat calls
+// Runs all_gather (out of place and in place), broadcast (from every root), all_reduce and
+// reduce_scatter (every op, out of place and in place) at each count and dtype, on `ranks` processes with the environment `env`. Each rank reports the flat calls
 // it made and the first wrong result, if any; returns the reports.
 std::vector<RankResult> gather_and_broadcast(int ranks, const std::vector<std::pair<const char*, const char*>>& env) {
   ProcessJob job(ranks);
@@ -82,6 +91,30 @@ std::vector<RankResult> gather_and_broadcast(int ranks, const std::vector<std::p
             errors << "broadcast from " << root << " " << what << " byte " << at << "; ";
           ++calls;
         }
+        // all_reduce and reduce_scatter, every op, out of place and in place, against
+        // reductions computed here (values.hpp's: exact in every dtype).
+        for (ReduceOp op : kAllOps) {
+          const std::string how = what + " " + std::string(to_string(op));
+          std::vector<uint8_t> in(bytes), ar(bytes, 0);
+          for (uint64_t i = 0; i < count; ++i) store(in.data(), i, t, value(rank, i, t, op));
+          comm.all_reduce(in.data(), ar.data(), count, t, op);
+          if (uint64_t bad = wrong(ar.data(), 0, count, t, [&](uint64_t i) { return expected(ranks, i, t, op); }))
+            errors << "all_reduce " << how << ": " << bad << " wrong; ";
+          comm.all_reduce(in.data(), count, t, op);
+          if (uint64_t bad = wrong(in.data(), 0, count, t, [&](uint64_t i) { return expected(ranks, i, t, op); }))
+            errors << "in-place all_reduce " << how << ": " << bad << " wrong; ";
+          const uint64_t block = count / ranks + 1;  // the input: `ranks` blocks
+          std::vector<uint8_t> rs_in(block * ranks * es), rs_out(block * es, 0);
+          for (uint64_t i = 0; i < block * ranks; ++i) store(rs_in.data(), i, t, value(rank, i, t, op));
+          auto rs_want = [&](uint64_t i) { return expected(ranks, rank * block + i, t, op); };
+          comm.reduce_scatter(rs_in.data(), rs_out.data(), block, t, op);
+          if (uint64_t bad = wrong(rs_out.data(), 0, block, t, rs_want))
+            errors << "reduce_scatter " << how << ": " << bad << " wrong; ";
+          comm.reduce_scatter(rs_in.data(), block, t, op);
+          if (uint64_t bad = wrong(rs_in.data(), rank * block, block, t, rs_want))
+            errors << "in-place reduce_scatter " << how << ": " << bad << " wrong; ";
+          calls += 4;
+        }
         // The source's buffer is the user's again once the call returns: reuse it at once.
         std::vector<uint8_t> scratch = mine;
         comm.all_gather(scratch.data(), out.data(), count, t);
@@ -97,16 +130,16 @@ std::vector<RankResult> gather_and_broadcast(int ranks, const std::vector<std::p
 }
 
 // From 16 KiB per rank (8 KiB slots here, so that only the direct path can be flat at these
-// sizes, whatever the core count), every all_gather and broadcast is flat and right, at two
-// and at three processes.
-TEST(FlatDirect, AllGatherAndBroadcastAcrossProcessesMatchTheReference) {
+// sizes, whatever the core count), every all_gather, broadcast, all_reduce and reduce_scatter
+// is flat and right, at two and at three processes.
+TEST(FlatDirect, EveryDirectCollectiveAcrossProcessesMatchesTheReference) {
   for (int ranks : {2, 3}) {
     SCOPED_TRACE(std::to_string(ranks) + " processes");
     auto results = gather_and_broadcast(ranks, {{"SHOAL_FLAT_MAX_BYTES", "8K"}, {"SHOAL_FLAT_DIRECT_BYTES", "16K"}});
     for (int r = 0; r < ranks; ++r) {
       SCOPED_TRACE("rank " + std::to_string(r) + ": " + results[r].report);
       EXPECT_EQ(results[r].exit_code, 0);
-      const int calls = 8 * (3 + ranks);
+      const int calls = 8 * (3 + ranks + 4 * 5);
       EXPECT_EQ(results[r].report.substr(0, results[r].report.find('\n')),
                 std::to_string(calls) + " of " + std::to_string(calls) + " flat");
     }
@@ -120,7 +153,7 @@ TEST(FlatDirect, TurnedOffTheSameCallsTakeTheEngineWithTheSameResults) {
   for (int r = 0; r < 2; ++r) {
     SCOPED_TRACE("rank " + std::to_string(r) + ": " + results[r].report);
     EXPECT_EQ(results[r].exit_code, 0);
-    EXPECT_EQ(results[r].report.substr(0, results[r].report.find('\n')), "0 of 40 flat");
+    EXPECT_EQ(results[r].report.substr(0, results[r].report.find('\n')), "0 of 200 flat");
   }
 }
 

@@ -66,7 +66,7 @@ inline double load(const void* buf, uint64_t i, DataType t) {
 
 /// Rounds `v` to what dtype `t` stores (wrapping for integers, like the kernels).
 inline double as_stored(double v, DataType t) {
-  uint8_t tmp[8];
+  uint8_t tmp[8] = {};
   store(tmp, 0, t, v);
   return load(tmp, 0, t);
 }

@@ -20,25 +20,31 @@ bool RingStream::pull(void* dst, uint64_t remote_addr, uint64_t len, std::string
   return pull_from(peers_->pid, remote_addr, dst, len, error);
 }
 
-bool RingStream::post_abort(ErrorCode code, int culprit, const std::string& message) {
-  // One note per rank, shared by all its streams: the first abort writes it.
+void post_abort_note(SegmentHeader& h, ErrorCode code, int culprit, const std::string& message) {
+  // One note per rank, shared by all its streams and its flat collectives: the first writes it.
   uint32_t expected = 0;
-  if (mine_->aborted.compare_exchange_strong(expected, 2)) {
-    mine_->abort_code = static_cast<uint32_t>(code);
-    mine_->abort_culprit = culprit;
-    std::snprintf(mine_->abort_message, sizeof mine_->abort_message, "%s", message.c_str());
-    mine_->aborted.store(1, std::memory_order_release);
+  if (h.aborted.compare_exchange_strong(expected, 2)) {
+    h.abort_code = static_cast<uint32_t>(code);
+    h.abort_culprit = culprit;
+    std::snprintf(h.abort_message, sizeof h.abort_message, "%s", message.c_str());
+    h.aborted.store(1, std::memory_order_release);
   }
+}
+
+std::optional<Stream::AbortNote> abort_note_of(const SegmentHeader& h) {
+  if (h.aborted.load(std::memory_order_acquire) != 1) return std::nullopt;
+  const uint32_t c = h.abort_code;
+  ErrorCode code = c <= static_cast<uint32_t>(ErrorCode::Internal) ? static_cast<ErrorCode>(c) : ErrorCode::Aborted;
+  return Stream::AbortNote{code, h.abort_culprit,
+                           std::string(h.abort_message, strnlen(h.abort_message, sizeof h.abort_message))};
+}
+
+bool RingStream::post_abort(ErrorCode code, int culprit, const std::string& message) {
+  post_abort_note(*mine_, code, culprit, message);
   return true;
 }
 
-std::optional<Stream::AbortNote> RingStream::peer_abort() const {
-  if (peers_->aborted.load(std::memory_order_acquire) != 1) return std::nullopt;
-  const uint32_t c = peers_->abort_code;
-  ErrorCode code = c <= static_cast<uint32_t>(ErrorCode::Internal) ? static_cast<ErrorCode>(c) : ErrorCode::Aborted;
-  return AbortNote{code, peers_->abort_culprit,
-                   std::string(peers_->abort_message, strnlen(peers_->abort_message, sizeof peers_->abort_message))};
-}
+std::optional<Stream::AbortNote> RingStream::peer_abort() const { return abort_note_of(*peers_); }
 
 RingStream::~RingStream() {
   if (fd_ >= 0) close(fd_);

@@ -12,6 +12,12 @@
 
 namespace shoal::transport::shm {
 
+/// Leaves an abort note in `h` (the owner's segment): why the owner broke, readable by its
+/// peers even when no frame can reach them. The first note stays.
+void post_abort_note(SegmentHeader& h, ErrorCode code, int culprit, const std::string& message);
+/// The abort note the owner of `h` left, if any.
+std::optional<Stream::AbortNote> abort_note_of(const SegmentHeader& h);
+
 struct RingView {
   RingHeader* header = nullptr;
   uint8_t* data = nullptr;

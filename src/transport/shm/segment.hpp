@@ -48,6 +48,9 @@ struct alignas(64) SegmentHeader {
   // its own line: peers poll it), and how many peers sleep in a futex on one of the owner's
   // words (the owner wakes them when it publishes).
   alignas(64) std::atomic<uint32_t> flat_done{0};
+  // (direct flat collectives) The last operation in which the owner finished reading its
+  // peers' memory: a rank whose buffers are read returns only once every reader raised it.
+  alignas(64) std::atomic<uint32_t> flat_read{0};
   alignas(64) std::atomic<uint32_t> flat_waiters{0};
   // The collective the owner is in, (number + 1) << 32 | signature, in one word so that a
   // reader never pairs one call's number with another's signature: lets a waiting rank see
