@@ -1,6 +1,7 @@
 // What a Communicator holds: its place in the job, the store, the topology, the engine.
 #pragma once
 
+#include <array>
 #include <memory>
 #include <optional>
 #include <string>
@@ -75,6 +76,15 @@ class CommImpl {
   int splits = 0;  // split() calls so far, equal on all ranks: scopes the children's keys
   std::optional<comm::HierarchyMode> hierarchy_mode;  // read at the first eligible call
   tune::Dispatcher::SizeRange hierarchy_sizes;
+  /// SHOAL_HIERARCHICAL=auto's verdict for `collective` at `bytes`: the dispatcher's
+  /// (auto_hierarchy), computed once per collective and size — a training loop repeats its
+  /// sizes, and the verdict is a pure function of them for this communicator.
+  bool hierarchy_wanted(algorithms::Collective collective, uint64_t bytes);
+  struct HierarchyVerdict {
+    uint64_t bytes = UINT64_MAX;  // none yet
+    bool take = false;
+  };
+  std::array<HierarchyVerdict, 3> hierarchy_verdicts;  // all_reduce, all_gather, reduce_scatter
   std::unique_ptr<comm::Hierarchy> hierarchy;  // after engine: stopped before the engine is
 
   /// The cost model's constants measured when this communicator was made (comm/calibration.cpp;

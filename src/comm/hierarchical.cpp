@@ -310,6 +310,14 @@ void Hierarchy::reduce_scatter(const HierCall& c) {
 
 namespace detail {
 
+bool CommImpl::hierarchy_wanted(Collective collective, uint64_t bytes) {
+  const auto index = static_cast<size_t>(collective);
+  SHOAL_CHECK(index < hierarchy_verdicts.size(), Internal, algorithms::to_string(collective) << " is not hierarchical");
+  HierarchyVerdict& verdict = hierarchy_verdicts[index];
+  if (verdict.bytes != bytes) verdict = {bytes, dispatcher().auto_hierarchy(collective, bytes, hierarchy_sizes).take};
+  return verdict.take;
+}
+
 std::optional<Work> CommImpl::try_hierarchical(const comm::HierCall& c, bool blocking) {
   if (!hierarchy_mode) {
     const std::string mode = config::get("SHOAL_HIERARCHICAL");
@@ -332,8 +340,7 @@ std::optional<Work> CommImpl::try_hierarchical(const comm::HierCall& c, bool blo
     return std::nullopt;
   // The size auto decides by: the whole vector, the gathered output, the scattered input.
   const uint64_t bytes = c.count * size_of(c.dtype) * (c.collective == Collective::all_reduce ? 1 : size);
-  if (*hierarchy_mode == comm::HierarchyMode::automatic &&
-      !dispatcher().auto_hierarchy(c.collective, bytes, hierarchy_sizes).take)
+  if (*hierarchy_mode == comm::HierarchyMode::automatic && !hierarchy_wanted(c.collective, bytes))
     return std::nullopt;
   if (engine->broken()) {  // the groups would not know yet
     auto state = std::make_shared<WorkState>();
