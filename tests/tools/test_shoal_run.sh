@@ -108,7 +108,7 @@ case_help() {
   "${GUARD[@]}" "$RUN" --help >"$D/help" 2>&1 || { echo "--help failed"; cat "$D/help"; return 1; }
   local opt
   for opt in --nproc --master-addr --master-port --grace --tag-output --timeout PROGRAM \
-             RANK WORLD_SIZE TORCHELASTIC_USE_AGENT_STORE --netns --hosts-file GROUP_RANK; do
+             RANK WORLD_SIZE TORCHELASTIC_USE_AGENT_STORE --netns --hosts-file GROUP_RANK --bind-to; do
     expect_grep "$opt" "$D/help" || return 1
   done
 }
@@ -458,10 +458,40 @@ print("rank %d: got %r, all_reduce %g" % (r, peer, t.item()))
   expect_grep "^\[1\] rank 1: got 'hello from 0', all_reduce 3\$" "$D/store.out"
 }
 
+# --bind-to: by default each rank gets a core of its own when there are enough (as mpirun),
+# "none" leaves the launcher's affinity, "core" binds round robin; a bad value is a usage error.
+case_binding() {
+  local prog='grep Cpus_allowed_list /proc/self/status | cut -f2 > "$1/cpus.$2.$RANK"'
+  local own cores n r rc
+  own=$(grep Cpus_allowed_list /proc/self/status | cut -f2)
+  cores=$(taskset -c -p $$ | sed 's/.*: //' | tr ',' '\n' |
+          awk -F- '{ if (NF == 2) for (c = $1; c <= $2; c++) print c; else print $1 }')
+  n=$(echo "$cores" | wc -l)
+  ((n >= 2)) || { echo "skipped: this process may use only $n core"; return 0; }
+  "${GUARD[@]}" "$RUN" -n 2 -- bash -c "$prog" "$MARK" "$D" auto; rc=$?
+  expect_rc 0 $rc "a bound job" || return 1
+  for r in 0 1; do
+    local want
+    want=$(echo "$cores" | sed -n "$((r + 1))p")
+    [[ $(cat "$D/cpus.auto.$r") == "$want" ]] || { echo "rank $r: cores $(cat "$D/cpus.auto.$r"), not $want"; return 1; }
+  done
+  "${GUARD[@]}" "$RUN" -n $((n + 1)) -- bash -c "$prog" "$MARK" "$D" over; rc=$?
+  expect_rc 0 $rc "more ranks than cores" || return 1
+  [[ $(cat "$D/cpus.over.$n") == "$own" ]] || { echo "more ranks than cores, yet rank $n was bound"; return 1; }
+  "${GUARD[@]}" "$RUN" --bind-to core -n $((n + 1)) -- bash -c "$prog" "$MARK" "$D" core; rc=$?
+  expect_rc 0 $rc "--bind-to core" || return 1
+  [[ $(cat "$D/cpus.core.$n") == "$(echo "$cores" | head -1)" ]] || { echo "--bind-to core: rank $n not on the first core again"; return 1; }
+  "${GUARD[@]}" "$RUN" --bind-to none -n 2 -- bash -c "$prog" "$MARK" "$D" none; rc=$?
+  expect_rc 0 $rc "--bind-to none" || return 1
+  [[ $(cat "$D/cpus.none.1") == "$own" ]] || { echo "--bind-to none bound rank 1"; return 1; }
+  "${GUARD[@]}" "$RUN" --bind-to socket -n 2 -- true 2>/dev/null; rc=$?
+  expect_rc 2 $rc "--bind-to socket (not a choice)"
+}
+
 t_start=$(now)
 for c in help bad_arguments environment rank_fails rank_killed grace_escalates forwards_sigterm \
          second_sigint_kills dies_with_launcher timeout missing_program exec_fails_in_child \
-         tag_output stdin_to_rank0 no_leaked_fds no_zombies store_reachable netns_arguments; do
+         tag_output stdin_to_rank0 no_leaked_fds no_zombies store_reachable netns_arguments binding; do
   run_case "$c"
 done
 echo "$passed passed, ${#failed[@]} failed in $(awk -v a="$t_start" -v b="$(now)" \
