@@ -179,7 +179,13 @@ const algorithms::AlgorithmInfo* CommImpl::forced_algorithm(Collective collectiv
 }
 
 bool CommImpl::flat_eligible(const algorithms::CollectiveArgs& a) const {
-  return flat_max_bytes_ > 0 && comm::flat_fits(a, flat_max_bytes_, flat_direct_bytes_);
+  if (flat_max_bytes_ == 0 || !comm::flat_fits(a, flat_max_bytes_, flat_direct_bytes_)) return false;
+  // Beyond the slots only the direct path is flat, and there a SHOAL_ALGO rule for the call
+  // wins, as it did before that path existed (within them the flat path stays: documented).
+  // Judged by what every rank computes alike (a broadcast's root publishes more than the rest).
+  const uint64_t bytes = a.count * size_of(a.dtype) *
+                         static_cast<uint64_t>(a.collective == Collective::reduce_scatter ? a.size : 1);
+  return bytes <= flat_max_bytes_ || !algorithms::override_for(a.collective, a.count * size_of(a.dtype));
 }
 
 // The Work of every blocking flat collective that succeeded (nothing to allocate per call).

@@ -157,6 +157,37 @@ TEST(FlatDirect, TurnedOffTheSameCallsTakeTheEngineWithTheSameResults) {
   }
 }
 
+// Beyond the slots a SHOAL_ALGO rule for the call still runs the named algorithm (the direct
+// path stands aside), with the same results; within them the flat path stays.
+TEST(FlatDirect, AnAlgorithmRuleBeyondTheSlotsRunsThatAlgorithm) {
+  ProcessJob job(2);
+  auto results = job.run([&](int rank, const ProcessJob& j) {
+    setenv("SHOAL_FLAT_MAX_BYTES", "8K", 1);
+    setenv("SHOAL_FLAT_DIRECT_BYTES", "16K", 1);
+    setenv("SHOAL_ALGO", "all_reduce:ring", 1);
+    Communicator comm = Communicator::create(j.store(), rank, 2);
+    std::ostringstream out;
+    for (uint64_t count : {uint64_t{1000}, uint64_t{1} << 18}) {  // 4 KB (slots), 1 MiB (beyond)
+      std::vector<float> v(count);
+      for (uint64_t i = 0; i < count; ++i) v[i] = static_cast<float>(rank + 1 + (i % 7));
+      const uint32_t before = comm.impl().flat_calls();
+      comm.all_reduce(v.data(), count, DataType::float32, ReduceOp::sum);
+      uint64_t bad = 0;
+      for (uint64_t i = 0; i < count; ++i) bad += v[i] != static_cast<float>(3 + 2 * (i % 7));
+      std::vector<float> g(count * 2);
+      comm.all_gather(v.data(), g.data(), count, DataType::float32);  // no rule: direct beyond the slots
+      out << (comm.impl().flat_calls() - before) << (bad ? " wrong" : "") << " ";
+    }
+    j.report(rank, out.str());
+    return 0;
+  }, 60s);
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_EQ(results[r].exit_code, 0);
+    // 4 KB: both flat; 1 MiB: the all_reduce by the ring, the all_gather direct.
+    EXPECT_EQ(results[r].report, "2 1 ") << "rank " << r;
+  }
+}
+
 // A rank killed while it and its peers run direct all_gathers back to back (its death lands
 // anywhere: while it publishes, while peers copy from its memory, while it waits for its
 // readers): every survivor gets PeerFailureError naming it within seconds, and nothing is left
