@@ -53,8 +53,8 @@ ShmMesh::ShmMesh(Store& store, const std::string& prefix, int rank, const std::v
   // copy they save is worth less than the wait for every reader, which forces every rank onto
   // a core before any returns: measured in docs/benchmarks.md).
   const uint64_t direct = config::get_bytes("SHOAL_FLAT_DIRECT_BYTES");
-  const bool oversubscribed = nlocal > sysconf(_SC_NPROCESSORS_ONLN);
-  direct_bytes_ = flat_bytes_ == 0 || direct == 0 ? 0 : oversubscribed ? std::max(direct, flat_bytes_ + 1) : direct;
+  oversubscribed_ = nlocal > sysconf(_SC_NPROCESSORS_ONLN);
+  direct_bytes_ = flat_bytes_ == 0 || direct == 0 ? 0 : oversubscribed_ ? std::max(direct, flat_bytes_ + 1) : direct;
   const size_t bytes = Segment::bytes_for(static_cast<uint32_t>(nlocal), ring_bytes_, flat_bytes_);
   sweep_orphans();
   try {

@@ -36,6 +36,8 @@ class ShmMesh {
   /// UINT64_MAX unless all ranks share memory and each can read every other's (probed at
   /// set-up). The same on all ranks.
   uint64_t flat_direct_bytes() const { return all_pull_ ? direct_bytes_ : UINT64_MAX; }
+  /// More ranks on this host than it has cores.
+  bool oversubscribed() const { return oversubscribed_; }
   /// Rank r's segment (this rank's own included); only when all_ranks_share_memory().
   const Segment& segment_of(int r) const { return r == rank_ ? *mine_ : *peers_[r]; }
   /// This rank's "my progress thread sleeps" flag (null without shared memory).
@@ -49,6 +51,7 @@ class ShmMesh {
   std::vector<bool> use_;
   bool all_shared_ = false;
   bool all_pull_ = false;
+  bool oversubscribed_ = false;
   uint64_t ring_bytes_ = 0;
   uint64_t flat_bytes_ = 0;
   uint64_t direct_bytes_ = 0;
