@@ -182,10 +182,8 @@ bool CommImpl::flat_eligible(const algorithms::CollectiveArgs& a) const {
   if (flat_max_bytes_ == 0 || !comm::flat_fits(a, flat_max_bytes_, flat_direct_bytes_)) return false;
   // Beyond the slots only the direct path is flat, and there a SHOAL_ALGO rule for the call
   // wins, as it did before that path existed (within them the flat path stays: documented).
-  // Judged by what every rank computes alike (a broadcast's root publishes more than the rest).
-  const uint64_t bytes = a.count * size_of(a.dtype) *
-                         static_cast<uint64_t>(a.collective == Collective::reduce_scatter ? a.size : 1);
-  return bytes <= flat_max_bytes_ || !algorithms::override_for(a.collective, a.count * size_of(a.dtype));
+  return comm::flat_decision_bytes(a) <= flat_max_bytes_ ||
+         !algorithms::override_for(a.collective, a.count * size_of(a.dtype));
 }
 
 // The Work of every blocking flat collective that succeeded (nothing to allocate per call).
@@ -232,10 +230,8 @@ Work CommImpl::run_flat_here(const comm::OpRequest& req) {
     flat.run(check);
   } catch (const Error& e) {
     // The peers may still be waiting in this collective (for this rank's buffers, or for it
-    // to read theirs): a failed one breaks the communicator, so that they learn of it too.
-    // The note goes first, before the user may free a buffer a peer is still reading: that
-    // peer's failed read then reports this cause.
-    transport::shm::post_abort_note(engine->shm()->segment_of(rank).header(), e.code(), e.peer(), e.what());
+    // to read theirs): a failed one breaks the communicator, so that they learn of it too
+    // (its abort note is in place before this returns: Engine::break_from_caller).
     engine->break_from_caller(e.code(), e.what(), e.peer());
     return failed_work(std::current_exception());
   }

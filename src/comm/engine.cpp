@@ -183,6 +183,8 @@ void Engine::break_from_caller(ErrorCode code, const std::string& message, int c
     if (broken_ || caller_break_) return;
     caller_break_ = CallerBreak{code, message, culprit};
   }
+  // The same note break_comm() leaves later through the streams (the first note stays).
+  if (auto* own = shm_ ? shm_->own_header() : nullptr) transport::shm::post_abort_note(*own, code, culprit, message);
   uint64_t one = 1;
   ssize_t ignored = write(wake_fd_, &one, sizeof one);
   (void)ignored;

@@ -59,7 +59,9 @@ class Engine : public transport::ConnectionListener {
   /// The error the communicator broke with, or null. `broken()` is cheap (one atomic load).
   std::exception_ptr broken_error() const;
   bool broken() const { return broken_flag_.load(std::memory_order_acquire); }
-  /// Breaks the communicator from another thread: the progress thread tells the peers.
+  /// Breaks the communicator from another thread: the progress thread tells the peers. The
+  /// shared-memory abort note is left at once, before this returns: a caller may then free a
+  /// buffer a local peer is still reading, and that peer's failed read reports this cause.
   void break_from_caller(ErrorCode code, const std::string& message, int culprit);
   /// For a communicator inside another (the hierarchy's groups): errors then also name the
   /// culprit by its rank in `world_ranks` (the outer communicator's), with `context` saying

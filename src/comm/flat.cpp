@@ -123,11 +123,14 @@ uint64_t flat_published_bytes(const algorithms::CollectiveArgs& a) {
   }
 }
 
+uint64_t flat_decision_bytes(const algorithms::CollectiveArgs& a) {
+  return a.count * size_of(a.dtype) * static_cast<uint64_t>(a.collective == Collective::reduce_scatter ? a.size : 1);
+}
+
 bool flat_direct(const algorithms::CollectiveArgs& a, uint64_t slot_bytes, uint64_t direct_bytes) {
-  uint64_t input = a.count * size_of(a.dtype);  // per rank (the root's, in a broadcast)
+  const uint64_t input = flat_decision_bytes(a);
   switch (a.collective) {
-    case Collective::all_gather: case Collective::broadcast: break;
-    case Collective::reduce_scatter: input *= static_cast<uint64_t>(a.size); break;
+    case Collective::all_gather: case Collective::broadcast: case Collective::reduce_scatter: break;
     // In the slots an all_reduce reduces slices as fast (measured: docs/benchmarks.md), with
     // one wait less.
     case Collective::all_reduce: if (input <= slot_bytes) return false; break;
@@ -143,10 +146,7 @@ bool flat_fits(const algorithms::CollectiveArgs& a, uint64_t slot_bytes, uint64_
     case Collective::broadcast: case Collective::reduce: break;
     default: return false;
   }
-  // Every rank must decide alike: judge by what the biggest publisher (the root) writes.
-  const uint64_t bytes = a.collective == Collective::reduce_scatter
-                             ? a.count * size_of(a.dtype) * static_cast<uint64_t>(a.size)
-                             : a.count * size_of(a.dtype);
+  const uint64_t bytes = flat_decision_bytes(a);
   return a.size > 1 && bytes > 0 && bytes <= slot_bytes;
 }
 

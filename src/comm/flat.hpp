@@ -50,6 +50,9 @@ Announcement announced_by(const transport::shm::ShmMesh& mesh, int peer, uint64_
 
 /// Bytes a rank publishes in its slot for `a` (the flat path is possible when they fit).
 uint64_t flat_published_bytes(const algorithms::CollectiveArgs& a);
+/// The size every rank judges a flat call by, alike on all ranks: the input per rank (the
+/// root's, in a broadcast; the whole input of `size` blocks, in a reduce_scatter).
+uint64_t flat_decision_bytes(const algorithms::CollectiveArgs& a);
 /// Whether `a` runs direct (by address), given the mesh's flat_bytes() and flat_direct_bytes()
 /// (the same on every rank): all_gather, broadcast and reduce_scatter from `direct_bytes` of
 /// input per rank, all_reduce from there but only beyond the slots.

@@ -17,17 +17,6 @@ namespace {
 
 constexpr uint64_t kCounts[] = {0, 1, 7, 1000, 20000 + 3, (1u << 20) + 3};
 
-// Number of elements of `buf` (from element `first`) that differ from want(i).
-template <class Want>
-uint64_t wrong(const void* buf, uint64_t first, uint64_t n, DataType t, Want want) {
-  uint64_t bad = 0;
-  for (uint64_t i = 0; i < n; ++i) {
-    double got = load(buf, first + i, t), w = want(i);
-    if (!(got == w)) ++bad;
-  }
-  return bad;
-}
-
 std::string where(const char* coll, DataType t, ReduceOp op, uint64_t count, int rank, const char* how) {
   std::ostringstream os;
   os << coll << " " << to_string(t) << " " << to_string(op) << " count=" << count << " rank=" << rank << " " << how;

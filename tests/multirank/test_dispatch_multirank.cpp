@@ -56,13 +56,6 @@ std::string tuning_file_text() {
   return os.str();
 }
 
-template <class Want>
-uint64_t wrong(const void* buf, uint64_t first, uint64_t n, DataType t, Want want) {
-  uint64_t bad = 0;
-  for (uint64_t i = 0; i < n; ++i) bad += !(load(buf, first + i, t) == want(i));
-  return bad;
-}
-
 class DispatchedCollectives : public ::testing::TestWithParam<int> {};
 
 TEST_P(DispatchedCollectives, TuningFilePicksRunAndMatchReference) {

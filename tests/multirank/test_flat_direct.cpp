@@ -39,14 +39,6 @@ std::vector<uint8_t> contribution(int r, uint64_t bytes) {
   return v;
 }
 
-// Elements of `buf` from element `first` on that differ from want(i).
-template <class Want>
-uint64_t wrong(const void* buf, uint64_t first, uint64_t n, DataType t, Want want) {
-  uint64_t bad = 0;
-  for (uint64_t i = 0; i < n; ++i) bad += !(load(buf, first + i, t) == want(i));
-  return bad;
-}
-
 // The first byte where `got` differs from what it should be, or -1.
 int64_t first_wrong(const std::vector<uint8_t>& got, const std::vector<uint8_t>& want) {
   if (got.size() != want.size()) return 0;

@@ -71,6 +71,14 @@ inline double as_stored(double v, DataType t) {
   return load(tmp, 0, t);
 }
 
+/// Number of elements of `buf` (from element `first`) that differ from want(i).
+template <class Want>
+uint64_t wrong(const void* buf, uint64_t first, uint64_t n, DataType t, Want want) {
+  uint64_t bad = 0;
+  for (uint64_t i = 0; i < n; ++i) bad += !(load(buf, first + i, t) == want(i));
+  return bad;
+}
+
 /// Expected result at element i of reducing value(r, i, ...) over ranks 0..p-1 with `op`.
 inline double expected(int p, uint64_t i, DataType t, ReduceOp op) {
   if (!is_float(t)) {

@@ -34,7 +34,7 @@ struct alignas(64) SegmentHeader {
   uint32_t rings = 0;       // one per local rank (the slot of the owner itself is unused)
   uint32_t pad = 0;
   uint64_t flat_bytes = 0;  // data capacity of each flat slot and result area
-  uint64_t flat_direct_bytes = 0;  // SHOAL_FLAT_DIRECT_BYTES of the owner (0: never)
+  uint64_t flat_direct_bytes = 0;  // the owner's direct threshold (ShmMesh; 0: never), checked equal
   // Cross-memory attach (process_vm_readv): the owner's pid and the address, in the owner's
   // memory, of a known value that peers try to read; can_pull[i] = 1 when the owner could read
   // the probe of the local rank with index i (then i may send it frames by reference).

@@ -31,15 +31,18 @@ class ShmMesh {
   /// True on every rank when all ranks share this host and every pair maps the other's
   /// segment: then flat collectives (src/comm/flat.cpp) may be used. The same on all ranks.
   bool all_ranks_share_memory() const { return all_shared_; }
-  /// From how many bytes per rank a flat all_gather or broadcast publishes its input by
-  /// address, for the peers to copy once with process_vm_readv (SHOAL_FLAT_DIRECT_BYTES);
-  /// UINT64_MAX unless all ranks share memory and each can read every other's (probed at
-  /// set-up). The same on all ranks.
+  /// From how many bytes of input per rank a flat collective may run direct, its buffers read
+  /// in place by the peers with process_vm_readv (SHOAL_FLAT_DIRECT_BYTES, raised beyond the
+  /// slots on a host of more ranks than cores; comm/flat.hpp's flat_direct() decides per
+  /// collective); UINT64_MAX unless all ranks share memory and each can read every other's
+  /// (probed at set-up). The same on all ranks.
   uint64_t flat_direct_bytes() const { return all_pull_ ? direct_bytes_ : UINT64_MAX; }
   /// More ranks on this host than it has cores.
   bool oversubscribed() const { return oversubscribed_; }
   /// Rank r's segment (this rank's own included); only when all_ranks_share_memory().
   const Segment& segment_of(int r) const { return r == rank_ ? *mine_ : *peers_[r]; }
+  /// This rank's own segment header (null without shared memory).
+  SegmentHeader* own_header() const { return mine_ ? &mine_->header() : nullptr; }
   /// This rank's "my progress thread sleeps" flag (null without shared memory).
   std::atomic<uint32_t>* sleeping_flag() const { return mine_ ? &mine_->header().sleeping : nullptr; }
 
