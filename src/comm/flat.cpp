@@ -91,7 +91,7 @@ struct DirectAddresses {
 
 // A direct reduction pulls a peer's part in pieces this big into a buffer of the calling
 // thread's, and reduces each while it is in cache.
-constexpr uint64_t kPullChunk = 64 * 1024;
+constexpr uint64_t kPullChunk = 256 * 1024;
 
 }  // namespace
 
@@ -213,31 +213,38 @@ bool FlatCollective::advance() {
   auto& header = mesh_.segment_of(args_.rank).header();
   if (stage_ == Stage::combine) {
     if (!combine()) return false;
-    const bool slices = args_.collective == Collective::all_reduce && (direct_ || args_.count * es_ > kWholeBytes);
-    if (!slices && !direct_) return true;
-    // A slice reduced for the peers to copy, or (direct) everything this rank reads is read.
-    raise(header, slices ? header.flat_done : header.flat_read, seq_);
-    stage_ = slices ? Stage::gather : Stage::release;
+    if (direct_) {
+      // Everything this rank reads of the peers' buffers is read (and, all_reduce, everything
+      // it writes into them written).
+      raise(header, header.flat_read, seq_);
+      stage_ = Stage::release;
+    } else if (args_.collective == Collective::all_reduce && args_.count * es_ > kWholeBytes) {
+      raise(header, header.flat_done, seq_);  // a slice reduced for the peers to copy
+      stage_ = Stage::gather;
+    } else {
+      return true;
+    }
     step_ = 0;
   }
-  if (stage_ == Stage::gather) {
-    if (!gather()) return false;
-    if (!direct_) return true;
-    raise(header, header.flat_read, seq_);  // the peers' slices read
-    stage_ = Stage::release;
-    step_ = 0;
-  }
+  if (stage_ == Stage::gather) return gather();
   return release();
 }
 
-// (direct) Copies `len` bytes from `offset` into rank q's input (or output), whose address q
-// published, to `to`.
-void FlatCollective::pull(int q, bool from_output, uint64_t offset, void* to, uint64_t len) const {
+// (direct) Copies `len` bytes from `offset` into rank q's input, whose address q published, to
+// `to`; or (push) from `from` to `offset` into q's output.
+void FlatCollective::pull(int q, uint64_t offset, void* to, uint64_t len) const { copy_with(q, offset, to, nullptr, len); }
+void FlatCollective::push(int q, uint64_t offset, const void* from, uint64_t len) const {
+  copy_with(q, offset, nullptr, from, len);
+}
+
+void FlatCollective::copy_with(int q, uint64_t offset, void* to, const void* from, uint64_t len) const {
   const auto& seg = mesh_.segment_of(q);
   DirectAddresses where{};
   std::memcpy(&where, seg.flat_data(seq_), sizeof where);
   std::string error;
-  if (transport::shm::pull_from(seg.header().pid, (from_output ? where.output : where.input) + offset, to, len, error))
+  const int pid = seg.header().pid;
+  if (to ? transport::shm::pull_from(pid, where.input + offset, to, len, error)
+         : transport::shm::push_to(pid, where.output + offset, from, len, error))
     return;
   const std::string call = "rank " + std::to_string(args_.rank) + ": " +
                            std::string(algorithms::to_string(args_.collective)) + " #" + std::to_string(op_number_);
@@ -246,22 +253,33 @@ void FlatCollective::pull(int q, bool from_output, uint64_t offset, void* to, ui
   if (const auto note = transport::shm::abort_note_of(seg.header()))
     throw_error(note->code, call + ": rank " + std::to_string(q) + " failed and reported: " + note->message,
                 note->culprit);
-  SHOAL_THROW(PeerFailure, call << ": cannot read rank " << q << "'s " << (from_output ? "output" : "input")
-                                << " from its memory (" << error << "): it probably died",
+  SHOAL_THROW(PeerFailure, call << ": cannot " << (to ? "read rank " : "write rank ") << q << "'s "
+                                << (to ? "input in" : "output into") << " its memory (" << error
+                                << "): it probably died",
               q);
 }
 
-// (direct all_reduce, reduce_scatter) Reduces elements [lo, lo + n) of rank q's input into
-// `dst`, a cache-sized piece at a time: onto what `dst` holds, or (`first` not null) onto
-// `first`'s elements, which saves copying those into `dst` beforehand.
-void FlatCollective::pull_and_reduce(int q, uint64_t lo, uint64_t n, uint8_t* dst, const uint8_t* first) const {
+// (direct all_reduce, reduce_scatter) Reduces elements [lo, lo + n) of every rank's input into
+// `dst`, a cache-sized piece at a time: the own input's piece with the next peer's (three
+// operands: nothing copied first), then the others' onto it, pulled into a buffer of the
+// calling thread's; an all_reduce then writes each reduced piece, still in cache, into every
+// peer's output (they read nothing back from this rank's).
+void FlatCollective::reduce_direct(uint64_t lo, uint64_t n, uint8_t* dst) const {
   thread_local std::vector<uint8_t> piece(kPullChunk);
   const uint64_t per_piece = kPullChunk / es_;
+  const int p = args_.size, me = args_.rank;
+  const auto* own = static_cast<const uint8_t*>(input_) + lo * es_;
   for (uint64_t done = 0; done < n; done += per_piece) {
     const uint64_t m = std::min(per_piece, n - done);
-    pull(q, false, (lo + done) * es_, piece.data(), m * es_);
-    if (first) kernels::reduce(dst + done * es_, first + done * es_, piece.data(), m, args_.dtype, args_.op);
-    else kernels::reduce_into(dst + done * es_, piece.data(), m, args_.dtype, args_.op);
+    uint8_t* to = dst + done * es_;
+    for (int s = 1; s < p; ++s) {
+      pull((me + s) % p, (lo + done) * es_, piece.data(), m * es_);
+      if (s == 1) kernels::reduce(to, own + done * es_, piece.data(), m, args_.dtype, args_.op);
+      else kernels::reduce_into(to, piece.data(), m, args_.dtype, args_.op);
+    }
+    if (args_.op == ReduceOp::avg) kernels::finalize_avg(to, m, args_.dtype, p);
+    if (args_.collective == Collective::all_reduce)
+      for (int s = 1; s < p; ++s) push((me + s) % p, (lo + done) * es_, to, m * es_);
   }
 }
 
@@ -275,7 +293,7 @@ bool FlatCollective::combine() {
   if (c == Collective::all_reduce && (direct_ || bytes > kWholeBytes)) {
     lo = algorithms::block_begin(count, p, me);
     hi = algorithms::block_begin(count, p, me + 1);
-    // Direct: reduced in place in the output, from where the peers copy it.
+    // Direct: reduced in place in the output, and written from there into the peers'.
     dst = direct_ ? dst + lo * es_ : mesh_.segment_of(me).flat_result(seq_) + lo * es_;
   } else if (c == Collective::reduce_scatter) {
     lo = static_cast<uint64_t>(me) * count;
@@ -296,30 +314,29 @@ bool FlatCollective::combine() {
     const void* from = q == me ? input_ : data;
     if (c == Collective::broadcast) {
       if (q != args_.root || output_ == from) continue;
-      if (direct_ && q != me) pull(q, false, 0, output_, bytes);
+      if (direct_ && q != me) pull(q, 0, output_, bytes);
       else std::memcpy(output_, from, bytes);
     } else if (c == Collective::all_gather) {
       uint8_t* to = static_cast<uint8_t*>(output_) + static_cast<uint64_t>(q) * bytes;
-      if (direct_ && q != me) pull(q, false, 0, to, bytes);
+      if (direct_ && q != me) pull(q, 0, to, bytes);
       else if (to != from) std::memcpy(to, from, bytes);
     } else if (direct_) {
-      // This rank's own part first: the next peer's is reduced onto it (in place it is the
-      // destination itself, and is read before anything is reduced onto it), the others' onto
-      // that. Only this rank reduces these elements, so every rank still gets the same bits.
-      if (q == me || hi == lo) continue;
-      pull_and_reduce(q, lo, hi - lo, dst, step_ == 1 ? static_cast<const uint8_t*>(input_) + lo * es_ : nullptr);
+      continue;  // reduced below, once every peer's buffers are known
     } else if (takes_data && hi > lo) {
       if (q == 0) std::memcpy(dst, data, (hi - lo) * es_);
       else kernels::reduce_into(dst, data, hi - lo, args_.dtype, args_.op);
     }
   }
-  if (args_.op == ReduceOp::avg && reduces(c) && takes_data && hi > lo)
+  // Direct: only this rank reduces these elements, in the same order of peers in every call, so
+  // every rank still gets the same bits; in place the own input's piece is the destination
+  // itself, read before anything is reduced onto it.
+  if (direct_ && reduces_) reduce_direct(lo, hi - lo, dst);
+  else if (args_.op == ReduceOp::avg && reduces(c) && takes_data && hi > lo)
     kernels::finalize_avg(dst, hi - lo, args_.dtype, p);
   return true;
 }
 
-// (all_reduce in slices) Copy the slices the peers reduced: from their result areas, or
-// (direct) from their outputs, where this rank's own slice already is.
+// (all_reduce in slices) Copy the slices the peers reduced from their result areas.
 bool FlatCollective::gather() {
   for (; step_ < args_.size; ++step_) {
     const int q = peer_at(step_);
@@ -327,16 +344,14 @@ bool FlatCollective::gather() {
     if (q != args_.rank && !reached(seg.header().flat_done, seq_)) return false;
     const uint64_t b = algorithms::block_begin(args_.count, args_.size, q);
     const uint64_t e = algorithms::block_begin(args_.count, args_.size, q + 1);
-    uint8_t* to = static_cast<uint8_t*>(output_) + b * es_;
-    if (e == b || (direct_ && q == args_.rank)) continue;
-    if (direct_) pull(q, true, b * es_, to, (e - b) * es_);
-    else std::memcpy(to, seg.flat_result(seq_) + b * es_, (e - b) * es_);
+    if (e > b) std::memcpy(static_cast<uint8_t*>(output_) + b * es_, seg.flat_result(seq_) + b * es_, (e - b) * es_);
   }
   return true;
 }
 
-// (direct) Waits until every peer that reads this rank's buffers has read them: every peer,
-// but in a broadcast only the root's readers (the others' inputs are not read).
+// (direct) Waits until every peer that reads this rank's buffers (or, all_reduce, writes its
+// output) is done with them: every peer, but in a broadcast only the root's readers (the
+// others' inputs are not read).
 bool FlatCollective::release() {
   if (args_.collective == Collective::broadcast && args_.rank != args_.root) return true;
   for (; step_ < args_.size; ++step_) {

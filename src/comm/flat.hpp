@@ -13,11 +13,11 @@
 // Direct: from SHOAL_FLAT_DIRECT_BYTES of input per rank on (where every rank can read every
 // other's memory), a rank publishes only the addresses of its input and output, and the peers
 // read them in place (process_vm_readv): an all_gather or broadcast copies each input once,
-// straight into its output; an all_reduce reduces this rank's slice of every peer's input
-// (a cache-sized piece at a time) into its own output, raises `flat_done`, and copies the
-// peers' reduced slices from their outputs; a reduce_scatter reduces its block alike. Each rank
-// then raises `flat_read`, and one whose buffers were read returns once every reader raised it
-// (its buffers are the user's again). This path has no size limit (nothing goes through the
+// straight into its output; a reduce_scatter reduces its block of every peer's input, a
+// cache-sized piece at a time, each piece over every peer while it is in cache; an all_reduce
+// reduces its slice alike into its own output and writes each reduced piece, still in cache,
+// into every peer's output (process_vm_writev). Each rank then raises `flat_read`, and returns
+// once every peer raised it (its buffers are the user's again). This path has no size limit (nothing goes through the
 // slot) and each element is still reduced by one rank only, in the same order for every call.
 // Every rank waits for every peer's slot, even where it needs no data (a broadcast's root): a
 // peer that issued another call is caught at that call, and the next rule holds.
@@ -79,14 +79,16 @@ class FlatCollective {
   void run(const std::function<void(int waiting_for)>& check);
 
  private:
-  // gather: (all_reduce in slices) copy the slices the peers reduced; release: (direct) wait
-  // until every peer that reads this rank's buffers has read them.
+  // gather: (all_reduce in slots' slices) copy the slices the peers reduced; release: (direct)
+  // wait until every peer that reads (or writes) this rank's buffers is done with them.
   enum class Stage { publish, combine, gather, release };
   bool combine();
   bool gather();
   bool release();
-  void pull(int q, bool from_output, uint64_t offset, void* to, uint64_t len) const;
-  void pull_and_reduce(int q, uint64_t lo, uint64_t n, uint8_t* dst, const uint8_t* first) const;
+  void pull(int q, uint64_t offset, void* to, uint64_t len) const;
+  void push(int q, uint64_t offset, const void* from, uint64_t len) const;
+  void copy_with(int q, uint64_t offset, void* to, const void* from, uint64_t len) const;
+  void reduce_direct(uint64_t lo, uint64_t n, uint8_t* dst) const;
   void watch(int q) const;
   void check_slot(int q, const transport::shm::FlatSlotHeader& slot) const;
   [[noreturn]] void mismatch(int peer, const std::string& what) const;

@@ -1,6 +1,7 @@
 // Direct flat collectives (comm/flat.hpp): among ranks of one host, all_gather, broadcast,
 // all_reduce and reduce_scatter publish their buffers' addresses and the peers read them
-// straight from that process's memory (process_vm_readv). Ranks here are forked processes, so every copy crosses address spaces
+// straight from that process's memory (process_vm_readv; an all_reduce writes its reduced
+// slice into the peers' outputs with process_vm_writev). Ranks here are forked processes, so every copy crosses address spaces
 // as in a real job; results are compared byte for byte with a reference built independently,
 // and a rank killed in the middle must surface as PeerFailure on every survivor.
 #include <gtest/gtest.h>
@@ -180,11 +181,11 @@ TEST(FlatDirect, AnAlgorithmRuleBeyondTheSlotsRunsThatAlgorithm) {
   }
 }
 
-// A rank killed while it and its peers run direct all_gathers back to back (its death lands
-// anywhere: while it publishes, while peers copy from its memory, while it waits for its
-// readers): every survivor gets PeerFailureError naming it within seconds, and nothing is left
-// in /dev/shm.
-TEST(FlatDirect, AKilledRankRaisesPeerFailureOnEverySurvivor) {
+// A rank killed while it and its peers run direct all_gathers (or all_reduces) back to back
+// (its death lands anywhere: while it publishes, while peers copy from its memory or write into
+// it, while it waits for its readers): every survivor gets PeerFailureError naming it within
+// seconds, and nothing is left in /dev/shm.
+void a_killed_rank_raises_peer_failure_on_every_survivor(algorithms::Collective collective) {
   constexpr int kRanks = 3, kVictim = 1;
   ProcessJob job(kRanks);
   auto results = job.run([&](int rank, const ProcessJob& j) {
@@ -195,6 +196,10 @@ TEST(FlatDirect, AKilledRankRaisesPeerFailureOnEverySurvivor) {
     Communicator comm = Communicator::create(j.store(), rank, kRanks, o);
     const uint64_t count = 1 << 20;  // 4 MiB of floats per rank
     std::vector<float> in(count, 1.0f + rank), out(count * kRanks);
+    auto call = [&] {
+      if (collective == algorithms::Collective::all_gather) comm.all_gather(in.data(), out.data(), count, DataType::float32);
+      else comm.all_reduce(in.data(), out.data(), count, DataType::float32, ReduceOp::sum);
+    };
     comm.barrier();
     if (rank == kVictim) {
       std::thread killer([&] {
@@ -204,10 +209,10 @@ TEST(FlatDirect, AKilledRankRaisesPeerFailureOnEverySurvivor) {
         j.report(rank, os.str());
         raise(SIGKILL);
       });
-      for (;;) comm.all_gather(in.data(), out.data(), count, DataType::float32);
+      for (;;) call();
     }
     try {
-      for (int i = 0; i < 1000000; ++i) comm.all_gather(in.data(), out.data(), count, DataType::float32);
+      for (int i = 0; i < 1000000; ++i) call();
     } catch (const PeerFailureError& e) {
       std::ostringstream os;
       os << std::fixed << std::setprecision(6) << monotonic_seconds() << "\n" << e.peer() << "\n" << e.what();
@@ -237,6 +242,15 @@ TEST(FlatDirect, AKilledRankRaisesPeerFailureOnEverySurvivor) {
   for (int r = 0; r < kRanks; ++r)
     EXPECT_FALSE(std::filesystem::exists("/dev/shm" + transport::shm::segment_name(comm_id, r)))
         << "shared memory of rank " << r << " left behind";
+}
+
+TEST(FlatDirect, AKilledRankRaisesPeerFailureOnEverySurvivor) {
+  a_killed_rank_raises_peer_failure_on_every_survivor(algorithms::Collective::all_gather);
+}
+
+// An all_reduce also writes into the peers' outputs: a dead peer's too.
+TEST(FlatDirect, AKilledRankRaisesPeerFailureOnEverySurvivorOfAnAllReduce) {
+  a_killed_rank_raises_peer_failure_on_every_survivor(algorithms::Collective::all_reduce);
 }
 
 }  // namespace

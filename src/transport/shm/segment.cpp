@@ -18,22 +18,36 @@
 
 namespace shoal::transport::shm {
 
-bool pull_from(int pid, uint64_t remote_addr, void* dst, uint64_t len, std::string& error) {
-  auto* out = static_cast<uint8_t*>(dst);
+namespace {
+// Copies `len` bytes between `local` in this process and `remote_addr` in process `pid` with
+// `copy` (process_vm_readv or process_vm_writev), resuming after partial copies.
+template <typename Copy>
+bool cross_copy(Copy copy, const char* name, int pid, uint64_t remote_addr, uint8_t* local, uint64_t len,
+                std::string& error) {
   while (len > 0) {
-    iovec local{out, len};
-    iovec remote{reinterpret_cast<void*>(remote_addr), len};
-    const ssize_t n = process_vm_readv(pid, &local, 1, &remote, 1, 0);
+    iovec here{local, len};
+    iovec there{reinterpret_cast<void*>(remote_addr), len};
+    const ssize_t n = copy(pid, &here, 1, &there, 1, 0);
     if (n <= 0) {
       if (n < 0 && errno == EINTR) continue;
-      error = n < 0 ? std::string("process_vm_readv: ") + strerror(errno) : "process_vm_readv read nothing";
+      error = std::string(name) + (n < 0 ? std::string(": ") + strerror(errno) : std::string(" copied nothing"));
       return false;
     }
-    out += n;
+    local += n;
     remote_addr += static_cast<uint64_t>(n);
     len -= static_cast<uint64_t>(n);
   }
   return true;
+}
+}  // namespace
+
+bool pull_from(int pid, uint64_t remote_addr, void* dst, uint64_t len, std::string& error) {
+  return cross_copy(process_vm_readv, "process_vm_readv", pid, remote_addr, static_cast<uint8_t*>(dst), len, error);
+}
+
+bool push_to(int pid, uint64_t remote_addr, const void* src, uint64_t len, std::string& error) {
+  return cross_copy(process_vm_writev, "process_vm_writev", pid, remote_addr,
+                    const_cast<uint8_t*>(static_cast<const uint8_t*>(src)), len, error);
 }
 
 std::string segment_name(uint64_t comm_id, int rank) {

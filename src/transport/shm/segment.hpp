@@ -48,8 +48,8 @@ struct alignas(64) SegmentHeader {
   // its own line: peers poll it), and how many peers sleep in a futex on one of the owner's
   // words (the owner wakes them when it publishes).
   alignas(64) std::atomic<uint32_t> flat_done{0};
-  // (direct flat collectives) The last operation in which the owner finished reading its
-  // peers' memory: a rank whose buffers are read returns only once every reader raised it.
+  // (direct flat collectives) The last operation in which the owner finished reading (and
+  // writing) its peers' memory: a rank returns only once every peer raised it.
   alignas(64) std::atomic<uint32_t> flat_read{0};
   alignas(64) std::atomic<uint32_t> flat_waiters{0};
   // The collective the owner is in, (number + 1) << 32 | signature, in one word so that a
@@ -113,6 +113,9 @@ std::string segment_name(uint64_t comm_id, int rank);
 /// Copies `len` bytes at `remote_addr` in process `pid` to `dst` with process_vm_readv (cross-
 /// memory attach: one copy). False with `error` set when the kernel refuses or the process is gone.
 bool pull_from(int pid, uint64_t remote_addr, void* dst, uint64_t len, std::string& error);
+/// The other way: copies `len` bytes at `src` to `remote_addr` in process `pid` with
+/// process_vm_writev (the same permission as reading: the CMA probe covers both).
+bool push_to(int pid, uint64_t remote_addr, const void* src, uint64_t len, std::string& error);
 
 /// This process's pid namespace, as SegmentHeader::pid_namespace records it (0: unknown).
 uint64_t own_pid_namespace();
