@@ -1,5 +1,6 @@
 #include "algorithms/registry.hpp"
 
+#include <atomic>
 #include <cmath>
 #include <memory>
 #include <mutex>
@@ -153,6 +154,9 @@ struct ProcessOverride {
   std::mutex mu;
   bool loaded = false;
   Rules rules;
+  // Loaded, with no rule: what nearly every call finds, read without the lock (every
+  // collective asks, the smallest ones included).
+  std::atomic<bool> none{false};
 };
 ProcessOverride& process_override() {
   static ProcessOverride o;
@@ -167,6 +171,7 @@ Rules current_rules() {
   if (!o.loaded) {  // read once; a malformed value throws here, and again on the next call
     o.rules = std::make_shared<const std::vector<OverrideRule>>(parse_override(config::get("SHOAL_ALGO")));
     o.loaded = true;
+    o.none.store(o.rules->empty(), std::memory_order_release);
   }
   return o.rules;
 }
@@ -236,6 +241,7 @@ void set_algorithm_override(std::string_view spec) {
   auto rules = std::make_shared<const std::vector<OverrideRule>>(parse_override(spec));
   auto& o = process_override();
   std::lock_guard<std::mutex> lock(o.mu);
+  o.none.store(rules->empty(), std::memory_order_release);
   o.rules = std::move(rules);
   o.loaded = true;
 }
@@ -247,6 +253,7 @@ void set_thread_algorithm_override(std::string_view spec) {
 }  // namespace detail
 
 const AlgorithmInfo* override_for(Collective collective, uint64_t bytes) {
+  if (!thread_rules && process_override().none.load(std::memory_order_acquire)) return nullptr;
   const Rules rules = current_rules();
   if (rules)
     for (const auto& rule : *rules)
