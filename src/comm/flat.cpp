@@ -84,13 +84,15 @@ bool reduces(Collective c) {
 }
 
 // What a direct flat collective publishes in its slot instead of its input: where, in its
-// process, its input and (an all_reduce, whose reduced slice peers copy) its output are.
+// process, its input and (an all_reduce, into which the peers write their reduced slices) its
+// output are.
 struct DirectAddresses {
   uint64_t input, output;
 };
 
 // A direct reduction pulls a peer's part in pieces this big into a buffer of the calling
-// thread's, and reduces each while it is in cache.
+// thread's, and reduces each while it is in cache (2 ranks: 256 KiB 5-10% faster than 64 KiB,
+// 512 KiB the same; a core's L2 is 2 MiB here).
 constexpr uint64_t kPullChunk = 256 * 1024;
 
 }  // namespace

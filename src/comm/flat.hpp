@@ -17,8 +17,9 @@
 // cache-sized piece at a time, each piece over every peer while it is in cache; an all_reduce
 // reduces its slice alike into its own output and writes each reduced piece, still in cache,
 // into every peer's output (process_vm_writev). Each rank then raises `flat_read`, and returns
-// once every peer raised it (its buffers are the user's again). This path has no size limit (nothing goes through the
-// slot) and each element is still reduced by one rank only, in the same order for every call.
+// once every peer raised it (its buffers are the user's again). This path has no size limit
+// (nothing goes through the slot) and each element is still reduced by one rank only, in the
+// same order for every call.
 // Every rank waits for every peer's slot, even where it needs no data (a broadcast's root): a
 // peer that issued another call is caught at that call, and the next rule holds.
 // Reductions run in rank order, so every rank gets the same bits. Two slots by operation parity
