@@ -78,6 +78,7 @@ uint32_t signature(const CollectiveArgs& a) {
     h ^= h >> 32;
   };
   for (uint64_t f : fields) mix(f);
+  mix(a.unchecked);
   // The algorithm too: ranks that chose differently (SHOAL_ALGO differs) fail with a
   // MismatchError on the first frame instead of waiting for frames that never come.
   const std::string_view name = choose(a).name;

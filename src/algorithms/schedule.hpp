@@ -43,6 +43,10 @@ struct CollectiveArgs {
   const AlgorithmInfo* algorithm = nullptr;
   /// The caller asked for `algorithm` on this very call (CallOptions): it beats SHOAL_ALGO.
   bool forced = false;
+  /// What earlier calls no rank has checked against every other left to check (the signature
+  /// of the last queued flat broadcast, which chains those before it; 0: none), mixed into
+  /// signature() so that the next call that compares signatures catches a difference there.
+  uint64_t unchecked = 0;
 };
 
 enum class Buffer : uint8_t { input, output, scratch };

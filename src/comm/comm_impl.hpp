@@ -120,6 +120,7 @@ class CommImpl {
   uint64_t flat_max_bytes_ = 0;
   uint64_t flat_direct_bytes_ = UINT64_MAX;  // ShmMesh::flat_direct_bytes()
   uint32_t flat_seq_ = 0;
+  uint64_t unchecked_ = 0;  // CollectiveArgs::unchecked of the next call
 };
 
 }  // namespace shoal::detail

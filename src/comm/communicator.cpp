@@ -149,6 +149,7 @@ Work CommImpl::submit(Collective collective, const void* input, void* output, ui
   a.size = size;
   a.chunk_bytes = chunk_bytes;
   a.in_place = input != nullptr && input == output;
+  a.unchecked = unchecked_;
   const bool flat = !forced && flat_eligible(a);
   a.algorithm = forced ? forced : dispatch(a, flat);  // a SHOAL_ALGO rule still wins unless forced
   a.forced = forced != nullptr;
@@ -161,6 +162,13 @@ Work CommImpl::submit(Collective collective, const void* input, void* output, ui
   req.args = a;
   req.input = input;
   req.output = output;
+  // A queued broadcast's root checks nobody's call against its own: the next call carries
+  // its signature (which carries the ones before) for its ranks to compare. Any other
+  // collective compares every rank's, directly or along its schedule.
+  if (flat && comm::flat_queued(a, flat_max_bytes_, flat_direct_bytes_))
+    unchecked_ = algorithms::signature(a) | uint64_t{1} << 32;
+  else if (collective != Collective::send && collective != Collective::recv)
+    unchecked_ = 0;
   if (flat) {
     req.flat_seq = ++flat_seq_;
     // A blocking call with nothing in flight runs here, on the caller's thread.

@@ -141,6 +141,12 @@ bool flat_direct(const algorithms::CollectiveArgs& a, uint64_t slot_bytes, uint6
   return a.size > 1 && a.count > 0 && input >= direct_bytes;
 }
 
+bool flat_queued(const algorithms::CollectiveArgs& a, uint64_t slot_bytes, uint64_t direct_bytes) {
+  const uint64_t bytes = a.count * size_of(a.dtype);
+  return a.collective == Collective::broadcast && a.size > 1 && bytes > 0 &&
+         bytes <= std::min(transport::shm::Segment::kQueuedBytes, slot_bytes) && !flat_direct(a, slot_bytes, direct_bytes);
+}
+
 bool flat_fits(const algorithms::CollectiveArgs& a, uint64_t slot_bytes, uint64_t direct_bytes) {
   if (flat_direct(a, slot_bytes, direct_bytes)) return true;
   switch (a.collective) {
@@ -157,7 +163,7 @@ FlatCollective::FlatCollective(const transport::shm::ShmMesh& mesh, const algori
                                void* output)
     : mesh_(mesh), args_(args), seq_(seq), op_number_(op_number), signature_(signature),
       input_(input), output_(output), es_(size_of(args.dtype)), direct_(flat_direct(args, mesh.flat_bytes(), mesh.flat_direct_bytes())),
-      reduces_(reduces(args.collective)) {
+      reduces_(reduces(args.collective)), queued_(flat_queued(args, mesh.flat_bytes(), mesh.flat_direct_bytes())) {
   announce_collective(mesh, args.rank, op_number, signature);
 }
 
@@ -170,7 +176,7 @@ void FlatCollective::mismatch(int peer, const std::string& what) const {
 }
 
 void FlatCollective::watch_peer() const {
-  if (stage_ == Stage::combine) watch(waiting_for());
+  if (stage_ == Stage::combine || stage_ == Stage::take) watch(waiting_for());
 }
 
 void FlatCollective::watch(int q) const {
@@ -183,6 +189,8 @@ void FlatCollective::watch(int q) const {
   // announces the next one, so its input would be visible now.
   if (announced > 0 && stage_ == Stage::combine && !reached(mesh_.segment_of(q).flat_slot(seq_).seq, seq_))
     mismatch(q, "moved past this collective without publishing its input: it issued a different call");
+  if (announced > 0 && stage_ == Stage::take && !reached(mesh_.segment_of(q).flat_entry(seq_).seq, seq_))
+    mismatch(q, "moved past this broadcast without queuing its data: it issued a different call");
 }
 
 void FlatCollective::check_slot(int q, const FlatSlotHeader& slot) const {
@@ -196,6 +204,29 @@ void FlatCollective::check_slot(int q, const FlatSlotHeader& slot) const {
 }
 
 bool FlatCollective::advance() {
+  if (stage_ == Stage::room) {
+    if (!room()) return false;
+    stage_ = Stage::publish;
+    step_ = 0;
+  }
+  if (stage_ == Stage::publish && queued_) {
+    if (args_.rank != args_.root) {
+      stage_ = Stage::take;
+    } else {
+      // The root: into the queue entry, then done (room() made sure the entry is free).
+      const auto& mine = mesh_.segment_of(args_.rank);
+      const uint64_t bytes = args_.count * es_;
+      FlatSlotHeader& entry = mine.flat_entry(seq_);
+      entry.signature = signature_;
+      entry.bytes = bytes;
+      std::memcpy(mine.flat_entry_data(seq_), input_, bytes);
+      raise(mine.header(), entry.seq, seq_);
+      if (output_ != input_) std::memcpy(output_, input_, bytes);
+      raise(mine.header(), mine.header().flat_queued_done, seq_);
+      return true;
+    }
+  }
+  if (stage_ == Stage::take) return take();
   if (stage_ == Stage::publish) {
     const auto& mine = mesh_.segment_of(args_.rank);
     FlatSlotHeader& slot = mine.flat_slot(seq_);
@@ -215,6 +246,9 @@ bool FlatCollective::advance() {
   auto& header = mesh_.segment_of(args_.rank).header();
   if (stage_ == Stage::combine) {
     if (!combine()) return false;
+    // Every peer published this call, so it is done with the one before.
+    uint32_t& known = mesh_.flat_known_done();
+    if (static_cast<int32_t>(seq_ - 1 - known) > 0) known = seq_ - 1;
     if (direct_) {
       // Everything this rank reads of the peers' buffers is read (and, all_reduce, everything
       // it writes into them written).
@@ -230,6 +264,37 @@ bool FlatCollective::advance() {
   }
   if (stage_ == Stage::gather) return gather();
   return release();
+}
+
+// Before a call overwrites what its peers may still read — its slot and result area, last
+// used two calls back; (the root of a queued broadcast) its queue entry, kQueueEntries calls
+// back — every peer must be done with that call. After a call that waited for every peer this
+// rank knows they are (they all entered it); only queued broadcasts in between leave that
+// unknown, and then each peer's flat_queued_done tells (every call since is a queued one, which
+// each peer marks when done, so the wait ends).
+bool FlatCollective::room() {
+  if (queued_ && args_.rank != args_.root) return true;  // writes nothing of its own
+  uint32_t& known = mesh_.flat_known_done();
+  room_for_ = seq_ - (queued_ ? transport::shm::Segment::kQueueEntries : 2);
+  if (static_cast<int32_t>(known - room_for_) >= 0) return true;
+  for (; step_ < args_.size; ++step_) {
+    const int q = peer_at(step_);
+    if (q != args_.rank && !reached(mesh_.segment_of(q).header().flat_queued_done, room_for_)) return false;
+  }
+  known = room_for_;
+  return true;
+}
+
+// (queued broadcast, not the root) Copies the root's queue entry and marks the call done.
+bool FlatCollective::take() {
+  const auto& root = mesh_.segment_of(args_.root);
+  const FlatSlotHeader& entry = root.flat_entry(seq_);
+  if (!reached(entry.seq, seq_)) return false;
+  check_slot(args_.root, entry);
+  std::memcpy(output_, root.flat_entry_data(seq_), args_.count * es_);
+  auto& mine = mesh_.segment_of(args_.rank).header();
+  raise(mine, mine.flat_queued_done, seq_);
+  return true;
 }
 
 // (direct) Copies `len` bytes from `offset` into rank q's input, whose address q published, to
@@ -371,10 +436,12 @@ void FlatCollective::run(const std::function<void(int)>& check) {
   while (!advance()) {
     const int q = waiting_for();
     const auto& peer = mesh_.segment_of(q);
-    auto& word = stage_ == Stage::combine  ? peer.flat_slot(seq_).seq
-                 : stage_ == Stage::gather ? peer.header().flat_done
-                                           : peer.header().flat_read;
-    wait_for(peer.header(), word, seq_, q, mesh_.oversubscribed(), watch_and_check);
+    auto& word = stage_ == Stage::room      ? peer.header().flat_queued_done
+                 : stage_ == Stage::take    ? peer.flat_entry(seq_).seq
+                 : stage_ == Stage::combine ? peer.flat_slot(seq_).seq
+                 : stage_ == Stage::gather  ? peer.header().flat_done
+                                            : peer.header().flat_read;
+    wait_for(peer.header(), word, stage_ == Stage::room ? room_for_ : seq_, q, mesh_.oversubscribed(), watch_and_check);
   }
 }
 

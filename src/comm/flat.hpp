@@ -20,8 +20,16 @@
 // once every peer raised it (its buffers are the user's again). This path has no size limit
 // (nothing goes through the slot) and each element is still reduced by one rank only, in the
 // same order for every call.
-// Every rank waits for every peer's slot, even where it needs no data (a broadcast's root): a
+// Every rank waits for every peer's slot, even where it needs no data (a reduce's non-roots, a broadcast's root beyond the
+// queue): a
 // peer that issued another call is caught at that call, and the next rule holds.
+// Queued broadcasts (up to 4 KiB) are the exception: the root copies the data into an entry
+// of its queue (16 entries, by call number) and returns; the others copy it out and mark the
+// call done in their flat_queued_done. Nobody else waits, so calls overlap the way eager
+// messages do: a root is ahead by up to 16 calls, a rank that overwrites anything afterwards
+// (the root its entry 16 calls on, anyone its slot) first waits for every peer's mark (room).
+// The root checks nobody: the next call whose ranks compare signatures compares this one's
+// too (CollectiveArgs::unchecked).
 // Reductions run in rank order, so every rank gets the same bits. Two slots by operation parity
 // make a closing barrier unnecessary: a rank rewrites a slot only once every peer has published
 // the next operation, which a peer does only when it is done with the previous one.
@@ -58,6 +66,10 @@ uint64_t flat_decision_bytes(const algorithms::CollectiveArgs& a);
 /// (the same on every rank): all_gather, broadcast and reduce_scatter from `direct_bytes` of
 /// input per rank, all_reduce from there but only beyond the slots.
 bool flat_direct(const algorithms::CollectiveArgs& a, uint64_t slot_bytes, uint64_t direct_bytes);
+/// Whether `a` is a queued broadcast (up to Segment::kQueuedBytes, and within the slots): the
+/// root leaves the data in its queue and returns; each other rank copies it from there. Only
+/// those two wait for each other, so a root runs up to Segment::kQueueEntries calls ahead.
+bool flat_queued(const algorithms::CollectiveArgs& a, uint64_t slot_bytes, uint64_t direct_bytes);
 /// Whether `a` has a flat version: one that fits slots of `slot_bytes`, or a direct one.
 bool flat_fits(const algorithms::CollectiveArgs& a, uint64_t slot_bytes, uint64_t direct_bytes);
 
@@ -74,15 +86,19 @@ class FlatCollective {
   /// this collective with other arguments or moved past it without publishing (so it will not).
   void watch_peer() const;
   /// The peer it waits for when advance() returned false.
-  int waiting_for() const { return peer_at(step_); }
+  int waiting_for() const { return stage_ == Stage::take ? args_.root : peer_at(step_); }
   /// Runs to the end on this thread: spins, yields, then sleeps on a futex between advances.
   /// `check(rank)` runs while waiting for `rank` and throws to abandon (broken, timeout).
   void run(const std::function<void(int waiting_for)>& check);
 
  private:
-  // gather: (all_reduce in slots' slices) copy the slices the peers reduced; release: (direct)
-  // wait until every peer that reads (or writes) this rank's buffers is done with them.
-  enum class Stage { publish, combine, gather, release };
+  // room: wait until the peers are done with what this call overwrites (after queued
+  // broadcasts); take: (queued broadcast, not the root) copy the root's entry; gather:
+  // (all_reduce in slots' slices) copy the slices the peers reduced; release: (direct) wait
+  // until every peer that reads (or writes) this rank's buffers is done with them.
+  enum class Stage { room, publish, take, combine, gather, release };
+  bool room();
+  bool take();
   bool combine();
   bool gather();
   bool release();
@@ -104,7 +120,9 @@ class FlatCollective {
   const uint64_t es_;
   const bool direct_;
   const bool reduces_;  // all_reduce, reduce_scatter, reduce
-  Stage stage_ = Stage::publish;
+  const bool queued_;
+  Stage stage_ = Stage::room;
+  uint32_t room_for_ = 0;  // (room) the call every peer must be done with
   // The peer looked at in step s of a stage: in rank order where a reduction needs it (every
   // rank then gets the same bits), else starting from this rank itself (its own block needs no
   // wait, and the peers' readers spread over different sources).

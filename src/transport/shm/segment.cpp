@@ -63,7 +63,7 @@ size_t slot_stride(uint64_t flat_bytes) { return (Segment::kFlatSlotHeader + fla
 
 size_t Segment::bytes_for(uint32_t rings, uint64_t ring_bytes, uint64_t flat_bytes) {
   return sizeof(SegmentHeader) + static_cast<size_t>(rings) * (sizeof(RingHeader) + ring_bytes) +
-         2 * slot_stride(flat_bytes) + 2 * flat_bytes;
+         2 * slot_stride(flat_bytes) + 2 * flat_bytes + kQueueEntries * slot_stride(kQueuedBytes);
 }
 
 FlatSlotHeader& Segment::flat_slot(uint32_t parity) const {
@@ -76,6 +76,13 @@ FlatSlotHeader& Segment::flat_slot(uint32_t parity) const {
 uint8_t* Segment::flat_result(uint32_t parity) const {
   const auto& h = header();
   return reinterpret_cast<uint8_t*>(&flat_slot(0)) + 2 * slot_stride(h.flat_bytes) + (parity & 1) * h.flat_bytes;
+}
+
+FlatSlotHeader& Segment::flat_entry(uint32_t seq) const {
+  const auto& h = header();
+  uint8_t* p = reinterpret_cast<uint8_t*>(&flat_slot(0)) + 2 * slot_stride(h.flat_bytes) +
+               2 * h.flat_bytes + (seq % kQueueEntries) * slot_stride(kQueuedBytes);
+  return *reinterpret_cast<FlatSlotHeader*>(p);
 }
 
 RingHeader& Segment::ring(uint32_t slot) const {

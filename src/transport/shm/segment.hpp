@@ -51,6 +51,10 @@ struct alignas(64) SegmentHeader {
   // (direct flat collectives) The last operation in which the owner finished reading (and
   // writing) its peers' memory: a rank returns only once every peer raised it.
   alignas(64) std::atomic<uint32_t> flat_read{0};
+  // (queued flat broadcasts) The last one the owner is done with: wrote it into its queue, as
+  // the root, or copied it out of the root's. A rank that did not wait for every peer in a
+  // call waits for this word before it overwrites what they may still read.
+  alignas(64) std::atomic<uint32_t> flat_queued_done{0};
   alignas(64) std::atomic<uint32_t> flat_waiters{0};
   // The collective the owner is in, (number + 1) << 32 | signature, in one word so that a
   // reader never pairs one call's number with another's signature: lets a waiting rank see
@@ -92,6 +96,14 @@ class Segment {
   uint8_t* flat_data(uint32_t parity) const { return reinterpret_cast<uint8_t*>(&flat_slot(parity)) + kFlatSlotHeader; }
   /// The two areas (by parity) where the owner leaves the slice of a flat result it reduced.
   uint8_t* flat_result(uint32_t parity) const;
+  /// The owner's queue of small broadcasts it roots: flat collective `seq` in entry
+  /// seq % kQueueEntries, a FlatSlotHeader then up to kQueuedBytes of data (comm/flat.hpp).
+  static constexpr uint32_t kQueueEntries = 16;
+  static constexpr uint64_t kQueuedBytes = 4096;
+  FlatSlotHeader& flat_entry(uint32_t seq) const;
+  uint8_t* flat_entry_data(uint32_t seq) const {
+    return reinterpret_cast<uint8_t*>(&flat_entry(seq)) + kFlatSlotHeader;
+  }
 
   /// Removes the name (the mapping stays valid). Idempotent.
   void unlink();

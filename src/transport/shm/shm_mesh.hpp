@@ -43,6 +43,10 @@ class ShmMesh {
   const Segment& segment_of(int r) const { return r == rank_ ? *mine_ : *peers_[r]; }
   /// This rank's own segment header (null without shared memory).
   SegmentHeader* own_header() const { return mine_ ? &mine_->header() : nullptr; }
+  /// The last flat collective that this rank knows every peer has finished (comm/flat.cpp:
+  /// after one it waited for every peer in, the one before; after queued broadcasts, what it
+  /// saw in their flat_queued_done). Flat collectives of this communicator run one at a time.
+  uint32_t& flat_known_done() const { return flat_known_done_; }
   /// This rank's "my progress thread sleeps" flag (null without shared memory).
   std::atomic<uint32_t>* sleeping_flag() const { return mine_ ? &mine_->header().sleeping : nullptr; }
 
@@ -58,6 +62,7 @@ class ShmMesh {
   uint64_t ring_bytes_ = 0;
   uint64_t flat_bytes_ = 0;
   uint64_t direct_bytes_ = 0;
+  mutable uint32_t flat_known_done_ = 0;
 
  public:
   /// Data capacity of the flat collectives' slots (SHOAL_FLAT_MAX_BYTES, rounded up).
