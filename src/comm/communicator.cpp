@@ -162,11 +162,12 @@ Work CommImpl::submit(Collective collective, const void* input, void* output, ui
   req.args = a;
   req.input = input;
   req.output = output;
+  req.signature = algorithms::signature(a);
   // A queued broadcast's root checks nobody's call against its own: the next call carries
   // its signature (which carries the ones before) for its ranks to compare. Any other
   // collective compares every rank's, directly or along its schedule.
   if (flat && comm::flat_queued(a, flat_max_bytes_, flat_direct_bytes_))
-    unchecked_ = algorithms::signature(a) | uint64_t{1} << 32;
+    unchecked_ = req.signature | uint64_t{1} << 32;
   else if (collective != Collective::send && collective != Collective::recv)
     unchecked_ = 0;
   if (flat) {
@@ -233,8 +234,7 @@ Work CommImpl::run_flat_here(const comm::OpRequest& req) {
     }
   };
   try {
-    comm::FlatCollective flat(*engine->shm(), a, req.flat_seq, number,
-                              algorithms::signature(a), req.input, req.output);
+    comm::FlatCollective flat(*engine->shm(), a, req.flat_seq, number, req.signature, req.input, req.output);
     flat.run(check);
   } catch (const Error& e) {
     // The peers may still be waiting in this collective (for this rank's buffers, or for it

@@ -118,7 +118,7 @@ std::shared_ptr<detail::WorkState> Engine::submit(const OpRequest& request) {
   const auto& a = request.args;
   op->kind = (a.collective == Collective::send || a.collective == Collective::recv) ? FrameKind::p2p
                                                                                    : FrameKind::collective;
-  op->signature = algorithms::signature(a);
+  op->signature = request.signature;
   if (request.flat_seq != 0) op->algorithm = "flat";
   else if (a.count > 0 || a.collective == Collective::barrier)
     op->schedule = algorithms::build_schedule(a, &op->algorithm);

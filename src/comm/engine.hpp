@@ -36,6 +36,7 @@ struct OpRequest {
   const void* input = nullptr;
   void* output = nullptr;
   uint32_t flat_seq = 0;  // non-zero: a flat collective (comm/flat.hpp), not a schedule
+  uint32_t signature = 0;  // algorithms::signature(args), computed once by the submitter
 };
 
 class Engine : public transport::ConnectionListener {

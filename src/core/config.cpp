@@ -42,7 +42,8 @@ const std::vector<Setting>& settings() {
        "among ranks that all share one host's memory, an all_gather, broadcast or reduce_scatter "
        "with this many bytes of input per rank or more (an all_reduce: and above SHOAL_FLAT_MAX_BYTES) "
        "publishes its buffers' addresses and the peers read them straight from its memory "
-       "(process_vm_readv, one copy), at any size; with more ranks than cores only above "
+       "(process_vm_readv, one copy; an all_reduce's reduced slices are written into the peers' "
+       "outputs with process_vm_writev), at any size; with more ranks than cores only above "
        "SHOAL_FLAT_MAX_BYTES. 0: never (then only up to SHOAL_FLAT_MAX_BYTES, through the slots). "
        "Equal on all ranks"},
       {"SHOAL_FLAT_MAX_BYTES", "bytes", "256K",

@@ -13,6 +13,7 @@
 #include <sstream>
 #include <thread>
 
+#include "support/deaths.hpp"
 #include "support/processes.hpp"
 #include "comm/agreement.hpp"
 #include "comm/comm_impl.hpp"
@@ -26,36 +27,6 @@ namespace shoal::testing {
 namespace {
 
 using namespace std::chrono_literals;
-
-constexpr int kGotExpectedError = 0, kWrongError = 1, kNoError = 2;
-
-// Runs `call` and classifies the outcome; the report carries the message and the time.
-template <class ErrorType, class Call>
-int expect_error(int rank, const ProcessJob& job, Call call) {
-  try {
-    call();
-  } catch (const ErrorType& e) {
-    std::ostringstream os;
-    os << std::fixed << std::setprecision(6) << monotonic_seconds() << "\n" << e.peer() << "\n" << e.what();
-    job.report(rank, os.str());
-    return kGotExpectedError;
-  } catch (const std::exception& e) {
-    job.report(rank, std::string("wrong error: ") + e.what());
-    return kWrongError;
-  }
-  job.report(rank, "no error");
-  return kNoError;
-}
-
-double reported_time(const RankResult& r) { return std::stod(r.report.substr(0, r.report.find('\n'))); }
-
-// The segments of communicator `comm_id`'s `ranks` still in /dev/shm (other tests running at
-// the same time have theirs: only this job's count).
-int segments_left(uint64_t comm_id, int ranks) {
-  int n = 0;
-  for (int r = 0; r < ranks; ++r) n += std::filesystem::exists("/dev/shm" + transport::shm::segment_name(comm_id, r));
-  return n;
-}
 
 // The ranks share one host, so the data moves through shared memory (SHOAL_TRANSPORT=auto):
 // the death must still surface on every survivor, and no segment may be left behind.
@@ -71,27 +42,13 @@ TEST(Failures, KilledPeerMidCollectiveRaisesPeerFailureNamingItOnEverySurvivor) 
     if (rank == victim) {
       Work w = comm.all_reduce_async(buf.data(), buf.size(), DataType::float32, ReduceOp::sum);
       std::this_thread::sleep_for(150ms);
-      j.report(rank, std::to_string(monotonic_seconds()) + " " + std::to_string(comm.impl().comm_id));
-      raise(SIGKILL);
+      report_and_die(j, rank, comm.impl().comm_id);
     }
     return expect_error<PeerFailureError>(rank, j, [&] {
       for (int i = 0; i < 100; ++i) comm.all_reduce(buf.data(), buf.size(), DataType::float32, ReduceOp::sum);
     });
   }, 90s);
-  ASSERT_EQ(results[victim].exit_code, 128 + SIGKILL);
-  std::istringstream victim_report(results[victim].report);
-  double killed_at = 0;
-  uint64_t comm_id = 0;
-  victim_report >> killed_at >> comm_id;
-  ASSERT_NE(comm_id, 0u) << "the victim's report: " << results[victim].report;
-  for (int r = 0; r < 4; ++r) {
-    if (r == victim) continue;
-    SCOPED_TRACE("rank " + std::to_string(r) + ": " + results[r].report);
-    ASSERT_EQ(results[r].exit_code, kGotExpectedError);
-    EXPECT_NE(results[r].report.find("rank 2"), std::string::npos) << "the message must name the dead rank";
-    EXPECT_LT(reported_time(results[r]) - killed_at, 5.0) << "detection took too long";
-  }
-  EXPECT_EQ(segments_left(comm_id, 4), 0) << "shared memory left in /dev/shm";
+  expect_every_survivor_saw_the_death(results, victim);
 }
 
 // A frozen rank (SIGSTOP: its sockets stay open, the kernel still acknowledges its bytes)

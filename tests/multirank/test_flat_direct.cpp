@@ -5,21 +5,18 @@
 // as in a real job; results are compared byte for byte with a reference built independently,
 // and a rank killed in the middle must surface as PeerFailure on every survivor.
 #include <gtest/gtest.h>
-#include <signal.h>
 
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
-#include <filesystem>
-#include <iomanip>
 #include <sstream>
 #include <thread>
 #include <vector>
 
 #include "comm/comm_impl.hpp"
+#include "support/deaths.hpp"
 #include "support/processes.hpp"
 #include "support/values.hpp"
-#include "transport/shm/segment.hpp"
 
 namespace shoal::testing {
 namespace {
@@ -204,44 +201,15 @@ void a_killed_rank_raises_peer_failure_on_every_survivor(algorithms::Collective 
     if (rank == kVictim) {
       std::thread killer([&] {
         std::this_thread::sleep_for(300ms);
-        std::ostringstream os;
-        os << std::fixed << std::setprecision(6) << monotonic_seconds() << " " << comm.impl().comm_id;
-        j.report(rank, os.str());
-        raise(SIGKILL);
+        report_and_die(j, rank, comm.impl().comm_id);
       });
       for (;;) call();
     }
-    try {
+    return expect_error<PeerFailureError>(rank, j, [&] {
       for (int i = 0; i < 1000000; ++i) call();
-    } catch (const PeerFailureError& e) {
-      std::ostringstream os;
-      os << std::fixed << std::setprecision(6) << monotonic_seconds() << "\n" << e.peer() << "\n" << e.what();
-      j.report(rank, os.str());
-      return 0;
-    } catch (const std::exception& e) {
-      j.report(rank, std::string("wrong error: ") + e.what());
-      return 1;
-    }
-    j.report(rank, "no error");
-    return 2;
+    });
   }, 90s);
-  ASSERT_EQ(results[kVictim].exit_code, 128 + SIGKILL) << results[kVictim].report;
-  std::istringstream victim(results[kVictim].report);
-  double killed_at = 0;
-  uint64_t comm_id = 0;
-  victim >> killed_at >> comm_id;
-  ASSERT_NE(comm_id, 0u) << "the victim's report: " << results[kVictim].report;
-  for (int r = 0; r < kRanks; ++r) {
-    if (r == kVictim) continue;
-    SCOPED_TRACE("rank " + std::to_string(r) + ": " + results[r].report);
-    ASSERT_EQ(results[r].exit_code, 0);
-    const double seen_at = std::stod(results[r].report.substr(0, results[r].report.find('\n')));
-    EXPECT_LT(seen_at - killed_at, 5.0) << "detection took too long";
-    EXPECT_NE(results[r].report.find("rank 1"), std::string::npos) << "the message must name the dead rank";
-  }
-  for (int r = 0; r < kRanks; ++r)
-    EXPECT_FALSE(std::filesystem::exists("/dev/shm" + transport::shm::segment_name(comm_id, r)))
-        << "shared memory of rank " << r << " left behind";
+  expect_every_survivor_saw_the_death(results, kVictim);
 }
 
 TEST(FlatDirect, AKilledRankRaisesPeerFailureOnEverySurvivor) {

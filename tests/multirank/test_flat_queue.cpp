@@ -5,20 +5,19 @@
 // of receivers that have not even started, the calls after a queued one must still find the
 // slots free, mismatched calls must still fail, and a dead root must still be reported.
 #include <gtest/gtest.h>
-#include <signal.h>
 #include <stdlib.h>
 #include <unistd.h>
 
 #include <chrono>
 #include <filesystem>
 #include <fstream>
-#include <iomanip>
 #include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "comm/comm_impl.hpp"
+#include "support/deaths.hpp"
 #include "support/processes.hpp"
 
 namespace shoal::testing {
@@ -198,44 +197,15 @@ TEST(FlatQueue, AKilledRootRaisesPeerFailureOnItsReceivers) {
     if (rank == kRoot) {
       std::thread killer([&] {
         std::this_thread::sleep_for(300ms);
-        std::ostringstream os;
-        os << std::fixed << std::setprecision(6) << monotonic_seconds() << " " << comm.impl().comm_id;
-        j.report(rank, os.str());
-        raise(SIGKILL);
+        report_and_die(j, rank, comm.impl().comm_id);
       });
       for (;;) comm.broadcast(buf.data(), buf.size(), DataType::uint8, kRoot);
     }
-    try {
+    return expect_error<PeerFailureError>(rank, j, [&] {
       for (int i = 0; i < 100000000; ++i) comm.broadcast(buf.data(), buf.size(), DataType::uint8, kRoot);
-    } catch (const PeerFailureError& e) {
-      std::ostringstream os;
-      os << std::fixed << std::setprecision(6) << monotonic_seconds() << "\n" << e.peer() << "\n" << e.what();
-      j.report(rank, os.str());
-      return 0;
-    } catch (const std::exception& e) {
-      j.report(rank, std::string("wrong error: ") + e.what());
-      return 1;
-    }
-    j.report(rank, "no error");
-    return 2;
+    });
   }, 90s);
-  ASSERT_EQ(results[kRoot].exit_code, 128 + SIGKILL) << results[kRoot].report;
-  std::istringstream victim(results[kRoot].report);
-  double killed_at = 0;
-  uint64_t comm_id = 0;
-  victim >> killed_at >> comm_id;
-  ASSERT_NE(comm_id, 0u) << "the root's report: " << results[kRoot].report;
-  for (int r = 0; r < kRanks; ++r) {
-    if (r == kRoot) continue;
-    SCOPED_TRACE("rank " + std::to_string(r) + ": " + results[r].report);
-    ASSERT_EQ(results[r].exit_code, 0);
-    const double seen_at = std::stod(results[r].report.substr(0, results[r].report.find('\n')));
-    EXPECT_LT(seen_at - killed_at, 5.0) << "detection took too long";
-    EXPECT_NE(results[r].report.find("rank 1"), std::string::npos) << "the message must name the dead rank";
-  }
-  for (int r = 0; r < kRanks; ++r)
-    EXPECT_FALSE(std::filesystem::exists("/dev/shm" + transport::shm::segment_name(comm_id, r)))
-        << "shared memory of rank " << r << " left behind";
+  expect_every_survivor_saw_the_death(results, kRoot);
 }
 
 }  // namespace
