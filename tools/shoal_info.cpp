@@ -44,10 +44,10 @@ static void print_dispatch(const tune::Context& ctx, const std::string& size_lis
   const tune::Dispatcher d = tune::Dispatcher::from_environment(ctx);
   const auto& c = d.params();
   std::printf("\n# the dispatcher's choice for %d ranks, %d per host, over %s (SHOAL_DISPATCH=%s, "
-              "SHOAL_TUNE_FILE=%s; cost model alpha %.3g s, beta %.3g s/B, gamma %.3g s/B, busy gamma %.3g s/B)\n",
+              "SHOAL_TUNE_FILE=%s, read %s; cost model alpha %.3g s, beta %.3g s/B, gamma %.3g s/B, busy gamma %.3g s/B)\n",
               ctx.world, ctx.ranks_per_host, std::string(tune::to_string(ctx.transport)).c_str(),
               d.enabled() ? "on" : "off", config::get("SHOAL_TUNE_FILE").empty() ? "-" : config::get("SHOAL_TUNE_FILE").c_str(),
-              c.alpha, c.beta, c.gamma, c.busy_gamma);
+              d.reading().describe().c_str(), c.alpha, c.beta, c.gamma, c.busy_gamma);
   std::printf("# bytes as the cost models count them: all_reduce the vector, all_gather the gathered output, "
               "reduce_scatter the input\n");
   // Whether SHOAL_HIERARCHICAL takes the two-level path (comm/hierarchical.cpp: several hosts of

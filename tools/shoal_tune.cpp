@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -246,6 +247,11 @@ int report(const std::string& path, const std::string& picks_path) {
     int hits = 0, total = 0;
   };
   const auto hierarchy_sizes = tune::Dispatcher::hierarchy_sizes_from_environment();
+  // The reading in use first, then the others.
+  std::vector<tune::Reading> readings = {tune::Reading::from_environment()};
+  for (const tune::Reading r : {tune::Reading{}, tune::Reading{tune::Interpolation::log_linear, 0},
+                                tune::Reading{tune::Interpolation::nearest, 0}})
+    if (r.describe() != readings[0].describe()) readings.push_back(r);
   std::map<std::string, Tally> tally;  // model -> picks within 10% of the best
   std::string totals;                  // per table: the sweep's total time, held-out picks vs each row
   std::string excess;                  // per table: the mean excess over the best, picks vs each row
@@ -253,16 +259,18 @@ int report(const std::string& path, const std::string& picks_path) {
     const tune::Context ctx{m.world, m.ranks_per_host, m.transport};
     // As in use: the constants the communicator calibrated at creation, when the file has them.
     const auto params = tune::cost_params(m.transport, m.calibration ? &*m.calibration : nullptr);
-    // Held out: the dispatcher built from the other half of the sizes predicts each size.
-    const tune::Dispatcher halves[2][2] = {
-        {tune::Dispatcher(ctx, params, half_of(m, 1)), tune::Dispatcher(ctx, params, half_of(m, 0))},
-        {tune::Dispatcher(ctx, params, half_of(m, 1), true, tune::Interpolation::nearest),
-         tune::Dispatcher(ctx, params, half_of(m, 0), true, tune::Interpolation::nearest)}};
+    // Held out: the dispatcher built from the other half of the sizes predicts each size, with
+    // the reading in use (SHOAL_TUNE_SMOOTHING) and the others.
+    std::vector<std::array<tune::Dispatcher, 2>> halves;
+    for (const tune::Reading& r : readings)
+      halves.push_back({tune::Dispatcher(ctx, params, half_of(m, 1), true, r),
+                        tune::Dispatcher(ctx, params, half_of(m, 0), true, r)});
     const tune::Dispatcher model(ctx, tune::cost_params(m.transport), nullptr);
     const std::optional<tune::Dispatcher> calibrated =
         m.calibration ? std::optional<tune::Dispatcher>(std::in_place, ctx, params, nullptr) : std::nullopt;
     const std::optional<tune::Dispatcher> from_other_run =
-        other_run ? std::optional<tune::Dispatcher>(std::in_place, ctx, params, other_run) : std::nullopt;
+        other_run ? std::optional<tune::Dispatcher>(std::in_place, ctx, params, other_run, true, readings[0])
+                  : std::nullopt;
     const auto cols = columns_of(m);
     double picked_total = 0, other_total = 0;
     std::vector<double> row_total(cols.size(), 0.0);
@@ -296,7 +304,6 @@ int report(const std::string& path, const std::string& picks_path) {
         return std::string(buf);
       };
       const Pick held = pick_of(halves[0][i % 2], m, s, hierarchy_sizes);
-      const Pick near = pick_of(halves[1][i % 2], m, s, hierarchy_sizes);
       const Pick cm = pick_of(calibrated ? *calibrated : model, m, s, hierarchy_sizes);
       picked_total += time_of(cols, held.name, i);
       picked_log += std::log(time_of(cols, held.name, i) / best_t);
@@ -313,8 +320,9 @@ int report(const std::string& path, const std::string& picks_path) {
         count("table from the other run (all its sizes)", o);
       }
       std::printf("\n");
-      count("table, log-linear interpolation (held out)", held);
-      count("table, nearest measured size (held out)", near);
+      for (size_t r = 0; r < readings.size(); ++r)
+        count("table, " + readings[r].describe() + (r == 0 ? " (in use), held out" : ", held out"),
+              r == 0 ? held : pick_of(halves[r][i % 2], m, s, hierarchy_sizes));
       count("cost model alone (default constants)", pick_of(model, m, s, hierarchy_sizes));
       if (calibrated) count("cost model alone (calibrated at creation)", cm);
       count("first row (ring), no dispatcher", {std::string(algorithms::first_row(m.collective).name)});

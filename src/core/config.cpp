@@ -64,6 +64,10 @@ const std::vector<Setting>& settings() {
       {"SHOAL_TUNE_SIM", "enum", "on",
        "on: for a world larger than every measured one, the dispatcher reads the tuning file's "
        "simulated tables (shoal-sim tune); off: it ignores them (cost model there). Equal on all ranks"},
+      {"SHOAL_TUNE_SMOOTHING", "string", "2",
+       "octaves: how the dispatcher reads a tuning file's measured times between and at its sizes: a "
+       "local-linear fit of log time over log size through every size, Gaussian weights of this "
+       "width; 0: time linear in log(size) between the two measured neighbours. Equal on all ranks"},
       {"SHOAL_TUNE_CALIBRATE", "enum", "on",
        "on: a new communicator times a few ring all_gathers and a reduction (milliseconds; across "
        "hosts of several ranks also a Swing all_gather of about 16 MiB) and the cost model uses the "

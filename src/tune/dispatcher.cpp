@@ -147,8 +147,8 @@ const AlgorithmInfo& cost_model_choice(Collective collective, uint64_t bytes, in
 }
 
 Dispatcher::Dispatcher(Context context, CostParams params, std::shared_ptr<const TuningFile> file,
-                       bool enabled, Interpolation interpolation)
-    : context_(context), params_(params), file_(std::move(file)), enabled_(enabled), interpolation_(interpolation) {
+                       bool enabled, Reading reading)
+    : context_(context), params_(params), file_(std::move(file)), enabled_(enabled), reading_(reading) {
   for (const auto& row : algorithms::registry()) ++rows_[static_cast<int>(row.collective)];
   if (file_) choose_tables();
   // Across hosts of several ranks: the bytes each row sends through a host's NICs and its
@@ -191,8 +191,10 @@ void Dispatcher::choose_tables() {
     if (m.transport != context_.transport || !m.simulated || m.world <= largest_measured[c]) continue;
     if (!simulated[c] || key(m) < key(*simulated[c])) simulated[c] = &m;
   }
-  for (int c = 0; c < kCollectives; ++c)
+  for (int c = 0; c < kCollectives; ++c) {
     if (simulated[c] && context_.world > largest_measured[c]) tables_[c] = simulated[c];
+    if (tables_[c]) curves_[c] = Curves(*tables_[c], reading_);
+  }
 }
 
 Dispatcher Dispatcher::from_environment(const Context& context, const CostParams* measured) {
@@ -203,35 +205,14 @@ Dispatcher Dispatcher::from_environment(const Context& context, const CostParams
   const std::string path = config::get("SHOAL_TUNE_FILE");
   const std::string sim = config::get("SHOAL_TUNE_SIM");
   SHOAL_CHECK(sim == "on" || sim == "off", InvalidArgument, "SHOAL_TUNE_SIM='" << sim << "' is not on or off");
+  const Reading reading = Reading::from_environment();
   if (mode == "on" && !path.empty())
     file = std::make_shared<const TuningFile>(load_tuning_file(path, /*keep_simulated=*/sim == "on"));
-  return Dispatcher(context, cost_params(context.transport, measured), std::move(file), mode == "on");
+  return Dispatcher(context, cost_params(context.transport, measured), std::move(file), mode == "on", reading);
 }
 
 const Measurements* Dispatcher::table_for(Collective collective) const {
   return tables_[static_cast<int>(collective)];
-}
-
-// Where `bytes` falls among a table's sizes: the neighbours lo <= bytes <= hi and the weight of
-// hi (log-linear, or 0/1 for the nearest). Outside the measured sizes: the nearest end.
-struct Between {
-  size_t lo, hi;
-  double w;
-  double at(const std::vector<double>& t) const { return (1 - w) * t[lo] + w * t[hi]; }
-};
-
-Between locate(const Measurements& m, uint64_t bytes, Interpolation interpolation) {
-  bytes = std::clamp(bytes, m.sizes.front(), m.sizes.back());
-  const size_t hi = static_cast<size_t>(std::lower_bound(m.sizes.begin(), m.sizes.end(), bytes) - m.sizes.begin());
-  const size_t lo = m.sizes[hi] == bytes ? hi : hi - 1;
-  double w = 0;
-  if (lo != hi) {
-    const double x = std::log(static_cast<double>(bytes)), x0 = std::log(static_cast<double>(m.sizes[lo])),
-                 x1 = std::log(static_cast<double>(m.sizes[hi]));
-    w = (x - x0) / (x1 - x0);
-    if (interpolation == Interpolation::nearest) w = w < 0.5 ? 0 : 1;
-  }
-  return Between{lo, hi, w};
 }
 
 Choice Dispatcher::choose(Collective collective, uint64_t bytes) const {
@@ -244,11 +225,12 @@ Choice Dispatcher::choose(Collective collective, uint64_t bytes) const {
     // Outside the measured sizes, the ranking at the nearest one: beyond the largest every
     // row is bound by bandwidth and keeps its place, below the smallest by latency; the
     // measurement knows the machine better than the model does.
-    const Between between = locate(*m, bytes, interpolation_);
-    for (const auto& [row, seconds] : m->times) {
-      const double t = between.at(seconds);
+    const Curves& curves = curves_[static_cast<int>(collective)];
+    const Curves::Point at = curves.locate(bytes);
+    for (size_t i = 0; i < m->times.size(); ++i) {
+      const double t = curves.row_time(at, i);
       if (!choice.algorithm || t < choice.predicted_s) {
-        choice.algorithm = row;
+        choice.algorithm = m->times[i].first;
         choice.predicted_s = t;
       }
     }
@@ -272,10 +254,11 @@ std::optional<bool> Dispatcher::hierarchical_is_faster(Collective collective, ui
   if (!m || m->hierarchical.empty()) return std::nullopt;
   // Outside the measured sizes, the verdict at the nearest one (every column's time grows
   // alike with the bytes there; a blind threshold knows less).
-  const Between between = locate(*m, bytes, interpolation_);
-  const double hierarchical = between.at(m->hierarchical);
-  for (const auto& [row, seconds] : m->times)
-    if (between.at(seconds) <= hierarchical) return false;  // a tie stays flat
+  const Curves& curves = curves_[static_cast<int>(collective)];
+  const Curves::Point at = curves.locate(bytes);
+  const double hierarchical = curves.hierarchical_time(at);
+  for (size_t i = 0; i < m->times.size(); ++i)
+    if (curves.row_time(at, i) <= hierarchical) return false;  // a tie stays flat
   return true;
 }
 

@@ -1,7 +1,7 @@
 // The dispatcher: which algorithm runs a call, from (collective, bytes, world size, ranks per
 // host, transport). Measured times from a tuning file (SHOAL_TUNE_FILE, written by shoal-tune)
-// of the nearest world, interpolated in log(size) (outside its sizes: the ranking at the
-// nearest); for a world larger than any measured,
+// of the nearest world, read as a smoothed curve over log(size) (tune/curves.hpp; outside its
+// sizes: the ranking at the nearest); for a world larger than any measured,
 // the simulator's predicted times when the file has them (shoal-sim tune; SHOAL_TUNE_SIM=off
 // ignores them); the alpha-beta-gamma cost models of the registry where no table serves the
 // collective and transport. Every input is
@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "algorithms/registry.hpp"
+#include "tune/curves.hpp"
 #include "tune/tuning_file.hpp"
 
 namespace shoal::tune {
@@ -67,12 +68,6 @@ const algorithms::AlgorithmInfo& cost_model_choice(
     algorithms::Collective collective, uint64_t bytes, int world, const algorithms::CostParams& params,
     const std::function<const HostTraffic*(const algorithms::AlgorithmInfo&)>& traffic = nullptr);
 
-/// How measured times are read between two measured sizes.
-enum class Interpolation : uint8_t {
-  log_linear,  // time linear in log(size) between the neighbours
-  nearest,     // the neighbour nearer in log(size)
-};
-
 struct Choice {
   enum class Source : uint8_t { first_row, cost_model, tuning_file, simulation };
   const algorithms::AlgorithmInfo* algorithm = nullptr;
@@ -83,12 +78,14 @@ std::string_view to_string(Choice::Source s);
 
 class Dispatcher {
  public:
-  /// `file` may be null (cost model only); `enabled` false always gives the first row.
+  /// `file` may be null (cost model only); `enabled` false always gives the first row;
+  /// `reading`: how the file's tables are read at a call's size (tune/curves.hpp).
   Dispatcher(Context context, algorithms::CostParams params, std::shared_ptr<const TuningFile> file,
-             bool enabled = true, Interpolation interpolation = Interpolation::log_linear);
+             bool enabled = true, Reading reading = {});
 
-  /// From SHOAL_DISPATCH, SHOAL_TUNE_FILE (read and checked here), SHOAL_TUNE_SIM and
-  /// SHOAL_TUNE_ALPHA/BETA/GAMMA/BUSY_GAMMA; `measured`: the constants calibrated at creation.
+  /// From SHOAL_DISPATCH, SHOAL_TUNE_FILE (read and checked here), SHOAL_TUNE_SIM,
+  /// SHOAL_TUNE_SMOOTHING and SHOAL_TUNE_ALPHA/BETA/GAMMA/BUSY_GAMMA; `measured`: the constants
+  /// calibrated at creation.
   static Dispatcher from_environment(const Context& context, const algorithms::CostParams* measured = nullptr);
 
   /// The row for a call of `collective` moving `bytes` (algorithms::model_bytes). Does not look
@@ -137,6 +134,7 @@ class Dispatcher {
   const Context& context() const { return context_; }
   const algorithms::CostParams& params() const { return params_; }
   bool enabled() const { return enabled_; }
+  const Reading& reading() const { return reading_; }
 
  private:
   static constexpr int kCollectives = static_cast<int>(algorithms::Collective::recv) + 1;
@@ -144,8 +142,9 @@ class Dispatcher {
   algorithms::CostParams params_;
   std::shared_ptr<const TuningFile> file_;
   bool enabled_;
-  Interpolation interpolation_;
+  Reading reading_;
   std::array<const Measurements*, kCollectives> tables_{};
+  std::array<Curves, kCollectives> curves_{};  // tables_ as read
   std::array<int, kCollectives> rows_{};  // how many rows serve each collective
   /// Across hosts of several ranks, per registry row of all_reduce, all_gather and
   /// reduce_scatter: host_traffic at this context, and on one rank per host of as many hosts

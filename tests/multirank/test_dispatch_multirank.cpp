@@ -61,6 +61,7 @@ class DispatchedCollectives : public ::testing::TestWithParam<int> {};
 TEST_P(DispatchedCollectives, TuningFilePicksRunAndMatchReference) {
   TempFile file(tuning_file_text());
   ScopedEnv tune_file("SHOAL_TUNE_FILE", file.path.c_str());
+  ScopedEnv as_measured("SHOAL_TUNE_SMOOTHING", "0");  // the tables are steps, read between neighbours
   ScopedEnv no_flat("SHOAL_FLAT_MAX_BYTES", "0");  // small calls would skip the schedule
   ScopedEnv on("SHOAL_DISPATCH", "on");
   std::string err = run_ranks(GetParam(), [&](Communicator& c) {
@@ -113,6 +114,7 @@ INSTANTIATE_TEST_SUITE_P(Worlds, DispatchedCollectives, ::testing::Values(3, 4, 
 TEST(DispatchedCollectives, ThePickReachesTheWire) {
   TempFile file(tuning_file_text());
   ScopedEnv tune_file("SHOAL_TUNE_FILE", file.path.c_str());
+  ScopedEnv as_measured("SHOAL_TUNE_SMOOTHING", "0");  // the tables are steps, read between neighbours
   ScopedEnv no_flat("SHOAL_FLAT_MAX_BYTES", "0");
   ScopedEnv on("SHOAL_DISPATCH", "on");
   for (const char* forced : {"all_reduce:swing", "all_reduce:ring"}) {
@@ -143,6 +145,7 @@ TEST(DispatchedCollectives, ThePickReachesTheWire) {
 TEST(DispatchedCollectives, DispatchOffRunsTheFirstRow) {
   TempFile file(tuning_file_text());
   ScopedEnv tune_file("SHOAL_TUNE_FILE", file.path.c_str());
+  ScopedEnv as_measured("SHOAL_TUNE_SMOOTHING", "0");  // the tables are steps, read between neighbours
   ScopedEnv no_flat("SHOAL_FLAT_MAX_BYTES", "0");
   ScopedEnv off("SHOAL_DISPATCH", "off");
   std::atomic<int> ok{0};

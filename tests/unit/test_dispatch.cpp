@@ -7,6 +7,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <functional>
+#include <memory>
 #include <optional>
 #include <set>
 #include <string>
@@ -34,6 +36,10 @@ using tune::Transport;
 std::string pick(const Dispatcher& d, Collective c, uint64_t bytes) {
   return std::string(d.choose(c, bytes).algorithm->name);
 }
+
+// The reading that goes through the two measured neighbours: the tests of exact times at and
+// between measured sizes use it (the default smooths them: TuningFile.Smoothed*).
+const tune::Reading kLogLinear{tune::Interpolation::log_linear, 0};
 
 Dispatcher model_only(int world, Transport t) {
   return Dispatcher(Context{world, world, t}, tune::default_cost_params(t), nullptr);
@@ -343,6 +349,7 @@ const char* kGoodFile = R"({
 TEST(TuningFile, PicksAreHonoured) {
   TempFile f(kGoodFile);
   ScopedEnv file("SHOAL_TUNE_FILE", f.path);
+  ScopedEnv reading("SHOAL_TUNE_SMOOTHING", "0");
   const Dispatcher d = Dispatcher::from_environment(Context{4, 4, Transport::shm});
   ASSERT_NE(d.table_for(Collective::all_reduce), nullptr);
   EXPECT_EQ(d.table_for(Collective::all_reduce)->world, 4);
@@ -362,6 +369,7 @@ TEST(TuningFile, PicksAreHonoured) {
 TEST(TuningFile, InterpolatesInLogSize) {
   TempFile f(kGoodFile);
   ScopedEnv file("SHOAL_TUNE_FILE", f.path);
+  ScopedEnv reading("SHOAL_TUNE_SMOOTHING", "0");
   const Dispatcher d = Dispatcher::from_environment(Context{4, 4, Transport::shm});
   // Between 4K and 64K (16K is the log-midpoint): recursive_doubling 20 -> 400 (210 at 16K),
   // rabenseifner 45 -> 80 (62.5 at 16K): rabenseifner. Just above 4K recursive_doubling still wins.
@@ -372,9 +380,151 @@ TEST(TuningFile, InterpolatesInLogSize) {
   // the nearest measured size (in log) instead: 5000 reads 4K's times, 30000 64K's
   const Dispatcher n(Context{4, 4, Transport::shm}, tune::default_cost_params(Transport::shm),
                      std::make_shared<const tune::TuningFile>(tune::load_tuning_file(f.path)), true,
-                     tune::Interpolation::nearest);
+                     tune::Reading{tune::Interpolation::nearest, 0});
   EXPECT_EQ(pick(n, Collective::all_reduce, 5000), "recursive_doubling");
   EXPECT_EQ(pick(n, Collective::all_reduce, 30000), "rabenseifner");
+}
+
+// ---- the smoothed reading (the default) ----
+
+// A table of two rows at 15 sizes, 1 KiB to 16 MiB by x2, from `time_of(row, bytes)` seconds.
+std::shared_ptr<const tune::TuningFile> two_row_table(const std::function<double(int, double)>& time_of,
+                                                      bool simulated = false) {
+  auto file = std::make_shared<tune::TuningFile>();
+  tune::Measurements m;
+  m.collective = Collective::all_reduce;
+  m.world = 4;
+  m.ranks_per_host = 4;
+  m.simulated = simulated;
+  for (uint64_t s = 1024; s <= (16u << 20); s *= 2) m.sizes.push_back(s);
+  for (const char* name : {"ring", "rabenseifner"}) {
+    std::vector<double> t;
+    for (uint64_t s : m.sizes) t.push_back(time_of(static_cast<int>(m.times.size()), static_cast<double>(s)));
+    m.times.emplace_back(algorithms::find_algorithm(Collective::all_reduce, name), t);
+  }
+  file->tables.push_back(m);
+  return file;
+}
+
+// The reference, written apart from src/tune/curves.cpp: the weighted least-squares line of
+// log(time) over log2(size) in centred form (slope from the weighted covariance), read at x.
+double reference_fit(const std::vector<uint64_t>& sizes, const std::vector<double>& seconds, double x, double h) {
+  double sw = 0, mean_d = 0, mean_y = 0;
+  std::vector<double> w, d, y;
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    d.push_back(std::log2(static_cast<double>(sizes[i])) - x);
+    y.push_back(std::log(seconds[i]));
+    w.push_back(std::exp(-d.back() * d.back() / (2 * h * h)));
+    sw += w.back();
+    mean_d += w.back() * d.back();
+    mean_y += w.back() * y.back();
+  }
+  mean_d /= sw;
+  mean_y /= sw;
+  double cov = 0, var = 0;
+  for (size_t i = 0; i < w.size(); ++i) {
+    cov += w[i] * (d[i] - mean_d) * (y[i] - mean_y);
+    var += w[i] * (d[i] - mean_d) * (d[i] - mean_d);
+  }
+  return std::exp(mean_y - cov / var * mean_d);  // the line at d = 0
+}
+
+TEST(TuningFile, SmoothedReadingMatchesAWeightedFitThroughEveryMeasuredSize) {
+  // Noisy times: a latency term, a bandwidth term and +-15% that changes from size to size.
+  auto noisy = [](int row, double s) {
+    const double noise = 1 + 0.15 * std::sin(3.7 * std::log2(s) + row);
+    return (5e-6 * (row + 1) + s * (row ? 0.9e-10 : 1e-10)) * noise;
+  };
+  const auto file = two_row_table(noisy);
+  const tune::Measurements& m = file->tables[0];
+  for (double h : {0.5, 1.0, 2.0, 3.0}) {
+    const Dispatcher d(Context{4, 4, Transport::shm}, tune::default_cost_params(Transport::shm), file, true,
+                       tune::Reading{tune::Interpolation::smoothed, h});
+    // measured sizes, sizes between them and off the 1/8-octave grid the curves are kept at
+    for (double x = 10; x <= 24; x += 0.37) {
+      const auto bytes = static_cast<uint64_t>(std::llround(std::exp2(x)));
+      const double bx = std::log2(static_cast<double>(bytes));
+      const double ring = reference_fit(m.sizes, m.times[0].second, bx, h);
+      const double rab = reference_fit(m.sizes, m.times[1].second, bx, h);
+      const Choice c = d.choose(Collective::all_reduce, bytes);
+      // between two points 1/8 octave apart the curve is read linearly in log(time)
+      EXPECT_NEAR(c.predicted_s / std::min(ring, rab), 1, 2e-3) << "h=" << h << " bytes=" << bytes;
+      if (std::abs(ring / rab - 1) > 0.01) {
+        EXPECT_EQ(c.algorithm->name, ring < rab ? "ring" : "rabenseifner") << "h=" << h << " bytes=" << bytes;
+      }
+    }
+  }
+}
+
+TEST(TuningFile, SmoothedReadingIsExactForPowerLaws) {
+  // time = a x size^b, per row: the local-linear fit in log-log reproduces it at every size
+  const auto file = two_row_table([](int row, double s) { return row ? 2e-9 * std::pow(s, 0.8) : 3e-8 * std::pow(s, 0.5); });
+  const Dispatcher d(Context{4, 4, Transport::shm}, tune::default_cost_params(Transport::shm), file);
+  for (uint64_t bytes : {uint64_t{1024}, uint64_t{3000}, uint64_t{65536}, uint64_t{1234567}, uint64_t{16} << 20}) {
+    const double b = static_cast<double>(bytes);
+    const double expect = std::min(3e-8 * std::pow(b, 0.5), 2e-9 * std::pow(b, 0.8));
+    EXPECT_NEAR(d.choose(Collective::all_reduce, bytes).predicted_s / expect, 1, 1e-9) << bytes;
+  }
+}
+
+TEST(TuningFile, OneNoisyPointDoesNotFlipTheSmoothedPick) {
+  // rabenseifner 5% slower than the ring everywhere but at 256 KiB, where one measurement came
+  // out 10% faster: the neighbours' reading takes it there, the smoothed one does not (at 2
+  // octaves the point carries a fifth of the weight at its own size: it pulls the curve down
+  // by about 3%, not 15%).
+  const uint64_t noisy_size = 256 << 10;
+  const auto file = two_row_table([&](int row, double s) {
+    const double ring = 4e-6 + s * 1e-10;
+    if (!row) return ring;
+    return ring * (s == static_cast<double>(noisy_size) ? 0.9 : 1.05);
+  });
+  const Dispatcher raw(Context{4, 4, Transport::shm}, tune::default_cost_params(Transport::shm), file, true, kLogLinear);
+  const Dispatcher smoothed(Context{4, 4, Transport::shm}, tune::default_cost_params(Transport::shm), file);
+  EXPECT_EQ(pick(raw, Collective::all_reduce, noisy_size), "rabenseifner");
+  EXPECT_EQ(pick(raw, Collective::all_reduce, noisy_size + noisy_size / 4), "rabenseifner");
+  for (uint64_t bytes = 1024; bytes <= (16u << 20); bytes = bytes * 3 / 2)
+    EXPECT_EQ(pick(smoothed, Collective::all_reduce, bytes), "ring") << bytes;
+}
+
+TEST(TuningFile, SimulatedTablesAreNotSmoothed) {
+  // The simulator has no noise: its times are read as they are, between neighbours.
+  const auto file = two_row_table([](int row, double s) { return (row + 1) * (1e-6 + s * s * 1e-18); }, true);
+  const Dispatcher d(Context{64, 4, Transport::shm}, tune::default_cost_params(Transport::shm), file);
+  ASSERT_TRUE(d.table_for(Collective::all_reduce)->simulated);
+  for (uint64_t s : d.table_for(Collective::all_reduce)->sizes)
+    EXPECT_DOUBLE_EQ(d.choose(Collective::all_reduce, s).predicted_s, 1e-6 + static_cast<double>(s) * s * 1e-18) << s;
+}
+
+TEST(TuningFile, SmoothingSetting) {
+  TempFile f(kGoodFile);
+  ScopedEnv file("SHOAL_TUNE_FILE", f.path);
+  const Context ctx{4, 4, Transport::shm};
+  const auto table = std::make_shared<const tune::TuningFile>(tune::load_tuning_file(f.path));
+  const Dispatcher raw(ctx, tune::default_cost_params(Transport::shm), table, true, kLogLinear);
+  const Dispatcher wide(ctx, tune::default_cost_params(Transport::shm), table, true,
+                        tune::Reading{tune::Interpolation::smoothed, 3});
+  {
+    ScopedEnv reading("SHOAL_TUNE_SMOOTHING", std::nullopt);  // default: 2 octaves
+    EXPECT_EQ(tune::Reading::from_environment().interpolation, tune::Interpolation::smoothed);
+    EXPECT_EQ(tune::Reading::from_environment().octaves, 2);
+  }
+  for (uint64_t bytes : {uint64_t{2000}, uint64_t{16384}, uint64_t{1} << 22}) {
+    ScopedEnv zero("SHOAL_TUNE_SMOOTHING", "0");
+    EXPECT_EQ(Dispatcher::from_environment(ctx).choose(Collective::all_reduce, bytes).predicted_s,
+              raw.choose(Collective::all_reduce, bytes).predicted_s) << bytes;
+    ScopedEnv three("SHOAL_TUNE_SMOOTHING", "3");
+    EXPECT_EQ(Dispatcher::from_environment(ctx).choose(Collective::all_reduce, bytes).predicted_s,
+              wide.choose(Collective::all_reduce, bytes).predicted_s) << bytes;
+  }
+  for (const char* bad : {"-1", "two", "2x", "65", "nan", "inf"}) {
+    ScopedEnv reading("SHOAL_TUNE_SMOOTHING", bad);
+    try {
+      Dispatcher::from_environment(ctx);
+      ADD_FAILURE() << "accepted SHOAL_TUNE_SMOOTHING='" << bad << "'";
+    } catch (const InvalidArgumentError& e) {
+      EXPECT_NE(std::string(e.what()).find("SHOAL_TUNE_SMOOTHING"), std::string::npos) << e.what();
+    }
+  }
 }
 
 // Outside the measured sizes the ranking at the nearest measured size decides, not the cost
@@ -452,7 +602,7 @@ TEST(TuningFile, HierarchicalTimesDecideWhereTheyCoverTheCall) {
   const tune::TuningFile again = tune::parse_tuning_file(tune::to_json(*file), "mem2");
   EXPECT_EQ(again.tables[0].hierarchical, file->tables[0].hierarchical);
 
-  const Dispatcher d(Context{8, 2, Transport::tcp}, tune::default_cost_params(Transport::tcp), file);
+  const Dispatcher d(Context{8, 2, Transport::tcp}, tune::default_cost_params(Transport::tcp), file, true, kLogLinear);
   EXPECT_EQ(d.hierarchical_is_faster(Collective::all_gather, 1024), false);       // bruck 20 < 60
   EXPECT_EQ(d.hierarchical_is_faster(Collective::all_gather, 1048576), true);     // 300 < 500
   EXPECT_EQ(d.hierarchical_is_faster(Collective::all_gather, 4194304), true);     // interpolated
