@@ -59,7 +59,21 @@ CommImpl::CommImpl(std::shared_ptr<Store> st, int r, int n, const Options& optio
     flat_max_bytes_ = engine->shm()->flat_bytes();
     flat_direct_bytes_ = engine->shm()->flat_direct_bytes();
   }
-  if (calibrate) calibrate_cost_model();
+  // Calibration runs collectives after the vote, so it must not change the vote's outcome: a
+  // failure there (a peer died or was cut off meanwhile) breaks this communicator, as any later
+  // call's would, and its next call raises it. Thrown from here instead, it would leave this
+  // rank without the communicator that ranks whose calibration had finished hold: recovering
+  // (shrink) from different communicators, they would split the job.
+  if (calibrate) {
+    try {
+      calibrate_cost_model();
+    } catch (const Error& e) {
+      SHOAL_WARN("calibration at creation failed; the communicator's next call raises it: " << e.what());
+      // The failed call's error can reach this thread before the engine has marked itself
+      // broken; this makes sure it is (nothing happens if it already was).
+      engine->break_from_caller(e.code(), std::string("calibration at creation failed: ") + e.what(), e.peer());
+    }
+  }
   SHOAL_INFO("communicator ready: rank " << r << " of " << n << ", " << topology.num_hosts
                                          << " host(s), listening on " << listen_address);
 }

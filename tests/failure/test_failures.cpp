@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iomanip>
+#include <optional>
 #include <set>
 #include <sstream>
 #include <thread>
@@ -286,6 +287,49 @@ TEST(Failures, SurvivorsShrinkAndContinue) {
   for (int r : {0, 1, 3}) {
     SCOPED_TRACE("rank " + std::to_string(r) + ": " + results[r].report);
     EXPECT_EQ(results[r].exit_code, 0);
+  }
+}
+
+// Creation succeeds on every rank or on none (comm/agreement.hpp), also when calibration at
+// creation — collectives run after the vote — fails on some: here a rank dies as soon as its
+// create() returned (it skips calibration), while the others are inside their calibration
+// calls. They must get the communicator too, whose first call raises PeerFailure naming the
+// dead rank and whose shrink continues. An error from create() on them, while the dead rank
+// had a communicator, is how the chaos soak split a job in two: ranks recovering from
+// different communicators (the grown one, and the one before the grow) never meet again.
+TEST(Failures, CalibrationFailingAfterTheVoteStillCreatesTheCommunicatorEverywhere) {
+  ProcessJob job(3);
+  const int victim = 2;
+  auto results = job.run([&](int rank, const ProcessJob& j) {
+    setenv("SHOAL_DISPATCH", "on", 1);
+    setenv("SHOAL_TUNE_CALIBRATE", rank == victim ? "off" : "on", 1);
+    Options o;
+    o.timeout = 30s;
+    std::optional<Communicator> comm;
+    try {
+      comm.emplace(Communicator::create(j.store(), rank, 3, o));
+    } catch (const Error& e) {
+      j.report(rank, std::string("create failed: ") + e.what());
+      return 3;
+    }
+    if (rank == victim) report_and_die(j, rank, comm->impl().comm_id);
+    const int code = expect_error<PeerFailureError>(rank, j, [&] {
+      float x = 1;
+      comm->all_reduce(&x, 1, DataType::float32, ReduceOp::sum);
+    });
+    if (code != kGotExpectedError) return code;
+    Communicator survivors = comm->shrink();
+    float x = static_cast<float>(rank + 1);
+    survivors.all_reduce(&x, 1, DataType::float32, ReduceOp::sum);  // 1 + 2
+    return survivors.size() == 2 && x == 3.0f ? 0 : 4;
+  }, 60s);
+  ASSERT_EQ(results[victim].exit_code, 128 + SIGKILL) << results[victim].report;
+  for (int r = 0; r < 3; ++r) {
+    if (r == victim) continue;
+    SCOPED_TRACE("rank " + std::to_string(r) + ": " + results[r].report);
+    EXPECT_EQ(results[r].exit_code, 0);
+    EXPECT_NE(results[r].report.find("rank " + std::to_string(victim)), std::string::npos)
+        << "the first call's error must name the dead rank";
   }
 }
 
