@@ -251,7 +251,7 @@ int report(const std::string& path, const std::string& picks_path) {
   std::vector<tune::Reading> readings = {tune::Reading::from_environment()};
   for (const tune::Reading r : {tune::Reading{}, tune::Reading{tune::Interpolation::log_linear, 0},
                                 tune::Reading{tune::Interpolation::nearest, 0}})
-    if (r.describe() != readings[0].describe()) readings.push_back(r);
+    if (r != readings[0]) readings.push_back(r);
   std::map<std::string, Tally> tally;  // model -> picks within 10% of the best
   std::string totals;                  // per table: the sweep's total time, held-out picks vs each row
   std::string excess;                  // per table: the mean excess over the best, picks vs each row

@@ -35,8 +35,9 @@ struct Reading {
   /// SHOAL_TUNE_SMOOTHING: the width in octaves (default 2); 0 reads log-linearly between the
   /// neighbours. InvalidArgumentError when it is not a number from 0 to 64.
   static Reading from_environment();
-  /// "smoothed, 2 octaves", "log-linear between neighbours", "nearest measured size".
+  /// "smoothed over 2 octaves", "log-linear between neighbours", "nearest measured size".
   std::string describe() const;
+  bool operator==(const Reading&) const = default;
 };
 
 class Curves {
