@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "core/check.hpp"
+#include "core/config.hpp"
 
 namespace shoal::comm {
 
@@ -65,6 +66,24 @@ void vote_for_creation(Store& store, const std::string& prefix, int rank, int si
   }
   SHOAL_THROW(PeerFailure, "rank " << rank << ": creating a communicator of " << size
                                    << " ranks failed on another rank (" << why << "), so it fails on every rank");
+}
+
+std::optional<Disagreement> first_disagreement(const std::vector<uint64_t>& gathered, size_t per_rank) {
+  const auto agreed = config::agreed_settings();
+  SHOAL_CHECK(per_rank == agreed.size() && per_rank > 0 && gathered.size() % per_rank == 0, Internal,
+              "settings fingerprints: " << gathered.size() << " values for " << agreed.size() << " settings");
+  for (size_t r = 1; r < gathered.size() / per_rank; ++r)
+    for (size_t i = 0; i < per_rank; ++i) {
+      if (gathered[r * per_rank + i] == gathered[i]) continue;
+      const config::Setting& s = *agreed[i];
+      const char* what = s.agreed == config::Agreement::file_contents
+                             ? " (the contents of the file it names, or whether it can be read)"
+                             : "";
+      return Disagreement{static_cast<int>(r), "rank " + std::to_string(r) + "'s " + s.name + " differs from rank 0's" +
+                                                   what + ": it decides which algorithm or path a call takes and "
+                                                   "must be the same on every rank of a communicator"};
+    }
+  return std::nullopt;
 }
 
 }  // namespace shoal::comm

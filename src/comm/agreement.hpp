@@ -8,9 +8,19 @@
 // the count complete decides for everyone and publishes the outcome. A yes-voter that gives up
 // waiting turns its yes into a no (adding 2^32 - 1, which keeps the count) unless the count was
 // already complete, in which case it follows the decision that was made.
+//
+// Once created, the ranks compare the settings that must be equal on all of them
+// (config::Agreement: those that decide which algorithm or path a call takes, and the tuning
+// file's contents): every rank gathers every rank's fingerprints and finds the same first
+// difference, if any, so all of them break the communicator alike and its first call raises
+// MismatchError naming the rank and the setting, instead of a mismatch at some later call of
+// a size where the picks part, or a hang.
 #pragma once
 
+#include <cstdint>
+#include <optional>
 #include <string>
+#include <vector>
 
 #include "comm/engine.hpp"
 #include "shoal/store.hpp"
@@ -26,5 +36,13 @@ void vote_for_creation(Store& store, const std::string& prefix, int rank, int si
 /// others time out, which is the same outcome.
 void vote_against_creation(Store& store, const std::string& prefix, int rank, int size,
                            const std::string& why) noexcept;
+
+struct Disagreement {
+  int rank = -1;      // the lowest rank whose settings differ from rank 0's
+  std::string message;
+};
+/// `gathered` holds config::agreed_fingerprints() of every rank, rank by rank (`per_rank` each,
+/// in config::agreed_settings() order). The first difference from rank 0's, or nullopt.
+std::optional<Disagreement> first_disagreement(const std::vector<uint64_t>& gathered, size_t per_rank);
 
 }  // namespace shoal::comm

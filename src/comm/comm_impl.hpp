@@ -7,6 +7,7 @@
 #include <string>
 
 #include "algorithms/schedule.hpp"
+#include "comm/agreement.hpp"
 #include "comm/engine.hpp"
 #include "comm/hierarchical.hpp"
 #include "comm/topology.hpp"
@@ -100,6 +101,9 @@ class CommImpl {
   /// Rendezvous, topology, connections and shared memory of a new communicator, before the
   /// ranks vote on it (comm/agreement.hpp).
   Transport set_up(const std::string& prefix, comm::Clock::time_point deadline);
+  /// Compares the settings every rank must hold equal (config::Agreement) with one forced ring
+  /// all_gather (collective); the first difference, or nullopt.
+  std::optional<comm::Disagreement> compare_agreed_settings();
   /// Whether to calibrate (SHOAL_TUNE_CALIBRATE, checked before the creation vote).
   bool calibration_wanted() const;
   /// Sets calibrated_params: a few forced ring calls timed on every rank (collective).

@@ -59,23 +59,38 @@ CommImpl::CommImpl(std::shared_ptr<Store> st, int r, int n, const Options& optio
     flat_max_bytes_ = engine->shm()->flat_bytes();
     flat_direct_bytes_ = engine->shm()->flat_direct_bytes();
   }
-  // Calibration runs collectives after the vote, so it must not change the vote's outcome: a
-  // failure there (a peer died or was cut off meanwhile) breaks this communicator, as any later
+  // The settings every rank must hold equal are compared first, then the cost model is
+  // calibrated: collectives after the vote, which must not change its outcome. A difference,
+  // or a failure (a peer died or was cut off meanwhile), breaks this communicator, as any later
   // call's would, and its next call raises it. Thrown from here instead, it would leave this
-  // rank without the communicator that ranks whose calibration had finished hold: recovering
-  // (shrink) from different communicators, they would split the job.
-  if (calibrate) {
+  // rank without the communicator that ranks whose step had finished hold: recovering (shrink)
+  // from different communicators, they would split the job.
+  if (n > 1) {
     try {
-      calibrate_cost_model();
+      if (const auto differ = compare_agreed_settings()) {
+        engine->break_from_caller(ErrorCode::Mismatch, differ->message, differ->rank);
+      } else if (calibrate) {
+        calibrate_cost_model();
+      }
     } catch (const Error& e) {
-      SHOAL_WARN("calibration at creation failed; the communicator's next call raises it: " << e.what());
+      SHOAL_WARN("a collective at creation failed; the communicator's next call raises it: " << e.what());
       // The failed call's error can reach this thread before the engine has marked itself
       // broken; this makes sure it is (nothing happens if it already was).
-      engine->break_from_caller(e.code(), std::string("calibration at creation failed: ") + e.what(), e.peer());
+      engine->break_from_caller(e.code(), std::string("a collective at creation failed: ") + e.what(), e.peer());
     }
   }
   SHOAL_INFO("communicator ready: rank " << r << " of " << n << ", " << topology.num_hosts
                                          << " host(s), listening on " << listen_address);
+}
+
+std::optional<comm::Disagreement> CommImpl::compare_agreed_settings() {
+  const std::vector<uint64_t> mine = config::agreed_fingerprints();
+  std::vector<uint64_t> all(mine.size() * static_cast<size_t>(size));
+  // Forced: no dispatcher (whose settings these are), no flat path, no hierarchy.
+  submit(Collective::all_gather, mine.data(), all.data(), mine.size(), DataType::int64, ReduceOp::sum, -1, -1, 0,
+         /*blocking=*/true, algorithms::find_algorithm(Collective::all_gather, "ring"))
+      .wait();
+  return comm::first_disagreement(all, mine.size());
 }
 
 CommImpl::Transport CommImpl::set_up(const std::string& prefix, comm::Clock::time_point deadline) {

@@ -3,6 +3,9 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
+#include <sstream>
+#include <string_view>
 
 #include "core/check.hpp"
 
@@ -45,61 +48,61 @@ const std::vector<Setting>& settings() {
        "(process_vm_readv, one copy; an all_reduce's reduced slices are written into the peers' "
        "outputs with process_vm_writev), at any size; with more ranks than cores only above "
        "SHOAL_FLAT_MAX_BYTES. 0: never (then only up to SHOAL_FLAT_MAX_BYTES, through the slots). "
-       "Equal on all ranks"},
+       "Equal on all ranks", Agreement::value},
       {"SHOAL_FLAT_MAX_BYTES", "bytes", "256K",
        "all_reduce, all_gather, reduce_scatter, broadcast and reduce publishing up to this many bytes "
        "per rank, among ranks that all share one host's memory, run through shared slots, on the "
-       "calling thread when they block (0: never). Equal on all ranks"},
+       "calling thread when they block (0: never). Equal on all ranks", Agreement::value},
       {"SHOAL_ALGO", "string", "",
        "forces algorithms: collective:name or collective:min-max:name, ';'-separated, first match "
        "wins (all_reduce:rabenseifner;all_gather:0-64K:bruck); shoal-info --algorithms lists them. "
-       "Equal on all ranks"},
+       "Equal on all ranks", Agreement::value},
       {"SHOAL_DISPATCH", "enum", "on",
        "on: pick each call's algorithm from the tuning file (SHOAL_TUNE_FILE) or the cost model; "
-       "off: the first row of each collective. SHOAL_ALGO wins over both. Equal on all ranks"},
+       "off: the first row of each collective. SHOAL_ALGO wins over both. Equal on all ranks", Agreement::value},
       {"SHOAL_TUNE_FILE", "string", "",
        "tuning file written by shoal-tune: measured times per collective, world, ranks per host, "
        "transport and size, from which the dispatcher picks (and, from shoal-sim tune, predicted "
-       "times for worlds larger than any measured). Same file on all ranks"},
+       "times for worlds larger than any measured). Same contents on all ranks", Agreement::file_contents},
       {"SHOAL_TUNE_SIM", "enum", "on",
        "on: for a world larger than every measured one, the dispatcher reads the tuning file's "
-       "simulated tables (shoal-sim tune); off: it ignores them (cost model there). Equal on all ranks"},
+       "simulated tables (shoal-sim tune); off: it ignores them (cost model there). Equal on all ranks", Agreement::value},
       {"SHOAL_TUNE_SMOOTHING", "string", "2",
        "octaves: how the dispatcher reads a tuning file's measured times between and at its sizes: a "
        "local-linear fit of log time over log size through every size, Gaussian weights of this "
-       "width; 0: time linear in log(size) between the two measured neighbours. Equal on all ranks"},
+       "width; 0: time linear in log(size) between the two measured neighbours. Equal on all ranks", Agreement::value},
       {"SHOAL_TUNE_CALIBRATE", "enum", "on",
        "on: a new communicator times a few ring all_gathers and a reduction (milliseconds; across "
        "hosts of several ranks also a Swing all_gather of about 16 MiB) and the cost model uses the "
-       "measured constants, the slowest rank's, instead of the defaults; off: the defaults. Equal on "
-       "all ranks"},
+       "measured constants, the slowest rank's, instead of the defaults; off: the defaults. Ranks "
+       "that differ fail the new communicator's first call (its calibration meets another call)"},
       {"SHOAL_TUNE_ALPHA", "string", "",
        "cost model: seconds per message (replaces the calibrated or default value: shm 5e-6, tcp 3e-5). "
-       "Equal on all ranks"},
+       "Equal on all ranks", Agreement::value},
       {"SHOAL_TUNE_BETA", "string", "",
        "cost model: seconds per byte moved (replaces the calibrated or default value: shm 2e-10, tcp "
-       "8e-10). Equal on all ranks"},
+       "8e-10). Equal on all ranks", Agreement::value},
       {"SHOAL_TUNE_GAMMA", "string", "",
        "cost model: seconds per byte reduced (replaces the calibrated or default value, 2e-10). Equal "
-       "on all ranks"},
+       "on all ranks", Agreement::value},
       {"SHOAL_TUNE_BUSY_GAMMA", "string", "",
        "cost model across hosts: seconds per byte of memory work (reducing, moving within the host) "
        "while every rank of the machine works at once (replaces the calibrated or default value, "
-       "2e-10). Equal on all ranks"},
+       "2e-10). Equal on all ranks", Agreement::value},
       {"SHOAL_HIERARCHICAL", "enum", "auto",
        "all_reduce, all_gather, reduce_scatter across hosts in an intra-host and an inter-host phase "
        "on sub-communicators (rank-aligned groups at once). auto: when every host has the same number "
        ">1 of ranks, >1 host, SHOAL_ALGO is unset and the tuning file's \"hierarchical\" times say it is "
        "faster (at the nearest measured size; without such times: the cost model, within "
        "SHOAL_HIERARCHICAL_MIN_BYTES and SHOAL_HIERARCHICAL_MAX_BYTES); "
-       "on: whenever that layout holds; off: never. Equal on all ranks"},
+       "on: whenever that layout holds; off: never. Equal on all ranks", Agreement::value},
       {"SHOAL_HIERARCHICAL_MIN_BYTES", "bytes", "0",
        "smallest message SHOAL_HIERARCHICAL=auto may run hierarchically where no tuning file times the "
        "hierarchy (the cost model decides within the bounds): the all_reduce vector, the all_gather "
-       "output, the reduce_scatter input. Equal on all ranks"},
+       "output, the reduce_scatter input. Equal on all ranks", Agreement::value},
       {"SHOAL_HIERARCHICAL_MAX_BYTES", "bytes", "0",
        "the message (as SHOAL_HIERARCHICAL_MIN_BYTES counts it) from which SHOAL_HIERARCHICAL=auto stays "
-       "flat where no tuning file times the hierarchy; 0: no bound. Equal on all ranks"},
+       "flat where no tuning file times the hierarchy; 0: no bound. Equal on all ranks", Agreement::value},
       {"SHOAL_CHUNK_BYTES", "bytes", "512K",
        "pipeline chunk of ring algorithms: reduction of one chunk overlaps the transfer of the next"},
       {"SHOAL_SOCKET_BUFFER", "bytes", "4M", "SO_SNDBUF/SO_RCVBUF of data connections (0: kernel default)"},
@@ -135,6 +138,33 @@ static const Setting* find(const char* name) {
   for (const auto& s : settings())
     if (std::strcmp(s.name, name) == 0) return &s;
   return nullptr;
+}
+
+std::vector<const Setting*> agreed_settings() {
+  std::vector<const Setting*> out;
+  for (const auto& s : settings())
+    if (s.agreed != Agreement::none) out.push_back(&s);
+  return out;
+}
+
+std::vector<uint64_t> agreed_fingerprints() {
+  auto fnv1a = [](std::string_view bytes) {
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (unsigned char c : bytes) h = (h ^ c) * 0x100000001b3ull;
+    return h;
+  };
+  std::vector<uint64_t> out;
+  for (const Setting* s : agreed_settings()) {
+    std::string what = get(s->name);
+    if (s->agreed == Agreement::file_contents && !what.empty()) {
+      std::ifstream in(what, std::ios::binary);
+      std::ostringstream bytes;
+      bytes << in.rdbuf();
+      what = in ? "contents:" + bytes.str() : "unreadable";
+    }
+    out.push_back(fnv1a(what));
+  }
+  return out;
 }
 
 std::string get(const char* name) {

@@ -10,15 +10,32 @@
 
 namespace shoal::config {
 
+/// Whether every rank of a communicator must hold a setting equal: a new communicator compares
+/// them (comm/agreement.hpp) and fails its first call, naming the rank and the setting, where
+/// they differ (they decide which algorithm or path a call takes; ranks that differ would
+/// otherwise mismatch at some later call, or hang).
+enum class Agreement : uint8_t {
+  none,
+  value,          // the setting's value
+  file_contents,  // the contents of the file it names (the paths may differ)
+};
+
 struct Setting {
   const char* name;
   const char* type;  // "int", "bytes", "seconds", "string", "enum"
   const char* default_value;
   const char* doc;
+  Agreement agreed = Agreement::none;
 };
 
 /// The table of all settings, in the order shoal-info prints them.
 const std::vector<Setting>& settings();
+
+/// The settings whose Agreement is not none, in table order.
+std::vector<const Setting*> agreed_settings();
+/// Per agreed setting, in that order, a 64-bit hash of what must be equal on this process: the
+/// value as get() returns it, or the named file's bytes (an unreadable file hashes as such).
+std::vector<uint64_t> agreed_fingerprints();
 
 /// Raw value: the environment's if set and non-empty, else the table's default.
 /// Throws InternalError for a name missing from the table (a bug in shoal).

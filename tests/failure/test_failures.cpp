@@ -333,6 +333,43 @@ TEST(Failures, CalibrationFailingAfterTheVoteStillCreatesTheCommunicatorEverywhe
   }
 }
 
+// Settings every rank must hold equal are compared when a communicator is made: a rank whose
+// tuning file differs fails the first call on every rank with MismatchError naming it and the
+// setting — the first call, even one the dispatcher does not decide (8 bytes: the flat path),
+// not the first whose pick happens to differ. The same contents at another path agree.
+TEST(Failures, ADifferentTuningFileOnOneRankFailsTheFirstCallNamingIt) {
+  const std::string file = R"({"format": "shoal-tune 1", "tables": [
+      {"collective": "all_reduce", "world": 3, "ranks_per_host": 3, "transport": "shm",
+       "sizes": [1024, 1048576], "times_us": {"ring": [50, 500], "swing": [60, 400]}}]})";
+  for (const bool same_contents : {true, false}) {
+    SCOPED_TRACE(same_contents ? "same contents, another path" : "other contents");
+    ProcessJob job(3);
+    const int odd = 1;
+    auto results = job.run([&](int rank, const ProcessJob& j) {
+      const std::string path = j.dir() + "/tune." + std::to_string(rank) + ".json";
+      std::ofstream(path) << (rank == odd && !same_contents ? file + "\n" : file);
+      setenv("SHOAL_TUNE_FILE", path.c_str(), 1);
+      Options o;
+      o.timeout = 30s;
+      Communicator comm = Communicator::create(j.store(), rank, 3, o);
+      return expect_error<MismatchError>(rank, j, [&] {
+        float x = 1;
+        comm.all_reduce(&x, 1, DataType::float32, ReduceOp::sum);
+        if (x != 3.0f) throw std::runtime_error("wrong sum " + std::to_string(x));
+      });
+    }, 60s);
+    for (int r = 0; r < 3; ++r) {
+      SCOPED_TRACE("rank " + std::to_string(r) + ": " + results[r].report);
+      if (same_contents) {
+        EXPECT_EQ(results[r].exit_code, kNoError);
+        continue;
+      }
+      EXPECT_EQ(results[r].exit_code, kGotExpectedError);
+      EXPECT_NE(results[r].report.find("rank 1's SHOAL_TUNE_FILE differs from rank 0's (the contents"), std::string::npos);
+    }
+  }
+}
+
 // A rank dies, the survivors shrink, and a replacement joins the shrunk communicator's grow()
 // knowing only the job's store (grow and join meet there, not under the shrink's scope).
 TEST(Failures, AReplacementJoinsAfterAShrinkThroughTheJobsStore) {

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "comm/agreement.hpp"
+#include "core/config.hpp"
 #include "shoal/error.hpp"
 #include "shoal/store.hpp"
 
@@ -103,6 +104,26 @@ TEST_F(Agreement, ADecisionMadeBeforeARankGaveUpStands) {
   });
   slow_last_voter.join();
   EXPECT_EQ(out[0].what, "");
+}
+
+// The settings every rank must hold equal: the first rank (and setting) that differs from
+// rank 0's is named, the same on every rank (all compare the same gathered values).
+TEST(SettingsAgreement, TheFirstDifferenceFromRankZeroIsNamed) {
+  const auto agreed = config::agreed_settings();
+  const size_t k = agreed.size();
+  ASSERT_GT(k, 2u);
+  std::vector<uint64_t> all;
+  for (int r = 0; r < 4; ++r)
+    for (size_t i = 0; i < k; ++i) all.push_back(1000 + i);
+  EXPECT_FALSE(first_disagreement(all, k).has_value());
+  all[3 * k + 1] = 7;  // rank 3, the second setting
+  all[2 * k + 2] = 7;  // rank 2, the third: the lower rank is named
+  const auto d = first_disagreement(all, k);
+  ASSERT_TRUE(d.has_value());
+  EXPECT_EQ(d->rank, 2);
+  EXPECT_NE(d->message.find("rank 2's"), std::string::npos) << d->message;
+  EXPECT_NE(d->message.find(agreed[2]->name), std::string::npos) << d->message;
+  EXPECT_THROW(first_disagreement(all, k + 1), InternalError);  // not one fingerprint per setting
 }
 
 TEST_F(Agreement, OneRankNeedsNoVote) {

@@ -170,6 +170,60 @@ TEST(Config, IntegersParseAndBadOnesThrowNamingTheVariable) {
 
 // A name missing from the table is a bug in the caller. config.hpp documents
 // InvalidArgumentError, config.cpp raises InternalError: accept any shoal::Error that names it.
+// The settings the docs call equal on all ranks are the ones a new communicator compares.
+TEST(Config, SettingsThatMustBeEqualOnAllRanksAreAgreed) {
+  for (const auto& s : config::settings()) {
+    const std::string doc = s.doc;
+    const bool says = doc.find("on all ranks") != std::string::npos;  // "Equal on all ranks", "Same contents on ..."
+    const bool secret = std::string(s.name).find("AUTH") != std::string::npos;  // proven by the handshake instead
+    EXPECT_EQ(s.agreed != config::Agreement::none, says && !secret) << s.name;
+  }
+  EXPECT_EQ(config::agreed_fingerprints().size(), config::agreed_settings().size());
+}
+
+TEST(Config, AgreedFingerprintsFollowValuesAndFileContents) {
+  ScopedEnv smoothing("SHOAL_TUNE_SMOOTHING", std::nullopt), file("SHOAL_TUNE_FILE", std::nullopt);
+  const auto agreed = config::agreed_settings();
+  auto index = [&](const char* name) {
+    for (size_t i = 0; i < agreed.size(); ++i)
+      if (std::string(agreed[i]->name) == name) return i;
+    ADD_FAILURE() << name << " is not agreed";
+    return size_t{0};
+  };
+  const size_t smooth = index("SHOAL_TUNE_SMOOTHING"), tune = index("SHOAL_TUNE_FILE");
+  const auto base = config::agreed_fingerprints();
+  {
+    ScopedEnv one("SHOAL_TUNE_SMOOTHING", "1");
+    const auto changed = config::agreed_fingerprints();
+    EXPECT_NE(changed[smooth], base[smooth]);
+    for (size_t i = 0; i < base.size(); ++i) {
+      if (i == smooth) continue;
+      EXPECT_EQ(changed[i], base[i]) << agreed[i]->name;
+    }
+  }
+  // The file's contents count, not its path; an unreadable file differs from a readable one.
+  const std::string a = ::testing::TempDir() + "shoal_agreed_a.json", b = ::testing::TempDir() + "shoal_agreed_b.json";
+  auto write = [](const std::string& path, const char* text) {
+    FILE* f = std::fopen(path.c_str(), "w");
+    ASSERT_NE(f, nullptr);
+    std::fputs(text, f);
+    std::fclose(f);
+  };
+  write(a, "{\"tables\": []}");
+  write(b, "{\"tables\": []}");
+  auto tune_hash = [&](const std::string& path) {
+    ScopedEnv env("SHOAL_TUNE_FILE", path);
+    return config::agreed_fingerprints()[tune];
+  };
+  EXPECT_EQ(tune_hash(a), tune_hash(b));
+  write(b, "{\"tables\": [ ]}");
+  EXPECT_NE(tune_hash(a), tune_hash(b));
+  EXPECT_NE(tune_hash(a), tune_hash(a + ".missing"));
+  EXPECT_NE(tune_hash(a), base[tune]);  // no file at all
+  std::remove(a.c_str());
+  std::remove(b.c_str());
+}
+
 TEST(Config, UndeclaredNameThrows) {
   try {
     config::get("SHOAL_NO_SUCH_SETTING");
