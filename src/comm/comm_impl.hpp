@@ -101,7 +101,7 @@ class CommImpl {
   /// Rendezvous, topology, connections and shared memory of a new communicator, before the
   /// ranks vote on it (comm/agreement.hpp).
   Transport set_up(const std::string& prefix, comm::Clock::time_point deadline);
-  /// Compares the settings every rank must hold equal (config::Agreement) with one forced ring
+  /// Compares the settings every rank must hold equal (config::Agreement) with one forced Bruck
   /// all_gather (collective); the first difference, or nullopt.
   std::optional<comm::Disagreement> compare_agreed_settings();
   /// Whether to calibrate (SHOAL_TUNE_CALIBRATE, checked before the creation vote).

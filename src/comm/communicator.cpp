@@ -86,9 +86,10 @@ CommImpl::CommImpl(std::shared_ptr<Store> st, int r, int n, const Options& optio
 std::optional<comm::Disagreement> CommImpl::compare_agreed_settings() {
   const std::vector<uint64_t> mine = config::agreed_fingerprints();
   std::vector<uint64_t> all(mine.size() * static_cast<size_t>(size));
-  // Forced: no dispatcher (whose settings these are), no flat path, no hierarchy.
+  // Forced: no dispatcher (whose settings these are), no flat path, no hierarchy; Bruck, so
+  // that creation pays ceil(log2 p) latencies for it, not the ring's p - 1.
   submit(Collective::all_gather, mine.data(), all.data(), mine.size(), DataType::int64, ReduceOp::sum, -1, -1, 0,
-         /*blocking=*/true, algorithms::find_algorithm(Collective::all_gather, "ring"))
+         /*blocking=*/true, algorithms::find_algorithm(Collective::all_gather, "bruck"))
       .wait();
   return comm::first_disagreement(all, mine.size());
 }
