@@ -69,7 +69,7 @@ static void print_dispatch(const tune::Context& ctx, const std::string& size_lis
     }
     return (verdict.take ? "yes (" : "no (") + why + ")";
   };
-  std::printf("%-15s %12s %-19s %-12s %-12s %s\n", "collective", "bytes", "algorithm", "from", "predicted", "hierarchy");
+  std::printf("%-15s %12s %-19s %-19s %-12s %s\n", "collective", "bytes", "algorithm", "from", "predicted", "hierarchy");
   for (auto coll : {algorithms::Collective::all_reduce, algorithms::Collective::all_gather,
                     algorithms::Collective::reduce_scatter}) {
     for (uint64_t bytes : sizes) {
@@ -79,10 +79,16 @@ static void print_dispatch(const tune::Context& ctx, const std::string& size_lis
       const algorithms::AlgorithmInfo* forced = algorithms::override_for(coll, rule_bytes);
       char predicted[32] = "-";
       if (ch.predicted_s > 0) std::snprintf(predicted, sizeof predicted, "%.1f us", ch.predicted_s * 1e6);
-      std::printf("%-15s %12llu %-19s %-12s %-12s %s\n", std::string(algorithms::to_string(coll)).c_str(),
+      // A table of another world (the nearest the file has) is named: its picks transfer worse
+      // than a table of this world (docs/algorithms.md, "Worlds the file does not have").
+      std::string from = forced ? "SHOAL_ALGO" : std::string(tune::to_string(ch.source));
+      const tune::Measurements* table = d.table_for(coll);
+      if (!forced && ch.source == tune::Choice::Source::tuning_file && table &&
+          (table->world != ctx.world || table->ranks_per_host != ctx.ranks_per_host))
+        from += " (" + std::to_string(table->world) + "x" + std::to_string(table->ranks_per_host) + ")";
+      std::printf("%-15s %12llu %-19s %-19s %-12s %s\n", std::string(algorithms::to_string(coll)).c_str(),
                   static_cast<unsigned long long>(bytes),
-                  std::string(forced ? forced->name : ch.algorithm->name).c_str(),
-                  forced ? "SHOAL_ALGO" : std::string(tune::to_string(ch.source)).c_str(), forced ? "-" : predicted,
+                  std::string(forced ? forced->name : ch.algorithm->name).c_str(), from.c_str(), forced ? "-" : predicted,
                   hierarchy(coll, bytes).c_str());
     }
   }

@@ -114,12 +114,13 @@ EOF
 else
   fail "--merge keeps the measured table and adds the simulated ones"
 fi
-if SHOAL_TUNE_FILE=$D/merged.json info 32 >"$D/out" 2>&1 && grep -qE "^all_reduce +65536 +ring +tuning file " "$D/out" &&
+if SHOAL_TUNE_FILE=$D/merged.json info 32 >"$D/out" 2>&1 && grep -qE "^all_reduce +65536 +ring +tuning file +[0-9.]+ us" "$D/out" &&
+  SHOAL_TUNE_FILE=$D/merged.json info 24 >"$D/out" 2>&1 && grep -qE "^all_reduce +65536 +ring +tuning file \(32x4\) " "$D/out" &&
   SHOAL_TUNE_FILE=$D/merged.json info 64 >"$D/out" 2>&1 &&
   grep -qE "^all_reduce +65536 +$(fastest all_reduce 128 65536 | cut -d' ' -f1) +simulation " "$D/out"; then
   pass
 else
-  fail "measured up to 32 ranks, simulated above"
+  fail "measured up to 32 ranks (another world's table named), simulated above"
 fi
 
 # 5. shoal-info's hierarchy column: a measured table's "hierarchical" times decide where they
