@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <limits>
 
 #include "core/check.hpp"
 #include "core/config.hpp"
@@ -21,11 +22,12 @@ constexpr double kPointsPerOctave = 8;
 // the weight on one, the fit is the weighted mean.
 double fit_log_seconds(const std::vector<double>& xs, const std::vector<double>& log_seconds, double x,
                        double octaves) {
-  double nearest = INFINITY;
+  double nearest = std::numeric_limits<double>::infinity();
   for (double xi : xs) nearest = std::min(nearest, std::abs(xi - x));
+  const double u0 = nearest / octaves;
   double sw = 0, sd = 0, sy = 0, sdd = 0, sdy = 0;
   for (size_t i = 0; i < xs.size(); ++i) {
-    const double d = xs[i] - x, u = d / octaves, u0 = nearest / octaves;
+    const double d = xs[i] - x, u = d / octaves;
     const double w = std::exp(-0.5 * (u * u - u0 * u0));
     sw += w;
     sd += w * d;
