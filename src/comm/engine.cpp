@@ -174,7 +174,12 @@ uint64_t Engine::reserve_collective_number() {
 std::exception_ptr Engine::broken_error() const {
   if (!broken()) return nullptr;
   std::lock_guard<std::mutex> lock(submit_mutex_);
-  return broken_;
+  if (broken_) return broken_;
+  // A caller's break the progress thread has not applied yet: the words it will use.
+  return make_error(caller_break_->code,
+                    "rank " + std::to_string(rank_) + ": the communicator is unusable after an earlier failure: " +
+                        caller_break_->message,
+                    caller_break_->culprit);
 }
 
 void Engine::break_from_caller(ErrorCode code, const std::string& message, int culprit) {
@@ -182,6 +187,9 @@ void Engine::break_from_caller(ErrorCode code, const std::string& message, int c
     std::lock_guard<std::mutex> lock(submit_mutex_);
     if (broken_ || caller_break_) return;
     caller_break_ = CallerBreak{code, message, culprit};
+    // From here on the caller's thread sees the break (broken(), broken_error()): a call on it
+    // that does not go through the progress thread (the flat path) must not slip past it.
+    broken_flag_.store(true, std::memory_order_release);
   }
   // The same note break_comm() leaves later through the streams (the first note stays).
   if (auto* own = shm_ ? shm_->own_header() : nullptr) transport::shm::post_abort_note(*own, code, culprit, message);

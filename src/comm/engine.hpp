@@ -57,7 +57,8 @@ class Engine : public transport::ConnectionListener {
   bool idle() const;
   /// Takes the next collective number, as a collective submitted here would.
   uint64_t reserve_collective_number();
-  /// The error the communicator broke with, or null. `broken()` is cheap (one atomic load).
+  /// The error the communicator broke with, or null. `broken()` is cheap (one atomic load);
+  /// both see a break_from_caller at once, before the progress thread has applied it.
   std::exception_ptr broken_error() const;
   bool broken() const { return broken_flag_.load(std::memory_order_acquire); }
   /// Breaks the communicator from another thread: the progress thread tells the peers. The
