@@ -22,6 +22,7 @@
 #include <optional>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <tuple>
 #include <vector>
 
@@ -79,18 +80,15 @@ void run_once(Communicator& comm, Collective c, const float* in, float* out, uin
   }
 }
 
-int sweep(const std::string& out_path, const std::vector<uint64_t>& sizes, int iters, int warmup, int rounds,
-          bool append, const std::string& command) {
-  // The dispatcher decides schedules; the flat shared-slot path would hide them at small sizes.
-  setenv("SHOAL_FLAT_MAX_BYTES", "0", 1);
-  Communicator comm = Communicator::from_environment();
+// Times every algorithm of every tuned collective on `comm` at `sizes`; appends one table per
+// collective (keyed by comm's world, ranks per host and transport) to `file`.
+void measure(Communicator& comm, const std::vector<uint64_t>& sizes, int iters, int warmup, int rounds,
+             tune::TuningFile& file) {
   const int p = comm.size();
   const tune::Context ctx = comm.impl().tune_context();
   uint64_t max_elems = 1;
   for (uint64_t s : sizes) max_elems = std::max(max_elems, s / 4 + 1);
   std::vector<float> in(max_elems, 1.0f), out(max_elems, 0.0f);
-  tune::TuningFile file;
-  const auto start = Clock::now();
   for (Collective c : kTuned) {
     tune::Measurements m;
     m.collective = c;
@@ -146,8 +144,51 @@ int sweep(const std::string& out_path, const std::vector<uint64_t>& sizes, int i
     }
     if (!m.sizes.empty()) file.tables.push_back(std::move(m));
   }
+}
+
+// `worlds` (empty: the job's size): each world w is measured on the job's first w ranks, split
+// off (the others wait), so one launch tunes every world a job will run at.
+int sweep(const std::string& out_path, const std::vector<uint64_t>& sizes, const std::vector<int>& worlds, int iters,
+          int warmup, int rounds, bool append, const std::string& command) {
+  // The dispatcher decides schedules; the flat shared-slot path would hide them at small sizes.
+  setenv("SHOAL_FLAT_MAX_BYTES", "0", 1);
+  Communicator comm = Communicator::from_environment();
+  const int p = comm.size();
+  for (int w : worlds)
+    SHOAL_CHECK(w >= 2 && w <= p, InvalidArgument,
+                "--worlds: " << w << " is not a world from 2 to the job's " << p << " ranks");
+  tune::TuningFile file;
+  const auto start = Clock::now();
+  if (worlds.empty()) measure(comm, sizes, iters, warmup, rounds, file);
+  for (int w : worlds) {
+    if (w == p) {
+      measure(comm, sizes, iters, warmup, rounds, file);
+      continue;
+    }
+    Communicator first = comm.split(comm.rank() < w ? 0 : Communicator::kNoColor, comm.rank());
+    // The others wait for rank 0's word in the store, not in a collective: a world's sweep may
+    // take longer than SHOAL_TIMEOUT bounds a call. They stop waiting if rank 0 goes.
+    const std::string done = "shoal-tune/world-" + std::to_string(w) + "/done";
+    Store& store = *comm.impl().store;
+    if (first.valid()) {
+      measure(first, sizes, iters, warmup, rounds, file);
+      if (comm.rank() == 0) store.set(done, "1");
+    } else {
+      while (!store.check({done})) {
+        SHOAL_CHECK(!comm.impl().engine->peer_closed(0) && !comm.impl().engine->peer_failed(0), PeerFailure,
+                    "rank 0 left while measuring " << w << " ranks");
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      }
+    }
+    comm.barrier();
+  }
   comm.barrier();
   if (comm.rank() != 0) return 0;
+  std::string keys;  // what this run measured, before --append adds the file's other tables
+  for (const auto& t : file.tables)
+    if (t.collective == kTuned[0])
+      keys += (keys.empty() ? "" : "; ") + std::to_string(t.world) + " ranks, " + std::to_string(t.ranks_per_host) +
+              " per host, " + std::string(tune::to_string(t.transport));
   // --append keeps the other (collective, world, ranks per host, transport) tables of the file.
   if (append && access(out_path.c_str(), F_OK) == 0) {
     tune::TuningFile old = tune::load_tuning_file(out_path);
@@ -177,8 +218,7 @@ int sweep(const std::string& out_path, const std::vector<uint64_t>& sizes, int i
   std::ofstream os(out_path);
   os << text << "\n";
   SHOAL_CHECK(os.good(), InvalidArgument, "cannot write the tuning file '" << out_path << "'");
-  std::printf("shoal-tune: wrote %s (%d ranks, %d per host, %s) in %.1f s\n", out_path.c_str(), p,
-              ctx.ranks_per_host, std::string(tune::to_string(ctx.transport)).c_str(),
+  std::printf("shoal-tune: wrote %s (%s) in %.1f s\n", out_path.c_str(), keys.c_str(),
               std::chrono::duration<double>(Clock::now() - start).count());
   return 0;
 }
@@ -393,6 +433,10 @@ int main(int argc, char** argv) {
   app.add_option("-e,--max-bytes", max_size, "largest size")->capture_default_str();
   app.add_option("-f,--factor", factor, "multiplication factor between sizes")->capture_default_str()->check(CLI::Range(2, 1024));
   app.add_option("--sizes", sizes_list, "explicit sizes instead of -b/-e/-f (8,1K,1M,...)");
+  std::vector<int> worlds;
+  app.add_option("--worlds", worlds,
+                 "worlds to tune, each on the job's first ranks (2,3,4,6,...; default: the job's size)")
+      ->delimiter(',');
   app.add_option("-n,--iters", iters, "timed calls per point (fewer above 256K)")->capture_default_str()->check(CLI::Range(1, 100000));
   app.add_option("-w,--warmup", warmup, "untimed calls per point")->capture_default_str()->check(CLI::Range(0, 1000));
   app.add_option("--rounds", rounds, "interleaved rounds per size; the fastest counts")->capture_default_str()->check(CLI::Range(1, 100));
@@ -416,7 +460,7 @@ int main(int argc, char** argv) {
     }
     std::string command;
     for (int i = 0; i < argc; ++i) command += (i ? " " : "") + std::string(argv[i]);
-    return sweep(out, sizes, iters, warmup, rounds, append, command);
+    return sweep(out, sizes, worlds, iters, warmup, rounds, append, command);
   } catch (const Error& e) {
     std::fflush(stdout);
     std::fprintf(stderr, "shoal-tune: %s error: %s\n", std::string(to_string(e.code())).c_str(), e.what());
