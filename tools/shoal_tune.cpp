@@ -148,7 +148,7 @@ void measure(Communicator& comm, const std::vector<uint64_t>& sizes, int iters, 
 
 // `worlds` (empty: the job's size): each world w is measured on the job's first w ranks, split
 // off (the others wait), so one launch tunes every world a job will run at.
-int sweep(const std::string& out_path, const std::vector<uint64_t>& sizes, const std::vector<int>& worlds, int iters,
+int sweep(const std::string& out_path, const std::vector<uint64_t>& sizes, std::vector<int> worlds, int iters,
           int warmup, int rounds, bool append, const std::string& command) {
   // The dispatcher decides schedules; the flat shared-slot path would hide them at small sizes.
   setenv("SHOAL_FLAT_MAX_BYTES", "0", 1);
@@ -157,9 +157,9 @@ int sweep(const std::string& out_path, const std::vector<uint64_t>& sizes, const
   for (int w : worlds)
     SHOAL_CHECK(w >= 2 && w <= p, InvalidArgument,
                 "--worlds: " << w << " is not a world from 2 to the job's " << p << " ranks");
+  if (worlds.empty()) worlds = {p};
   tune::TuningFile file;
   const auto start = Clock::now();
-  if (worlds.empty()) measure(comm, sizes, iters, warmup, rounds, file);
   for (int w : worlds) {
     if (w == p) {
       measure(comm, sizes, iters, warmup, rounds, file);

@@ -32,6 +32,12 @@ std::exception_ptr make_error(ErrorCode code, const std::string& message, int pe
     return std::current_exception();
   }
 }
+
+// What every call fails with once the communicator broke (or a caller asked it to).
+std::exception_ptr unusable_error(int rank, ErrorCode code, const std::string& why, int culprit) {
+  return make_error(code, "rank " + std::to_string(rank) + ": the communicator is unusable after an earlier failure: " + why,
+                    culprit);
+}
 }  // namespace
 
 struct Engine::Op {
@@ -176,10 +182,7 @@ std::exception_ptr Engine::broken_error() const {
   std::lock_guard<std::mutex> lock(submit_mutex_);
   if (broken_) return broken_;
   // A caller's break the progress thread has not applied yet: the words it will use.
-  return make_error(caller_break_->code,
-                    "rank " + std::to_string(rank_) + ": the communicator is unusable after an earlier failure: " +
-                        caller_break_->message,
-                    caller_break_->culprit);
+  return unusable_error(rank_, caller_break_->code, caller_break_->message, caller_break_->culprit);
 }
 
 void Engine::break_from_caller(ErrorCode code, const std::string& message, int culprit) {
@@ -509,8 +512,7 @@ void Engine::break_comm(ErrorCode code, const std::string& message, int peer) {
   std::deque<std::unique_ptr<Op>> queued;
   {
     std::lock_guard<std::mutex> lock(submit_mutex_);
-    broken_ = make_error(code, who + "the communicator is unusable after an earlier failure: " + message + where,
-                         culprit);
+    broken_ = unusable_error(rank_, code, message + where, culprit);
     broken_flag_.store(true, std::memory_order_release);
     queued.swap(submitted_);
   }

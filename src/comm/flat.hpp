@@ -20,9 +20,9 @@
 // once every peer raised it (its buffers are the user's again). This path has no size limit
 // (nothing goes through the slot) and each element is still reduced by one rank only, in the
 // same order for every call.
-// Every rank waits for every peer's slot, even where it needs no data (a reduce's non-roots, a broadcast's root beyond the
-// queue): a
-// peer that issued another call is caught at that call, and the next rule holds.
+// Every rank waits for every peer's slot, even where it needs no data (a reduce's non-roots, a
+// broadcast's root beyond the queue): a peer that issued another call is caught at that call,
+// and the next rule holds.
 // Queued broadcasts (up to 4 KiB) are the exception: the root copies the data into an entry
 // of its queue (16 entries, by call number) and returns; the others copy it out and mark the
 // call done in their flat_queued_done. Nobody else waits, so calls overlap the way eager

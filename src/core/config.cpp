@@ -1,6 +1,7 @@
 #include "core/config.hpp"
 
 #include <cerrno>
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
@@ -181,6 +182,14 @@ int64_t get_int(const char* name) {
   long long x = std::strtoll(v.c_str(), &end, 10);
   SHOAL_CHECK(end && *end == '\0' && !v.empty() && errno != ERANGE, InvalidArgument,
               name << "='" << v << "' is not an integer in range");
+  return x;
+}
+
+std::optional<double> parse_number(const std::string& text) {
+  char* end = nullptr;
+  errno = 0;
+  const double x = std::strtod(text.c_str(), &end);
+  if (text.empty() || !end || *end != '\0' || errno == ERANGE || !std::isfinite(x)) return std::nullopt;
   return x;
 }
 

@@ -51,5 +51,7 @@ std::optional<std::chrono::milliseconds> get_duration_or_auto(const char* name);
 
 /// Parses "64", "4K", "16M", "1G" (powers of 1024); nullopt-like failure throws.
 uint64_t parse_bytes(const std::string& text, const char* what);
+/// The whole of `text` as a finite number ("5e-6", "2"); nullopt when it is not one.
+std::optional<double> parse_number(const std::string& text);
 
 }  // namespace shoal::config

@@ -1,10 +1,8 @@
 #include "tune/curves.hpp"
 
 #include <algorithm>
-#include <cerrno>
 #include <cmath>
 #include <cstdio>
-#include <cstdlib>
 #include <limits>
 
 #include "core/check.hpp"
@@ -44,14 +42,11 @@ double fit_log_seconds(const std::vector<double>& xs, const std::vector<double>&
 
 Reading Reading::from_environment() {
   const std::string v = config::get("SHOAL_TUNE_SMOOTHING");
-  char* end = nullptr;
-  errno = 0;
-  const double octaves = std::strtod(v.c_str(), &end);
-  SHOAL_CHECK(!v.empty() && end && *end == '\0' && errno != ERANGE && octaves >= 0 && octaves <= 64,
-              InvalidArgument,
+  const auto octaves = config::parse_number(v);
+  SHOAL_CHECK(octaves && *octaves >= 0 && *octaves <= 64, InvalidArgument,
               "SHOAL_TUNE_SMOOTHING='" << v << "' is not a width in octaves from 0 (log-linear) to 64 (example: 2)");
-  if (octaves == 0) return Reading{Interpolation::log_linear, 0};
-  return Reading{Interpolation::smoothed, octaves};
+  if (*octaves == 0) return Reading{Interpolation::log_linear, 0};
+  return Reading{Interpolation::smoothed, *octaves};
 }
 
 std::string Reading::describe() const {

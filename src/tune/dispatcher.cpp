@@ -1,9 +1,7 @@
 #include "tune/dispatcher.hpp"
 
 #include <algorithm>
-#include <cerrno>
 #include <cmath>
-#include <cstdlib>
 #include <limits>
 #include <map>
 #include <optional>
@@ -25,12 +23,10 @@ double distance_log2(int a, int b) { return std::abs(std::log2(static_cast<doubl
 double setting_or(const char* name, double fallback) {
   const std::string v = config::get(name);
   if (v.empty()) return fallback;
-  char* end = nullptr;
-  errno = 0;
-  const double x = std::strtod(v.c_str(), &end);
-  SHOAL_CHECK(end && *end == '\0' && errno != ERANGE && std::isfinite(x) && x >= 0, InvalidArgument,
+  const auto x = config::parse_number(v);
+  SHOAL_CHECK(x && *x >= 0, InvalidArgument,
               name << "='" << v << "' is not a non-negative number of seconds (example: 5e-6)");
-  return x;
+  return *x;
 }
 
 // A row's modelled time; with `traffic` (across hosts of several ranks), its bandwidth term is

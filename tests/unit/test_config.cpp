@@ -9,11 +9,13 @@
 #include "core/config.hpp"
 #include "shoal/error.hpp"
 #include "support/env.hpp"
+#include "support/temp_file.hpp"
 
 namespace shoal {
 namespace {
 
 using shoal::testing::ScopedEnv;
+using shoal::testing::TempFile;
 
 using namespace std::chrono_literals;
 
@@ -202,26 +204,15 @@ TEST(Config, AgreedFingerprintsFollowValuesAndFileContents) {
     }
   }
   // The file's contents count, not its path; an unreadable file differs from a readable one.
-  const std::string a = ::testing::TempDir() + "shoal_agreed_a.json", b = ::testing::TempDir() + "shoal_agreed_b.json";
-  auto write = [](const std::string& path, const char* text) {
-    FILE* f = std::fopen(path.c_str(), "w");
-    ASSERT_NE(f, nullptr);
-    std::fputs(text, f);
-    std::fclose(f);
-  };
-  write(a, "{\"tables\": []}");
-  write(b, "{\"tables\": []}");
+  const TempFile a(R"({"tables": []})"), same(R"({"tables": []})"), other(R"({"tables": [ ]})");
   auto tune_hash = [&](const std::string& path) {
     ScopedEnv env("SHOAL_TUNE_FILE", path);
     return config::agreed_fingerprints()[tune];
   };
-  EXPECT_EQ(tune_hash(a), tune_hash(b));
-  write(b, "{\"tables\": [ ]}");
-  EXPECT_NE(tune_hash(a), tune_hash(b));
-  EXPECT_NE(tune_hash(a), tune_hash(a + ".missing"));
-  EXPECT_NE(tune_hash(a), base[tune]);  // no file at all
-  std::remove(a.c_str());
-  std::remove(b.c_str());
+  EXPECT_EQ(tune_hash(a.path), tune_hash(same.path));
+  EXPECT_NE(tune_hash(a.path), tune_hash(other.path));
+  EXPECT_NE(tune_hash(a.path), tune_hash(a.path + ".missing"));
+  EXPECT_NE(tune_hash(a.path), base[tune]);  // no file at all
 }
 
 TEST(Config, UndeclaredNameThrows) {

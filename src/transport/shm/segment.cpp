@@ -79,9 +79,8 @@ uint8_t* Segment::flat_result(uint32_t parity) const {
 }
 
 FlatSlotHeader& Segment::flat_entry(uint32_t seq) const {
-  const auto& h = header();
-  uint8_t* p = reinterpret_cast<uint8_t*>(&flat_slot(0)) + 2 * slot_stride(h.flat_bytes) +
-               2 * h.flat_bytes + (seq % kQueueEntries) * slot_stride(kQueuedBytes);
+  // The queue follows the two result areas.
+  uint8_t* p = flat_result(0) + 2 * header().flat_bytes + (seq % kQueueEntries) * slot_stride(kQueuedBytes);
   return *reinterpret_cast<FlatSlotHeader*>(p);
 }
 
