@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# Installs every Debian package shoal needs to build, test and benchmark.
-# Idempotent: packages already present are skipped, and apt runs only when something is missing.
+# Installs everything shoal needs to build, test and benchmark: Debian's packages, then the
+# pinned Python packages of python/requirements.txt (torch 2.x among them) into the project's
+# virtual environment .venv. Idempotent: packages already present are skipped, apt runs only when
+# something is missing, and pip only when the requirements changed since .venv was last filled.
 set -euo pipefail
 
 packages=(
@@ -12,9 +14,7 @@ packages=(
   libgloo-dev                     # Gloo: a peer we benchmark against
   mpich libmpich-dev              # MPICH: a peer (mpicc.mpich, mpiexec.mpich; Open MPI stays the default mpicc/mpirun)
   python3-matplotlib              # bench/plot.py: the benchmark figures
-  python3-torch                   # torchrun: a launcher we support
-  libtorch-dev pybind11-dev python3-pybind11 python3-dev   # the torch.distributed backend (src/torch)
-  python3-pytest                  # its tests (tests/python)
+  python3-venv python3-dev        # .venv (torch, torchrun, pytest) and the backend's Python headers
   fortunes                        # the text corpus SWARM trains on (shoal-swarm, docs/swarm.md)
   clang libclang-rt-14-dev        # make test-sanitize: ASan/UBSan builds and the libFuzzer targets (CI runs them)
   iproute2 procps psmisc
@@ -26,13 +26,27 @@ for p in "${packages[@]}"; do
 done
 
 if [ ${#missing[@]} -eq 0 ]; then
-  echo "install-deps: all ${#packages[@]} packages present"
-  exit 0
+  echo "install-deps: all ${#packages[@]} Debian packages present"
+else
+  echo "install-deps: installing ${missing[*]}"
+  SUDO=""
+  [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+  export DEBIAN_FRONTEND=noninteractive
+  $SUDO apt-get update -qq
+  $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
 fi
 
-echo "install-deps: installing ${missing[*]}"
-SUDO=""
-[ "$(id -u)" -eq 0 ] || SUDO="sudo"
-export DEBIAN_FRONTEND=noninteractive
-$SUDO apt-get update -qq
-$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+# The project's Python (Debian's interpreter, so that the venv does not depend on a pyenv or
+# whatever python3 comes first on PATH). The stamp holds the requirements it was filled from.
+root=$(cd "$(dirname "$0")/.." && pwd)
+venv=$root/.venv
+req=$root/python/requirements.txt
+stamp=$venv/.requirements
+if [ -x "$venv/bin/python" ] && cmp -s "$req" "$stamp"; then
+  echo "install-deps: $venv matches python/requirements.txt"
+  exit 0
+fi
+echo "install-deps: filling $venv from python/requirements.txt"
+[ -x "$venv/bin/python" ] || /usr/bin/python3 -m venv "$venv"
+"$venv/bin/pip" install --quiet --disable-pip-version-check -r "$req"
+cp "$req" "$stamp"

@@ -1,28 +1,31 @@
-// TcpStore: client and server of the wire protocol of torch.distributed.TCPStore (torch 1.13),
+// TcpStore: client and server of the wire protocol of torch.distributed.TCPStore (torch 2.x),
 // so shoal ranks can join the store torchrun's agent hosts and torch can use ours.
 //
-// The protocol, as torch 1.13 speaks it (verified against the installed torch, see
-// tests/tools/test_store_torch_interop.sh). All integers are native-endian (little on every
-// platform we build for), exactly as torch's tcputil::sendValue writes them:
+// The protocol, as torch 2.x speaks it (its classic and libuv servers alike; checked against the
+// installed torch by tests/tools/test_store_torch_interop.sh). All integers are native-endian
+// (little on every platform we build for), exactly as torch's tcputil::sendValue writes them:
 //   request  = u8 query, then its arguments
 //   string   = u64 length, bytes          (keys and values alike)
 //   key list = u64 count, count strings
-//   SET 0         key, value                -> (no reply)
-//   COMPARE_SET 1 key, expected, desired    -> value now stored (or `expected` if the key is
+//   VALIDATE 0    u32 0x3C85F7CE            -> (no reply); a client's first request, a wrong
+//                                              number closes it (torch 1.13 had no handshake)
+//   SET 1         key, value                -> (no reply)
+//   COMPARE_SET 2 key, expected, desired    -> value now stored (or `expected` if the key is
 //                                              absent and `expected` non-empty, torch's quirk)
-//   GET 2         key                       -> value; a missing key closes the connection, so
+//   GET 3         key                       -> value; a missing key closes the connection, so
 //                                              clients always WAIT first
-//   ADD 3         key, i64 delta            -> i64 new value; stored as decimal text
-//   CHECK 4       key list                  -> u8 0 READY / 1 NOT_READY
-//   WAIT 5        key list                  -> u8 0 STOP_WAITING, once every key exists
-//   GETNUMKEYS 6                            -> i64
-//   WATCH_KEY 7   key                       -> u8 3 KEY_CALLBACK_REGISTERED, then on every change
-//                                              u8 event (0 updated, 1 created, 2 deleted), key,
-//                                              old value, new value
+//   ADD 4         key, i64 delta            -> i64 new value; stored as decimal text
+//   CHECK 5       key list                  -> u8 0 READY / 1 NOT_READY
+//   WAIT 6        key list                  -> u8 0 STOP_WAITING, once every key exists
+//   GETNUMKEYS 7                            -> i64
 //   DELETE_KEY 8  key                       -> i64 number deleted (0 or 1)
-// There is no handshake or magic number in 1.13 (torch >= 2.2 added one). Torch's client puts
-// "/" in front of every user key (its internal "init/" counter has none); ours does the same,
-// so `set("k")` from shoal and `get("k")` from torch meet.
+//   APPEND 9      key, value                -> (no reply); appends to the value (or sets it)
+//   MULTI_GET 10  key list                  -> one value per key (missing key: as GET)
+//   MULTI_SET 11  u64 count, count (key, value) pairs -> (no reply)
+//   CANCEL_WAIT 12                          -> u8 1 WAIT_CANCELED (this client's waits dropped)
+//   PING 13       u32 nonce                 -> u32 nonce (torch's client pings after VALIDATE)
+// Torch's client puts "/" in front of every user key (its internal "init/" counter has none);
+// ours does the same, so `set("k")` from shoal and `get("k")` from torch meet.
 //
 // With a secret (Options::auth_key, by default SHOAL_AUTH_KEY), a connection must first prove
 // it knows it, with a query byte torch never sends; anything else first closes the client:
@@ -65,27 +68,30 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 enum class Query : uint8_t {
-  Set = 0,
-  CompareSet = 1,
-  Get = 2,
-  Add = 3,
-  Check = 4,
-  Wait = 5,
-  GetNumKeys = 6,
-  WatchKey = 7,
+  Validate = 0,
+  Set = 1,
+  CompareSet = 2,
+  Get = 3,
+  Add = 4,
+  Check = 5,
+  Wait = 6,
+  GetNumKeys = 7,
   DeleteKey = 8,
+  Append = 9,
+  MultiGet = 10,
+  MultiSet = 11,
+  CancelWait = 12,
+  Ping = 13,
   Authenticate = 0xA5,  // shoal's, never torch's: see the top of this file
 };
+constexpr uint32_t kValidationMagic = 0x3C85F7CE;
 constexpr uint8_t kAuthAdmitted = 0;
 constexpr const char* kServerLabel = "shoal-store-server";
 constexpr const char* kClientLabel = "shoal-store-client";
 constexpr uint8_t kCheckReady = 0;
 constexpr uint8_t kCheckNotReady = 1;
 constexpr uint8_t kStopWaiting = 0;
-constexpr uint8_t kWatchUpdated = 0;
-constexpr uint8_t kWatchCreated = 1;
-constexpr uint8_t kWatchDeleted = 2;
-constexpr uint8_t kWatchRegistered = 3;
+constexpr uint8_t kWaitCanceled = 1;
 constexpr const char* kKeyPrefix = "/";
 
 // Bounds on what one request may announce; beyond them the request is garbage or hostile.
@@ -134,6 +140,7 @@ bool parse_i64(const Bytes& text, int64_t& out) {
 class Writer {
  public:
   void u8(uint8_t v) { buf_.push_back(static_cast<char>(v)); }
+  void u32(uint32_t v) { raw(&v, sizeof v); }
   void u64(uint64_t v) { raw(&v, sizeof v); }
   void i64(int64_t v) { raw(&v, sizeof v); }
   void str(std::string_view s) {
@@ -159,6 +166,12 @@ class Reader {
   Status u8(uint8_t& v) {
     if (pos_ + 1 > n_) return Status::Incomplete;
     v = p_[pos_++];
+    return Status::Ok;
+  }
+  Status u32(uint32_t& v) {
+    if (pos_ + 4 > n_) return Status::Incomplete;
+    std::memcpy(&v, p_ + pos_, 4);
+    pos_ += 4;
     return Status::Ok;
   }
   Status u64(uint64_t& v) {
@@ -262,7 +275,7 @@ class Server {
     size_t out_pos = 0;
     bool polling_out = false;
     std::vector<Wait> waits;
-    std::vector<std::string> watched;
+    bool validated = false;  // sent VALIDATE with torch's number
     enum class Auth : uint8_t { admitted, want_hello, want_proof };
     Auth auth = Auth::admitted;
     uint8_t nonce_c[auth::kNonceBytes] = {};
@@ -279,8 +292,7 @@ class Server {
   void flush(Client& c);
   void close_client(uint64_t id, const std::string& why, bool warn);
   void do_set(const std::string& key, Bytes value);
-  void key_changed(const std::string& key, uint8_t event, const Bytes& old_value,
-                   const Bytes& new_value);
+  void drop_waits(Client& c);
 
   int listen_fd_ = -1;
   int wake_fd_ = -1;
@@ -296,7 +308,6 @@ class Server {
   std::unordered_map<uint64_t, Client> clients_;
   std::unordered_map<std::string, Bytes> data_;
   std::unordered_map<std::string, std::unordered_set<uint64_t>> waiters_;
-  std::unordered_map<std::string, std::unordered_set<uint64_t>> watchers_;
   std::vector<uint64_t> to_close_;
 };
 
@@ -420,7 +431,8 @@ Server::~Server() {
 Server::Server(Detached, std::string key) : key_(std::move(key)) {
   max_value_ = config::get_bytes("SHOAL_STORE_MAX_VALUE");
   epoll_fd_ = ::epoll_create1(EPOLL_CLOEXEC);
-  SHOAL_CHECK(epoll_fd_ >= 0, Internal, "TCP store server: epoll_create failed: " << errno_text(errno));
+  SHOAL_CHECK(epoll_fd_ >= 0, Internal,
+              "TCP store server: epoll_create failed: " << errno_text(errno));
 }
 
 void Server::run() {
@@ -564,8 +576,10 @@ Reader::Status Server::authenticate(Client& c, Reader& r, std::string& why) {
     SHOAL_READ(r.u8(q));
     if (q != static_cast<uint8_t>(Query::Authenticate)) {
       why = "it sent request " + std::to_string(q) +
-            " without authenticating: SHOAL_AUTH_KEY is set, so every store client must prove it knows "
-            "it (torch's TCPStore cannot; SHOAL_STORE_AUTH=0 opens the store to it, docs/reliability.md)";
+            " without authenticating: SHOAL_AUTH_KEY is set, so every store client must prove it "
+            "knows "
+            "it (torch's TCPStore cannot; SHOAL_STORE_AUTH=0 opens the store to it, "
+            "docs/reliability.md)";
       return Reader::Status::Bad;
     }
     SHOAL_READ(r.raw(c.nonce_c, auth::kNonceBytes));
@@ -595,7 +609,97 @@ Reader::Status Server::handle(Client& c, Reader& r, std::string& why) {
   if (c.auth != Client::Auth::admitted) return authenticate(c, r, why);
   uint8_t q;
   SHOAL_READ(r.u8(q));
+  if (!c.validated && q != static_cast<uint8_t>(Query::Validate) &&
+      q != static_cast<uint8_t>(Query::Authenticate)) {
+    why = "its first request (" + std::to_string(q) +
+          ") is not VALIDATE: not a torch 2.x TCPStore client (torch 1.13's protocol has no "
+          "handshake and is "
+          "not spoken here)";
+    return Reader::Status::Bad;
+  }
   switch (static_cast<Query>(q)) {
+    case Query::Validate: {
+      uint32_t magic;
+      SHOAL_READ(r.u32(magic));
+      if (magic != kValidationMagic) {
+        why = "it sent VALIDATE with " + std::to_string(magic) +
+              " instead of torch's number (not a TCPStore client)";
+        return Reader::Status::Bad;
+      }
+      c.validated = true;
+      return Reader::Status::Ok;
+    }
+    case Query::Ping: {
+      uint32_t nonce;
+      SHOAL_READ(r.u32(nonce));
+      Writer w;
+      w.u32(nonce);
+      reply(c, w.buffer());
+      return Reader::Status::Ok;
+    }
+    case Query::Append: {
+      std::string key;
+      Bytes value;
+      SHOAL_READ(r.str(key, kMaxKeyBytes, why));
+      SHOAL_READ(r.bytes(value, max_value_, why));
+      auto it = data_.find(key);
+      if (it != data_.end()) {
+        if (it->second.size() + value.size() > max_value_) {
+          why = "APPEND to key '" + key + "' would pass " + std::to_string(max_value_) +
+                " bytes (SHOAL_STORE_MAX_VALUE)";
+          return Reader::Status::Bad;
+        }
+        Bytes joined = it->second;
+        joined.insert(joined.end(), value.begin(), value.end());
+        value = std::move(joined);
+      }
+      do_set(key, std::move(value));
+      return Reader::Status::Ok;
+    }
+    case Query::MultiSet: {
+      uint64_t n;
+      SHOAL_READ(r.u64(n));
+      if (n > kMaxKeysPerQuery) {
+        why = "announced " + std::to_string(n) + " keys (limit " +
+              std::to_string(kMaxKeysPerQuery) + ")";
+        return Reader::Status::Bad;
+      }
+      std::vector<std::pair<std::string, Bytes>> kv(n);
+      for (auto& [k, v] : kv) {
+        SHOAL_READ(r.str(k, kMaxKeyBytes, why));
+        SHOAL_READ(r.bytes(v, max_value_, why));
+      }
+      for (auto& [k, v] : kv) do_set(k, std::move(v));
+      return Reader::Status::Ok;
+    }
+    case Query::MultiGet: {
+      uint64_t n;
+      SHOAL_READ(r.u64(n));
+      if (n > kMaxKeysPerQuery) {
+        why = "announced " + std::to_string(n) + " keys (limit " +
+              std::to_string(kMaxKeysPerQuery) + ")";
+        return Reader::Status::Bad;
+      }
+      std::vector<std::string> keys(n);
+      for (auto& k : keys) SHOAL_READ(r.str(k, kMaxKeyBytes, why));
+      Writer w;
+      for (const auto& k : keys) {
+        auto it = data_.find(k);
+        if (it == data_.end()) {
+          why = "MULTI_GET of missing key '" + k +
+                "' (clients must WAIT first; torch closes the connection too)";
+          return Reader::Status::Bad;
+        }
+        w.bytes(it->second);
+      }
+      reply(c, w.buffer());
+      return Reader::Status::Ok;
+    }
+    case Query::CancelWait: {
+      drop_waits(c);
+      reply(c, std::string(1, static_cast<char>(kWaitCanceled)));
+      return Reader::Status::Ok;
+    }
     case Query::Set: {
       std::string key;
       Bytes value;
@@ -692,24 +796,14 @@ Reader::Status Server::handle(Client& c, Reader& r, std::string& why) {
       reply(c, w.buffer());
       return Reader::Status::Ok;
     }
-    case Query::WatchKey: {
-      std::string key;
-      SHOAL_READ(r.str(key, kMaxKeyBytes, why));
-      watchers_[key].insert(c.id);
-      c.watched.push_back(key);
-      reply(c, std::string(1, static_cast<char>(kWatchRegistered)));
-      return Reader::Status::Ok;
-    }
     case Query::DeleteKey: {
       std::string key;
       SHOAL_READ(r.str(key, kMaxKeyBytes, why));
       auto it = data_.find(key);
       int64_t deleted = 0;
       if (it != data_.end()) {
-        Bytes old = std::move(it->second);
         data_.erase(it);
         deleted = 1;
-        key_changed(key, kWatchDeleted, old, {});
       }
       Writer w;
       w.i64(deleted);
@@ -717,21 +811,19 @@ Reader::Status Server::handle(Client& c, Reader& r, std::string& why) {
       return Reader::Status::Ok;
     }
     case Query::Authenticate:
-      why = "it asked to authenticate, but this store has no secret (SHOAL_AUTH_KEY must be the same on "
-            "every process of the job, or unset on all; SHOAL_STORE_AUTH=0 on this one opens its store)";
+      why =
+          "it asked to authenticate, but this store has no secret (SHOAL_AUTH_KEY must be the same "
+          "on "
+          "every process of the job, or unset on all; SHOAL_STORE_AUTH=0 on this one opens its "
+          "store)";
       return Reader::Status::Bad;
   }
-  why = "unknown query type " + std::to_string(q) + " (not a torch 1.13 TCPStore client?)";
+  why = "unknown query type " + std::to_string(q) + " (not a torch 2.x TCPStore client?)";
   return Reader::Status::Bad;
 }
 
 void Server::do_set(const std::string& key, Bytes value) {
-  auto it = data_.find(key);
-  const bool created = it == data_.end();
-  Bytes old;
-  if (!created) old = std::move(it->second);
-  Bytes& slot = data_[key];
-  slot = std::move(value);
+  data_[key] = std::move(value);
   // Wake every waiter whose last missing key this was.
   if (auto w = waiters_.find(key); w != waiters_.end()) {
     std::unordered_set<uint64_t> ids = std::move(w->second);
@@ -750,23 +842,16 @@ void Server::do_set(const std::string& key, Bytes value) {
       }
     }
   }
-  if (!watchers_.empty())
-    key_changed(key, created ? kWatchCreated : kWatchUpdated, old, data_[key]);
 }
 
-void Server::key_changed(const std::string& key, uint8_t event, const Bytes& old_value,
-                         const Bytes& new_value) {
-  auto it = watchers_.find(key);
-  if (it == watchers_.end()) return;
-  Writer w;
-  w.u8(event);
-  w.str(key);
-  w.bytes(old_value);
-  w.bytes(new_value);
-  for (uint64_t id : it->second) {
-    auto cit = clients_.find(id);
-    if (cit != clients_.end()) reply(cit->second, w.buffer());
-  }
+void Server::drop_waits(Client& c) {
+  for (const auto& w : c.waits)
+    for (const auto& k : w.missing)
+      if (auto wit = waiters_.find(k); wit != waiters_.end()) {
+        wit->second.erase(c.id);
+        if (wit->second.empty()) waiters_.erase(wit);
+      }
+  c.waits.clear();
 }
 
 void Server::reply(Client& c, const std::string& data) {
@@ -819,17 +904,7 @@ void Server::close_client(uint64_t id, const std::string& why, bool warn) {
     SHOAL_WARN("TCP store server: closing client " << c.peer << ": " << why);
   else if (!why.empty())
     SHOAL_TRACE("TCP store server: client " << c.peer << " " << why);
-  for (const auto& w : c.waits)
-    for (const auto& k : w.missing)
-      if (auto wit = waiters_.find(k); wit != waiters_.end()) {
-        wit->second.erase(id);
-        if (wit->second.empty()) waiters_.erase(wit);
-      }
-  for (const auto& k : c.watched)
-    if (auto wit = watchers_.find(k); wit != watchers_.end()) {
-      wit->second.erase(id);
-      if (wit->second.empty()) watchers_.erase(wit);
-    }
+  drop_waits(c);
   ::epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, c.fd, nullptr);
   ::close(c.fd);
   clients_.erase(it);
@@ -978,6 +1053,7 @@ struct TcpStore::Impl {
       if (fd >= 0) {
         lost = false;
         authenticate(deadline);
+        validate(deadline);
         return;
       }
       int left = ms_left(deadline);
@@ -1012,16 +1088,17 @@ struct TcpStore::Impl {
     auto refused = [&](const char* when) {
       disconnect();
       lost = false;
-      SHOAL_THROW(Unauthorized,
-                  "the TCP store at "
-                      << address() << " " << when
-                      << ": its SHOAL_AUTH_KEY differs from this process's or it has none (torch's TCPStore, "
-                         "e.g. torchrun's agent store, cannot authenticate: set SHOAL_STORE_AUTH=0 on every "
-                         "process to use it openly); the store's log says why");
+      SHOAL_THROW(Unauthorized, "the TCP store at "
+                                    << address() << " " << when
+                                    << ": its SHOAL_AUTH_KEY differs from this process's or it has "
+                                       "none (torch's TCPStore, "
+                                       "e.g. torchrun's agent store, cannot authenticate: set "
+                                       "SHOAL_STORE_AUTH=0 on every "
+                                       "process to use it openly); the store's log says why");
     };
     try {
-      send_all(std::string(reinterpret_cast<const char*>(hello), sizeof hello), deadline, "authenticate", keys,
-               Milliseconds(10000));
+      send_all(std::string(reinterpret_cast<const char*>(hello), sizeof hello), deadline,
+               "authenticate", keys, Milliseconds(10000));
       recv_exact(reply, sizeof reply, deadline, "authenticate", keys, Milliseconds(10000));
     } catch (const PeerFailureError&) {
       refused("closed the connection when this process asked to authenticate");
@@ -1031,14 +1108,15 @@ struct TcpStore::Impl {
     auth::mac(expected, key, kServerLabel, {bytes_of(nonce_c, N), bytes_of(nonce_s, N)});
     if (!auth::same_mac(expected, reply + N)) {
       disconnect();
-      SHOAL_THROW(Unauthorized, "the process at " << address()
-                                                  << " (the TCP store's address) did not prove it knows "
-                                                     "SHOAL_AUTH_KEY: a stranger, or a store with another key");
+      SHOAL_THROW(Unauthorized, "the process at "
+                                    << address()
+                                    << " (the TCP store's address) did not prove it knows "
+                                       "SHOAL_AUTH_KEY: a stranger, or a store with another key");
     }
     auth::mac(proof, key, kClientLabel, {bytes_of(nonce_c, N), bytes_of(nonce_s, N)});
     try {
-      send_all(std::string(reinterpret_cast<const char*>(proof), sizeof proof), deadline, "authenticate", keys,
-               Milliseconds(10000));
+      send_all(std::string(reinterpret_cast<const char*>(proof), sizeof proof), deadline,
+               "authenticate", keys, Milliseconds(10000));
       recv_exact(&admitted, 1, deadline, "authenticate", keys, Milliseconds(10000));
     } catch (const PeerFailureError&) {
       refused("refused this process's proof");
@@ -1046,6 +1124,38 @@ struct TcpStore::Impl {
       refused("did not admit this process within 10 s");
     }
     if (admitted != kAuthAdmitted) refused("answered the authentication with garbage");
+  }
+
+  // torch 2.x's opening on a fresh connection: VALIDATE with its number, then a PING whose
+  // echo proves the server speaks this protocol (torch 1.13's server closes or stays silent).
+  void validate(Clock::time_point deadline) {
+    deadline = std::min(deadline, deadline_after(Milliseconds(10000)));
+    const std::vector<std::string> keys{"(the opening handshake)"};
+    const uint32_t nonce = static_cast<uint32_t>(std::random_device{}());
+    Writer w;
+    w.u8(static_cast<uint8_t>(Query::Validate));
+    w.u32(kValidationMagic);
+    w.u8(static_cast<uint8_t>(Query::Ping));
+    w.u32(nonce);
+    uint32_t echo = 0;
+    auto not_torch2 = [&](const char* what) {
+      disconnect();
+      lost = false;
+      SHOAL_THROW(PeerFailure, "the TCP store at "
+                                   << address() << " " << what
+                                   << ": it does not speak torch 2.x's TCPStore protocol (a torch "
+                                      "1.13 store, or not a store at all)");
+    };
+    try {
+      send_all(w.buffer(), deadline, "validate", keys, Milliseconds(10000));
+      recv_exact(reinterpret_cast<uint8_t*>(&echo), sizeof echo, deadline, "validate", keys,
+                 Milliseconds(10000));
+    } catch (const PeerFailureError&) {
+      not_torch2("closed the connection at the opening handshake");
+    } catch (const TimeoutError&) {
+      not_torch2("did not answer the opening handshake within 10 s");
+    }
+    if (echo != nonce) not_torch2("answered the opening PING with another number");
   }
 
   void ensure_connected(Clock::time_point op_deadline, const char* op,
@@ -1065,6 +1175,7 @@ struct TcpStore::Impl {
                         << "has probably exited or crashed; check its log");
       lost = false;
       authenticate(quick);
+      validate(quick);
       return;
     }
     const auto budget = options.connect_timeout;
@@ -1187,8 +1298,9 @@ TcpStore::TcpStore(const std::string& host, uint16_t port, Options options)
   } else if (!auth::job_key(false).empty()) {
     static std::once_flag warned;
     std::call_once(warned, [] {
-      SHOAL_WARN("SHOAL_STORE_AUTH=0: the TCP store is open to any process that reaches its port although "
-                 "SHOAL_AUTH_KEY is set (the mesh connections still authenticate; docs/reliability.md)");
+      SHOAL_WARN(
+          "SHOAL_STORE_AUTH=0: the TCP store is open to any process that reaches its port although "
+          "SHOAL_AUTH_KEY is set (the mesh connections still authenticate; docs/reliability.md)");
     });
   }
   if (options.is_server) {

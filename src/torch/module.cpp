@@ -2,6 +2,7 @@
 #include <pybind11/chrono.h>
 #include <pybind11/pybind11.h>
 #include <torch/csrc/utils/pybind.h>
+#include <torch/version.h>
 
 #include "process_group.hpp"
 
@@ -21,8 +22,8 @@ ProcessGroupShoal& shoal_group(const c10::intrusive_ptr<BackendBase>& pg, const 
 
 PYBIND11_MODULE(_C, m) {
   m.doc() = "shoal's torch.distributed backend (use `import shoal.torch`)";
-  m.def("create_process_group", &ProcessGroupShoal::create, py::arg("store"), py::arg("rank"), py::arg("size"),
-        py::arg("timeout"), py::call_guard<py::gil_scoped_release>(),
+  m.def("create_process_group", &ProcessGroupShoal::create, py::arg("store"), py::arg("rank"),
+        py::arg("size"), py::arg("timeout"), py::call_guard<py::gil_scoped_release>(),
         "Creates a shoal process group over a c10d store; the creator torch.distributed calls.");
   m.def(
       "describe",
@@ -31,7 +32,8 @@ PYBIND11_MODULE(_C, m) {
         if (!shoal_pg) throw py::type_error("not a shoal process group");
         return shoal_pg->describe();
       },
-      py::arg("process_group"), "The shoal communicator behind a process group: ranks, hosts, transport.");
+      py::arg("process_group"),
+      "The shoal communicator behind a process group: ranks, hosts, transport.");
   // Elastic jobs. The GIL is released while they block (the store, the new rendezvous); the
   // group is checked first, with the GIL held, so that a wrong one is a TypeError.
   m.def(
@@ -60,7 +62,8 @@ PYBIND11_MODULE(_C, m) {
          std::chrono::milliseconds timeout) -> c10::intrusive_ptr<BackendBase> {
         return ProcessGroupShoal::join(store, name, timeout);
       },
-      py::arg("store"), py::arg("name"), py::arg("timeout"), py::call_guard<py::gil_scoped_release>(),
+      py::arg("store"), py::arg("name"), py::arg("timeout"),
+      py::call_guard<py::gil_scoped_release>(),
       "The new process's side of grow(): waits for the job's grow(name) in the job's store.");
   m.attr("TORCH_VERSION_MAJOR") = TORCH_VERSION_MAJOR;
   m.attr("TORCH_VERSION_MINOR") = TORCH_VERSION_MINOR;

@@ -1,8 +1,8 @@
 // ProcessGroupShoal: see process_group.hpp. Everything torch-specific about staging tensors
 // (dtype mapping, contiguity, copy-back) lives in this file.
-#include <Python.h>  // first, as Python asks; only to let go of the GIL in the destructor
-
 #include "process_group.hpp"
+
+#include <Python.h>  // first, as Python asks; only to let go of the GIL in the destructor
 
 #include <chrono>
 #include <cstdio>
@@ -33,19 +33,29 @@ struct Spec {
   shoal::ReduceOp op = shoal::ReduceOp::sum;
   int64_t factor = 1;
   at::ScalarType work = at::kByte;
+  std::optional<double> premul;  // PREMUL_SUM: inputs are scaled by this before the sum
 };
 
 std::optional<shoal::DataType> native_type(at::ScalarType t) {
   switch (t) {
-    case at::kFloat: return shoal::DataType::float32;
-    case at::kDouble: return shoal::DataType::float64;
-    case at::kHalf: return shoal::DataType::float16;
-    case at::kBFloat16: return shoal::DataType::bfloat16;
-    case at::kChar: return shoal::DataType::int8;
-    case at::kByte: return shoal::DataType::uint8;
-    case at::kInt: return shoal::DataType::int32;
-    case at::kLong: return shoal::DataType::int64;
-    default: return std::nullopt;
+    case at::kFloat:
+      return shoal::DataType::float32;
+    case at::kDouble:
+      return shoal::DataType::float64;
+    case at::kHalf:
+      return shoal::DataType::float16;
+    case at::kBFloat16:
+      return shoal::DataType::bfloat16;
+    case at::kChar:
+      return shoal::DataType::int8;
+    case at::kByte:
+      return shoal::DataType::uint8;
+    case at::kInt:
+      return shoal::DataType::int32;
+    case at::kLong:
+      return shoal::DataType::int64;
+    default:
+      return std::nullopt;
   }
 }
 
@@ -72,16 +82,26 @@ Spec move_spec(const at::Tensor& t) {
 
 const char* op_name(c10d::ReduceOp::RedOpType op) {
   switch (op) {
-    case c10d::ReduceOp::SUM: return "SUM";
-    case c10d::ReduceOp::AVG: return "AVG";
-    case c10d::ReduceOp::PRODUCT: return "PRODUCT";
-    case c10d::ReduceOp::MIN: return "MIN";
-    case c10d::ReduceOp::MAX: return "MAX";
-    case c10d::ReduceOp::BAND: return "BAND";
-    case c10d::ReduceOp::BOR: return "BOR";
-    case c10d::ReduceOp::BXOR: return "BXOR";
-    case c10d::ReduceOp::PREMUL_SUM: return "PREMUL_SUM";
-    default: return "UNKNOWN";
+    case c10d::ReduceOp::SUM:
+      return "SUM";
+    case c10d::ReduceOp::AVG:
+      return "AVG";
+    case c10d::ReduceOp::PRODUCT:
+      return "PRODUCT";
+    case c10d::ReduceOp::MIN:
+      return "MIN";
+    case c10d::ReduceOp::MAX:
+      return "MAX";
+    case c10d::ReduceOp::BAND:
+      return "BAND";
+    case c10d::ReduceOp::BOR:
+      return "BOR";
+    case c10d::ReduceOp::BXOR:
+      return "BXOR";
+    case c10d::ReduceOp::PREMUL_SUM:
+      return "PREMUL_SUM";
+    default:
+      return "UNKNOWN";
   }
 }
 
@@ -93,28 +113,63 @@ Spec reduce_spec(const at::Tensor& t, const c10d::ReduceOp& reduce_op, const cha
   Spec s;
   s.work = type;
   auto unsupported = [&](const std::string& why) {
-    fail(std::string(opname) + ": ReduceOp." + op_name(rop) + " on " + dtype_name(type) + " is not supported: " + why);
+    fail(std::string(opname) + ": ReduceOp." + op_name(rop) + " on " + dtype_name(type) +
+         " is not supported: " + why);
   };
   if (type == at::kBool) {
     s.dt = shoal::DataType::uint8;
     switch (rop) {
-      case c10d::ReduceOp::SUM: case c10d::ReduceOp::MAX: case c10d::ReduceOp::BOR: s.op = shoal::ReduceOp::max; break;
-      case c10d::ReduceOp::PRODUCT: case c10d::ReduceOp::MIN: case c10d::ReduceOp::BAND: s.op = shoal::ReduceOp::min; break;
-      default: unsupported("bool tensors reduce with SUM, PRODUCT, MIN, MAX, BAND or BOR");
+      case c10d::ReduceOp::SUM:
+      case c10d::ReduceOp::MAX:
+      case c10d::ReduceOp::BOR:
+        s.op = shoal::ReduceOp::max;
+        break;
+      case c10d::ReduceOp::PRODUCT:
+      case c10d::ReduceOp::MIN:
+      case c10d::ReduceOp::BAND:
+        s.op = shoal::ReduceOp::min;
+        break;
+      default:
+        unsupported("bool tensors reduce with SUM, PRODUCT, MIN, MAX, BAND or BOR");
     }
     return s;
   }
   switch (rop) {
-    case c10d::ReduceOp::SUM: s.op = shoal::ReduceOp::sum; break;
-    case c10d::ReduceOp::AVG: s.op = shoal::ReduceOp::avg; break;
-    case c10d::ReduceOp::PRODUCT: s.op = shoal::ReduceOp::prod; break;
-    case c10d::ReduceOp::MIN: s.op = shoal::ReduceOp::min; break;
-    case c10d::ReduceOp::MAX: s.op = shoal::ReduceOp::max; break;
-    case c10d::ReduceOp::BAND: case c10d::ReduceOp::BOR: case c10d::ReduceOp::BXOR:
-      unsupported("shoal has no bitwise reductions (it supports SUM, PRODUCT, MIN, MAX, AVG)");
+    case c10d::ReduceOp::SUM:
+      s.op = shoal::ReduceOp::sum;
+      break;
+    case c10d::ReduceOp::AVG:
+      s.op = shoal::ReduceOp::avg;
+      break;
+    case c10d::ReduceOp::PRODUCT:
+      s.op = shoal::ReduceOp::prod;
+      break;
+    case c10d::ReduceOp::MIN:
+      s.op = shoal::ReduceOp::min;
+      break;
+    case c10d::ReduceOp::MAX:
+      s.op = shoal::ReduceOp::max;
+      break;
+    case c10d::ReduceOp::PREMUL_SUM: {
+      if (!at::isFloatingType(type)) unsupported("PREMUL_SUM scales floating-point tensors only");
+      auto* sup = dynamic_cast<c10d::PreMulSumSupplement*>(reduce_op.supplement_.get());
+      if (!sup)
+        unsupported(
+            "the op carries no factor (make it with torch.distributed._make_nccl_premul_sum)");
+      s.op = shoal::ReduceOp::sum;
+      s.premul =
+          sup->tensor_factor.defined() ? sup->tensor_factor.item<double>() : sup->double_factor;
+      break;
+    }
+    case c10d::ReduceOp::BAND:
+    case c10d::ReduceOp::BOR:
+    case c10d::ReduceOp::BXOR:
+      unsupported(
+          "shoal has no bitwise reductions yet (it supports SUM, PRODUCT, MIN, MAX, AVG, "
+          "PREMUL_SUM)");
       break;
     default:
-      unsupported("shoal supports SUM, PRODUCT, MIN, MAX, AVG");
+      unsupported("shoal supports SUM, PRODUCT, MIN, MAX, AVG, PREMUL_SUM");
   }
   if (auto dt = native_type(type)) {
     s.dt = *dt;
@@ -127,12 +182,15 @@ Spec reduce_spec(const at::Tensor& t, const c10d::ReduceOp& reduce_op, const cha
     s.dt = type == at::kComplexFloat ? shoal::DataType::float32 : shoal::DataType::float64;
     s.factor = 2;
   } else {
-    unsupported("shoal reduces float32/64, float16, bfloat16, int8/16/32/64, uint8, bool and complex");
+    unsupported(
+        "shoal reduces float32/64, float16, bfloat16, int8/16/32/64, uint8, bool and complex");
   }
   return s;
 }
 
-size_t count_of(const at::Tensor& buf, const Spec& s) { return static_cast<size_t>(buf.numel() * s.factor); }
+size_t count_of(const at::Tensor& buf, const Spec& s) {
+  return static_cast<size_t>(buf.numel() * s.factor);
+}
 
 /// A contiguous tensor of dtype `work` holding t's values: t itself when it already is one.
 at::Tensor stage_in(Op& op, const at::Tensor& t, at::ScalarType work) {
@@ -148,7 +206,8 @@ at::Tensor stage_in(Op& op, const at::Tensor& t, at::ScalarType work) {
 
 /// Like stage_in, for a tensor the operation writes: a staging copy is copied back into t
 /// (converting the dtype) once the operation succeeded.
-at::Tensor stage_out(Op& op, const at::Tensor& t, at::ScalarType work, bool copy_in, bool copy_back = true) {
+at::Tensor stage_out(Op& op, const at::Tensor& t, at::ScalarType work, bool copy_in,
+                     bool copy_back = true) {
   if (t.is_contiguous() && t.scalar_type() == work) {
     op.keep.push_back(t);
     return t;
@@ -158,6 +217,23 @@ at::Tensor stage_out(Op& op, const at::Tensor& t, at::ScalarType work, bool copy
   op.keep.push_back(b);
   if (copy_back) op.finish.push_back([t, b]() { t.copy_(b); });
   return b;
+}
+
+/// The buffer a reduction reads (and, for in-place calls, writes): stage_out's, or under
+/// PREMUL_SUM a scaled copy, so that the caller's tensor keeps its values if the call fails.
+at::Tensor stage_reduce(Op& op, const at::Tensor& t, const Spec& s, bool copy_back = true) {
+  if (!s.premul) return stage_out(op, t, s.work, true, copy_back);
+  auto b = at::empty(t.sizes(), t.options().dtype(s.work));
+  b.copy_(t);
+  b.mul_(*s.premul);
+  op.keep.push_back(b);
+  if (copy_back) op.finish.push_back([t, b]() { t.copy_(b); });
+  return b;
+}
+
+/// A flattened copy is the caller's own: PREMUL_SUM scales it in place.
+void premultiply(const at::Tensor& flat, const Spec& s) {
+  if (s.premul) flat.mul_(*s.premul);
 }
 
 int64_t total_numel(const std::vector<at::Tensor>& ts) {
@@ -179,7 +255,8 @@ at::Tensor flatten(Op& op, const std::vector<at::Tensor>& ts, at::ScalarType wor
 }
 
 /// After success, copies consecutive pieces of `flat` (from element `offset`) into the tensors.
-void unflatten_later(Op& op, const at::Tensor& flat, std::vector<at::Tensor> ts, int64_t offset = 0) {
+void unflatten_later(Op& op, const at::Tensor& flat, std::vector<at::Tensor> ts,
+                     int64_t offset = 0) {
   op.finish.push_back([flat, ts = std::move(ts), offset]() {
     int64_t off = offset;
     for (const auto& t : ts) {
@@ -191,7 +268,8 @@ void unflatten_later(Op& op, const at::Tensor& flat, std::vector<at::Tensor> ts,
 
 const at::Tensor& single(const std::vector<at::Tensor>& ts, const char* opname) {
   if (ts.size() != 1)
-    fail(std::string(opname) + ": expects exactly one tensor per rank, got " + std::to_string(ts.size()) +
+    fail(std::string(opname) + ": expects exactly one tensor per rank, got " +
+         std::to_string(ts.size()) +
          " (several tensors per call are for several devices; shoal is CPU-only)");
   check_tensor(ts[0], opname);
   return ts[0];
@@ -200,15 +278,16 @@ const at::Tensor& single(const std::vector<at::Tensor>& ts, const char* opname) 
 void check_same(const at::Tensor& t, const at::Tensor& ref, const char* opname, const char* what) {
   check_tensor(t, opname);
   if (t.scalar_type() != ref.scalar_type())
-    fail(std::string(opname) + ": " + what + " has dtype " + dtype_name(t.scalar_type()) + ", expected " +
-         dtype_name(ref.scalar_type()));
+    fail(std::string(opname) + ": " + what + " has dtype " + dtype_name(t.scalar_type()) +
+         ", expected " + dtype_name(ref.scalar_type()));
   if (t.numel() != ref.numel())
-    fail(std::string(opname) + ": " + what + " has " + std::to_string(t.numel()) + " elements, expected " +
-         std::to_string(ref.numel()));
+    fail(std::string(opname) + ": " + what + " has " + std::to_string(t.numel()) +
+         " elements, expected " + std::to_string(ref.numel()));
 }
 
 char* byte_ptr(const at::Tensor& buf, int64_t element_offset) {
-  return static_cast<char*>(buf.data_ptr()) + element_offset * static_cast<int64_t>(buf.element_size());
+  return static_cast<char*>(buf.data_ptr()) +
+         element_offset * static_cast<int64_t>(buf.element_size());
 }
 
 /// shoal's settings for a group: an explicit SHOAL_TIMEOUT wins; otherwise torch's timeout
@@ -248,7 +327,9 @@ WorkShoal::WorkShoal(int rank, OpType type, const char* title, std::vector<at::T
     : c10d::Work(rank, type, title, c10::optional<std::vector<at::Tensor>>(std::move(inputs))),
       name_(title),
       outputs_(std::move(outputs)),
-      future_(c10::make_intrusive<c10::ivalue::Future>(c10::ListType::create(c10::TensorType::get()))) {}
+      future_(
+          c10::make_intrusive<c10::ivalue::Future>(c10::ListType::create(c10::TensorType::get()))) {
+}
 
 bool WorkShoal::isCompleted() {
   std::lock_guard<std::mutex> lock(mutex_);
@@ -276,8 +357,9 @@ bool WorkShoal::wait(std::chrono::milliseconds timeout) {
     cv_.wait(lock, [&] { return completed_; });
   } else if (!cv_.wait_for(lock, timeout, [&] { return completed_; })) {
     std::ostringstream msg;
-    msg << "shoal (torch backend): rank " << rank_ << ": " << name_ << " did not complete within the wait's "
-        << timeout.count() << " ms timeout; the operation stays in flight (a peer has not joined it yet or "
+    msg << "shoal (torch backend): rank " << rank_ << ": " << name_
+        << " did not complete within the wait's " << timeout.count()
+        << " ms timeout; the operation stays in flight (a peer has not joined it yet or "
         << "is slow): wait again, or make sure every rank issues the same calls";
     throw shoal::TimeoutError(msg.str());
   }
@@ -298,8 +380,8 @@ void WorkShoal::complete(std::exception_ptr error) {
 // ---------------------------------------------------------------------------------------------
 // ProcessGroupShoal: creation, queue, completion
 
-ProcessGroupShoal::ProcessGroupShoal(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
-                                     std::chrono::milliseconds timeout)
+ProcessGroupShoal::ProcessGroupShoal(const c10::intrusive_ptr<c10d::Store>& store, int rank,
+                                     int size, std::chrono::milliseconds timeout)
     : BackendBase(rank, size), store_(store), root_(root_of(store)), timeout_(timeout) {
   auto adapter = std::make_shared<C10dStore>(store, timeout);
   comm_.emplace(shoal::Communicator::create(adapter, rank, size, comm_options(timeout)));
@@ -309,8 +391,8 @@ ProcessGroupShoal::ProcessGroupShoal(const c10::intrusive_ptr<c10d::Store>& stor
 }
 
 ProcessGroupShoal::ProcessGroupShoal(const c10::intrusive_ptr<c10d::Store>& store,
-                                     const c10::intrusive_ptr<c10d::Store>& root, std::chrono::milliseconds timeout,
-                                     shoal::Communicator&& comm)
+                                     const c10::intrusive_ptr<c10d::Store>& root,
+                                     std::chrono::milliseconds timeout, shoal::Communicator&& comm)
     : BackendBase(comm.rank(), comm.size()), store_(store), root_(root), timeout_(timeout) {
   comm_.emplace(std::move(comm));
   if (const char* e = std::getenv("SHOAL_TORCH_ANY_SOURCE")) any_source_ = std::string(e) != "0";
@@ -325,7 +407,8 @@ ProcessGroupShoal::~ProcessGroupShoal() {
   bool drained;
   {
     std::unique_lock<std::mutex> lock(queue_->mutex);
-    drained = queue_->idle_cv.wait_for(lock, kDestroyGrace, [&] { return queue_->ops.empty() && !queue_->busy; });
+    drained = queue_->idle_cv.wait_for(lock, kDestroyGrace,
+                                       [&] { return queue_->ops.empty() && !queue_->busy; });
     queue_->stop = true;
   }
   queue_->cv.notify_all();
@@ -336,19 +419,22 @@ ProcessGroupShoal::~ProcessGroupShoal() {
     // An operation no peer joins (shoal has no public abort): rather than hang here until the
     // group's timeout, leave it, its thread and the communicator behind; the thread finishes
     // when the operation fails or completes, or the process exits.
-    std::fprintf(stderr,
-                 "shoal (torch backend): rank %d: process group destroyed with operations still in flight "
-                 "after %lld s; leaving them to finish in the background\n",
-                 getRank(), static_cast<long long>(kDestroyGrace.count()));
+    std::fprintf(
+        stderr,
+        "shoal (torch backend): rank %d: process group destroyed with operations still in flight "
+        "after %lld s; leaving them to finish in the background\n",
+        getRank(), static_cast<long long>(kDestroyGrace.count()));
     completion_.detach();
-    new shoal::Communicator(std::move(*comm_));  // deliberately leaked: the thread still waits on it
+    new shoal::Communicator(
+        std::move(*comm_));  // deliberately leaked: the thread still waits on it
     comm_.reset();
   }
   if (saved) PyEval_RestoreThread(saved);
 }
 
-c10::intrusive_ptr<BackendBase> ProcessGroupShoal::create(const c10::intrusive_ptr<c10d::Store>& store, int rank,
-                                                          int size, std::chrono::milliseconds timeout) {
+c10::intrusive_ptr<BackendBase> ProcessGroupShoal::create(
+    const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
+    std::chrono::milliseconds timeout) {
   return c10::make_intrusive<ProcessGroupShoal>(store, rank, size, timeout);
 }
 
@@ -369,7 +455,8 @@ c10::intrusive_ptr<ProcessGroupShoal> ProcessGroupShoal::shrink() {
   return c10::make_intrusive<ProcessGroupShoal>(store, root_, timeout_, std::move(comm));
 }
 
-c10::intrusive_ptr<ProcessGroupShoal> ProcessGroupShoal::grow(int joining, const std::string& name) {
+c10::intrusive_ptr<ProcessGroupShoal> ProcessGroupShoal::grow(int joining,
+                                                              const std::string& name) {
   if (joining < 0) fail("grow: " + std::to_string(joining) + " joining processes");
   if (name.empty()) fail("grow: the name that joining processes pass to join() is empty");
   if (!root_) fail("grow: this group has no store to meet the joining processes in");
@@ -378,18 +465,20 @@ c10::intrusive_ptr<ProcessGroupShoal> ProcessGroupShoal::grow(int joining, const
   std::lock_guard<std::mutex> lock(issue_mutex_);
   if (getRank() == 0) {
     if (root->check({base + "/sizes"}))
-      fail("grow: the name '" + name + "' was used by an earlier grow() in this job's store: pass a new one");
+      fail("grow: the name '" + name +
+           "' was used by an earlier grow() in this job's store: pass a new one");
     root->set(base + "/sizes", std::to_string(getSize()) + "," + std::to_string(joining));
   }
-  auto comm = shoal::Communicator::create(std::make_shared<shoal::PrefixStore>(base + "/comm", root), getRank(),
-                                          getSize() + joining, comm_options(timeout_));
+  auto comm =
+      shoal::Communicator::create(std::make_shared<shoal::PrefixStore>(base + "/comm", root),
+                                  getRank(), getSize() + joining, comm_options(timeout_));
   auto store = c10::make_intrusive<c10d::PrefixStore>(base + "/pg", root_);
   return c10::make_intrusive<ProcessGroupShoal>(store, root_, timeout_, std::move(comm));
 }
 
-c10::intrusive_ptr<ProcessGroupShoal> ProcessGroupShoal::join(const c10::intrusive_ptr<c10d::Store>& store,
-                                                              const std::string& name,
-                                                              std::chrono::milliseconds timeout) {
+c10::intrusive_ptr<ProcessGroupShoal> ProcessGroupShoal::join(
+    const c10::intrusive_ptr<c10d::Store>& store, const std::string& name,
+    std::chrono::milliseconds timeout) {
   if (!store) fail("join: needs the job's store");
   if (name.empty()) fail("join: empty name (pass the one the job gives grow())");
   const auto root_store = root_of(store);
@@ -399,28 +488,34 @@ c10::intrusive_ptr<ProcessGroupShoal> ProcessGroupShoal::join(const c10::intrusi
   try {
     sizes = root->get_string(base + "/sizes");  // waits for the job's grow(), up to timeout
   } catch (const shoal::TimeoutError& e) {
-    throw shoal::TimeoutError("shoal (torch backend): join '" + name + "': the job did not call grow(joining, '" +
-                              name + "') within " + std::to_string(timeout.count()) + " ms (" + e.what() + ")");
+    throw shoal::TimeoutError("shoal (torch backend): join '" + name +
+                              "': the job did not call grow(joining, '" + name + "') within " +
+                              std::to_string(timeout.count()) + " ms (" + e.what() + ")");
   }
   const int64_t index = root->add(base + "/joined", 1) - 1;
   const auto comma = sizes.find(',');
   if (comma == std::string::npos)
-    throw shoal::InternalError("shoal (torch backend): join '" + name + "': malformed sizes '" + sizes + "'");
-  const int old_size = std::stoi(sizes.substr(0, comma)), joining = std::stoi(sizes.substr(comma + 1));
+    throw shoal::InternalError("shoal (torch backend): join '" + name + "': malformed sizes '" +
+                               sizes + "'");
+  const int old_size = std::stoi(sizes.substr(0, comma)),
+            joining = std::stoi(sizes.substr(comma + 1));
   if (index >= joining)
-    fail("join '" + name + "': the job admits " + std::to_string(joining) + " new process(es) and " +
-         std::to_string(index + 1) + " tried to join: start as many joiners as grow() was told");
-  auto comm = shoal::Communicator::create(std::make_shared<shoal::PrefixStore>(base + "/comm", root),
-                                          old_size + static_cast<int>(index), old_size + joining,
-                                          comm_options(timeout));
+    fail("join '" + name + "': the job admits " + std::to_string(joining) +
+         " new process(es) and " + std::to_string(index + 1) +
+         " tried to join: start as many joiners as grow() was told");
+  auto comm = shoal::Communicator::create(
+      std::make_shared<shoal::PrefixStore>(base + "/comm", root),
+      old_size + static_cast<int>(index), old_size + joining, comm_options(timeout));
   auto pg_store = c10::make_intrusive<c10d::PrefixStore>(base + "/pg", root_store);
   return c10::make_intrusive<ProcessGroupShoal>(pg_store, root_store, timeout, std::move(comm));
 }
 
 template <class F>
-c10::intrusive_ptr<c10d::Work> ProcessGroupShoal::run(OpType type, const char* title, std::vector<at::Tensor> inputs,
+c10::intrusive_ptr<c10d::Work> ProcessGroupShoal::run(OpType type, const char* title,
+                                                      std::vector<at::Tensor> inputs,
                                                       std::vector<at::Tensor> outputs, F&& issue) {
-  auto work = c10::make_intrusive<WorkShoal>(getRank(), type, title, std::move(inputs), std::move(outputs));
+  auto work =
+      c10::make_intrusive<WorkShoal>(getRank(), type, title, std::move(inputs), std::move(outputs));
   Op op;
   op.work = work;
   std::lock_guard<std::mutex> lock(issue_mutex_);
@@ -483,26 +578,29 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupShoal::allreduce(std::vector<at::Tens
   const auto& t = single(tensors, "allreduce");
   const Spec s = reduce_spec(t, opts.reduceOp, "allreduce");
   return run(OpType::ALLREDUCE, "shoal:all_reduce", tensors, tensors, [&](Op& op) {
-    auto buf = stage_out(op, t, s.work, true);
+    auto buf = stage_reduce(op, t, s);
     op.pending.push_back(comm_->all_reduce_async(buf.data_ptr(), count_of(buf, s), s.dt, s.op));
   });
 }
 
-c10::intrusive_ptr<c10d::Work> ProcessGroupShoal::allreduce_coalesced(std::vector<at::Tensor>& tensors,
-                                                                      const c10d::AllreduceCoalescedOptions& opts) {
+c10::intrusive_ptr<c10d::Work> ProcessGroupShoal::allreduce_coalesced(
+    std::vector<at::Tensor>& tensors, const c10d::AllreduceCoalescedOptions& opts) {
   if (tensors.empty()) fail("allreduce_coalesced: no tensors");
   for (const auto& t : tensors) {
     check_tensor(t, "allreduce_coalesced");
     if (t.scalar_type() != tensors[0].scalar_type())
-      fail("allreduce_coalesced: every tensor must have the same dtype, got " + dtype_name(t.scalar_type()) +
-           " and " + dtype_name(tensors[0].scalar_type()));
+      fail("allreduce_coalesced: every tensor must have the same dtype, got " +
+           dtype_name(t.scalar_type()) + " and " + dtype_name(tensors[0].scalar_type()));
   }
   const Spec s = reduce_spec(tensors[0], opts.reduceOp, "allreduce_coalesced");
-  return run(OpType::ALLREDUCE_COALESCED, "shoal:all_reduce_coalesced", tensors, tensors, [&](Op& op) {
-    auto flat = flatten(op, tensors, s.work);
-    op.pending.push_back(comm_->all_reduce_async(flat.data_ptr(), count_of(flat, s), s.dt, s.op));
-    unflatten_later(op, flat, tensors);
-  });
+  return run(OpType::ALLREDUCE_COALESCED, "shoal:all_reduce_coalesced", tensors, tensors,
+             [&](Op& op) {
+               auto flat = flatten(op, tensors, s.work);
+               premultiply(flat, s);
+               op.pending.push_back(
+                   comm_->all_reduce_async(flat.data_ptr(), count_of(flat, s), s.dt, s.op));
+               unflatten_later(op, flat, tensors);
+             });
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupShoal::broadcast(std::vector<at::Tensor>& tensors,
@@ -525,15 +623,15 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupShoal::reduce(std::vector<at::Tensor>
   const int root = static_cast<int>(opts.rootRank);
   const Spec s = reduce_spec(t, opts.reduceOp, "reduce");
   return run(OpType::REDUCE, "shoal:reduce", tensors, tensors, [&](Op& op) {
-    auto buf = stage_out(op, t, s.work, true, getRank() == root);
+    auto buf = stage_reduce(op, t, s, getRank() == root);
     op.pending.push_back(
         comm_->reduce_async(buf.data_ptr(), buf.data_ptr(), count_of(buf, s), s.dt, s.op, root));
   });
 }
 
-c10::intrusive_ptr<c10d::Work> ProcessGroupShoal::allgather(std::vector<std::vector<at::Tensor>>& outputs,
-                                                            std::vector<at::Tensor>& inputs,
-                                                            const c10d::AllgatherOptions&) {
+c10::intrusive_ptr<c10d::Work> ProcessGroupShoal::allgather(
+    std::vector<std::vector<at::Tensor>>& outputs, std::vector<at::Tensor>& inputs,
+    const c10d::AllgatherOptions&) {
   const auto& in = single(inputs, "allgather");
   if (outputs.size() != 1 || outputs[0].size() != static_cast<size_t>(getSize()))
     fail("allgather: expects one output list of " + std::to_string(getSize()) + " tensors");
@@ -543,56 +641,64 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupShoal::allgather(std::vector<std::vec
     auto src = stage_in(op, in, s.work);
     auto flat = at::empty({in.numel() * getSize()}, in.options());
     op.keep.push_back(flat);
-    op.pending.push_back(comm_->all_gather_async(src.data_ptr(), flat.data_ptr(), count_of(src, s), s.dt));
+    op.pending.push_back(
+        comm_->all_gather_async(src.data_ptr(), flat.data_ptr(), count_of(src, s), s.dt));
     unflatten_later(op, flat, outputs[0]);
   });
 }
 
-c10::intrusive_ptr<c10d::Work> ProcessGroupShoal::_allgather_base(at::Tensor& output, at::Tensor& input,
+c10::intrusive_ptr<c10d::Work> ProcessGroupShoal::_allgather_base(at::Tensor& output,
+                                                                  at::Tensor& input,
                                                                   const c10d::AllgatherOptions&) {
   check_tensor(input, "_allgather_base");
   check_tensor(output, "_allgather_base");
   if (output.scalar_type() != input.scalar_type() || output.numel() != input.numel() * getSize())
-    fail("_allgather_base: the output must have the input's dtype and world size (" + std::to_string(getSize()) +
-         ") times its " + std::to_string(input.numel()) + " elements, got " + std::to_string(output.numel()) + " " +
+    fail("_allgather_base: the output must have the input's dtype and world size (" +
+         std::to_string(getSize()) + ") times its " + std::to_string(input.numel()) +
+         " elements, got " + std::to_string(output.numel()) + " " +
          dtype_name(output.scalar_type()));
   const Spec s = move_spec(input);
   return run(OpType::_ALLGATHER_BASE, "shoal:all_gather_base", {input}, {output}, [&](Op& op) {
     auto src = stage_in(op, input, s.work);
     auto dst = stage_out(op, output, s.work, false);
-    op.pending.push_back(comm_->all_gather_async(src.data_ptr(), dst.data_ptr(), count_of(src, s), s.dt));
+    op.pending.push_back(
+        comm_->all_gather_async(src.data_ptr(), dst.data_ptr(), count_of(src, s), s.dt));
   });
 }
 
-c10::intrusive_ptr<c10d::Work> ProcessGroupShoal::allgather_coalesced(std::vector<std::vector<at::Tensor>>& outputs,
-                                                                      std::vector<at::Tensor>& inputs,
-                                                                      const c10d::AllgatherOptions&) {
+c10::intrusive_ptr<c10d::Work> ProcessGroupShoal::allgather_coalesced(
+    std::vector<std::vector<at::Tensor>>& outputs, std::vector<at::Tensor>& inputs,
+    const c10d::AllgatherOptions&) {
   if (inputs.empty()) fail("allgather_coalesced: no input tensors");
   if (outputs.size() != static_cast<size_t>(getSize()))
     fail("allgather_coalesced: expects " + std::to_string(getSize()) + " output lists");
   for (const auto& t : inputs) check_tensor(t, "allgather_coalesced");
   for (const auto& t : inputs)
-    if (t.scalar_type() != inputs[0].scalar_type()) fail("allgather_coalesced: every input must have one dtype");
+    if (t.scalar_type() != inputs[0].scalar_type())
+      fail("allgather_coalesced: every input must have one dtype");
   for (const auto& list : outputs) {
-    if (list.size() != inputs.size()) fail("allgather_coalesced: every output list must match the input list");
-    for (size_t i = 0; i < list.size(); ++i) check_same(list[i], inputs[i], "allgather_coalesced", "an output");
+    if (list.size() != inputs.size())
+      fail("allgather_coalesced: every output list must match the input list");
+    for (size_t i = 0; i < list.size(); ++i)
+      check_same(list[i], inputs[i], "allgather_coalesced", "an output");
   }
   const Spec s = move_spec(inputs[0]);
   std::vector<at::Tensor> all_outputs;
   for (const auto& list : outputs) all_outputs.insert(all_outputs.end(), list.begin(), list.end());
-  return run(OpType::ALLGATHER_COALESCED, "shoal:all_gather_coalesced", inputs, all_outputs, [&](Op& op) {
-    auto flat_in = flatten(op, inputs, s.work);
-    auto flat_out = at::empty({flat_in.numel() * getSize()}, flat_in.options());
-    op.keep.push_back(flat_out);
-    op.pending.push_back(
-        comm_->all_gather_async(flat_in.data_ptr(), flat_out.data_ptr(), count_of(flat_in, s), s.dt));
-    unflatten_later(op, flat_out, all_outputs);
-  });
+  return run(OpType::ALLGATHER_COALESCED, "shoal:all_gather_coalesced", inputs, all_outputs,
+             [&](Op& op) {
+               auto flat_in = flatten(op, inputs, s.work);
+               auto flat_out = at::empty({flat_in.numel() * getSize()}, flat_in.options());
+               op.keep.push_back(flat_out);
+               op.pending.push_back(comm_->all_gather_async(flat_in.data_ptr(), flat_out.data_ptr(),
+                                                            count_of(flat_in, s), s.dt));
+               unflatten_later(op, flat_out, all_outputs);
+             });
 }
 
-c10::intrusive_ptr<c10d::Work> ProcessGroupShoal::gather(std::vector<std::vector<at::Tensor>>& outputs,
-                                                         std::vector<at::Tensor>& inputs,
-                                                         const c10d::GatherOptions& opts) {
+c10::intrusive_ptr<c10d::Work> ProcessGroupShoal::gather(
+    std::vector<std::vector<at::Tensor>>& outputs, std::vector<at::Tensor>& inputs,
+    const c10d::GatherOptions& opts) {
   const auto& in = single(inputs, "gather");
   const int root = static_cast<int>(opts.rootRank);
   const bool is_root = getRank() == root;
@@ -618,9 +724,9 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupShoal::gather(std::vector<std::vector
   });
 }
 
-c10::intrusive_ptr<c10d::Work> ProcessGroupShoal::scatter(std::vector<at::Tensor>& outputs,
-                                                          std::vector<std::vector<at::Tensor>>& inputs,
-                                                          const c10d::ScatterOptions& opts) {
+c10::intrusive_ptr<c10d::Work> ProcessGroupShoal::scatter(
+    std::vector<at::Tensor>& outputs, std::vector<std::vector<at::Tensor>>& inputs,
+    const c10d::ScatterOptions& opts) {
   const auto& out = single(outputs, "scatter");
   const int root = static_cast<int>(opts.rootRank);
   const bool is_root = getRank() == root;
@@ -637,14 +743,14 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupShoal::scatter(std::vector<at::Tensor
     at::Tensor flat;
     if (is_root) flat = flatten(op, ins, s.work);
     auto dst = stage_out(op, out, s.work, false);
-    op.pending.push_back(
-        comm_->scatter_async(is_root ? flat.data_ptr() : nullptr, dst.data_ptr(), count_of(dst, s), s.dt, root));
+    op.pending.push_back(comm_->scatter_async(is_root ? flat.data_ptr() : nullptr, dst.data_ptr(),
+                                              count_of(dst, s), s.dt, root));
   });
 }
 
-c10::intrusive_ptr<c10d::Work> ProcessGroupShoal::reduce_scatter(std::vector<at::Tensor>& outputs,
-                                                                 std::vector<std::vector<at::Tensor>>& inputs,
-                                                                 const c10d::ReduceScatterOptions& opts) {
+c10::intrusive_ptr<c10d::Work> ProcessGroupShoal::reduce_scatter(
+    std::vector<at::Tensor>& outputs, std::vector<std::vector<at::Tensor>>& inputs,
+    const c10d::ReduceScatterOptions& opts) {
   const auto& out = single(outputs, "reduce_scatter");
   if (inputs.size() != 1 || inputs[0].size() != static_cast<size_t>(getSize()))
     fail("reduce_scatter: expects one input list of " + std::to_string(getSize()) + " tensors");
@@ -652,47 +758,115 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupShoal::reduce_scatter(std::vector<at:
   const Spec s = reduce_spec(out, opts.reduceOp, "reduce_scatter");
   return run(OpType::REDUCE_SCATTER, "shoal:reduce_scatter", inputs[0], outputs, [&](Op& op) {
     auto flat = flatten(op, inputs[0], s.work);
+    premultiply(flat, s);
     auto dst = stage_out(op, out, s.work, false);
     op.pending.push_back(
         comm_->reduce_scatter_async(flat.data_ptr(), dst.data_ptr(), count_of(dst, s), s.dt, s.op));
   });
 }
 
-c10::intrusive_ptr<c10d::Work> ProcessGroupShoal::_reduce_scatter_base(at::Tensor& output, at::Tensor& input,
-                                                                       const c10d::ReduceScatterOptions& opts) {
+c10::intrusive_ptr<c10d::Work> ProcessGroupShoal::_reduce_scatter_base(
+    at::Tensor& output, at::Tensor& input, const c10d::ReduceScatterOptions& opts) {
   check_tensor(input, "_reduce_scatter_base");
   check_tensor(output, "_reduce_scatter_base");
   if (output.scalar_type() != input.scalar_type() || input.numel() != output.numel() * getSize())
     fail("_reduce_scatter_base: the input must have the output's dtype and world size (" +
-         std::to_string(getSize()) + ") times its " + std::to_string(output.numel()) + " elements, got " +
-         std::to_string(input.numel()) + " " + dtype_name(input.scalar_type()));
+         std::to_string(getSize()) + ") times its " + std::to_string(output.numel()) +
+         " elements, got " + std::to_string(input.numel()) + " " + dtype_name(input.scalar_type()));
   const Spec s = reduce_spec(output, opts.reduceOp, "_reduce_scatter_base");
-  return run(OpType::_REDUCE_SCATTER_BASE, "shoal:reduce_scatter_base", {input}, {output}, [&](Op& op) {
-    auto src = stage_in(op, input, s.work);
-    auto dst = stage_out(op, output, s.work, false);
-    op.pending.push_back(
-        comm_->reduce_scatter_async(src.data_ptr(), dst.data_ptr(), count_of(dst, s), s.dt, s.op));
-  });
+  return run(
+      OpType::_REDUCE_SCATTER_BASE, "shoal:reduce_scatter_base", {input}, {output}, [&](Op& op) {
+        auto src = s.premul ? stage_reduce(op, input, s, false) : stage_in(op, input, s.work);
+        auto dst = stage_out(op, output, s.work, false);
+        op.pending.push_back(comm_->reduce_scatter_async(src.data_ptr(), dst.data_ptr(),
+                                                         count_of(dst, s), s.dt, s.op));
+      });
+}
+
+// The coalesced tensor forms (DTensor and FSDP2 call them, even for one tensor): one torch Work
+// over one shoal operation per pair, issued back to back.
+c10::intrusive_ptr<c10d::Work> ProcessGroupShoal::allgather_into_tensor_coalesced(
+    std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
+    const c10d::AllgatherOptions&) {
+  const char* name = "allgather_into_tensor_coalesced";
+  if (inputs.empty() || inputs.size() != outputs.size())
+    fail(std::string(name) + ": expects as many outputs as inputs (at least one), got " +
+         std::to_string(outputs.size()) + " and " + std::to_string(inputs.size()));
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    check_tensor(inputs[i], name);
+    check_tensor(outputs[i], name);
+    if (outputs[i].scalar_type() != inputs[i].scalar_type() ||
+        outputs[i].numel() != inputs[i].numel() * getSize())
+      fail(std::string(name) + ": output " + std::to_string(i) + " must have input " +
+           std::to_string(i) + "'s dtype and world size (" + std::to_string(getSize()) +
+           ") times its " + std::to_string(inputs[i].numel()) + " elements, got " +
+           std::to_string(outputs[i].numel()) + " " + dtype_name(outputs[i].scalar_type()));
+  }
+  return run(
+      OpType::COALESCED, "shoal:all_gather_into_tensor_coalesced", inputs, outputs, [&](Op& op) {
+        for (size_t i = 0; i < inputs.size(); ++i) {
+          const Spec s = move_spec(inputs[i]);
+          auto src = stage_in(op, inputs[i], s.work);
+          auto dst = stage_out(op, outputs[i], s.work, false);
+          op.pending.push_back(
+              comm_->all_gather_async(src.data_ptr(), dst.data_ptr(), count_of(src, s), s.dt));
+        }
+      });
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupShoal::reduce_scatter_tensor_coalesced(
+    std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
+    const c10d::ReduceScatterOptions& opts) {
+  const char* name = "reduce_scatter_tensor_coalesced";
+  if (inputs.empty() || inputs.size() != outputs.size())
+    fail(std::string(name) + ": expects as many outputs as inputs (at least one), got " +
+         std::to_string(outputs.size()) + " and " + std::to_string(inputs.size()));
+  std::vector<Spec> specs;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    check_tensor(inputs[i], name);
+    check_tensor(outputs[i], name);
+    if (outputs[i].scalar_type() != inputs[i].scalar_type() ||
+        inputs[i].numel() != outputs[i].numel() * getSize())
+      fail(std::string(name) + ": input " + std::to_string(i) + " must have output " +
+           std::to_string(i) + "'s dtype and world size (" + std::to_string(getSize()) +
+           ") times its " + std::to_string(outputs[i].numel()) + " elements, got " +
+           std::to_string(inputs[i].numel()) + " " + dtype_name(inputs[i].scalar_type()));
+    specs.push_back(reduce_spec(outputs[i], opts.reduceOp, name));
+  }
+  return run(
+      OpType::COALESCED, "shoal:reduce_scatter_tensor_coalesced", inputs, outputs, [&](Op& op) {
+        for (size_t i = 0; i < inputs.size(); ++i) {
+          const Spec& s = specs[i];
+          auto src =
+              s.premul ? stage_reduce(op, inputs[i], s, false) : stage_in(op, inputs[i], s.work);
+          auto dst = stage_out(op, outputs[i], s.work, false);
+          op.pending.push_back(comm_->reduce_scatter_async(src.data_ptr(), dst.data_ptr(),
+                                                           count_of(dst, s), s.dt, s.op));
+        }
+      });
 }
 
 // ---------------------------------------------------------------------------------------------
 // all_to_all
 
-c10::intrusive_ptr<c10d::Work> ProcessGroupShoal::alltoall_base(at::Tensor& output, at::Tensor& input,
+c10::intrusive_ptr<c10d::Work> ProcessGroupShoal::alltoall_base(at::Tensor& output,
+                                                                at::Tensor& input,
                                                                 std::vector<int64_t>& output_splits,
                                                                 std::vector<int64_t>& input_splits,
                                                                 const c10d::AllToAllOptions&) {
   check_tensor(input, "alltoall_base");
   check_tensor(output, "alltoall_base");
   if (input.scalar_type() != output.scalar_type())
-    fail("alltoall_base: input and output dtypes differ (" + dtype_name(input.scalar_type()) + " vs " +
-         dtype_name(output.scalar_type()) + ")");
+    fail("alltoall_base: input and output dtypes differ (" + dtype_name(input.scalar_type()) +
+         " vs " + dtype_name(output.scalar_type()) + ")");
   const int p = getSize();
   const Spec s = move_spec(input);
   if (output_splits.empty() && input_splits.empty()) {
     if (input.numel() != output.numel() || input.numel() % p != 0)
-      fail("alltoall_base: without split sizes input and output need the same number of elements, divisible by " +
-           std::to_string(p));
+      fail(
+          "alltoall_base: without split sizes input and output need the same number of elements, "
+          "divisible by " +
+          std::to_string(p));
     return run(OpType::ALLTOALL_BASE, "shoal:all_to_all", {input}, {output}, [&](Op& op) {
       auto src = stage_in(op, input, s.work);
       auto dst = stage_out(op, output, s.work, false);
@@ -704,7 +878,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupShoal::alltoall_base(at::Tensor& outp
   auto splits = [&](std::vector<int64_t> sp, const at::Tensor& t, const char* which) {
     const int64_t rows = t.dim() == 0 ? 1 : t.size(0);
     if (sp.empty()) {
-      if (rows % p != 0) fail(std::string("alltoall_base: ") + which + " rows not divisible by world size");
+      if (rows % p != 0)
+        fail(std::string("alltoall_base: ") + which + " rows not divisible by world size");
       sp.assign(static_cast<size_t>(p), rows / p);
     }
     if (sp.size() != static_cast<size_t>(p))
@@ -715,14 +890,15 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupShoal::alltoall_base(at::Tensor& outp
       sum += v;
     }
     if (sum != rows)
-      fail(std::string("alltoall_base: ") + which + " split sizes add up to " + std::to_string(sum) + ", not the " +
-           std::to_string(rows) + " rows of the tensor");
+      fail(std::string("alltoall_base: ") + which + " split sizes add up to " +
+           std::to_string(sum) + ", not the " + std::to_string(rows) + " rows of the tensor");
     return sp;
   };
   const auto in_sp = splits(input_splits, input, "input");
   const auto out_sp = splits(output_splits, output, "output");
   const int64_t in_row = input.dim() == 0 || input.size(0) == 0 ? 0 : input.numel() / input.size(0);
-  const int64_t out_row = output.dim() == 0 || output.size(0) == 0 ? 0 : output.numel() / output.size(0);
+  const int64_t out_row =
+      output.dim() == 0 || output.size(0) == 0 ? 0 : output.numel() / output.size(0);
   return run(OpType::ALLTOALL_BASE, "shoal:all_to_all_v", {input}, {output}, [&](Op& op) {
     auto src = stage_in(op, input, s.work);
     auto dst = stage_out(op, output, s.work, false);
@@ -732,9 +908,11 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupShoal::alltoall_base(at::Tensor& outp
       out_off[r + 1] = out_off[r] + out_sp[r] * out_row;
     }
     const int me = getRank();
-    if (in_sp[me] * in_row != out_sp[me] * out_row) fail("alltoall_base: this rank's own block sizes differ");
+    if (in_sp[me] * in_row != out_sp[me] * out_row)
+      fail("alltoall_base: this rank's own block sizes differ");
     if (in_sp[me] > 0)
-      dst.view({-1}).narrow(0, out_off[me], out_sp[me] * out_row)
+      dst.view({-1})
+          .narrow(0, out_off[me], out_sp[me] * out_row)
           .copy_(src.view({-1}).narrow(0, in_off[me], in_sp[me] * in_row));
     for (int k = 1; k < p; ++k) {
       const int to = (me + k) % p, from = (me - k + p) % p;
@@ -742,8 +920,9 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupShoal::alltoall_base(at::Tensor& outp
       if (n_send > 0)
         post_p2p_send(op, src, in_off[to], n_send * s.factor, to, kAllToAllTag, false);
       if (n_recv > 0)
-        op.pending.push_back(comm_->recv_async(byte_ptr(dst, out_off[from]), static_cast<size_t>(n_recv * s.factor),
-                                               s.dt, from, kAllToAllTag));
+        op.pending.push_back(comm_->recv_async(byte_ptr(dst, out_off[from]),
+                                               static_cast<size_t>(n_recv * s.factor), s.dt, from,
+                                               kAllToAllTag));
     }
   });
 }
@@ -753,14 +932,17 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupShoal::alltoall(std::vector<at::Tenso
                                                            const c10d::AllToAllOptions&) {
   const int p = getSize();
   if (inputs.size() != static_cast<size_t>(p) || outputs.size() != static_cast<size_t>(p))
-    fail("alltoall: expects " + std::to_string(p) + " input and " + std::to_string(p) + " output tensors");
+    fail("alltoall: expects " + std::to_string(p) + " input and " + std::to_string(p) +
+         " output tensors");
   bool even = true;
   for (int r = 0; r < p; ++r) {
     check_tensor(inputs[r], "alltoall");
     check_tensor(outputs[r], "alltoall");
-    if (inputs[r].scalar_type() != inputs[0].scalar_type() || outputs[r].scalar_type() != inputs[0].scalar_type())
+    if (inputs[r].scalar_type() != inputs[0].scalar_type() ||
+        outputs[r].scalar_type() != inputs[0].scalar_type())
       fail("alltoall: every tensor must have the same dtype");
-    if (inputs[r].numel() != inputs[0].numel() || outputs[r].numel() != inputs[0].numel()) even = false;
+    if (inputs[r].numel() != inputs[0].numel() || outputs[r].numel() != inputs[0].numel())
+      even = false;
   }
   const Spec s = move_spec(inputs[0]);
   if (even) {
@@ -768,14 +950,15 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupShoal::alltoall(std::vector<at::Tenso
       auto flat_in = flatten(op, inputs, s.work);
       auto flat_out = at::empty({flat_in.numel()}, flat_in.options());
       op.keep.push_back(flat_out);
-      op.pending.push_back(
-          comm_->all_to_all_async(flat_in.data_ptr(), flat_out.data_ptr(), count_of(inputs[0], s), s.dt));
+      op.pending.push_back(comm_->all_to_all_async(flat_in.data_ptr(), flat_out.data_ptr(),
+                                                   count_of(inputs[0], s), s.dt));
       unflatten_later(op, flat_out, outputs);
     });
   }
   return run(OpType::ALLTOALL, "shoal:all_to_all_v", inputs, outputs, [&](Op& op) {
     const int me = getRank();
-    if (inputs[me].numel() != outputs[me].numel()) fail("alltoall: this rank's own input and output sizes differ");
+    if (inputs[me].numel() != outputs[me].numel())
+      fail("alltoall: this rank's own input and output sizes differ");
     auto self_out = stage_out(op, outputs[me], s.work, false);
     self_out.copy_(inputs[me]);
     for (int k = 1; k < p; ++k) {
@@ -786,7 +969,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupShoal::alltoall(std::vector<at::Tenso
       }
       if (outputs[from].numel() > 0) {
         auto dst = stage_out(op, outputs[from], s.work, false);
-        op.pending.push_back(comm_->recv_async(dst.data_ptr(), count_of(dst, s), s.dt, from, kAllToAllTag));
+        op.pending.push_back(
+            comm_->recv_async(dst.data_ptr(), count_of(dst, s), s.dt, from, kAllToAllTag));
       }
     }
   });
@@ -799,18 +983,20 @@ std::string ProcessGroupShoal::any_source_key(int src, int dst) const {
   return "shoal_any_source/" + std::to_string(src) + "/" + std::to_string(dst);
 }
 
-void ProcessGroupShoal::post_p2p_send(Op& op, const at::Tensor& buf, int64_t offset, int64_t count, int peer,
-                                      int tag, bool count_for_any_source) {
+void ProcessGroupShoal::post_p2p_send(Op& op, const at::Tensor& buf, int64_t offset, int64_t count,
+                                      int peer, int tag, bool count_for_any_source) {
   if (count_for_any_source && any_source_) store_->add(any_source_key(getRank(), peer), 1);
   const Spec s = move_spec(buf);
-  op.pending.push_back(comm_->send_async(byte_ptr(buf, offset), static_cast<size_t>(count), s.dt, peer, tag));
+  op.pending.push_back(
+      comm_->send_async(byte_ptr(buf, offset), static_cast<size_t>(count), s.dt, peer, tag));
 }
 
-c10::intrusive_ptr<c10d::Work> ProcessGroupShoal::send(std::vector<at::Tensor>& tensors, int dst, int tag) {
+c10::intrusive_ptr<c10d::Work> ProcessGroupShoal::send(std::vector<at::Tensor>& tensors, int dst,
+                                                       int tag) {
   const auto& t = single(tensors, "send");
   if (dst < 0 || dst >= getSize() || dst == getRank())
-    fail("send: destination rank " + std::to_string(dst) + " is not another rank of this group of " +
-         std::to_string(getSize()));
+    fail("send: destination rank " + std::to_string(dst) +
+         " is not another rank of this group of " + std::to_string(getSize()));
   const Spec s = move_spec(t);
   return run(OpType::SEND, "shoal:send", tensors, tensors, [&](Op& op) {
     auto buf = stage_in(op, t, s.work);
@@ -818,7 +1004,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupShoal::send(std::vector<at::Tensor>& 
   });
 }
 
-c10::intrusive_ptr<c10d::Work> ProcessGroupShoal::recv(std::vector<at::Tensor>& tensors, int src, int tag) {
+c10::intrusive_ptr<c10d::Work> ProcessGroupShoal::recv(std::vector<at::Tensor>& tensors, int src,
+                                                       int tag) {
   const auto& t = single(tensors, "recv");
   if (src < 0 || src >= getSize() || src == getRank())
     fail("recv: source rank " + std::to_string(src) + " is not another rank of this group of " +
@@ -835,10 +1022,13 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupShoal::recv(std::vector<at::Tensor>& 
 // counts itself in the store (key per sender and receiver); a receive from any source polls
 // those counters for a sender with more sends than this rank has received from it, then posts
 // an ordinary receive from that rank. The call blocks until some sender has issued its send.
-c10::intrusive_ptr<c10d::Work> ProcessGroupShoal::recvAnysource(std::vector<at::Tensor>& tensors, int tag) {
+c10::intrusive_ptr<c10d::Work> ProcessGroupShoal::recvAnysource(std::vector<at::Tensor>& tensors,
+                                                                int tag) {
   const auto& t = single(tensors, "recvAnysource");
   if (!any_source_)
-    fail("recvAnysource: receives from any source are disabled (SHOAL_TORCH_ANY_SOURCE=0 on this rank)");
+    fail(
+        "recvAnysource: receives from any source are disabled (SHOAL_TORCH_ANY_SOURCE=0 on this "
+        "rank)");
   const int me = getRank(), p = getSize();
   const auto deadline = std::chrono::steady_clock::now() + timeout_;
   auto pause = std::chrono::microseconds(50);
@@ -872,8 +1062,54 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupShoal::recvAnysource(std::vector<at::
   return work;
 }
 
+void ProcessGroupShoal::monitoredBarrier(const c10d::BarrierOptions& opts, bool wait_all_ranks) {
+  const auto timeout = opts.timeout == c10d::kUnsetTimeout ? timeout_ : opts.timeout;
+  const std::string base = "shoal_monitored_barrier/" + std::to_string(monitored_barriers_++) + "/";
+  const int me = getRank(), p = getSize();
+  if (me != 0) {
+    store_->set(base + std::to_string(me), std::vector<uint8_t>{1});
+    try {
+      store_->wait({base + "done"}, timeout);
+    } catch (const std::exception& e) {
+      throw shoal::TimeoutError("shoal (torch backend): rank " + std::to_string(me) +
+                                ": monitoredBarrier: rank 0 did not release the barrier within " +
+                                std::to_string(timeout.count()) +
+                                " ms (rank 0 is stuck or dead, or it found "
+                                "ranks that did not arrive and raised)");
+    }
+    return;
+  }
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  std::vector<int> missing;
+  for (int r = 1; r < p; ++r) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        deadline - std::chrono::steady_clock::now());
+    const std::string key = base + std::to_string(r);
+    bool arrived;
+    try {
+      if (left.count() > 0) store_->wait({key}, left);
+      arrived = store_->check({key});
+    } catch (const std::exception&) {
+      arrived = false;
+    }
+    if (!arrived) {
+      missing.push_back(r);
+      if (!wait_all_ranks) break;
+    }
+  }
+  if (!missing.empty()) {
+    std::string names;
+    for (int r : missing) names += (names.empty() ? "" : ", ") + std::to_string(r);
+    throw shoal::TimeoutError("shoal (torch backend): rank 0: monitoredBarrier: rank" +
+                              std::string(missing.size() > 1 ? "s " : " ") + names +
+                              " did not arrive within " + std::to_string(timeout.count()) + " ms");
+  }
+  store_->set(base + "done", std::vector<uint8_t>{1});
+}
+
 c10::intrusive_ptr<c10d::Work> ProcessGroupShoal::barrier(const c10d::BarrierOptions&) {
-  return run(OpType::BARRIER, "shoal:barrier", {}, {}, [&](Op& op) { op.pending.push_back(comm_->barrier_async()); });
+  return run(OpType::BARRIER, "shoal:barrier", {}, {},
+             [&](Op& op) { op.pending.push_back(comm_->barrier_async()); });
 }
 
 }  // namespace shoal::torch_glue

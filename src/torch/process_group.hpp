@@ -7,11 +7,6 @@
 // converted tensors, and completes the Work and its Future with the output tensors.
 #pragma once
 
-#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
-#include <torch/csrc/distributed/c10d/Store.hpp>
-#include <torch/csrc/distributed/c10d/Work.hpp>
-#include <torch/version.h>
-
 #include <condition_variable>
 #include <deque>
 #include <functional>
@@ -20,22 +15,17 @@
 #include <optional>
 #include <string>
 #include <thread>
+#include <torch/csrc/distributed/c10d/Backend.hpp>
+#include <torch/csrc/distributed/c10d/Store.hpp>
+#include <torch/csrc/distributed/c10d/Work.hpp>
 #include <vector>
 
 #include "shoal/communicator.hpp"
 
-// torch 2.x moved the collectives to c10d::Backend (ProcessGroup dispatches to it);
-// torch 1.13's plugins subclass ProcessGroup itself. Same switch as torch-ccl.
-#if TORCH_VERSION_MAJOR >= 2
-#include <torch/csrc/distributed/c10d/Backend.hpp>
-#define SHOAL_TORCH_BACKEND_BASE ::c10d::Backend
-#else
-#define SHOAL_TORCH_BACKEND_BASE ::c10d::ProcessGroup
-#endif
-
 namespace shoal::torch_glue {
 
-using BackendBase = SHOAL_TORCH_BACKEND_BASE;
+// torch 2.x: a ProcessGroup dispatches each device's calls to a c10d::Backend; this is the CPU's.
+using BackendBase = ::c10d::Backend;
 
 /// The Work of one torch call: completed by the group's completion thread.
 class WorkShoal : public c10d::Work {
@@ -71,13 +61,15 @@ class ProcessGroupShoal : public BackendBase {
   /// A group around a communicator made elsewhere (shrink, grow, join): rank and size are the
   /// communicator's. `store` is the group's own store (receives from any source count sends in
   /// it), `root` the job's store under every prefix, where grow() and join() meet.
-  ProcessGroupShoal(const c10::intrusive_ptr<c10d::Store>& store, const c10::intrusive_ptr<c10d::Store>& root,
-                    std::chrono::milliseconds timeout, shoal::Communicator&& comm);
+  ProcessGroupShoal(const c10::intrusive_ptr<c10d::Store>& store,
+                    const c10::intrusive_ptr<c10d::Store>& root, std::chrono::milliseconds timeout,
+                    shoal::Communicator&& comm);
   ~ProcessGroupShoal() override;
 
   /// The creator torch.distributed calls: (store, rank, size, timeout).
-  static c10::intrusive_ptr<BackendBase> create(const c10::intrusive_ptr<c10d::Store>& store, int rank,
-                                                int size, std::chrono::milliseconds timeout);
+  static c10::intrusive_ptr<BackendBase> create(const c10::intrusive_ptr<c10d::Store>& store,
+                                                int rank, int size,
+                                                std::chrono::milliseconds timeout);
 
   // ---- elastic jobs (docs/torch.md): each returns a new group; this one stays as it is ----
   /// After a failure: the surviving ranks of this group form a new one, ranked in their old
@@ -91,7 +83,8 @@ class ProcessGroupShoal : public BackendBase {
   /// The new process's side of grow(): `store` is the job's store (any prefix of it that
   /// torch added is ignored: the bottom store is used), `name` the one grow() was given.
   static c10::intrusive_ptr<ProcessGroupShoal> join(const c10::intrusive_ptr<c10d::Store>& store,
-                                                    const std::string& name, std::chrono::milliseconds timeout);
+                                                    const std::string& name,
+                                                    std::chrono::milliseconds timeout);
 
   const std::string getBackendName() const override { return "shoal"; }
   std::string describe() const;
@@ -100,8 +93,8 @@ class ProcessGroupShoal : public BackendBase {
                                            const c10d::BroadcastOptions& opts = {}) override;
   c10::intrusive_ptr<c10d::Work> allreduce(std::vector<at::Tensor>& tensors,
                                            const c10d::AllreduceOptions& opts = {}) override;
-  c10::intrusive_ptr<c10d::Work> allreduce_coalesced(std::vector<at::Tensor>& tensors,
-                                                     const c10d::AllreduceCoalescedOptions& opts = {}) override;
+  c10::intrusive_ptr<c10d::Work> allreduce_coalesced(
+      std::vector<at::Tensor>& tensors, const c10d::AllreduceCoalescedOptions& opts = {}) override;
   c10::intrusive_ptr<c10d::Work> reduce(std::vector<at::Tensor>& tensors,
                                         const c10d::ReduceOptions& opts = {}) override;
   c10::intrusive_ptr<c10d::Work> allgather(std::vector<std::vector<at::Tensor>>& outputs,
@@ -109,30 +102,41 @@ class ProcessGroupShoal : public BackendBase {
                                            const c10d::AllgatherOptions& opts = {}) override;
   c10::intrusive_ptr<c10d::Work> _allgather_base(at::Tensor& output, at::Tensor& input,
                                                  const c10d::AllgatherOptions& opts = {}) override;
-  c10::intrusive_ptr<c10d::Work> allgather_coalesced(std::vector<std::vector<at::Tensor>>& outputs,
-                                                     std::vector<at::Tensor>& inputs,
-                                                     const c10d::AllgatherOptions& opts = {}) override;
+  c10::intrusive_ptr<c10d::Work> allgather_coalesced(
+      std::vector<std::vector<at::Tensor>>& outputs, std::vector<at::Tensor>& inputs,
+      const c10d::AllgatherOptions& opts = {}) override;
   c10::intrusive_ptr<c10d::Work> gather(std::vector<std::vector<at::Tensor>>& outputs,
                                         std::vector<at::Tensor>& inputs,
                                         const c10d::GatherOptions& opts = {}) override;
   c10::intrusive_ptr<c10d::Work> scatter(std::vector<at::Tensor>& outputs,
                                          std::vector<std::vector<at::Tensor>>& inputs,
                                          const c10d::ScatterOptions& opts = {}) override;
-  c10::intrusive_ptr<c10d::Work> reduce_scatter(std::vector<at::Tensor>& outputs,
-                                                std::vector<std::vector<at::Tensor>>& inputs,
-                                                const c10d::ReduceScatterOptions& opts = {}) override;
-  c10::intrusive_ptr<c10d::Work> _reduce_scatter_base(at::Tensor& output, at::Tensor& input,
-                                                      const c10d::ReduceScatterOptions& opts = {}) override;
+  c10::intrusive_ptr<c10d::Work> reduce_scatter(
+      std::vector<at::Tensor>& outputs, std::vector<std::vector<at::Tensor>>& inputs,
+      const c10d::ReduceScatterOptions& opts = {}) override;
+  c10::intrusive_ptr<c10d::Work> _reduce_scatter_base(
+      at::Tensor& output, at::Tensor& input, const c10d::ReduceScatterOptions& opts = {}) override;
+  c10::intrusive_ptr<c10d::Work> allgather_into_tensor_coalesced(
+      std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
+      const c10d::AllgatherOptions& opts = {}) override;
+  c10::intrusive_ptr<c10d::Work> reduce_scatter_tensor_coalesced(
+      std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
+      const c10d::ReduceScatterOptions& opts = {}) override;
   c10::intrusive_ptr<c10d::Work> alltoall_base(at::Tensor& output, at::Tensor& input,
                                                std::vector<int64_t>& output_splits,
                                                std::vector<int64_t>& input_splits,
                                                const c10d::AllToAllOptions& opts = {}) override;
-  c10::intrusive_ptr<c10d::Work> alltoall(std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
+  c10::intrusive_ptr<c10d::Work> alltoall(std::vector<at::Tensor>& outputs,
+                                          std::vector<at::Tensor>& inputs,
                                           const c10d::AllToAllOptions& opts = {}) override;
   c10::intrusive_ptr<c10d::Work> send(std::vector<at::Tensor>& tensors, int dst, int tag) override;
   c10::intrusive_ptr<c10d::Work> recv(std::vector<at::Tensor>& tensors, int src, int tag) override;
   c10::intrusive_ptr<c10d::Work> recvAnysource(std::vector<at::Tensor>& tensors, int tag) override;
   c10::intrusive_ptr<c10d::Work> barrier(const c10d::BarrierOptions& opts = {}) override;
+  /// Blocks until every rank arrived, through the group's store (not the mesh, so that it names
+  /// the ranks that are stuck or dead): rank 0 raises naming the first rank that did not arrive
+  /// within the timeout, or all of them with `wait_all_ranks`; the others raise naming rank 0.
+  void monitoredBarrier(const c10d::BarrierOptions& opts, bool wait_all_ranks = false) override;
 
   void setSequenceNumberForGroup() override {}
   uint64_t getSequenceNumberForGroup() override { return sequence_; }
@@ -148,7 +152,8 @@ class ProcessGroupShoal : public BackendBase {
 
  private:
   template <class F>
-  c10::intrusive_ptr<c10d::Work> run(c10d::OpType type, const char* title, std::vector<at::Tensor> inputs,
+  c10::intrusive_ptr<c10d::Work> run(c10d::OpType type, const char* title,
+                                     std::vector<at::Tensor> inputs,
                                      std::vector<at::Tensor> outputs, F&& issue);
   /// The queue the completion thread drains; shared with it, so that a group destroyed with an
   /// operation that cannot complete can leave the thread (and the communicator) behind.
@@ -161,8 +166,8 @@ class ProcessGroupShoal : public BackendBase {
     bool stop = false;
   };
   static void completion_loop(std::shared_ptr<Queue> queue);
-  void post_p2p_send(Op& op, const at::Tensor& buf, int64_t offset, int64_t count, int peer, int tag,
-                     bool count_for_any_source);
+  void post_p2p_send(Op& op, const at::Tensor& buf, int64_t offset, int64_t count, int peer,
+                     int tag, bool count_for_any_source);
   std::string any_source_key(int src, int dst) const;
 
   c10::intrusive_ptr<c10d::Store> store_;
@@ -172,9 +177,10 @@ class ProcessGroupShoal : public BackendBase {
   std::optional<shoal::Communicator> comm_;
   bool any_source_ = true;
 
-  std::mutex issue_mutex_;  // issue order == queue order
+  std::mutex issue_mutex_;              // issue order == queue order
   std::vector<int64_t> received_from_;  // user recvs matched per source (for recvAnysource)
   uint64_t sequence_ = 0;
+  uint64_t monitored_barriers_ = 0;  // names each monitored barrier's keys in the store
 
   std::shared_ptr<Queue> queue_ = std::make_shared<Queue>();
   std::thread completion_;

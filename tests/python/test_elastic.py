@@ -130,9 +130,9 @@ def _grow_or_join(rank, world, name):
     # The job's ranks keep the FileStore until the joiner is done with it.
     done = "elastic_test/joiner_done"
     if rank == world:
-        dist.PrefixStore("default_pg", store).set(done, "1")
+        store.set(done, "1")
     else:
-        dist.distributed_c10d._get_default_store().wait([done], datetime.timedelta(seconds=20))
+        _open_job_store().wait([done], datetime.timedelta(seconds=20))
     return True
 
 

@@ -1,7 +1,7 @@
 # Shared by the tools' end-to-end scripts (sourced; not a test itself):
 #   source "$(dirname "$0")/tool_test.sh" NAME "${1:-}" TOOL...
 # checks that BIN_DIR (the script's argument, ctest passes the build's bin directory) has every
-# TOOL, sets BIN, PY (Debian's python) and D (a work directory removed on exit), and defines
+# TOOL, sets BIN, PY (Debian's python), TORCH_PY (the project's, with torch) and D (a work directory removed on exit), and defines
 # pass, fail CASE (prints the tail of $D/out, where cases leave their output) and summary (the
 # last line; its status is the script's).
 TEST_NAME=$1
@@ -13,7 +13,8 @@ for tool in "$@"; do
     exit 1
   fi
 done
-PY=/usr/bin/python3
+PY=/usr/bin/python3  # JSON checks: Debian's python, no packages needed
+TORCH_PY=${SHOAL_TEST_PYTHON:-$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)/.venv/bin/python}  # the project's torch
 D=$(mktemp -d "/tmp/$TEST_NAME.XXXXXX")
 trap 'rm -rf "$D"' EXIT
 

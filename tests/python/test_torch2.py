@@ -1,0 +1,134 @@
+"""The torch 2.x Backend calls beyond the classic collectives: the coalesced tensor forms that
+DTensor and FSDP2 call, PREMUL_SUM, monitored_barrier, and the clear errors of what is not
+there yet. Every expected value is computed on each rank from the ranks' inputs alone."""
+
+import datetime
+
+import pytest
+import torch
+import torch.distributed as dist
+
+from ranks import run_ranks
+
+WORLDS = [2, 3]
+
+
+def inputs(rank, n, dtype=torch.float32, salt=0):
+    return (torch.arange(n, dtype=torch.float64) * (salt + 1) + rank * 10 + salt).to(dtype)
+
+
+def _coalesced_all_gather(rank, world):
+    sizes = [5, 1, 12]
+    ins = [inputs(rank, n, torch.float32 if i != 1 else torch.int64, i) for i, n in enumerate(sizes)]
+    outs = [torch.full((n * world,), -1, dtype=t.dtype) for n, t in zip(sizes, ins)]
+    with dist._coalescing_manager(async_ops=True) as cm:
+        for o, i in zip(outs, ins):
+            dist.all_gather_into_tensor(o, i)
+    cm.wait()
+    for i, (n, o) in enumerate(zip(sizes, outs)):
+        want = torch.cat([inputs(r, n, o.dtype, i) for r in range(world)])
+        assert torch.equal(o, want), (i, o, want)
+    return True
+
+
+def _coalesced_reduce_scatter(rank, world, op_name):
+    op = getattr(dist.ReduceOp, op_name)
+    sizes = [4, 7]
+    ins = [inputs(rank, n * world, torch.float64, i) for i, n in enumerate(sizes)]
+    outs = [torch.zeros(n, dtype=torch.float64) for n in sizes]
+    with dist._coalescing_manager(async_ops=True) as cm:
+        for o, i in zip(outs, ins):
+            dist.reduce_scatter_tensor(o, i, op=op)
+    cm.wait()
+    for i, (n, o) in enumerate(zip(sizes, outs)):
+        total = sum(inputs(r, n * world, torch.float64, i) for r in range(world))
+        if op_name == "AVG":
+            total = total / world
+        want = total[rank * n:(rank + 1) * n]
+        assert torch.allclose(o, want, rtol=0, atol=1e-12), (i, o, want)
+    return True
+
+
+def _premul_sum(rank, world):
+    factor = 0.25 * (1 + rank)  # each rank's own factor, as FSDP's gradient pre-division uses it
+    t = inputs(rank, 9)
+    original = t.clone()
+    dist.all_reduce(t, op=dist._make_nccl_premul_sum(factor))
+    want = sum(inputs(r, 9) * (0.25 * (1 + r)) for r in range(world))
+    assert torch.allclose(t, want), (t, want)
+    # reduce_scatter_tensor with a tensor factor; the input is left as it was
+    x = inputs(rank, 3 * world, torch.float64)
+    x_before = x.clone()
+    out = torch.zeros(3, dtype=torch.float64)
+    dist.reduce_scatter_tensor(out, x, op=dist._make_nccl_premul_sum(torch.tensor(2.0, dtype=torch.float64)))
+    want = (sum(inputs(r, 3 * world, torch.float64) for r in range(world)) * 2)[rank * 3:(rank + 1) * 3]
+    assert torch.allclose(out, want), (out, want)
+    assert torch.equal(x, x_before)
+    # integers have no PREMUL_SUM: a clear error before anything is sent, the tensor untouched
+    i = torch.arange(4)
+    with pytest.raises(RuntimeError, match="PREMUL_SUM scales floating-point tensors only"):
+        dist.all_reduce(i, op=dist._make_nccl_premul_sum(2.0))
+    assert torch.equal(i, torch.arange(4)) and torch.equal(original, inputs(rank, 9))
+    return True
+
+
+def _bitwise_is_a_clear_error(rank, world):
+    t = torch.arange(4, dtype=torch.int32)
+    with pytest.raises(RuntimeError, match=r"allreduce: ReduceOp.BAND on Int .*bitwise"):
+        dist.all_reduce(t, op=dist.ReduceOp.BAND)
+    dist.all_reduce(t)  # the group still works
+    assert torch.equal(t, torch.arange(4, dtype=torch.int32) * world)
+    return True
+
+
+def _monitored_barrier(rank, world):
+    dist.monitored_barrier(timeout=datetime.timedelta(seconds=10))
+    dist.monitored_barrier(timeout=datetime.timedelta(seconds=10), wait_all_ranks=True)
+    # The last rank does not come: rank 0 names it (and every straggler with wait_all_ranks),
+    # the others are told that rank 0 did not release them.
+    if rank == world - 1:
+        return "absent"
+    with pytest.raises(RuntimeError) as err:
+        dist.monitored_barrier(timeout=datetime.timedelta(seconds=2), wait_all_ranks=True)
+    return str(err.value)
+
+
+@pytest.mark.parametrize("world", WORLDS)
+def test_all_gather_into_tensor_coalesced(world):
+    assert run_ranks(_coalesced_all_gather, world) == {r: True for r in range(world)}
+
+
+@pytest.mark.parametrize("op_name", ["SUM", "AVG", "MAX"])
+def test_reduce_scatter_tensor_coalesced(op_name):
+    world = 3
+    if op_name == "MAX":  # checked apart: MAX's reference is not a sum
+        def _max(rank, world):
+            x = inputs(rank, 2 * world, torch.float64)
+            outs = [torch.zeros(2, dtype=torch.float64)]
+            with dist._coalescing_manager(async_ops=True) as cm:
+                dist.reduce_scatter_tensor(outs[0], x, op=dist.ReduceOp.MAX)
+            cm.wait()
+            return outs[0].tolist()
+        got = run_ranks(_max, world)
+        for r in range(world):
+            want = torch.stack([inputs(q, 2 * world, torch.float64) for q in range(world)]).max(0).values
+            assert got[r] == want[r * 2:(r + 1) * 2].tolist()
+        return
+    assert run_ranks(_coalesced_reduce_scatter, world, op_name) == {r: True for r in range(world)}
+
+
+@pytest.mark.parametrize("world", WORLDS)
+def test_premul_sum(world):
+    assert run_ranks(_premul_sum, world) == {r: True for r in range(world)}
+
+
+def test_bitwise_ops_raise_naming_the_op():
+    assert run_ranks(_bitwise_is_a_clear_error, 2) == {0: True, 1: True}
+
+
+def test_monitored_barrier_names_the_missing_rank():
+    world = 3
+    results = run_ranks(_monitored_barrier, world, timeout_s=30)
+    assert results[world - 1] == "absent"
+    assert "rank 2 did not arrive" in results[0], results[0]
+    assert "rank 0 did not release the barrier" in results[1], results[1]
