@@ -18,7 +18,7 @@
 #   mpich-tcp   MPICH forced onto TCP: MPIR_CVAR_NOLOCAL=1 UCX_TLS=tcp,self UCX_NET_DEVICES=lo
 #               (with --netns: UCX_NET_DEVICES = the hosts' NICs)
 #   gloo        gloo_bench (libgloo, tcp)
-#   torch-gloo  bench/peers/torch_gloo_bench.py, torch.distributed's gloo backend (/usr/bin/python3)
+#   torch-gloo  bench/peers/torch_gloo_bench.py, torch.distributed's gloo backend (the project's .venv)
 # --netns runs every harness across emulated hosts (scripts/netcluster.sh), --ranks split evenly
 # in contiguous blocks: shoal, gloo and torch-gloo through shoal-run --netns; Open MPI and MPICH
 # from inside the first namespace, their daemons started in each host by bench/peers/netns_rsh.sh.
@@ -124,8 +124,7 @@ gloo_bench="$build/peers/gloo_bench"
 mpich_bench="$build/peers/mpich_bench"
 torch_gloo_bench="$here/peers/torch_gloo_bench.py"
 netns_rsh="$here/peers/netns_rsh.sh"
-python=/usr/bin/python3
-[ -x "$python" ] || python="$(command -v python3 || echo python3)"
+python="$(cd "$(dirname "$0")/.." && pwd)/.venv/bin/python"  # the project's torch (scripts/install-deps.sh)
 
 ts="$(date +%Y%m%d-%H%M%S)"
 logs="${logs:-$build/compare/$ts-${scenario:+$scenario-}$coll-${ranks}r}"
@@ -193,7 +192,7 @@ for p in "${names[@]:1}"; do
   elif [[ "$p" == mpich* ]] && ! command -v mpiexec.mpich >/dev/null; then
     notes+=("no mpiexec.mpich on PATH (apt-get install mpich): ${title[$p]} column empty")
   elif [ "$p" = torch-gloo ] && ! "$python" -c 'import torch.distributed' 2>/dev/null; then
-    notes+=("$python cannot import torch.distributed (apt-get install python3-torch): ${title[$p]} column empty")
+    notes+=("$python cannot import torch.distributed (scripts/install-deps.sh installs the project's torch): ${title[$p]} column empty")
   elif [[ -n "$netns" && "$p" == mpich ]]; then
     notes+=("MPICH (shm) is not run across namespaces: this MPICH (ch4:ucx) would use UCX's shared memory between emulated hosts too (one machine, one IPC namespace); see MPICH (tcp)")
   elif [[ -n "$netns" && ( "$p" == gloo || "$p" == torch-gloo ) && ! -x "$shoal_run" ]]; then
@@ -476,7 +475,7 @@ if [ -n "$plot" ]; then
   labels=""
   for n in "${names[@]}"; do labels="$labels${labels:+;}$n=${title[$n]}"; done
   labels="${labels//shoal busbw/shoal}"
-  "$python" "$here/plot.py" --csv "$logs/plot.csv" --out-dir "$img_dir" --prefix "$plot" --labels "$labels" \
+  /usr/bin/python3 "$here/plot.py" --csv "$logs/plot.csv" --out-dir "$img_dir" --prefix "$plot" --labels "$labels" \
       --title "${scenario:+$scenario, }$where" >&2 ||
     failures+=("bench/plot.py failed (python3-matplotlib installed?)")
 fi

@@ -1,12 +1,12 @@
 #!/usr/bin/env python3
 """torch.distributed: "shoal" against "gloo", measured in the same run, interleaved.
 
-    PYTHONPATH=build/python /usr/bin/python3 bench/torch_bench.py            # everything
-    PYTHONPATH=build/python /usr/bin/python3 bench/torch_bench.py --no-ddp   # collectives only
+    PYTHONPATH=build/python .venv/bin/python bench/torch_bench.py            # everything
+    PYTHONPATH=build/python .venv/bin/python bench/torch_bench.py --no-ddp   # collectives only
 
-1. Collectives, 2 ranks (one job, both backends: the world group is gloo, a new_group is shoal):
-   all_reduce, _all_gather_base (all_gather_into_tensor in torch 2) and _reduce_scatter_base
-   (reduce_scatter_tensor), float32, 1 KiB .. 64 MiB. For every size the two backends alternate
+1. Collectives, --ranks ranks (default 2; one job, both backends: the world group is gloo, a new_group is shoal):
+   all_reduce, all_gather_into_tensor and reduce_scatter_tensor (the same call on both),
+   float32, 1 KiB .. 64 MiB. For every size the two backends alternate
    for --rounds rounds; the median time per call (the slowest rank's) gives the bus bandwidth
    the way nccl-tests computes it: busbw = algbw * 2(p-1)/p for all_reduce, * (p-1)/p for the
    other two, where the size is the whole buffer (all_gather's output, reduce_scatter's input).
@@ -53,8 +53,6 @@ def worker(args):
 
     torch.set_num_threads(1)
     warnings.filterwarnings("ignore", message=".*private function.*")
-    all_gather_into_tensor = getattr(dist, "all_gather_into_tensor", dist._all_gather_base)
-    reduce_scatter_tensor = getattr(dist, "reduce_scatter_tensor", dist._reduce_scatter_base)
     dist.init_process_group("gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
     groups = {"gloo": dist.group.WORLD, "shoal": dist.new_group(backend="shoal")}
@@ -78,24 +76,19 @@ def worker(args):
         n = size // 4
         full = torch.zeros(n)
         part = torch.zeros(n // world)
-        chunks = list(full.chunk(world))
-        # gloo (torch 1.13) has neither _allgather_base nor any reduce_scatter: it runs what a
-        # user of gloo would, all_gather into views of the buffer and all_reduce of the buffer.
+        # The same torch call on both backends (torch 2.x's gloo has both tensor forms).
         colls = {
-            "all_reduce": ({"shoal": lambda g: dist.all_reduce(full, group=g),
-                            "gloo": lambda g: dist.all_reduce(full, group=g)}, 2 * (world - 1) / world),
-            "all_gather": ({"shoal": lambda g: all_gather_into_tensor(full, part, group=g),
-                            "gloo": lambda g: dist.all_gather(chunks, part, group=g)}, (world - 1) / world),
-            "reduce_scatter": ({"shoal": lambda g: reduce_scatter_tensor(part, full, group=g),
-                                "gloo": lambda g: dist.all_reduce(full, group=g)}, (world - 1) / world),
+            "all_reduce": (lambda g: dist.all_reduce(full, group=g), 2 * (world - 1) / world),
+            "all_gather": (lambda g: dist.all_gather_into_tensor(full, part, group=g), (world - 1) / world),
+            "reduce_scatter": (lambda g: dist.reduce_scatter_tensor(part, full, group=g), (world - 1) / world),
         }
         iters = max(2, min(args.max_iters, int(args.target_bytes // size)))
-        for name, (fns, factor) in colls.items():
+        for name, (fn, factor) in colls.items():
             times = {"gloo": [], "shoal": []}
             for r in range(args.rounds):
                 order = ["gloo", "shoal"] if r % 2 == 0 else ["shoal", "gloo"]
                 for backend in order:
-                    times[backend].append(measure(fns[backend], groups[backend], iters))
+                    times[backend].append(measure(fn, groups[backend], iters))
             row = {"collective": name, "bytes": size, "iters": iters}
             for backend, ts in times.items():
                 t = statistics.median(ts)
@@ -157,8 +150,6 @@ def main():
     out["collectives"] = coll
     print(f"\n### torch.distributed collectives, {coll['world']} ranks, float32 "
           f"(bus bandwidth GB/s, median of {args.rounds} interleaved rounds)\n")
-    print("gloo in torch 1.13 has no all_gather_into_tensor and no reduce_scatter: its rows time "
-          "all_gather into views of the output, and all_reduce of the whole buffer.\n")
     print("| collective | size | gloo busbw | shoal busbw | shoal / gloo | gloo µs | shoal µs |")
     print("|---|---:|---:|---:|---:|---:|---:|")
     for row in coll["collectives"]:

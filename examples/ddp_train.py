@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
 """Trains a small GPT-style transformer on synthetic data with DistributedDataParallel (CPU).
 
-    shoal-run -n 2 /usr/bin/python3 examples/ddp_train.py --backend shoal
+    shoal-run -n 2 .venv/bin/python examples/ddp_train.py --backend shoal
     torchrun --standalone --nproc_per_node 2 --redirects 1 --tee 1 examples/ddp_train.py --backend gloo
-    /usr/bin/python3 examples/ddp_train.py --nproc 2 --backend shoal     # starts its own ranks
+    .venv/bin/python examples/ddp_train.py --nproc 2 --backend shoal     # starts its own ranks
 
 Every rank draws its own batches from a generator seeded with (seed, rank, step), so a run is
 reproducible and the losses of two backends can be compared step by step. Rank 0 prints

@@ -6,9 +6,9 @@ sizes and per-rank counts, same buffer shifts, warmup, timing (per-rank average,
 over ranks), bandwidth formulas, check and table, so that bench/compare.sh parses it unchanged.
 
     RANK=0 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=29500 \\
-        /usr/bin/python3 bench/peers/torch_gloo_bench.py all_reduce -b 8 -e 64M -f 2 -c 1 &
+        .venv/bin/python bench/peers/torch_gloo_bench.py all_reduce -b 8 -e 64M -f 2 -c 1 &
     RANK=1 ...                                                      # one process per rank
-    build/bin/shoal-run -n 2 /usr/bin/python3 bench/peers/torch_gloo_bench.py all_reduce ...
+    build/bin/shoal-run -n 2 .venv/bin/python bench/peers/torch_gloo_bench.py all_reduce ...
 
 Rank, size and the store come from the environment, as torchrun (or shoal-run) sets it: RANK,
 WORLD_SIZE, MASTER_ADDR, MASTER_PORT (init_process_group("gloo"), env://; under torchrun or

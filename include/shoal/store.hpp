@@ -1,5 +1,5 @@
 // Key-value stores used for rendezvous. TcpStore speaks the wire protocol of
-// torch.distributed.TCPStore (torch 1.13), so shoal can join a store torchrun's agent hosts.
+// torch.distributed.TCPStore (torch 2.x), so shoal can join a store torchrun's agent hosts.
 #pragma once
 
 #include <atomic>

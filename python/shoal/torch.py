@@ -19,7 +19,7 @@ from . import _C
 __all__ = ["BACKEND", "describe", "grow", "is_registered", "join", "shrink"]
 
 BACKEND = "shoal"
-_TORCH_MAJOR = int(torch.__version__.split(".")[0])
+_CPU = torch.device("cpu")
 
 
 def _create_process_group(store, rank, size, timeout):
@@ -33,38 +33,28 @@ def is_registered():
 
 def describe(group=None):
     """shoal's description of a process group (default: the world): ranks, hosts, transport."""
-    pg = group if group is not None else dist.distributed_c10d._get_default_group()
-    if _TORCH_MAJOR >= 2:  # torch 2.x: the ProcessGroup wraps per-device backends
-        pg = pg._get_backend(torch.device("cpu"))
-    return _C.describe(pg)
+    return _C.describe(_backend_of(group, "describe"))
 
 
 def _backend_of(group, what):
     """The shoal backend object behind `group` (default: the world); TypeError if it is not one."""
     if group is None:
         group = dist.distributed_c10d._get_default_group()
-    if _TORCH_MAJOR >= 2 and hasattr(group, "_get_backend"):
+    if isinstance(group, dist.ProcessGroup):  # it dispatches each device to a backend
         try:
-            group = group._get_backend(torch.device("cpu"))
+            group = group._get_backend(_CPU)
         except RuntimeError as e:
             raise TypeError(f"shoal.torch.{what}: the group has no shoal backend for the CPU ({e})") from None
     return group
 
 
 def _as_group(backend):
-    """torch 1.13: the backend is the process group. torch 2.x: wrap the c10d::Backend in a
-    ProcessGroup serving the CPU (untested here: the API moved between 2.x releases); if that
-    fails, the Backend itself (its collectives, e.g. allreduce([t]), work as on a group)."""
-    if _TORCH_MAJOR < 2:
-        return backend
-    try:  # pragma: no cover (torch 2.x only)
-        pg = dist.ProcessGroup(dist.HashStore(), backend.rank(), backend.size())
-        backend_type = dist.ProcessGroup.BackendType.CUSTOM
-        pg._set_default_backend(backend_type)
-        pg._register_backend(torch.device("cpu"), backend_type, backend)
-        return pg
-    except Exception:  # noqa: BLE001
-        return backend
+    """A ProcessGroup serving the CPU with `backend` (a c10d::Backend made by shrink, grow or join)."""
+    pg = dist.ProcessGroup(dist.HashStore(), backend.rank(), backend.size())
+    backend_type = dist.ProcessGroup.BackendType.CUSTOM
+    pg._set_default_backend(backend_type)
+    pg._register_backend(_CPU, backend_type, backend)
+    return pg
 
 
 def _timedelta(timeout):
@@ -102,14 +92,8 @@ def join(store, name, timeout=datetime.timedelta(minutes=30)):
 def _register():
     if is_registered():
         return
-    if _TORCH_MAJOR >= 2:
-        # torch 2.x: the creator returns a c10d::Backend; say which devices it serves.
-        try:
-            dist.Backend.register_backend(BACKEND, _create_process_group, devices=["cpu"])
-            return
-        except TypeError:
-            pass
-    dist.Backend.register_backend(BACKEND, _create_process_group)
+    # The creator returns a c10d::Backend; torch wraps it in a ProcessGroup for the CPU.
+    dist.Backend.register_backend(BACKEND, _create_process_group, devices=["cpu"])
 
 
 _register()
