@@ -2,7 +2,7 @@
 """Trains a small GPT-style transformer on synthetic data with DistributedDataParallel (CPU).
 
     shoal-run -n 2 .venv/bin/python examples/ddp_train.py --backend shoal
-    torchrun --standalone --nproc_per_node 2 --redirects 1 --tee 1 examples/ddp_train.py --backend gloo
+    .venv/bin/torchrun --standalone --nproc_per_node 2 examples/ddp_train.py --backend gloo
     .venv/bin/python examples/ddp_train.py --nproc 2 --backend shoal     # starts its own ranks
 
 Every rank draws its own batches from a generator seeded with (seed, rank, step), so a run is
@@ -77,11 +77,27 @@ def batch(args, rank, step):
     return data[:, :-1], data[:, 1:]
 
 
+def register_hook(ddp, hook):
+    """DDP's communication hooks: gradients compressed to fp16/bf16 for the all_reduce, or
+    PowerSGD's rank-1 approximation (vanilla all_reduce for the first 2 steps; fixed seed)."""
+    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks, powerSGD_hook
+
+    if hook == "fp16":
+        ddp.register_comm_hook(None, default_hooks.fp16_compress_hook)
+    elif hook == "bf16":
+        ddp.register_comm_hook(None, default_hooks.bf16_compress_hook)
+    elif hook == "powersgd":
+        state = powerSGD_hook.PowerSGDState(process_group=None, matrix_approximation_rank=1,
+                                            start_powerSGD_iter=2, min_compression_rate=0.5, random_seed=0)
+        ddp.register_comm_hook(state, powerSGD_hook.powerSGD_hook)
+
+
 def train(args):
     rank, world = dist.get_rank(), dist.get_world_size()
     torch.manual_seed(args.seed)  # same initial weights everywhere (DDP broadcasts rank 0's anyway)
     model = GPT(args.vocab, args.seq, args.dim, args.heads, args.layers)
     ddp = DDP(model, bucket_cap_mb=args.bucket_mb)
+    register_hook(ddp, args.hook)
     opt = torch.optim.AdamW(ddp.parameters(), lr=args.lr)
     losses, times = [], []
     for step in range(args.steps):
@@ -96,7 +112,7 @@ def train(args):
         if rank == 0 and not args.quiet:
             print(f"step {step} loss {loss.item():.6f}", flush=True)
     warm = times[args.warmup:] or times
-    result = {"backend": args.backend, "world": world, "losses": losses,
+    result = {"backend": args.backend, "hook": args.hook, "world": world, "losses": losses,
               "step_ms": 1000 * statistics.median(warm), "params": sum(p.numel() for p in model.parameters())}
     if rank == 0 and args.json:
         print("JSON " + json.dumps(result), flush=True)
@@ -132,6 +148,8 @@ def main():
     p.add_argument("--layers", type=int, default=2)
     p.add_argument("--lr", type=float, default=3e-3)
     p.add_argument("--bucket-mb", type=float, default=25.0)
+    p.add_argument("--hook", default="none", choices=["none", "fp16", "bf16", "powersgd"],
+                   help="DDP communication hook")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--threads", type=int, default=1, help="torch intra-op threads per rank")
     p.add_argument("--timeout", type=float, default=300.0, help="process group timeout, seconds")

@@ -9,6 +9,7 @@ Importing this module registers the backend, after which::
 works like "gloo" for CPU tensors. See docs/torch.md.
 """
 
+import atexit
 import datetime
 
 import torch
@@ -97,3 +98,5 @@ def _register():
 
 
 _register()
+# Completion threads run torch callbacks and free tensors: let them finish before Python does.
+atexit.register(_C.quiesce, 5.0)

@@ -21,6 +21,13 @@ ProcessGroupShoal& shoal_group(const c10::intrusive_ptr<BackendBase>& pg, const 
 }  // namespace
 
 PYBIND11_MODULE(_C, m) {
+  m.def(
+      "quiesce",
+      [](double seconds) {
+        ProcessGroupShoal::quiesce(std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000)));
+      },
+      py::arg("seconds"), py::call_guard<py::gil_scoped_release>(),
+      "Waits until no group's completion thread holds an operation (registered with atexit).");
   m.doc() = "shoal's torch.distributed backend (use `import shoal.torch`)";
   m.def("create_process_group", &ProcessGroupShoal::create, py::arg("store"), py::arg("rank"),
         py::arg("size"), py::arg("timeout"), py::call_guard<py::gil_scoped_release>(),

@@ -387,7 +387,8 @@ ProcessGroupShoal::ProcessGroupShoal(const c10::intrusive_ptr<c10d::Store>& stor
   comm_.emplace(shoal::Communicator::create(adapter, rank, size, comm_options(timeout)));
   if (const char* e = std::getenv("SHOAL_TORCH_ANY_SOURCE")) any_source_ = std::string(e) != "0";
   received_from_.assign(static_cast<size_t>(size), 0);
-  completion_ = std::thread(completion_loop, queue_);
+  std::lock_guard<std::mutex> lock(queue_->mutex);
+  start_completion_thread(queue_);
 }
 
 ProcessGroupShoal::ProcessGroupShoal(const c10::intrusive_ptr<c10d::Store>& store,
@@ -397,7 +398,8 @@ ProcessGroupShoal::ProcessGroupShoal(const c10::intrusive_ptr<c10d::Store>& stor
   comm_.emplace(std::move(comm));
   if (const char* e = std::getenv("SHOAL_TORCH_ANY_SOURCE")) any_source_ = std::string(e) != "0";
   received_from_.assign(static_cast<size_t>(getSize()), 0);
-  completion_ = std::thread(completion_loop, queue_);
+  std::lock_guard<std::mutex> lock(queue_->mutex);
+  start_completion_thread(queue_);
 }
 
 ProcessGroupShoal::~ProcessGroupShoal() {
@@ -407,13 +409,13 @@ ProcessGroupShoal::~ProcessGroupShoal() {
   bool drained;
   {
     std::unique_lock<std::mutex> lock(queue_->mutex);
-    drained = queue_->idle_cv.wait_for(lock, kDestroyGrace,
-                                       [&] { return queue_->ops.empty() && !queue_->busy; });
+    drained = queue_->idle_cv.wait_for(
+        lock, kDestroyGrace, [&] { return queue_->ops.empty() && queue_->in_flight == 0; });
     queue_->stop = true;
+    queue_->cv.notify_all();
+    if (drained) queue_->idle_cv.wait(lock, [&] { return queue_->threads == 0; });
   }
-  queue_->cv.notify_all();
   if (drained) {
-    completion_.join();
     comm_.reset();  // says goodbye to the peers
   } else {
     // An operation no peer joins (shoal has no public abort): rather than hang here until the
@@ -424,7 +426,6 @@ ProcessGroupShoal::~ProcessGroupShoal() {
         "shoal (torch backend): rank %d: process group destroyed with operations still in flight "
         "after %lld s; leaving them to finish in the background\n",
         getRank(), static_cast<long long>(kDestroyGrace.count()));
-    completion_.detach();
     new shoal::Communicator(
         std::move(*comm_));  // deliberately leaked: the thread still waits on it
     comm_.reset();
@@ -531,43 +532,83 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupShoal::run(OpType type, const char* t
   {
     std::lock_guard<std::mutex> qlock(queue_->mutex);
     queue_->ops.push_back(std::move(op));
+    if (queue_->threads == queue_->completing) start_completion_thread(queue_);
   }
-  queue_->cv.notify_one();
+  queue_->cv.notify_all();
   if (failed) std::rethrow_exception(failed);
   return work;
 }
 
-void ProcessGroupShoal::completion_loop(std::shared_ptr<Queue> queue) {
-  for (;;) {
-    Op op;
-    {
-      std::unique_lock<std::mutex> lock(queue->mutex);
-      queue->busy = false;
-      if (queue->ops.empty()) queue->idle_cv.notify_all();
-      queue->cv.wait(lock, [&] { return queue->stop || !queue->ops.empty(); });
-      if (queue->ops.empty()) return;
-      op = std::move(queue->ops.front());
-      queue->ops.pop_front();
-      queue->busy = true;
-    }
-    std::exception_ptr error = op.issue_error;
-    // Wait for every piece even after a failure: they use buffers this Op keeps alive.
-    for (auto& w : op.pending) {
-      try {
-        w.wait();
-      } catch (...) {
-        if (!error) error = std::current_exception();
-      }
-    }
-    if (!error) {
-      try {
-        for (auto& f : op.finish) f();
-      } catch (...) {
-        error = std::current_exception();
-      }
-    }
-    op.work->complete(error);
+namespace {
+std::mutex g_queues_mutex;
+std::vector<std::weak_ptr<void>> g_queues;  // every group's queue (ProcessGroupShoal::Queue)
+}  // namespace
+
+void ProcessGroupShoal::quiesce(std::chrono::milliseconds timeout) {
+  std::vector<std::shared_ptr<Queue>> live;
+  {
+    std::lock_guard<std::mutex> lock(g_queues_mutex);
+    for (auto& w : g_queues)
+      if (auto q = w.lock()) live.push_back(std::static_pointer_cast<Queue>(q));
   }
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  for (auto& q : live) {
+    std::unique_lock<std::mutex> lock(q->mutex);
+    q->idle_cv.wait_until(lock, deadline, [&] { return q->in_flight == 0; });
+  }
+}
+
+void ProcessGroupShoal::start_completion_thread(const std::shared_ptr<Queue>& queue) {
+  if (queue->threads == 0) {
+    std::lock_guard<std::mutex> lock(g_queues_mutex);
+    std::erase_if(g_queues, [](const std::weak_ptr<void>& w) { return w.expired(); });
+    g_queues.push_back(queue);
+  }
+  ++queue->threads;
+  std::thread([queue] {
+    std::unique_lock<std::mutex> lock(queue->mutex);
+    for (;;) {
+      queue->cv.wait(lock, [&] {
+        return (queue->stop && queue->ops.empty()) || (!queue->leader && !queue->ops.empty());
+      });
+      if (queue->ops.empty()) break;  // stopped and drained
+      queue->leader = true;
+      Op op = std::move(queue->ops.front());
+      queue->ops.pop_front();
+      ++queue->in_flight;
+      lock.unlock();
+      std::exception_ptr error = op.issue_error;
+      // Wait for every piece even after a failure: they use buffers this Op keeps alive.
+      for (auto& w : op.pending) {
+        try {
+          w.wait();
+        } catch (...) {
+          if (!error) error = std::current_exception();
+        }
+      }
+      if (!error) {
+        try {
+          for (auto& f : op.finish) f();
+        } catch (...) {
+          error = std::current_exception();
+        }
+      }
+      lock.lock();
+      queue->leader = false;
+      ++queue->completing;
+      queue->cv.notify_all();  // the next operation may be led by a free thread
+      lock.unlock();
+      op.work->complete(error);
+      op = Op{};  // the tensors go while no lock is held
+      lock.lock();
+      --queue->completing;
+      --queue->in_flight;
+      if (queue->ops.empty() && queue->in_flight == 0) queue->idle_cv.notify_all();
+      if (queue->threads - queue->completing > 1) break;  // another thread is free: leave
+    }
+    --queue->threads;
+    queue->idle_cv.notify_all();
+  }).detach();
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -2,9 +2,10 @@
 //
 // Every call stages its tensors into contiguous buffers of a dtype shoal handles, issues the
 // shoal operation(s) asynchronously under one mutex (so the issue order is the queue order),
-// and queues them. One completion thread per group waits for the queued operations in issue
-// order (shoal completes them in that order), copies results back into non-contiguous or
-// converted tensors, and completes the Work and its Future with the output tensors.
+// and queues them. One completion thread per group (more while callbacks block) waits for the
+// queued operations in issue order (shoal completes them in that order), copies results back into
+// non-contiguous or converted tensors, and completes the Work and its Future with the output
+// tensors.
 #pragma once
 
 #include <condition_variable>
@@ -155,17 +156,35 @@ class ProcessGroupShoal : public BackendBase {
   c10::intrusive_ptr<c10d::Work> run(c10d::OpType type, const char* title,
                                      std::vector<at::Tensor> inputs,
                                      std::vector<at::Tensor> outputs, F&& issue);
-  /// The queue the completion thread drains; shared with it, so that a group destroyed with an
-  /// operation that cannot complete can leave the thread (and the communicator) behind.
+  /// The queue the completion threads drain; shared with them, so that a group destroyed with
+  /// an operation that cannot complete can leave them (and the communicator) behind. One thread
+  /// at a time waits for the operations, in issue order (the leader); it completes the torch
+  /// Work and its future itself, which runs the future's callbacks, and hands the lead on while
+  /// it does. A callback that waits for a collective it issued (PowerSGD's hook) would otherwise
+  /// wait for itself: when an operation is queued while every thread is inside a completion,
+  /// one more thread is started, and a thread that finds another free one after its completion
+  /// leaves.
   struct Queue {
     std::mutex mutex;
-    std::condition_variable cv;       // new work or stop
-    std::condition_variable idle_cv;  // the queue ran empty
+    std::condition_variable cv;       // new work, the lead free, or stop
+    std::condition_variable idle_cv;  // the queue ran empty, or a thread left
     std::deque<Op> ops;
-    bool busy = false;
+    bool leader = false;  // a thread is waiting for the front operation
+    int in_flight = 0;    // operations taken off the queue, not yet completed
+    int threads = 0;      // completion threads alive
+    int completing = 0;   // of them, inside Work::complete (callbacks)
     bool stop = false;
   };
-  static void completion_loop(std::shared_ptr<Queue> queue);
+  // with queue->mutex held
+  static void start_completion_thread(const std::shared_ptr<Queue>& queue);
+
+ public:
+  /// Waits (at most `timeout`) until no group's completion thread holds an operation or runs a
+  /// callback: registered with atexit, so that none touches Python objects (a callback, a
+  /// tensor) while the interpreter finalizes. Call without the GIL.
+  static void quiesce(std::chrono::milliseconds timeout);
+
+ private:
   void post_p2p_send(Op& op, const at::Tensor& buf, int64_t offset, int64_t count, int peer,
                      int tag, bool count_for_any_source);
   std::string any_source_key(int src, int dst) const;
@@ -183,7 +202,6 @@ class ProcessGroupShoal : public BackendBase {
   uint64_t monitored_barriers_ = 0;  // names each monitored barrier's keys in the store
 
   std::shared_ptr<Queue> queue_ = std::make_shared<Queue>();
-  std::thread completion_;
 };
 
 }  // namespace shoal::torch_glue

@@ -2,11 +2,10 @@
 // TCPStore or FileStore), so shoal's rendezvous runs through torch's own store.
 #pragma once
 
+#include <string>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/Store.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
-
-#include <string>
 #include <vector>
 
 #include "shoal/error.hpp"
@@ -16,7 +15,8 @@ namespace shoal::torch_glue {
 
 class C10dStore : public shoal::Store {
  public:
-  C10dStore(c10::intrusive_ptr<c10d::Store> store, Milliseconds timeout) : store_(std::move(store)) {
+  C10dStore(c10::intrusive_ptr<c10d::Store> store, Milliseconds timeout)
+      : store_(std::move(store)) {
     set_timeout(timeout);
   }
 
@@ -37,7 +37,8 @@ class C10dStore : public shoal::Store {
     return out;
   }
   void wait(const std::vector<std::string>& keys, Milliseconds timeout) override {
-    guard("wait", keys.empty() ? std::string() : keys.front(), [&] { store_->wait(keys, timeout); });
+    guard("wait", keys.empty() ? std::string() : keys.front(),
+          [&] { store_->wait(keys, timeout); });
   }
   bool check(const std::vector<std::string>& keys) override {
     bool out = false;
@@ -63,7 +64,8 @@ class C10dStore : public shoal::Store {
 
  private:
   // torch's stores throw c10::Error or std::runtime_error; shoal's rendezvous expects shoal::Error.
-  template <class F> void guard(const char* what, const std::string& key, F&& f) {
+  template <class F>
+  void guard(const char* what, const std::string& key, F&& f) {
     try {
       f();
     } catch (const shoal::Error&) {
@@ -75,7 +77,8 @@ class C10dStore : public shoal::Store {
       std::string msg = std::string("torch store ") + what + "('" + key + "') failed: " + text;
       std::string lower = text;
       for (auto& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-      if (lower.find("timeout") != std::string::npos || lower.find("timed out") != std::string::npos)
+      if (lower.find("timeout") != std::string::npos ||
+          lower.find("timed out") != std::string::npos)
         throw shoal::TimeoutError(msg);
       throw shoal::InternalError(msg);
     }

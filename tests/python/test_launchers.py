@@ -43,9 +43,9 @@ def test_torchrun():
     assert "OK 0" in out and "OK 1" in out, out
 
 
-def _ddp(backend, world, steps):
+def _ddp(backend, world, steps, hook="none"):
     cmd = [sys.executable, str(REPO / "examples" / "ddp_train.py"), "--backend", backend, "--steps", str(steps),
-           "--json", "--quiet"]
+           "--hook", hook, "--json", "--quiet"]
     if SHOAL_RUN.exists():
         cmd = [str(SHOAL_RUN), "-n", str(world)] + cmd
     else:
@@ -62,3 +62,17 @@ def test_ddp_example_matches_gloo():
     assert len(shoal_run["losses"]) == len(gloo_run["losses"]) == steps
     for step, (a, b) in enumerate(zip(shoal_run["losses"], gloo_run["losses"])):
         assert abs(a - b) <= 1e-5 * abs(b), f"step {step}: shoal {a} vs gloo {b}"
+
+
+@pytest.mark.parametrize("hook", ["fp16", "bf16", "powersgd"])
+def test_ddp_communication_hooks_match_gloo(hook):
+    """DDP's hooks chain on the futures of shoal's Work: the same losses as over gloo (the hooks'
+    compression is the same arithmetic on both; what differs is only the collective's), and the
+    loss falls as training goes."""
+    steps = 6
+    shoal_run = _ddp("shoal", 2, steps, hook)
+    gloo_run = _ddp("gloo", 2, steps, hook)
+    assert shoal_run["hook"] == gloo_run["hook"] == hook
+    for step, (a, b) in enumerate(zip(shoal_run["losses"], gloo_run["losses"])):
+        assert abs(a - b) <= 1e-3 * abs(b), f"{hook} step {step}: shoal {a} vs gloo {b}"
+    assert shoal_run["losses"][-1] < shoal_run["losses"][0]
