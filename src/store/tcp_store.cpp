@@ -219,6 +219,25 @@ class Reader {
     pos_ += len;
     return Status::Ok;
   }
+  // A count of keys, at most kMaxKeysPerQuery.
+  Status key_count(uint64_t& n, std::string& why) {
+    if (Status s = u64(n); s != Status::Ok) return s;
+    if (n > kMaxKeysPerQuery) {
+      why = "announced " + std::to_string(n) + " keys (limit " + std::to_string(kMaxKeysPerQuery) +
+            ")";
+      return Status::Bad;
+    }
+    return Status::Ok;
+  }
+  // A key list: a count, then that many keys.
+  Status key_list(std::vector<std::string>& keys, std::string& why) {
+    uint64_t n;
+    if (Status s = key_count(n, why); s != Status::Ok) return s;
+    keys.resize(n);
+    for (auto& k : keys)
+      if (Status s = str(k, kMaxKeyBytes, why); s != Status::Ok) return s;
+    return Status::Ok;
+  }
   size_t consumed() const { return pos_; }
 
  private:
@@ -658,12 +677,7 @@ Reader::Status Server::handle(Client& c, Reader& r, std::string& why) {
     }
     case Query::MultiSet: {
       uint64_t n;
-      SHOAL_READ(r.u64(n));
-      if (n > kMaxKeysPerQuery) {
-        why = "announced " + std::to_string(n) + " keys (limit " +
-              std::to_string(kMaxKeysPerQuery) + ")";
-        return Reader::Status::Bad;
-      }
+      SHOAL_READ(r.key_count(n, why));
       std::vector<std::pair<std::string, Bytes>> kv(n);
       for (auto& [k, v] : kv) {
         SHOAL_READ(r.str(k, kMaxKeyBytes, why));
@@ -673,15 +687,8 @@ Reader::Status Server::handle(Client& c, Reader& r, std::string& why) {
       return Reader::Status::Ok;
     }
     case Query::MultiGet: {
-      uint64_t n;
-      SHOAL_READ(r.u64(n));
-      if (n > kMaxKeysPerQuery) {
-        why = "announced " + std::to_string(n) + " keys (limit " +
-              std::to_string(kMaxKeysPerQuery) + ")";
-        return Reader::Status::Bad;
-      }
-      std::vector<std::string> keys(n);
-      for (auto& k : keys) SHOAL_READ(r.str(k, kMaxKeyBytes, why));
+      std::vector<std::string> keys;
+      SHOAL_READ(r.key_list(keys, why));
       Writer w;
       for (const auto& k : keys) {
         auto it = data_.find(k);
@@ -767,15 +774,8 @@ Reader::Status Server::handle(Client& c, Reader& r, std::string& why) {
     }
     case Query::Check:
     case Query::Wait: {
-      uint64_t n;
-      SHOAL_READ(r.u64(n));
-      if (n > kMaxKeysPerQuery) {
-        why = "announced " + std::to_string(n) + " keys (limit " +
-              std::to_string(kMaxKeysPerQuery) + ")";
-        return Reader::Status::Bad;
-      }
-      std::vector<std::string> keys(n);
-      for (auto& k : keys) SHOAL_READ(r.str(k, kMaxKeyBytes, why));
+      std::vector<std::string> keys;
+      SHOAL_READ(r.key_list(keys, why));
       Wait wait;
       for (auto& k : keys)
         if (!data_.count(k)) wait.missing.insert(std::move(k));
