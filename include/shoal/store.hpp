@@ -36,8 +36,13 @@ class Store {
   virtual std::string host() const { return {}; }
 
   void wait(const std::vector<std::string>& keys) { wait(keys, timeout_); }
-  void set(const std::string& key, const std::string& value) { set(key, Bytes(value.begin(), value.end())); }
-  std::string get_string(const std::string& key) { auto v = get(key); return {v.begin(), v.end()}; }
+  void set(const std::string& key, const std::string& value) {
+    set(key, Bytes(value.begin(), value.end()));
+  }
+  std::string get_string(const std::string& key) {
+    auto v = get(key);
+    return {v.begin(), v.end()};
+  }
   Milliseconds timeout() const { return timeout_; }
   void set_timeout(Milliseconds timeout) { timeout_ = timeout; }
 
