@@ -26,6 +26,8 @@ namespace {
 
 std::string dtype_name(at::ScalarType t) { return c10::toString(t); }
 
+}  // namespace
+
 /// How a tensor travels through shoal: element type, op, elements per torch element, and the
 /// dtype of the staging buffer (the tensor's own unless shoal needs a wider one).
 struct Spec {
@@ -35,6 +37,8 @@ struct Spec {
   at::ScalarType work = at::kByte;
   std::optional<double> premul;  // PREMUL_SUM: inputs are scaled by this before the sum
 };
+
+namespace {
 
 std::optional<shoal::DataType> native_type(at::ScalarType t) {
   switch (t) {
@@ -229,6 +233,24 @@ at::Tensor stage_reduce(Op& op, const at::Tensor& t, const Spec& s, bool copy_ba
   op.keep.push_back(b);
   if (copy_back) op.finish.push_back([t, b]() { t.copy_(b); });
   return b;
+}
+
+/// The buffer a reduction only reads: the tensor itself where it can be, a scaled copy under
+/// PREMUL_SUM.
+at::Tensor stage_reduce_in(Op& op, const at::Tensor& t, const Spec& s) {
+  return s.premul ? stage_reduce(op, t, s, false) : stage_in(op, t, s.work);
+}
+
+/// `big` (an all_gather's output, a reduce_scatter's input) must have `small`'s dtype and
+/// `world` times its elements; `what` names the pair in the error.
+void check_world_multiple(const at::Tensor& big, const at::Tensor& small, int world,
+                          const std::string& what) {
+  check_tensor(big, what.c_str());
+  check_tensor(small, what.c_str());
+  if (big.scalar_type() != small.scalar_type() || big.numel() != small.numel() * world)
+    fail(what + " must have dtype " + dtype_name(small.scalar_type()) + " and world size (" +
+         std::to_string(world) + ") times " + std::to_string(small.numel()) + " elements, got " +
+         std::to_string(big.numel()) + " " + dtype_name(big.scalar_type()));
 }
 
 /// A flattened copy is the caller's own: PREMUL_SUM scales it in place.
@@ -539,17 +561,17 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupShoal::run(OpType type, const char* t
   return work;
 }
 
-namespace {
-std::mutex g_queues_mutex;
-std::vector<std::weak_ptr<void>> g_queues;  // every group's queue (ProcessGroupShoal::Queue)
-}  // namespace
+ProcessGroupShoal::Queues& ProcessGroupShoal::queues() {
+  static Queues all;
+  return all;
+}
 
 void ProcessGroupShoal::quiesce(std::chrono::milliseconds timeout) {
   std::vector<std::shared_ptr<Queue>> live;
   {
-    std::lock_guard<std::mutex> lock(g_queues_mutex);
-    for (auto& w : g_queues)
-      if (auto q = w.lock()) live.push_back(std::static_pointer_cast<Queue>(q));
+    std::lock_guard<std::mutex> lock(queues().mutex);
+    for (auto& w : queues().list)
+      if (auto q = w.lock()) live.push_back(std::move(q));
   }
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   for (auto& q : live) {
@@ -560,9 +582,9 @@ void ProcessGroupShoal::quiesce(std::chrono::milliseconds timeout) {
 
 void ProcessGroupShoal::start_completion_thread(const std::shared_ptr<Queue>& queue) {
   if (queue->threads == 0) {
-    std::lock_guard<std::mutex> lock(g_queues_mutex);
-    std::erase_if(g_queues, [](const std::weak_ptr<void>& w) { return w.expired(); });
-    g_queues.push_back(queue);
+    std::lock_guard<std::mutex> lock(queues().mutex);
+    std::erase_if(queues().list, [](const std::weak_ptr<Queue>& w) { return w.expired(); });
+    queues().list.push_back(queue);
   }
   ++queue->threads;
   std::thread([queue] {
@@ -691,20 +713,26 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupShoal::allgather(
 c10::intrusive_ptr<c10d::Work> ProcessGroupShoal::_allgather_base(at::Tensor& output,
                                                                   at::Tensor& input,
                                                                   const c10d::AllgatherOptions&) {
-  check_tensor(input, "_allgather_base");
-  check_tensor(output, "_allgather_base");
-  if (output.scalar_type() != input.scalar_type() || output.numel() != input.numel() * getSize())
-    fail("_allgather_base: the output must have the input's dtype and world size (" +
-         std::to_string(getSize()) + ") times its " + std::to_string(input.numel()) +
-         " elements, got " + std::to_string(output.numel()) + " " +
-         dtype_name(output.scalar_type()));
+  check_world_multiple(output, input, getSize(), "_allgather_base: the output");
+  return run(OpType::_ALLGATHER_BASE, "shoal:all_gather_base", {input}, {output},
+             [&](Op& op) { issue_all_gather(op, input, output); });
+}
+
+void ProcessGroupShoal::issue_all_gather(Op& op, const at::Tensor& input,
+                                         const at::Tensor& output) {
   const Spec s = move_spec(input);
-  return run(OpType::_ALLGATHER_BASE, "shoal:all_gather_base", {input}, {output}, [&](Op& op) {
-    auto src = stage_in(op, input, s.work);
-    auto dst = stage_out(op, output, s.work, false);
-    op.pending.push_back(
-        comm_->all_gather_async(src.data_ptr(), dst.data_ptr(), count_of(src, s), s.dt));
-  });
+  auto src = stage_in(op, input, s.work);
+  auto dst = stage_out(op, output, s.work, false);
+  op.pending.push_back(
+      comm_->all_gather_async(src.data_ptr(), dst.data_ptr(), count_of(src, s), s.dt));
+}
+
+void ProcessGroupShoal::issue_reduce_scatter(Op& op, const at::Tensor& input,
+                                             const at::Tensor& output, const Spec& s) {
+  auto src = stage_reduce_in(op, input, s);
+  auto dst = stage_out(op, output, s.work, false);
+  op.pending.push_back(
+      comm_->reduce_scatter_async(src.data_ptr(), dst.data_ptr(), count_of(dst, s), s.dt, s.op));
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupShoal::allgather_coalesced(
@@ -808,21 +836,21 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupShoal::reduce_scatter(
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupShoal::_reduce_scatter_base(
     at::Tensor& output, at::Tensor& input, const c10d::ReduceScatterOptions& opts) {
-  check_tensor(input, "_reduce_scatter_base");
-  check_tensor(output, "_reduce_scatter_base");
-  if (output.scalar_type() != input.scalar_type() || input.numel() != output.numel() * getSize())
-    fail("_reduce_scatter_base: the input must have the output's dtype and world size (" +
-         std::to_string(getSize()) + ") times its " + std::to_string(output.numel()) +
-         " elements, got " + std::to_string(input.numel()) + " " + dtype_name(input.scalar_type()));
+  check_world_multiple(input, output, getSize(), "_reduce_scatter_base: the input");
   const Spec s = reduce_spec(output, opts.reduceOp, "_reduce_scatter_base");
-  return run(
-      OpType::_REDUCE_SCATTER_BASE, "shoal:reduce_scatter_base", {input}, {output}, [&](Op& op) {
-        auto src = s.premul ? stage_reduce(op, input, s, false) : stage_in(op, input, s.work);
-        auto dst = stage_out(op, output, s.work, false);
-        op.pending.push_back(comm_->reduce_scatter_async(src.data_ptr(), dst.data_ptr(),
-                                                         count_of(dst, s), s.dt, s.op));
-      });
+  return run(OpType::_REDUCE_SCATTER_BASE, "shoal:reduce_scatter_base", {input}, {output},
+             [&](Op& op) { issue_reduce_scatter(op, input, output, s); });
 }
+
+namespace {
+/// The coalesced forms take lists of equal length, at least one pair.
+void check_pairs(const std::vector<at::Tensor>& outputs, const std::vector<at::Tensor>& inputs,
+                 const char* name) {
+  if (inputs.empty() || inputs.size() != outputs.size())
+    fail(std::string(name) + ": expects as many outputs as inputs (at least one), got " +
+         std::to_string(outputs.size()) + " and " + std::to_string(inputs.size()));
+}
+}  // namespace
 
 // The coalesced tensor forms (DTensor and FSDP2 call them, even for one tensor): one torch Work
 // over one shoal operation per pair, issued back to back.
@@ -830,61 +858,33 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupShoal::allgather_into_tensor_coalesce
     std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
     const c10d::AllgatherOptions&) {
   const char* name = "allgather_into_tensor_coalesced";
-  if (inputs.empty() || inputs.size() != outputs.size())
-    fail(std::string(name) + ": expects as many outputs as inputs (at least one), got " +
-         std::to_string(outputs.size()) + " and " + std::to_string(inputs.size()));
-  for (size_t i = 0; i < inputs.size(); ++i) {
-    check_tensor(inputs[i], name);
-    check_tensor(outputs[i], name);
-    if (outputs[i].scalar_type() != inputs[i].scalar_type() ||
-        outputs[i].numel() != inputs[i].numel() * getSize())
-      fail(std::string(name) + ": output " + std::to_string(i) + " must have input " +
-           std::to_string(i) + "'s dtype and world size (" + std::to_string(getSize()) +
-           ") times its " + std::to_string(inputs[i].numel()) + " elements, got " +
-           std::to_string(outputs[i].numel()) + " " + dtype_name(outputs[i].scalar_type()));
-  }
-  return run(
-      OpType::COALESCED, "shoal:all_gather_into_tensor_coalesced", inputs, outputs, [&](Op& op) {
-        for (size_t i = 0; i < inputs.size(); ++i) {
-          const Spec s = move_spec(inputs[i]);
-          auto src = stage_in(op, inputs[i], s.work);
-          auto dst = stage_out(op, outputs[i], s.work, false);
-          op.pending.push_back(
-              comm_->all_gather_async(src.data_ptr(), dst.data_ptr(), count_of(src, s), s.dt));
-        }
-      });
+  check_pairs(outputs, inputs, name);
+  for (size_t i = 0; i < inputs.size(); ++i)
+    check_world_multiple(outputs[i], inputs[i], getSize(),
+                         std::string(name) + ": output " + std::to_string(i));
+  return run(OpType::COALESCED, "shoal:all_gather_into_tensor_coalesced", inputs, outputs,
+             [&](Op& op) {
+               for (size_t i = 0; i < inputs.size(); ++i)
+                 issue_all_gather(op, inputs[i], outputs[i]);
+             });
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupShoal::reduce_scatter_tensor_coalesced(
     std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
     const c10d::ReduceScatterOptions& opts) {
   const char* name = "reduce_scatter_tensor_coalesced";
-  if (inputs.empty() || inputs.size() != outputs.size())
-    fail(std::string(name) + ": expects as many outputs as inputs (at least one), got " +
-         std::to_string(outputs.size()) + " and " + std::to_string(inputs.size()));
+  check_pairs(outputs, inputs, name);
   std::vector<Spec> specs;
   for (size_t i = 0; i < inputs.size(); ++i) {
-    check_tensor(inputs[i], name);
-    check_tensor(outputs[i], name);
-    if (outputs[i].scalar_type() != inputs[i].scalar_type() ||
-        inputs[i].numel() != outputs[i].numel() * getSize())
-      fail(std::string(name) + ": input " + std::to_string(i) + " must have output " +
-           std::to_string(i) + "'s dtype and world size (" + std::to_string(getSize()) +
-           ") times its " + std::to_string(outputs[i].numel()) + " elements, got " +
-           std::to_string(inputs[i].numel()) + " " + dtype_name(inputs[i].scalar_type()));
+    check_world_multiple(inputs[i], outputs[i], getSize(),
+                         std::string(name) + ": input " + std::to_string(i));
     specs.push_back(reduce_spec(outputs[i], opts.reduceOp, name));
   }
-  return run(
-      OpType::COALESCED, "shoal:reduce_scatter_tensor_coalesced", inputs, outputs, [&](Op& op) {
-        for (size_t i = 0; i < inputs.size(); ++i) {
-          const Spec& s = specs[i];
-          auto src =
-              s.premul ? stage_reduce(op, inputs[i], s, false) : stage_in(op, inputs[i], s.work);
-          auto dst = stage_out(op, outputs[i], s.work, false);
-          op.pending.push_back(comm_->reduce_scatter_async(src.data_ptr(), dst.data_ptr(),
-                                                           count_of(dst, s), s.dt, s.op));
-        }
-      });
+  return run(OpType::COALESCED, "shoal:reduce_scatter_tensor_coalesced", inputs, outputs,
+             [&](Op& op) {
+               for (size_t i = 0; i < inputs.size(); ++i)
+                 issue_reduce_scatter(op, inputs[i], outputs[i], specs[i]);
+             });
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -28,6 +28,8 @@ namespace shoal::torch_glue {
 // torch 2.x: a ProcessGroup dispatches each device's calls to a c10d::Backend; this is the CPU's.
 using BackendBase = ::c10d::Backend;
 
+struct Spec;  // how a tensor travels through shoal (process_group.cpp)
+
 /// The Work of one torch call: completed by the group's completion thread.
 class WorkShoal : public c10d::Work {
  public:
@@ -177,6 +179,11 @@ class ProcessGroupShoal : public BackendBase {
   };
   // with queue->mutex held
   static void start_completion_thread(const std::shared_ptr<Queue>& queue);
+  struct Queues {  // every group's queue, for quiesce()
+    std::mutex mutex;
+    std::vector<std::weak_ptr<Queue>> list;
+  };
+  static Queues& queues();
 
  public:
   /// Waits (at most `timeout`) until no group's completion thread holds an operation or runs a
@@ -185,6 +192,10 @@ class ProcessGroupShoal : public BackendBase {
   static void quiesce(std::chrono::milliseconds timeout);
 
  private:
+  // One all_gather (reduce_scatter) of a pair of tensors, staged, into `op`.
+  void issue_all_gather(Op& op, const at::Tensor& input, const at::Tensor& output);
+  void issue_reduce_scatter(Op& op, const at::Tensor& input, const at::Tensor& output,
+                            const Spec& s);
   void post_p2p_send(Op& op, const at::Tensor& buf, int64_t offset, int64_t count, int peer,
                      int tag, bool count_for_any_source);
   std::string any_source_key(int src, int dst) const;
