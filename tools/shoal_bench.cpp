@@ -49,16 +49,7 @@ const char* nccl_type_name(DataType d) {
   return "?";
 }
 
-const char* op_name(ReduceOp op) {
-  switch (op) {
-    case ReduceOp::sum: return "sum";
-    case ReduceOp::prod: return "prod";
-    case ReduceOp::min: return "min";
-    case ReduceOp::max: return "max";
-    case ReduceOp::avg: return "avg";
-  }
-  return "?";
-}
+const char* op_name(ReduceOp op) { return shoal::to_string(op).data(); }
 
 struct Bench {
   shoal::Communicator* comm = nullptr;
@@ -184,16 +175,26 @@ template <class T> struct Tables {
     if constexpr (kIsInt<T>) {
       uint64_t acc = op == ReduceOp::prod ? 1 : 0;  // sum and prod wrap mod 2^64, then mod 2^bits
       int64_t lo = static_cast<int64_t>(val(0, s)), hi = lo;
+      uint64_t all = ~uint64_t{0}, any = 0, odd = 0;  // bitwise and, or, xor
       for (int r = 0; r < nranks; ++r) {
         const auto v = static_cast<int64_t>(val(r, s));
         if (op == ReduceOp::prod) acc *= static_cast<uint64_t>(v);
         else acc += static_cast<uint64_t>(v);
         lo = v < lo ? v : lo;
         hi = v > hi ? v : hi;
+        all &= static_cast<uint64_t>(v);
+        any |= static_cast<uint64_t>(v);
+        odd ^= static_cast<uint64_t>(v);
       }
       switch (op) {
         case ReduceOp::min: return static_cast<T>(lo);
         case ReduceOp::max: return static_cast<T>(hi);
+        case ReduceOp::band:
+          return static_cast<T>(all);
+        case ReduceOp::bor:
+          return static_cast<T>(any);
+        case ReduceOp::bxor:
+          return static_cast<T>(odd);
         case ReduceOp::avg: return static_cast<T>(static_cast<int64_t>(static_cast<T>(acc)) / nranks);
         default: return static_cast<T>(acc);
       }
@@ -481,6 +482,12 @@ int main(int argc, char** argv) {
   if (parsed != 0) return parsed < 0 ? kExitUsage : 0;
   b.dtype = *shoal::parse_data_type(o.datatype);
   b.op = *shoal::parse_reduce_op(o.op);
+  if (!shoal::defined_for(b.op, b.dtype)) {
+    if (env_rank == 0)
+      std::fprintf(stderr, "shoal-bench: -o %s is defined for integer types only, not -d %s\n",
+                   op_name(b.op), o.datatype);
+    return kExitUsage;
+  }
   if (!b.algo.empty()) {
     // Validated before any rendezvous; every rank gets the same flags, so all choose alike.
     const std::string spec = std::string(kCollNames[o.coll]) + ":" + b.algo;

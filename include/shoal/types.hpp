@@ -13,10 +13,24 @@ namespace shoal {
 enum class DataType : uint8_t { int8, uint8, int32, int64, float16, bfloat16, float32, float64 };
 
 /// Reduction operator. avg is sum divided by the number of ranks (integer division for integers).
-enum class ReduceOp : uint8_t { sum, prod, min, max, avg };
+/// band, bor and bxor (bitwise and, or, xor) are defined for the integer types only.
+enum class ReduceOp : uint8_t { sum, prod, min, max, avg, band, bor, bxor };
 
 inline constexpr int kNumDataTypes = 8;
-inline constexpr int kNumReduceOps = 5;
+inline constexpr int kNumReduceOps = 8;
+
+constexpr bool is_integer(DataType dtype) {
+  return dtype == DataType::int8 || dtype == DataType::uint8 || dtype == DataType::int32 ||
+         dtype == DataType::int64;
+}
+constexpr bool is_bitwise(ReduceOp op) {
+  return op == ReduceOp::band || op == ReduceOp::bor || op == ReduceOp::bxor;
+}
+/// Whether a reduction with `op` is defined on elements of `dtype` (every collective that takes
+/// both refuses the pair otherwise, with InvalidArgument).
+constexpr bool defined_for(ReduceOp op, DataType dtype) {
+  return !is_bitwise(op) || is_integer(dtype);
+}
 
 /// Size in bytes of one element of `dtype`.
 constexpr size_t size_of(DataType dtype) {

@@ -154,6 +154,11 @@ Work CommImpl::submit(Collective collective, const void* input, void* output, ui
               name << ": invalid data type " << static_cast<int>(dtype));
   SHOAL_CHECK(static_cast<int>(op) < kNumReduceOps, InvalidArgument,
               name << ": invalid reduce op " << static_cast<int>(op));
+  const bool reduces = collective == Collective::all_reduce || collective == Collective::reduce ||
+                       collective == Collective::reduce_scatter;
+  SHOAL_CHECK(!reduces || defined_for(op, dtype), InvalidArgument,
+              name << ": " << to_string(op) << " is defined for integer types only, not "
+                   << to_string(dtype));
   const bool rooted = collective == Collective::broadcast || collective == Collective::reduce ||
                       collective == Collective::gather || collective == Collective::scatter;
   if (rooted)

@@ -335,7 +335,7 @@ std::optional<Work> CommImpl::try_hierarchical(const comm::HierCall& c, bool blo
   if (*hierarchy_mode == comm::HierarchyMode::off || c.count == 0) return std::nullopt;
   // Invalid arguments go to submit(), which names the problem.
   if (static_cast<int>(c.dtype) >= kNumDataTypes || static_cast<int>(c.op) >= kNumReduceOps ||
-      c.input == nullptr || c.output == nullptr ||
+      !defined_for(c.op, c.dtype) || c.input == nullptr || c.output == nullptr ||
       c.count > (uint64_t{1} << 56) / size_of(c.dtype) / static_cast<uint64_t>(size))
     return std::nullopt;
   // The size auto decides by: the whole vector, the gathered output, the scattered input.

@@ -118,6 +118,26 @@ struct Max {
   }
 };
 
+// Bitwise operators, on integer types only (their table entries stay null for floats).
+struct BitAnd {
+  template <class T>
+  SHOAL_ALWAYS_INLINE static T apply(T a, T b) {
+    return static_cast<T>(a & b);
+  }
+};
+struct BitOr {
+  template <class T>
+  SHOAL_ALWAYS_INLINE static T apply(T a, T b) {
+    return static_cast<T>(a | b);
+  }
+};
+struct BitXor {
+  template <class T>
+  SHOAL_ALWAYS_INLINE static T apply(T a, T b) {
+    return static_cast<T>(a ^ b);
+  }
+};
+
 // ---- element codecs: storage type in memory, compute type for the arithmetic ----
 
 template <class T>
@@ -424,6 +444,13 @@ constexpr void fill(KernelTable& t, DataType dtype) {
   t.reduce[d][static_cast<int>(ReduceOp::max)] = reduce_fn<kAvx2, Codec, Max>();
   t.reduce[d][static_cast<int>(ReduceOp::avg)] = reduce_fn<kAvx2, Codec, Sum>();  // then divide
   t.divide[d] = divide_fn<kAvx2, Codec>();
+  if constexpr (!std::is_same_v<Codec, F16Hw>) {
+    if constexpr (std::is_integral_v<typename Codec::Compute>) {
+      t.reduce[d][static_cast<int>(ReduceOp::band)] = reduce_fn<kAvx2, Codec, BitAnd>();
+      t.reduce[d][static_cast<int>(ReduceOp::bor)] = reduce_fn<kAvx2, Codec, BitOr>();
+      t.reduce[d][static_cast<int>(ReduceOp::bxor)] = reduce_fn<kAvx2, Codec, BitXor>();
+    }
+  }
 }
 
 template <bool kAvx2>
@@ -480,6 +507,9 @@ void reduce(void* dst, const void* a, const void* b, size_t count, DataType dtyp
   const auto d = static_cast<unsigned>(dtype), o = static_cast<unsigned>(op);
   SHOAL_CHECK(d < kNumDataTypes && o < kNumReduceOps, InvalidArgument,
               "reduce: invalid data type " << d << " or operator " << o);
+  SHOAL_CHECK(defined_for(op, dtype), InvalidArgument,
+              "reduce: " << to_string(op) << " is defined for integer types only, not "
+                         << to_string(dtype));
   if (count == 0) return;
   SHOAL_CHECK(dst != nullptr && a != nullptr && b != nullptr, InvalidArgument,
               "reduce: null buffer for " << count << " elements of " << to_string(dtype));
@@ -519,6 +549,10 @@ double reference_apply(double a, double b, ReduceOp op) {
       if (std::isnan(b)) return b;
       if (a == b) return std::signbit(a) ? b : a;
       return a > b ? a : b;
+    case ReduceOp::band:
+    case ReduceOp::bor:
+    case ReduceOp::bxor:
+      break;  // integer-only: not a rule on doubles
   }
   SHOAL_THROW(InvalidArgument, "reference_apply: invalid operator " << static_cast<int>(op));
 }

@@ -21,7 +21,8 @@ inline void reduce_into(void* dst, const void* src, size_t count, DataType dtype
 /// dst[i] /= divisor (integer division for integer types): the last step of ReduceOp::avg.
 void finalize_avg(void* dst, size_t count, DataType dtype, int64_t divisor);
 
-/// Scalar reference implementation of one element, used by tests to check the kernels.
+/// Scalar reference implementation of one element for the arithmetic operators (the bitwise
+/// ones throw InvalidArgument: they are not defined on doubles).
 double reference_apply(double a, double b, ReduceOp op);
 
 namespace detail {

@@ -41,6 +41,12 @@ std::string_view to_string(ReduceOp op) {
       return "max";
     case ReduceOp::avg:
       return "avg";
+    case ReduceOp::band:
+      return "band";
+    case ReduceOp::bor:
+      return "bor";
+    case ReduceOp::bxor:
+      return "bxor";
   }
   return "unknown";
 }

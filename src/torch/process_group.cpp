@@ -109,8 +109,8 @@ const char* op_name(c10d::ReduceOp::RedOpType op) {
   }
 }
 
-/// Reductions: shoal's five ops on its eight types; bool as uint8 (SUM/BOR = MAX, PRODUCT/BAND
-/// = MIN), int16 widened to int32, complex SUM/AVG as pairs of reals.
+/// Reductions: shoal's ops on its eight types; bool as uint8 (SUM = MAX, PRODUCT = MIN, and
+/// the bitwise ops on 0/1), int16 widened to int32, complex SUM/AVG as pairs of reals.
 Spec reduce_spec(const at::Tensor& t, const c10d::ReduceOp& reduce_op, const char* opname) {
   const auto rop = reduce_op.op_;
   const auto type = t.scalar_type();
@@ -125,16 +125,23 @@ Spec reduce_spec(const at::Tensor& t, const c10d::ReduceOp& reduce_op, const cha
     switch (rop) {
       case c10d::ReduceOp::SUM:
       case c10d::ReduceOp::MAX:
-      case c10d::ReduceOp::BOR:
         s.op = shoal::ReduceOp::max;
         break;
       case c10d::ReduceOp::PRODUCT:
       case c10d::ReduceOp::MIN:
-      case c10d::ReduceOp::BAND:
         s.op = shoal::ReduceOp::min;
         break;
+      case c10d::ReduceOp::BAND:
+        s.op = shoal::ReduceOp::band;
+        break;
+      case c10d::ReduceOp::BOR:
+        s.op = shoal::ReduceOp::bor;
+        break;
+      case c10d::ReduceOp::BXOR:
+        s.op = shoal::ReduceOp::bxor;
+        break;
       default:
-        unsupported("bool tensors reduce with SUM, PRODUCT, MIN, MAX, BAND or BOR");
+        unsupported("bool tensors reduce with SUM, PRODUCT, MIN, MAX, BAND, BOR or BXOR");
     }
     return s;
   }
@@ -168,12 +175,14 @@ Spec reduce_spec(const at::Tensor& t, const c10d::ReduceOp& reduce_op, const cha
     case c10d::ReduceOp::BAND:
     case c10d::ReduceOp::BOR:
     case c10d::ReduceOp::BXOR:
-      unsupported(
-          "shoal has no bitwise reductions yet (it supports SUM, PRODUCT, MIN, MAX, AVG, "
-          "PREMUL_SUM)");
+      if (at::isFloatingType(type) || at::isComplexType(type))
+        unsupported("bitwise reductions are defined for integer and bool tensors only");
+      s.op = rop == c10d::ReduceOp::BAND  ? shoal::ReduceOp::band
+             : rop == c10d::ReduceOp::BOR ? shoal::ReduceOp::bor
+                                          : shoal::ReduceOp::bxor;
       break;
     default:
-      unsupported("shoal supports SUM, PRODUCT, MIN, MAX, AVG, PREMUL_SUM");
+      unsupported("shoal supports SUM, PRODUCT, MIN, MAX, AVG, PREMUL_SUM, BAND, BOR, BXOR");
   }
   if (auto dt = native_type(type)) {
     s.dt = *dt;

@@ -71,6 +71,27 @@ TEST(Api, TypedSpansInferTypeAndCount) {
   EXPECT_EQ(err, "");
 }
 
+// Refused on every rank before anything is sent: the communicator stays usable.
+TEST(Api, BitwiseOpsOnFloatsAreRefusedAndTheCommunicatorStaysUsable) {
+  std::string err = run_ranks(2, [](Communicator& c) {
+    std::vector<float> f(4, 1.0f), out(4, -1.0f);
+    for (ReduceOp op : {ReduceOp::band, ReduceOp::bor, ReduceOp::bxor}) {
+      EXPECT_THROW(c.all_reduce(std::span<float>(f), op), InvalidArgumentError);
+      EXPECT_THROW(c.reduce(f.data(), out.data(), 4, DataType::float32, op, 0),
+                   InvalidArgumentError);
+      EXPECT_THROW(c.reduce_scatter(f.data(), out.data(), 2, DataType::float32, op),
+                   InvalidArgumentError);
+    }
+    EXPECT_EQ(out, std::vector<float>(4, -1.0f));
+    std::vector<int32_t> bits = {1 << c.rank(), 6, -1, c.rank() == 0 ? 0x0f : 0x3c};
+    c.all_reduce(std::span<int32_t>(bits), ReduceOp::bor);
+    EXPECT_EQ(bits, (std::vector<int32_t>{3, 6, -1, 0x3f}));
+    c.all_reduce(std::span<int32_t>(bits), ReduceOp::bxor);
+    EXPECT_EQ(bits, (std::vector<int32_t>{0, 0, 0, 0}));
+  });
+  EXPECT_EQ(err, "");
+}
+
 TEST(Api, UnalignedBuffersReduceCorrectly) {
   std::string err = run_ranks(3, [](Communicator& c) {
     std::vector<uint8_t> raw(8 * 1001 + 3);

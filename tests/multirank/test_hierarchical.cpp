@@ -116,7 +116,7 @@ void run_matrix(Communicator& c, bool every_type) {
   int n = 0;
   for (Collective k : {Collective::all_reduce, Collective::all_gather, Collective::reduce_scatter})
     for (DataType t : types)
-      for (ReduceOp op : kAllOps) {
+      for (ReduceOp op : ops_for(t)) {
         if (k == Collective::all_gather && op != ReduceOp::sum) continue;
         for (uint64_t count : {uint64_t{1}, uint64_t{7}, uint64_t{1003}})
           for (bool in_place : {false, true}) check_call(c, k, t, op, count, in_place, ++n % 2 == 0);

@@ -1,6 +1,6 @@
 """The torch 2.x Backend calls beyond the classic collectives: the coalesced tensor forms that
-DTensor and FSDP2 call, PREMUL_SUM, monitored_barrier, and the clear errors of what is not
-there yet. Every expected value is computed on each rank from the ranks' inputs alone."""
+DTensor and FSDP2 call, PREMUL_SUM, the bitwise ops, monitored_barrier. Every expected value is
+computed on each rank from the ranks' inputs alone."""
 
 import datetime
 
@@ -72,12 +72,36 @@ def _premul_sum(rank, world):
     return True
 
 
-def _bitwise_is_a_clear_error(rank, world):
-    t = torch.arange(4, dtype=torch.int32)
-    with pytest.raises(RuntimeError, match=r"allreduce: ReduceOp.BAND on Int .*bitwise"):
-        dist.all_reduce(t, op=dist.ReduceOp.BAND)
-    dist.all_reduce(t)  # the group still works
-    assert torch.equal(t, torch.arange(4, dtype=torch.int32) * world)
+def bits(rank, n, dtype):
+    """Values that set different bits per rank and element (negative ones too, for signed types)."""
+    if dtype == torch.bool:
+        return (torch.arange(n) * (rank + 1)) % 3 != 0
+    x = (torch.arange(n, dtype=torch.int64) * 37 + rank * 11) % 128
+    if dtype != torch.uint8:
+        x = x - 60
+    return x.to(dtype)
+
+
+def _bitwise(rank, world):
+    n = 19
+    folds = {"BAND": torch.bitwise_and, "BOR": torch.bitwise_or, "BXOR": torch.bitwise_xor}
+    for dtype in (torch.bool, torch.int8, torch.uint8, torch.int16, torch.int32, torch.int64):
+        for name, fold in folds.items():
+            want = bits(0, n, dtype)
+            for r in range(1, world):
+                want = fold(want, bits(r, n, dtype))
+            t = bits(rank, n, dtype)
+            dist.all_reduce(t, op=getattr(dist.ReduceOp, name))
+            assert torch.equal(t, want), (dtype, name, t, want)
+            strided = torch.stack([bits(rank, n, dtype), bits(rank, n, dtype)], 1)[:, 0]
+            dist.all_reduce(strided, op=getattr(dist.ReduceOp, name))
+            assert torch.equal(strided, want), (dtype, name, "non-contiguous")
+    f = torch.ones(4)
+    with pytest.raises(RuntimeError, match=r"allreduce: ReduceOp.BAND on Float .*integer and bool"):
+        dist.all_reduce(f, op=dist.ReduceOp.BAND)
+    assert torch.equal(f, torch.ones(4))
+    dist.all_reduce(f)  # the group still works
+    assert torch.equal(f, torch.full((4,), float(world)))
     return True
 
 
@@ -122,8 +146,9 @@ def test_premul_sum(world):
     assert run_ranks(_premul_sum, world) == {r: True for r in range(world)}
 
 
-def test_bitwise_ops_raise_naming_the_op():
-    assert run_ranks(_bitwise_is_a_clear_error, 2) == {0: True, 1: True}
+@pytest.mark.parametrize("world", WORLDS)
+def test_bitwise_ops_on_integers_and_bools(world):
+    assert run_ranks(_bitwise, world) == {r: True for r in range(world)}
 
 
 def test_monitored_barrier_names_the_missing_rank():

@@ -17,12 +17,20 @@ inline constexpr DataType kAllTypes[] = {DataType::int8,    DataType::uint8,    
                                          DataType::float32, DataType::float64};
 inline constexpr ReduceOp kAllOps[] = {ReduceOp::sum, ReduceOp::prod, ReduceOp::min, ReduceOp::max,
                                        ReduceOp::avg};
+inline constexpr ReduceOp kBitwiseOps[] = {ReduceOp::band, ReduceOp::bor, ReduceOp::bxor};
 
 inline bool is_float(DataType t) {
   return t == DataType::float16 || t == DataType::bfloat16 || t == DataType::float32 ||
          t == DataType::float64;
 }
 inline bool is_unsigned(DataType t) { return t == DataType::uint8; }
+
+/// The operators a test runs on `t`: every arithmetic one, and the bitwise ones on integers.
+inline std::vector<ReduceOp> ops_for(DataType t) {
+  std::vector<ReduceOp> ops(std::begin(kAllOps), std::end(kAllOps));
+  if (!is_float(t)) ops.insert(ops.end(), std::begin(kBitwiseOps), std::end(kBitwiseOps));
+  return ops;
+}
 
 /// The value rank `r` contributes at element `i` for a reduction with `op`.
 inline double value(int r, uint64_t i, DataType t, ReduceOp op) {
@@ -90,6 +98,9 @@ inline double expected(int p, uint64_t i, DataType t, ReduceOp op) {
         case ReduceOp::prod: acc *= v; break;
         case ReduceOp::min: acc = std::min(acc, v); break;
         case ReduceOp::max: acc = std::max(acc, v); break;
+        case ReduceOp::band: acc &= v; break;
+        case ReduceOp::bor: acc |= v; break;
+        case ReduceOp::bxor: acc ^= v; break;
       }
     }
     double stored = as_stored(static_cast<double>(acc), t);  // wrap into the type first
@@ -104,6 +115,7 @@ inline double expected(int p, uint64_t i, DataType t, ReduceOp op) {
       case ReduceOp::prod: acc *= v; break;
       case ReduceOp::min: acc = std::min(acc, v); break;
       case ReduceOp::max: acc = std::max(acc, v); break;
+      default: return NAN;  // bitwise: integers only
     }
   }
   if (op == ReduceOp::avg) {

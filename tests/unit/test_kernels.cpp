@@ -40,11 +40,9 @@ constexpr DataType kAllTypes[] = {DataType::int8,    DataType::uint8,   DataType
                                   DataType::float32, DataType::float64};
 constexpr ReduceOp kAllOps[] = {ReduceOp::sum, ReduceOp::prod, ReduceOp::min, ReduceOp::max,
                                 ReduceOp::avg};
-
-bool is_integer(DataType t) {
-  return t == DataType::int8 || t == DataType::uint8 || t == DataType::int32 ||
-         t == DataType::int64;
-}
+constexpr DataType kIntegerTypes[] = {DataType::int8, DataType::uint8, DataType::int32,
+                                      DataType::int64};
+constexpr ReduceOp kBitwiseOps[] = {ReduceOp::band, ReduceOp::bor, ReduceOp::bxor};
 
 // ---------------- independent reference ----------------
 
@@ -193,6 +191,12 @@ int64_t ref_int(DataType t, int64_t a, int64_t b, ReduceOp op) {
       return std::min(a, b);
     case ReduceOp::max:
       return std::max(a, b);
+    case ReduceOp::band:
+      return wrap_to(t, ua & ub);
+    case ReduceOp::bor:
+      return wrap_to(t, ua | ub);
+    case ReduceOp::bxor:
+      return wrap_to(t, ua ^ ub);
   }
   return 0;
 }
@@ -386,7 +390,34 @@ INSTANTIATE_TEST_SUITE_P(AllTypesAndOps, KernelSweep,
                                   std::string(to_string(std::get<1>(info.param)));
                          });
 
+INSTANTIATE_TEST_SUITE_P(IntegerTypesBitwiseOps, KernelSweep,
+                         ::testing::Combine(::testing::ValuesIn(kIntegerTypes),
+                                            ::testing::ValuesIn(kBitwiseOps)),
+                         [](const auto& info) {
+                           return std::string(to_string(std::get<0>(info.param))) + "_" +
+                                  std::string(to_string(std::get<1>(info.param)));
+                         });
+
 // ---------------- specific rules ----------------
+
+TEST(Kernels, BitwiseOperatorsAreRefusedOnFloatTypes) {
+  for (DataType t : kAllTypes) {
+    for (ReduceOp op : kBitwiseOps) {
+      std::vector<unsigned char> a(16, 0x5a), b(16, 0x0f), d(16, 0xee);
+      if (is_integer(t)) {
+        EXPECT_NO_THROW(kernels::reduce(d.data(), a.data(), b.data(), 1, t, op));
+        continue;
+      }
+      try {
+        kernels::reduce(d.data(), a.data(), b.data(), 1, t, op);
+        ADD_FAILURE() << to_string(op) << " on " << to_string(t) << " did not throw";
+      } catch (const InvalidArgumentError& e) {
+        EXPECT_NE(std::string(e.what()).find("integer types only"), std::string::npos) << e.what();
+      }
+      EXPECT_EQ(d, std::vector<unsigned char>(16, 0xee)) << "the destination was written";
+    }
+  }
+}
 
 #if defined(__x86_64__)
 bool cpu_has_f16c() {
@@ -578,6 +609,8 @@ TEST(Kernels, FinalizeAvgMatchesReferenceForEveryType) {
 TEST(Types, NamesRoundTripAndNcclTestsSpellingsParse) {
   for (DataType t : kAllTypes) EXPECT_EQ(parse_data_type(to_string(t)), t);
   for (ReduceOp op : kAllOps) EXPECT_EQ(parse_reduce_op(to_string(op)), op);
+  for (ReduceOp op : kBitwiseOps) EXPECT_EQ(parse_reduce_op(to_string(op)), op);
+  EXPECT_EQ(to_string(ReduceOp::bxor), "bxor");
   const std::pair<const char*, DataType> aliases[] = {
       {"char", DataType::int8},       {"int", DataType::int32},
       {"half", DataType::float16},    {"fp16", DataType::float16},
