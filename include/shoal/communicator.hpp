@@ -16,6 +16,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <vector>
 
 #include "shoal/error.hpp"
 #include "shoal/store.hpp"
@@ -269,6 +270,12 @@ class Communicator {
   /// does not know to be dead has joined, or `wait` (0: SHOAL_SHRINK_WAIT) has passed, and
   /// publishes the members. A survivor that joins after that gets PeerFailureError.
   Communicator shrink(std::chrono::milliseconds wait = std::chrono::milliseconds{0});
+  /// shrink() leaving out `exclude` (ranks of this communicator, alive or not; like
+  /// ncclCommShrink's exclusion list): only the others call it, and the first to arrive waits
+  /// for none of the excluded. InvalidArgumentError if this rank or a rank outside [0, size)
+  /// is in the list.
+  Communicator shrink(const std::vector<int>& exclude,
+                      std::chrono::milliseconds wait = std::chrono::milliseconds{0});
   /// A larger communicator: this one's ranks keep their numbers and `joining` new processes,
   /// which call join(store, name) with the job's store (the one this communicator's ancestor
   /// was created with, also after shrink() or split()) and the same name, follow in order of

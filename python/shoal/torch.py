@@ -17,15 +17,22 @@ import torch.distributed as dist
 
 from . import _C
 
-__all__ = ["BACKEND", "describe", "grow", "is_registered", "join", "shrink"]
+__all__ = ["BACKEND", "Options", "describe", "grow", "is_registered", "join", "shrink"]
 
 BACKEND = "shoal"
 _CPU = torch.device("cpu")
 
 
-def _create_process_group(store, rank, size, timeout):
-    """The creator torch.distributed calls with (store, rank, world_size, timeout)."""
-    return _C.create_process_group(store, rank, size, timeout)
+Options = _C.Options
+
+
+def _create_process_group(dist_opts, pg_options):
+    """The creator torch.distributed calls (extended API): its _DistributedBackendOptions and
+    the pg_options the user passed (None, or shoal.torch.Options)."""
+    if pg_options is not None and not isinstance(pg_options, torch._C._distributed_c10d.Backend.Options):
+        raise TypeError(f"shoal: pg_options must be shoal.torch.Options, got {type(pg_options).__name__}")
+    return _C.create_process_group(dist_opts.store, dist_opts.group_rank, dist_opts.group_size,
+                                   dist_opts.timeout, pg_options)
 
 
 def is_registered():
@@ -94,7 +101,7 @@ def _register():
     if is_registered():
         return
     # The creator returns a c10d::Backend; torch wraps it in a ProcessGroup for the CPU.
-    dist.Backend.register_backend(BACKEND, _create_process_group, devices=["cpu"])
+    dist.Backend.register_backend(BACKEND, _create_process_group, extended_api=True, devices=["cpu"])
 
 
 _register()

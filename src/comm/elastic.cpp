@@ -26,8 +26,20 @@ void Communicator::abort() {
                                    rank());
 }
 
-Communicator Communicator::shrink(std::chrono::milliseconds wait) {
+Communicator Communicator::shrink(std::chrono::milliseconds wait) { return shrink({}, wait); }
+
+Communicator Communicator::shrink(const std::vector<int>& exclude, std::chrono::milliseconds wait) {
   auto& c = *impl_;
+  std::vector<bool> excluded(static_cast<size_t>(c.size), false);
+  for (int q : exclude) {
+    SHOAL_CHECK(q >= 0 && q < c.size, InvalidArgument,
+                "shrink: excluded rank " << q << " is outside [0, " << c.size << ")");
+    SHOAL_CHECK(
+        q != c.rank, InvalidArgument,
+        "shrink: rank " << c.rank
+                        << " is in its own exclusion list (excluded ranks do not call shrink)");
+    excluded[static_cast<size_t>(q)] = true;
+  }
   if (wait.count() <= 0) wait = config::get_duration("SHOAL_SHRINK_WAIT");
   std::ostringstream scope;
   scope << "shoal/shrink/" << std::hex << c.comm_id << std::dec << "/" << ++c.shrinks;
@@ -42,14 +54,16 @@ Communicator Communicator::shrink(std::chrono::milliseconds wait) {
     // other end of a cut connection) stand in for a live one that is still on its way.
     std::vector<std::string> expected;
     for (int q = 0; q < c.size; ++q)
-      if (q != c.rank && !(c.engine->peer_closed(q) || c.engine->peer_failed(q)))
+      if (q != c.rank && !excluded[static_cast<size_t>(q)] &&
+          !(c.engine->peer_closed(q) || c.engine->peer_failed(q)))
         expected.push_back(base + "/alive/" + std::to_string(q));
     const auto deadline = comm::Clock::now() + wait;
     while (!store.check(expected) && comm::Clock::now() < deadline)
       std::this_thread::sleep_for(std::chrono::milliseconds(5));
     std::string members;
     for (int q = 0; q < c.size; ++q)
-      if (store.check({base + "/alive/" + std::to_string(q)})) {
+      if (!excluded[static_cast<size_t>(q)] &&
+          store.check({base + "/alive/" + std::to_string(q)})) {
         if (!members.empty()) members += ',';
         members += std::to_string(q);
       }

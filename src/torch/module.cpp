@@ -9,6 +9,7 @@
 namespace py = pybind11;
 using shoal::torch_glue::BackendBase;
 using shoal::torch_glue::ProcessGroupShoal;
+using shoal::torch_glue::ShoalOptions;
 
 namespace {
 
@@ -29,8 +30,27 @@ PYBIND11_MODULE(_C, m) {
       py::arg("seconds"), py::call_guard<py::gil_scoped_release>(),
       "Waits until no group's completion thread holds an operation (registered with atexit).");
   m.doc() = "shoal's torch.distributed backend (use `import shoal.torch`)";
+  py::class_<ShoalOptions, c10d::Backend::Options, c10::intrusive_ptr<ShoalOptions>>(
+      m, "Options",
+      "A shoal group's options (pg_options of init_process_group, new_group, split_group): "
+      "the timeout, and the algorithm (a row of `shoal-info --algorithms`) that runs every "
+      "all_reduce, all_gather or reduce_scatter of the group; empty: shoal's usual choice.")
+      .def(py::init([](std::chrono::milliseconds timeout, std::string all_reduce,
+                       std::string all_gather, std::string reduce_scatter) {
+             auto o = c10::make_intrusive<ShoalOptions>(timeout);
+             o->all_reduce_algorithm = std::move(all_reduce);
+             o->all_gather_algorithm = std::move(all_gather);
+             o->reduce_scatter_algorithm = std::move(reduce_scatter);
+             return o;
+           }),
+           py::arg("timeout") = std::chrono::milliseconds(0), py::arg("all_reduce_algorithm") = "",
+           py::arg("all_gather_algorithm") = "", py::arg("reduce_scatter_algorithm") = "")
+      .def_readwrite("all_reduce_algorithm", &ShoalOptions::all_reduce_algorithm)
+      .def_readwrite("all_gather_algorithm", &ShoalOptions::all_gather_algorithm)
+      .def_readwrite("reduce_scatter_algorithm", &ShoalOptions::reduce_scatter_algorithm);
   m.def("create_process_group", &ProcessGroupShoal::create, py::arg("store"), py::arg("rank"),
-        py::arg("size"), py::arg("timeout"), py::call_guard<py::gil_scoped_release>(),
+        py::arg("size"), py::arg("timeout"), py::arg("options"),
+        py::call_guard<py::gil_scoped_release>(),
         "Creates a shoal process group over a c10d store; the creator torch.distributed calls.");
   m.def(
       "describe",

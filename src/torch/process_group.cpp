@@ -4,6 +4,7 @@
 
 #include <Python.h>  // first, as Python asks; only to let go of the GIL in the destructor
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -411,66 +412,111 @@ void WorkShoal::complete(std::exception_ptr error) {
 // ---------------------------------------------------------------------------------------------
 // ProcessGroupShoal: creation, queue, completion
 
+c10::intrusive_ptr<ShoalOptions> ShoalOptions::from(
+    const c10::intrusive_ptr<c10d::Backend::Options>& opts, const ShoalOptions& inherited) {
+  if (auto* mine = dynamic_cast<const ShoalOptions*>(opts.get()))
+    return c10::make_intrusive<ShoalOptions>(*mine);
+  auto copy = c10::make_intrusive<ShoalOptions>(inherited);
+  if (opts && opts->timeout.count() > 0) copy->timeout = opts->timeout;
+  return copy;
+}
+
 ProcessGroupShoal::ProcessGroupShoal(const c10::intrusive_ptr<c10d::Store>& store, int rank,
-                                     int size, std::chrono::milliseconds timeout)
-    : BackendBase(rank, size), store_(store), root_(root_of(store)), timeout_(timeout) {
-  auto adapter = std::make_shared<C10dStore>(store, timeout);
-  comm_.emplace(shoal::Communicator::create(adapter, rank, size, comm_options(timeout)));
-  if (const char* e = std::getenv("SHOAL_TORCH_ANY_SOURCE")) any_source_ = std::string(e) != "0";
-  received_from_.assign(static_cast<size_t>(size), 0);
-  std::lock_guard<std::mutex> lock(queue_->mutex);
-  start_completion_thread(queue_);
+                                     int size, c10::intrusive_ptr<ShoalOptions> options)
+    : BackendBase(rank, size),
+      store_(store),
+      root_(root_of(store)),
+      options_(std::move(options)),
+      timeout_(options_->timeout) {
+  auto adapter = std::make_shared<C10dStore>(store, timeout_);
+  comm_.emplace(shoal::Communicator::create(adapter, rank, size, comm_options(timeout_)));
+  start();
 }
 
 ProcessGroupShoal::ProcessGroupShoal(const c10::intrusive_ptr<c10d::Store>& store,
                                      const c10::intrusive_ptr<c10d::Store>& root,
-                                     std::chrono::milliseconds timeout, shoal::Communicator&& comm)
-    : BackendBase(comm.rank(), comm.size()), store_(store), root_(root), timeout_(timeout) {
+                                     c10::intrusive_ptr<ShoalOptions> options,
+                                     shoal::Communicator&& comm)
+    : BackendBase(comm.rank(), comm.size()),
+      store_(store),
+      root_(root),
+      options_(std::move(options)),
+      timeout_(options_->timeout) {
   comm_.emplace(std::move(comm));
+  start();
+}
+
+void ProcessGroupShoal::start() {
   if (const char* e = std::getenv("SHOAL_TORCH_ANY_SOURCE")) any_source_ = std::string(e) != "0";
   received_from_.assign(static_cast<size_t>(getSize()), 0);
+  all_reduce_call_.algorithm = options_->all_reduce_algorithm;
+  all_gather_call_.algorithm = options_->all_gather_algorithm;
+  reduce_scatter_call_.algorithm = options_->reduce_scatter_algorithm;
   std::lock_guard<std::mutex> lock(queue_->mutex);
   start_completion_thread(queue_);
 }
 
-ProcessGroupShoal::~ProcessGroupShoal() {
-  // destroy_process_group() drops the group with the GIL held, while the completion thread may
-  // need the GIL to free a tensor whose Python object it kept alive: let go of it while waiting.
-  PyThreadState* saved = (Py_IsInitialized() && PyGILState_Check()) ? PyEval_SaveThread() : nullptr;
-  bool drained;
+ProcessGroupShoal::~ProcessGroupShoal() { close(kDestroyGrace); }
+
+void ProcessGroupShoal::shutdown() { close(kDestroyGrace); }
+void ProcessGroupShoal::abort() { close(std::chrono::milliseconds{0}); }
+
+void ProcessGroupShoal::close(std::chrono::milliseconds grace) {
+  std::lock_guard<std::mutex> closing(close_mutex_);
   {
-    std::unique_lock<std::mutex> lock(queue_->mutex);
-    drained = queue_->idle_cv.wait_for(
-        lock, kDestroyGrace, [&] { return queue_->ops.empty() && queue_->in_flight == 0; });
-    queue_->stop = true;
-    queue_->cv.notify_all();
-    if (drained) queue_->idle_cv.wait(lock, [&] { return queue_->threads == 0; });
+    std::lock_guard<std::mutex> lock(issue_mutex_);
+    if (closed_) return;
+    closed_ = true;  // from here run() raises instead of issuing
   }
-  if (drained) {
+  // destroy_process_group() drops the group with the GIL held, while the completion threads may
+  // need it (a callback, freeing a tensor whose Python object they kept alive): let go of it.
+  PyThreadState* saved = (Py_IsInitialized() && PyGILState_Check()) ? PyEval_SaveThread() : nullptr;
+  std::unique_lock<std::mutex> lock(queue_->mutex);
+  const bool drained = queue_->idle_cv.wait_for(
+      lock, grace, [&] { return queue_->ops.empty() && queue_->in_flight == 0; });
+  if (!drained) {
+    // Work that no peer joins, or that the caller gave up on: fail it now, here and on every
+    // rank shoal reaches, instead of waiting for the timeout.
+    lock.unlock();
+    comm_->abort();
+    lock.lock();
+  }
+  queue_->stop = true;
+  queue_->cv.notify_all();
+  // After an abort every operation fails at once; only a callback that never returns keeps a
+  // thread here, and then the communicator is left to it rather than hanging the caller.
+  const auto bound = std::min<std::chrono::milliseconds>(timeout_, std::chrono::minutes(1));
+  const bool quiet = queue_->idle_cv.wait_for(lock, bound, [&] { return queue_->threads == 0; });
+  lock.unlock();
+  if (quiet) {
     comm_.reset();  // says goodbye to the peers
   } else {
-    // An operation no peer joins (shoal has no public abort): rather than hang here until the
-    // group's timeout, leave it, its thread and the communicator behind; the thread finishes
-    // when the operation fails or completes, or the process exits.
-    std::fprintf(
-        stderr,
-        "shoal (torch backend): rank %d: process group destroyed with operations still in flight "
-        "after %lld s; leaving them to finish in the background\n",
-        getRank(), static_cast<long long>(kDestroyGrace.count()));
-    new shoal::Communicator(
-        std::move(*comm_));  // deliberately leaked: the thread still waits on it
+    std::fprintf(stderr,
+                 "shoal (torch backend): rank %d: a completion callback did not return within "
+                 "%lld ms of closing the group; leaving it the communicator\n",
+                 getRank(), static_cast<long long>(bound.count()));
+    new shoal::Communicator(std::move(*comm_));  // deliberately leaked: the thread still uses it
     comm_.reset();
   }
   if (saved) PyEval_RestoreThread(saved);
 }
 
-c10::intrusive_ptr<BackendBase> ProcessGroupShoal::create(
-    const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
-    std::chrono::milliseconds timeout) {
-  return c10::make_intrusive<ProcessGroupShoal>(store, rank, size, timeout);
+shoal::Communicator& ProcessGroupShoal::open_comm(const char* what) {
+  if (closed_ || !comm_) fail(std::string(what) + ": the process group was shut down or aborted");
+  return *comm_;
 }
 
-std::string ProcessGroupShoal::describe() const { return comm_->describe(); }
+c10::intrusive_ptr<BackendBase> ProcessGroupShoal::create(
+    const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
+    std::chrono::milliseconds timeout, const c10::intrusive_ptr<c10d::Backend::Options>& options) {
+  auto opts = ShoalOptions::from(options, ShoalOptions(timeout));
+  if (!options || options->timeout.count() <= 0) opts->timeout = timeout;
+  return c10::make_intrusive<ProcessGroupShoal>(store, rank, size, std::move(opts));
+}
+
+std::string ProcessGroupShoal::describe() const {
+  return comm_ ? comm_->describe() : "shoal process group (shut down or aborted)";
+}
 
 // ---------------------------------------------------------------------------------------------
 // elastic jobs: shrink, grow, join
@@ -480,11 +526,91 @@ c10::intrusive_ptr<ProcessGroupShoal> ProcessGroupShoal::shrink() {
   // operations fail by themselves, and the new communicator shares nothing with them.
   std::unique_lock<std::mutex> lock(issue_mutex_);  // no new operation on this group meanwhile
   const int n = ++shrinks_;
-  shoal::Communicator comm = comm_->shrink();
+  shoal::Communicator comm = open_comm("shrink").shrink();
   lock.unlock();
   // The survivors call shrink() on this group equally often: n names the new group's keys.
   auto store = c10::make_intrusive<c10d::PrefixStore>("shoal_shrink_" + std::to_string(n), store_);
-  return c10::make_intrusive<ProcessGroupShoal>(store, root_, timeout_, std::move(comm));
+  return c10::make_intrusive<ProcessGroupShoal>(store, root_, options_->clone_shoal(),
+                                                std::move(comm));
+}
+
+c10::intrusive_ptr<BackendBase> ProcessGroupShoal::shrink(
+    const std::vector<int64_t>& ranks_to_exclude, int shrink_flags,
+    const c10::intrusive_ptr<Options>& opts) {
+  std::vector<int> exclude;
+  for (int64_t r : ranks_to_exclude) {
+    if (r < 0 || r >= getSize())
+      fail("shrink: excluded rank " + std::to_string(r) + " is outside [0, " +
+           std::to_string(getSize()) + ")");
+    exclude.push_back(static_cast<int>(r));
+  }
+  constexpr int kShrinkAbort = 0x01;  // torch.distributed.SHRINK_ABORT
+  std::unique_lock<std::mutex> lock(issue_mutex_);
+  auto& comm = open_comm("shrink");
+  if (shrink_flags & kShrinkAbort) comm.abort();
+  const int n = ++shrinks_;
+  shoal::Communicator rest = comm.shrink(exclude);
+  lock.unlock();
+  auto store = c10::make_intrusive<c10d::PrefixStore>("shoal_shrink_" + std::to_string(n), store_);
+  return c10::make_intrusive<ProcessGroupShoal>(store, root_, ShoalOptions::from(opts, *options_),
+                                                std::move(rest));
+}
+
+c10::intrusive_ptr<BackendBase> ProcessGroupShoal::split(
+    const c10::intrusive_ptr<c10d::Store>& store, const std::vector<int>& ranks,
+    const c10::intrusive_ptr<Options>& opts) {
+  std::vector<bool> seen(static_cast<size_t>(getSize()), false);
+  for (int r : ranks) {
+    if (r < 0 || r >= getSize())
+      fail("split: rank " + std::to_string(r) + " is outside [0, " + std::to_string(getSize()) +
+           ")");
+    if (seen[static_cast<size_t>(r)]) fail("split: rank " + std::to_string(r) + " appears twice");
+    seen[static_cast<size_t>(r)] = true;
+  }
+  // Groups are disjoint, so their smallest rank tells them apart; the position is the new rank.
+  const auto me = std::find(ranks.begin(), ranks.end(), getRank());
+  const int color = me == ranks.end() ? shoal::Communicator::kNoColor
+                                      : *std::min_element(ranks.begin(), ranks.end());
+  std::unique_lock<std::mutex> lock(issue_mutex_);
+  shoal::Communicator child = open_comm("split").split(color, static_cast<int>(me - ranks.begin()));
+  lock.unlock();
+  if (!child.valid()) return nullptr;
+  return c10::make_intrusive<ProcessGroupShoal>(store, root_, ShoalOptions::from(opts, *options_),
+                                                std::move(child));
+}
+
+void ProcessGroupShoal::startCoalescing() {
+  std::lock_guard<std::mutex> lock(issue_mutex_);
+  if (coalescing_) fail("startCoalescing: already coalescing (endCoalescing was not called)");
+  coalescing_.emplace();
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupShoal::endCoalescing() {
+  std::vector<c10::intrusive_ptr<WorkShoal>> batch;
+  {
+    std::lock_guard<std::mutex> lock(issue_mutex_);
+    if (!coalescing_) fail("endCoalescing: startCoalescing was not called");
+    batch = std::move(*coalescing_);
+    coalescing_.reset();
+  }
+  std::vector<at::Tensor> outputs;
+  for (auto& w : batch)
+    for (auto& t : w->result()) outputs.push_back(t);
+  return run(OpType::COALESCED, "shoal:coalesced", {}, std::move(outputs), [&](Op& op) {
+    // Queued after the batch, so led after it; a batch member may still be running its own
+    // completion on another thread, hence wait() rather than exception().
+    op.finish.push_back([batch] {
+      std::exception_ptr first;
+      for (const auto& w : batch) {
+        try {
+          w->wait();
+        } catch (...) {
+          if (!first) first = std::current_exception();
+        }
+      }
+      if (first) std::rethrow_exception(first);
+    });
+  });
 }
 
 c10::intrusive_ptr<ProcessGroupShoal> ProcessGroupShoal::grow(int joining,
@@ -505,7 +631,8 @@ c10::intrusive_ptr<ProcessGroupShoal> ProcessGroupShoal::grow(int joining,
       shoal::Communicator::create(std::make_shared<shoal::PrefixStore>(base + "/comm", root),
                                   getRank(), getSize() + joining, comm_options(timeout_));
   auto store = c10::make_intrusive<c10d::PrefixStore>(base + "/pg", root_);
-  return c10::make_intrusive<ProcessGroupShoal>(store, root_, timeout_, std::move(comm));
+  return c10::make_intrusive<ProcessGroupShoal>(store, root_, options_->clone_shoal(),
+                                                std::move(comm));
 }
 
 c10::intrusive_ptr<ProcessGroupShoal> ProcessGroupShoal::join(
@@ -539,7 +666,8 @@ c10::intrusive_ptr<ProcessGroupShoal> ProcessGroupShoal::join(
       std::make_shared<shoal::PrefixStore>(base + "/comm", root),
       old_size + static_cast<int>(index), old_size + joining, comm_options(timeout));
   auto pg_store = c10::make_intrusive<c10d::PrefixStore>(base + "/pg", root_store);
-  return c10::make_intrusive<ProcessGroupShoal>(pg_store, root_store, timeout, std::move(comm));
+  return c10::make_intrusive<ProcessGroupShoal>(
+      pg_store, root_store, c10::make_intrusive<ShoalOptions>(timeout), std::move(comm));
 }
 
 template <class F>
@@ -551,6 +679,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupShoal::run(OpType type, const char* t
   Op op;
   op.work = work;
   std::lock_guard<std::mutex> lock(issue_mutex_);
+  open_comm(title);
   ++sequence_;
   std::exception_ptr failed;
   try {
@@ -566,6 +695,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupShoal::run(OpType type, const char* t
     if (queue_->threads == queue_->completing) start_completion_thread(queue_);
   }
   queue_->cv.notify_all();
+  if (coalescing_) coalescing_->push_back(work);
   if (failed) std::rethrow_exception(failed);
   return work;
 }
@@ -651,7 +781,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupShoal::allreduce(std::vector<at::Tens
   const Spec s = reduce_spec(t, opts.reduceOp, "allreduce");
   return run(OpType::ALLREDUCE, "shoal:all_reduce", tensors, tensors, [&](Op& op) {
     auto buf = stage_reduce(op, t, s);
-    op.pending.push_back(comm_->all_reduce_async(buf.data_ptr(), count_of(buf, s), s.dt, s.op));
+    op.pending.push_back(comm_->all_reduce_async(buf.data_ptr(), buf.data_ptr(), count_of(buf, s),
+                                                 s.dt, s.op, all_reduce_call_));
   });
 }
 
@@ -669,8 +800,9 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupShoal::allreduce_coalesced(
              [&](Op& op) {
                auto flat = flatten(op, tensors, s.work);
                premultiply(flat, s);
-               op.pending.push_back(
-                   comm_->all_reduce_async(flat.data_ptr(), count_of(flat, s), s.dt, s.op));
+               op.pending.push_back(comm_->all_reduce_async(flat.data_ptr(), flat.data_ptr(),
+                                                            count_of(flat, s), s.dt, s.op,
+                                                            all_reduce_call_));
                unflatten_later(op, flat, tensors);
              });
 }
@@ -713,8 +845,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupShoal::allgather(
     auto src = stage_in(op, in, s.work);
     auto flat = at::empty({in.numel() * getSize()}, in.options());
     op.keep.push_back(flat);
-    op.pending.push_back(
-        comm_->all_gather_async(src.data_ptr(), flat.data_ptr(), count_of(src, s), s.dt));
+    op.pending.push_back(comm_->all_gather_async(src.data_ptr(), flat.data_ptr(), count_of(src, s),
+                                                 s.dt, all_gather_call_));
     unflatten_later(op, flat, outputs[0]);
   });
 }
@@ -732,16 +864,16 @@ void ProcessGroupShoal::issue_all_gather(Op& op, const at::Tensor& input,
   const Spec s = move_spec(input);
   auto src = stage_in(op, input, s.work);
   auto dst = stage_out(op, output, s.work, false);
-  op.pending.push_back(
-      comm_->all_gather_async(src.data_ptr(), dst.data_ptr(), count_of(src, s), s.dt));
+  op.pending.push_back(comm_->all_gather_async(src.data_ptr(), dst.data_ptr(), count_of(src, s),
+                                               s.dt, all_gather_call_));
 }
 
 void ProcessGroupShoal::issue_reduce_scatter(Op& op, const at::Tensor& input,
                                              const at::Tensor& output, const Spec& s) {
   auto src = stage_reduce_in(op, input, s);
   auto dst = stage_out(op, output, s.work, false);
-  op.pending.push_back(
-      comm_->reduce_scatter_async(src.data_ptr(), dst.data_ptr(), count_of(dst, s), s.dt, s.op));
+  op.pending.push_back(comm_->reduce_scatter_async(src.data_ptr(), dst.data_ptr(), count_of(dst, s),
+                                                   s.dt, s.op, reduce_scatter_call_));
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupShoal::allgather_coalesced(
@@ -769,7 +901,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupShoal::allgather_coalesced(
                auto flat_out = at::empty({flat_in.numel() * getSize()}, flat_in.options());
                op.keep.push_back(flat_out);
                op.pending.push_back(comm_->all_gather_async(flat_in.data_ptr(), flat_out.data_ptr(),
-                                                            count_of(flat_in, s), s.dt));
+                                                            count_of(flat_in, s), s.dt,
+                                                            all_gather_call_));
                unflatten_later(op, flat_out, all_outputs);
              });
 }
@@ -838,8 +971,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupShoal::reduce_scatter(
     auto flat = flatten(op, inputs[0], s.work);
     premultiply(flat, s);
     auto dst = stage_out(op, out, s.work, false);
-    op.pending.push_back(
-        comm_->reduce_scatter_async(flat.data_ptr(), dst.data_ptr(), count_of(dst, s), s.dt, s.op));
+    op.pending.push_back(comm_->reduce_scatter_async(
+        flat.data_ptr(), dst.data_ptr(), count_of(dst, s), s.dt, s.op, reduce_scatter_call_));
   });
 }
 

@@ -30,6 +30,24 @@ using BackendBase = ::c10d::Backend;
 
 struct Spec;  // how a tensor travels through shoal (process_group.cpp)
 
+/// A group's options: torch's (the timeout) and shoal's per-group choices. `pg_options` of
+/// init_process_group, new_group and split_group (Python: shoal.torch.Options); a split or
+/// shrunk group inherits its parent's unless given its own.
+struct ShoalOptions : c10d::Backend::Options {
+  explicit ShoalOptions(std::chrono::milliseconds timeout = ::kBackendDefaultTimeout)
+      : Options("shoal", timeout) {}
+  /// Registry rows (`shoal-info --algorithms`) that run every call of that collective in this
+  /// group, as CallOptions::algorithm; empty: shoal's usual choice.
+  std::string all_reduce_algorithm, all_gather_algorithm, reduce_scatter_algorithm;
+  c10::intrusive_ptr<c10d::Backend::Options> clone() const override { return clone_shoal(); }
+  c10::intrusive_ptr<ShoalOptions> clone_shoal() const {
+    return c10::make_intrusive<ShoalOptions>(*this);
+  }
+  /// `opts` as shoal's: a copy of it when it is one, else `inherited`'s with opts' timeout.
+  static c10::intrusive_ptr<ShoalOptions> from(
+      const c10::intrusive_ptr<c10d::Backend::Options>& opts, const ShoalOptions& inherited);
+};
+
 /// The Work of one torch call: completed by the group's completion thread.
 class WorkShoal : public c10d::Work {
  public:
@@ -60,19 +78,21 @@ class WorkShoal : public c10d::Work {
 class ProcessGroupShoal : public BackendBase {
  public:
   ProcessGroupShoal(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
-                    std::chrono::milliseconds timeout);
+                    c10::intrusive_ptr<ShoalOptions> options);
   /// A group around a communicator made elsewhere (shrink, grow, join): rank and size are the
   /// communicator's. `store` is the group's own store (receives from any source count sends in
   /// it), `root` the job's store under every prefix, where grow() and join() meet.
   ProcessGroupShoal(const c10::intrusive_ptr<c10d::Store>& store,
-                    const c10::intrusive_ptr<c10d::Store>& root, std::chrono::milliseconds timeout,
-                    shoal::Communicator&& comm);
+                    const c10::intrusive_ptr<c10d::Store>& root,
+                    c10::intrusive_ptr<ShoalOptions> options, shoal::Communicator&& comm);
   ~ProcessGroupShoal() override;
 
-  /// The creator torch.distributed calls: (store, rank, size, timeout).
-  static c10::intrusive_ptr<BackendBase> create(const c10::intrusive_ptr<c10d::Store>& store,
-                                                int rank, int size,
-                                                std::chrono::milliseconds timeout);
+  /// The creator torch.distributed calls: (store, rank, size, timeout) and the user's
+  /// pg_options (null, torch's Options or ShoalOptions).
+  static c10::intrusive_ptr<BackendBase> create(
+      const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
+      std::chrono::milliseconds timeout, const c10::intrusive_ptr<c10d::Backend::Options>& options);
+  c10::intrusive_ptr<Options> getBackendOptions() override { return options_; }
 
   // ---- elastic jobs (docs/torch.md): each returns a new group; this one stays as it is ----
   /// After a failure: the surviving ranks of this group form a new one, ranked in their old
@@ -144,6 +164,31 @@ class ProcessGroupShoal : public BackendBase {
   void setSequenceNumberForGroup() override {}
   uint64_t getSequenceNumberForGroup() override { return sequence_; }
 
+  /// new_group/split_group without a new rendezvous: Communicator::split over this group (every
+  /// rank of it calls split; `ranks` are this group's ranks of the new group, in their new
+  /// order). A rank not in `ranks` gets nullptr, as torch expects.
+  bool supportsSplitting() const override { return true; }
+  c10::intrusive_ptr<BackendBase> split(const c10::intrusive_ptr<c10d::Store>& store,
+                                        const std::vector<int>& ranks,
+                                        const c10::intrusive_ptr<Options>& opts) override;
+  /// torch's shrink_group: the ranks not in `ranks_to_exclude` call it and form a new group
+  /// (Communicator::shrink with the exclusion list); SHRINK_ABORT aborts this group first.
+  bool supportsShrinking() const override { return true; }
+  c10::intrusive_ptr<BackendBase> shrink(
+      const std::vector<int64_t>& ranks_to_exclude, int shrink_flags = 0,
+      const c10::intrusive_ptr<Options>& opts = nullptr) override;
+  /// batch_isend_irecv and _coalescing_manager: the calls between the two are issued as usual
+  /// (each already in flight at once) and endCoalescing's Work completes after all of them,
+  /// failing with the first failure among them.
+  bool supportsCoalescing() const override { return true; }
+  void startCoalescing() override;
+  c10::intrusive_ptr<c10d::Work> endCoalescing() override;
+  /// Pending work fails at once with AbortedError here and on every rank shoal reaches
+  /// (Communicator::abort); the group releases everything and later calls raise.
+  void abort() override;
+  /// Lets queued work finish (at most kDestroyGrace), aborts what is left, releases everything.
+  void shutdown() override;
+
   /// One queued torch call: the shoal operations it issued and what to do once they finish.
   struct Op {
     c10::intrusive_ptr<WorkShoal> work;
@@ -200,14 +245,26 @@ class ProcessGroupShoal : public BackendBase {
                      int tag, bool count_for_any_source);
   std::string any_source_key(int src, int dst) const;
 
+  void start();  // the constructors' common part
+  /// shutdown() and abort(): `grace` is how long queued work may still finish.
+  void close(std::chrono::milliseconds grace);
+  /// The communicator, with issue_mutex_ held; raises once the group is closed.
+  shoal::Communicator& open_comm(const char* what);
+
   c10::intrusive_ptr<c10d::Store> store_;
   c10::intrusive_ptr<c10d::Store> root_;  // the job's store below every PrefixStore
+  c10::intrusive_ptr<ShoalOptions> options_;
   std::chrono::milliseconds timeout_;
+  shoal::CallOptions all_reduce_call_, all_gather_call_, reduce_scatter_call_;
   int shrinks_ = 0;  // shrink() calls on this group: names the new groups' stores
   std::optional<shoal::Communicator> comm_;
   bool any_source_ = true;
 
   std::mutex issue_mutex_;              // issue order == queue order
+  bool closed_ = false;                 // shutdown/abort began: no new operation
+  std::mutex close_mutex_;              // one close at a time
+  // Between startCoalescing and endCoalescing: the Works issued meanwhile.
+  std::optional<std::vector<c10::intrusive_ptr<WorkShoal>>> coalescing_;
   std::vector<int64_t> received_from_;  // user recvs matched per source (for recvAnysource)
   uint64_t sequence_ = 0;
   uint64_t monitored_barriers_ = 0;  // names each monitored barrier's keys in the store

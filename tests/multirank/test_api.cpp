@@ -266,6 +266,31 @@ TEST(Split, AMismatchedCallFailsInsteadOfHanging) {
   EXPECT_EQ(err, "");
 }
 
+// ---- Communicator::shrink with an exclusion list ----
+
+// Rank 2 is alive and stays out; the others shrink without waiting for it: a coordinator that
+// waited the full shrink wait (60 s) would leave the others' read of the members to time out
+// (the communicators' 10 s).
+TEST(Shrink, ExcludedLiveRanksAreLeftOutAndNotWaitedFor) {
+  Options options;
+  options.timeout = 10s;
+  std::string err = run_ranks(
+      4,
+      [](Communicator& c) {
+        if (c.rank() == 2) return;
+        EXPECT_THROW(c.shrink({c.rank()}), InvalidArgumentError);
+        EXPECT_THROW(c.shrink({4}), InvalidArgumentError);
+        Communicator rest = c.shrink({2}, 60s);
+        ASSERT_EQ(rest.size(), 3);
+        EXPECT_EQ(rest.rank(), c.rank() < 2 ? c.rank() : c.rank() - 1);
+        int32_t mine = c.rank(), all[3] = {-1, -1, -1};
+        rest.all_gather(&mine, all, 1, DataType::int32);
+        EXPECT_EQ(std::vector<int32_t>(all, all + 3), (std::vector<int32_t>{0, 1, 3}));
+      },
+      options);
+  EXPECT_EQ(err, "");
+}
+
 // CallOptions::algorithm runs the named registry row for one call: every row of the three
 // collectives gives the reference result (small sizes that would otherwise take the flat path
 // included), ranks naming different rows get MismatchError, an unknown name InvalidArgumentError.
