@@ -1,0 +1,194 @@
+#!/usr/bin/env python3
+"""Trains the GPT of gpt.py sharded with FSDP2 (`fully_shard` per transformer block), on CPU.
+
+    shoal-run -n 2 .venv/bin/python examples/fsdp_train.py --backend shoal
+    .venv/bin/torchrun --standalone --nproc_per_node 4 examples/fsdp_train.py --replicate 2
+    .venv/bin/python examples/fsdp_train.py --nproc 2 --backend gloo      # starts its own ranks
+    .venv/bin/python examples/fsdp_train.py --reference 2                 # one process, no FSDP
+
+Each block, and then the whole model, is a `fully_shard` unit: parameters are all_gathered
+before a unit's forward and backward and freed after, gradients reduce_scattered (an AVG) after
+its backward. The next block's all_gather is issued while the current one computes (explicit
+forward and backward prefetch). `--replicate R` makes it HSDP: a 2-D mesh (R, world / R) that
+shards inside each group of world / R ranks and all_reduces the gradient shards across groups.
+`--mixed bf16` computes in bfloat16 with fp32 gradient reduction.
+
+Rank r trains on batch(seed, r, step); `--reference N` trains the same model in one process on
+the N ranks' batches at once (their mean loss: what data parallelism computes), so the losses of
+a sharded run can be checked step by step against it. Rank 0 prints "step N loss X" and, with
+--json, one JSON line with every loss and the median step time.
+Needs PYTHONPATH=<build>/python for --backend shoal (docs/torch.md).
+"""
+
+import argparse
+import datetime
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+
+from gpt import GPT, batch
+
+
+def make_model(args):
+    torch.manual_seed(args.seed)  # the same initial weights on every rank and in the reference
+    return GPT(args.vocab, args.seq, args.dim, args.heads, args.layers)
+
+
+def make_optimizer(args, params):
+    if args.optim == "sgd":  # gradient scale shows in the update (a summed gradient would too)
+        return torch.optim.SGD(params, lr=args.lr)
+    return torch.optim.AdamW(params, lr=args.lr)
+
+
+def shard(args, model, world):
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+
+    if args.replicate > 1:
+        if world % args.replicate:
+            sys.exit(f"fsdp_train.py: --replicate {args.replicate} does not divide {world} ranks")
+        mesh = init_device_mesh("cpu", (args.replicate, world // args.replicate),
+                                mesh_dim_names=("replicate", "shard"))
+    else:
+        mesh = init_device_mesh("cpu", (world,), mesh_dim_names=("shard",))
+    policy = MixedPrecisionPolicy()
+    if args.mixed == "bf16":
+        policy = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+    blocks = list(model.blocks)
+    for block in blocks:
+        fully_shard(block, mesh=mesh, mp_policy=policy)
+    fully_shard(model, mesh=mesh, mp_policy=policy)
+    # Issue the next unit's all_gather before the current one computes.
+    for current, following in zip(blocks, blocks[1:]):
+        current.set_modules_to_forward_prefetch([following])
+    for current, previous in zip(blocks[1:], blocks):
+        current.set_modules_to_backward_prefetch([previous])
+    return model
+
+
+def step_loss(args, model, x, y):
+    return F.cross_entropy(model(x).reshape(-1, args.vocab).float(), y.reshape(-1))
+
+
+def train(args):
+    rank, world = dist.get_rank(), dist.get_world_size()
+    model = shard(args, make_model(args), world)
+    opt = make_optimizer(args, model.parameters())
+    losses, times = [], []
+    for step in range(args.steps):
+        x, y = batch(args, rank, step)
+        start = time.perf_counter()
+        opt.zero_grad(set_to_none=True)
+        loss = step_loss(args, model, x, y)
+        loss.backward()
+        opt.step()
+        times.append(time.perf_counter() - start)
+        mean = loss.detach().clone()
+        dist.all_reduce(mean, op=dist.ReduceOp.AVG)  # the data-parallel loss, as the reference's
+        losses.append(mean.item())
+        if rank == 0 and not args.quiet:
+            print(f"step {step} loss {losses[-1]:.6f}", flush=True)
+    return report(args, world, losses, times, model)
+
+
+def reference(args):
+    """One process, the same model unsharded, the batches of `args.reference` ranks at once."""
+    torch.set_num_threads(args.threads)
+    model = make_model(args)
+    if args.mixed == "bf16":
+        sys.exit("fsdp_train.py: --reference computes in fp32 only")
+    opt = make_optimizer(args, model.parameters())
+    losses, times = [], []
+    for step in range(args.steps):
+        parts = [batch(args, r, step) for r in range(args.reference)]
+        x, y = torch.cat([p[0] for p in parts]), torch.cat([p[1] for p in parts])
+        start = time.perf_counter()
+        opt.zero_grad(set_to_none=True)
+        loss = step_loss(args, model, x, y)
+        loss.backward()
+        opt.step()
+        times.append(time.perf_counter() - start)
+        losses.append(loss.item())
+        if not args.quiet:
+            print(f"step {step} loss {losses[-1]:.6f}", flush=True)
+    return report(args, 1, losses, times, model, rank=0)
+
+
+def report(args, world, losses, times, model, rank=None):
+    rank = dist.get_rank() if rank is None else rank
+    warm = times[args.warmup:] or times
+    result = {"backend": "none" if args.reference else args.backend, "world": world,
+              "replicate": args.replicate, "mixed": args.mixed, "losses": losses,
+              "step_ms": 1000 * statistics.median(warm),
+              "params": sum(p.numel() for p in model.parameters())}
+    if rank == 0 and args.json:
+        print("JSON " + json.dumps(result), flush=True)
+    return result
+
+
+def init(args, rank=None, world=None, init_method=None):
+    if args.backend == "shoal":
+        import shoal.torch  # noqa: F401  registers the backend
+    torch.set_num_threads(args.threads)
+    kwargs = dict(timeout=datetime.timedelta(seconds=args.timeout))
+    if init_method:
+        kwargs.update(init_method=init_method, rank=rank, world_size=world)
+    dist.init_process_group(args.backend, **kwargs)
+
+
+def _spawned(rank, args, world, init_method):
+    init(args, rank, world, init_method)
+    train(args)
+    dist.destroy_process_group()
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--backend", default="shoal", choices=["shoal", "gloo"])
+    p.add_argument("--steps", type=int, default=10)
+    p.add_argument("--warmup", type=int, default=2, help="steps left out of the step time")
+    p.add_argument("--batch", type=int, default=8, help="sequences per rank and step")
+    p.add_argument("--seq", type=int, default=32)
+    p.add_argument("--vocab", type=int, default=64)
+    p.add_argument("--dim", type=int, default=64)
+    p.add_argument("--heads", type=int, default=4)
+    p.add_argument("--layers", type=int, default=4)
+    p.add_argument("--optim", default="adamw", choices=["adamw", "sgd"])
+    p.add_argument("--lr", type=float, default=3e-3)
+    p.add_argument("--replicate", type=int, default=1, help="HSDP: replica groups (2-D mesh)")
+    p.add_argument("--mixed", default="none", choices=["none", "bf16"], help="compute dtype")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--threads", type=int, default=1, help="torch intra-op threads per rank")
+    p.add_argument("--timeout", type=float, default=300.0, help="process group timeout, seconds")
+    p.add_argument("--nproc", type=int, default=0, help="start this many ranks here (no launcher)")
+    p.add_argument("--reference", type=int, default=0, metavar="N",
+                   help="no distribution: one process on the batches of N ranks")
+    p.add_argument("--json", action="store_true", help="rank 0 prints one JSON line at the end")
+    p.add_argument("--quiet", action="store_true", help="no per-step lines")
+    args = p.parse_args()
+    if args.reference:
+        reference(args)
+        return 0
+    if args.nproc:
+        import torch.multiprocessing as mp
+        with tempfile.TemporaryDirectory(prefix="shoal-fsdp-") as tmp:
+            mp.spawn(_spawned, args=(args, args.nproc, "file://" + os.path.join(tmp, "store")),
+                     nprocs=args.nproc, join=True)
+        return 0
+    if "RANK" not in os.environ:
+        sys.exit("fsdp_train.py: run under torchrun or shoal-run, or pass --nproc N or --reference N")
+    init(args)
+    train(args)
+    dist.destroy_process_group()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,145 @@
+"""The workloads users run on torch 2.x, each checked against single-process training on the
+same data: FSDP2 (1-D and HSDP on a 2-D mesh, fp32 and bf16), DTensor redistribution, and a
+2-stage torch.distributed.pipelining schedule over send/recv. (DDP and its communication hooks:
+test_launchers.py.)"""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+import torch.distributed as dist
+
+from ranks import run_ranks
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent.parent
+BUILD = Path(os.environ.get("SHOAL_BUILD_DIR", REPO / "build"))
+SHOAL_RUN = BUILD / "bin" / "shoal-run"
+FSDP = REPO / "examples" / "fsdp_train.py"
+# SGD: the update is proportional to the gradient, so a summed gradient (instead of the mean
+# over ranks) would change the losses from the second step on.
+COMMON = ["--steps", "4", "--optim", "sgd", "--lr", "0.5", "--layers", "3", "--json", "--quiet"]
+
+
+def _json(out):
+    lines = [line for line in out.splitlines() if line.startswith("JSON ")]
+    assert len(lines) == 1, out
+    return json.loads(lines[0][5:])
+
+
+def _run(cmd, timeout=240):
+    env = dict(os.environ, PYTHONPATH=str(BUILD / "python"), OMP_NUM_THREADS="1")
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
+    assert p.returncode == 0, p.stdout + p.stderr
+    return _json(p.stdout)
+
+
+def fsdp(backend, world, *extra):
+    assert SHOAL_RUN.exists(), f"{SHOAL_RUN} is built with the project"
+    return _run([str(SHOAL_RUN), "-n", str(world), sys.executable, str(FSDP), "--backend", backend,
+                 *COMMON, *extra])
+
+
+def reference(world, *extra):
+    return _run([sys.executable, str(FSDP), "--reference", str(world), *COMMON, *extra])
+
+
+def _close(a, b, rel):
+    return all(abs(x - y) <= rel * abs(y) for x, y in zip(a, b)) and len(a) == len(b)
+
+
+@pytest.mark.parametrize("world,replicate", [(2, 1), (4, 1), (4, 2)])
+def test_fsdp2_losses_match_single_process_training(world, replicate):
+    """fully_shard per block (and HSDP with --replicate): gradients are AVG reduce_scatters
+    (and all_reduces across replicas); the data-parallel mean loss of every step equals the
+    single-process loss on the ranks' batches at once."""
+    got = fsdp("shoal", world, "--replicate", str(replicate))
+    want = reference(world)
+    assert got["world"] == world and got["replicate"] == replicate
+    assert _close(got["losses"], want["losses"], 1e-5), (got["losses"], want["losses"])
+    assert got["losses"][-1] < got["losses"][0]  # it trains
+
+
+def test_fsdp2_bf16_mixed_precision_matches_gloo():
+    """bf16 compute with fp32 reduction: the same arithmetic over both backends (the reference
+    computes in fp32, so the comparison is with gloo's run)."""
+    got = fsdp("shoal", 2, "--mixed", "bf16")
+    gloo = fsdp("gloo", 2, "--mixed", "bf16")
+    assert _close(got["losses"], gloo["losses"], 1e-3), (got["losses"], gloo["losses"])
+    assert _close(got["losses"], reference(2)["losses"], 2e-2)
+
+
+def _dtensor(rank, world):
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor import DTensor, Partial, Replicate, Shard, distribute_tensor
+
+    mesh = init_device_mesh("cpu", (world,))
+    x = torch.arange((3 * world + 1) * 5, dtype=torch.float32).reshape(3 * world + 1, 5)  # uneven
+    d = distribute_tensor(x, mesh, [Shard(0)])
+    assert torch.equal(d.full_tensor(), x)                                       # all_gather
+    assert torch.equal(d.redistribute(mesh, [Replicate()]).to_local(), x)
+    assert torch.equal(d.redistribute(mesh, [Shard(1)]).full_tensor(), x)        # all_to_all
+    mine = torch.full((4, 6), float(rank + 1))
+    p = DTensor.from_local(mine, mesh, [Partial()])
+    total = float(sum(range(1, world + 1)))
+    assert torch.equal(p.redistribute(mesh, [Replicate()]).to_local(), torch.full((4, 6), total))
+    rs = p.redistribute(mesh, [Shard(1)])                                         # reduce_scatter
+    assert torch.equal(rs.full_tensor(), torch.full((4, 6), total))
+    # A sharded matmul: column-sharded weight, replicated input, gathered result.
+    torch.manual_seed(0)
+    a, w = torch.randn(3, 8), torch.randn(8, 2 * world)
+    y = distribute_tensor(a, mesh, [Replicate()]) @ distribute_tensor(w, mesh, [Shard(1)])
+    assert torch.allclose(y.full_tensor(), a @ w, atol=1e-6)
+    if world % 2 == 0:  # a 2-D mesh: both dimensions sharded
+        mesh2 = init_device_mesh("cpu", (2, world // 2), mesh_dim_names=("dp", "tp"))
+        z = torch.arange(8 * world, dtype=torch.float64).reshape(2 * world, 4)
+        d2 = distribute_tensor(z, mesh2, [Shard(0), Shard(1)])
+        assert torch.equal(d2.full_tensor(), z)
+        assert torch.equal(d2.redistribute(mesh2, [Replicate(), Shard(0)]).full_tensor(), z)
+    return True
+
+
+@pytest.mark.parametrize("world", [3, 4])
+def test_dtensor_redistribute(world):
+    assert run_ranks(_dtensor, world, timeout_s=60) == {r: True for r in range(world)}
+
+
+def _stages(seed=0):
+    torch.manual_seed(seed)
+    return [torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.Tanh()),
+            torch.nn.Sequential(torch.nn.Linear(16, 4))]
+
+
+def _pipeline(rank, world, schedule_name):
+    from torch.distributed import pipelining
+
+    x = torch.randn(8, 8, generator=torch.Generator().manual_seed(1))
+    target = torch.randn(8, 4, generator=torch.Generator().manual_seed(2))
+    loss_fn = torch.nn.functional.mse_loss
+    # The reference: the whole model in this process, on the whole batch.
+    ref = _stages()
+    loss_ref = loss_fn(ref[1](ref[0](x)), target)
+    loss_ref.backward()
+    # The pipeline: stage `rank` here, 4 microbatches, activations and gradients over send/recv.
+    module = _stages()[rank]
+    stage = pipelining.PipelineStage(module, rank, world, torch.device("cpu"))
+    schedule = getattr(pipelining, schedule_name)(stage, n_microbatches=4, loss_fn=loss_fn)
+    losses = []
+    if rank == 0:
+        schedule.step(x)
+    else:
+        out = schedule.step(target=target, losses=losses)
+        assert torch.allclose(out, ref[1](ref[0](x)), atol=1e-6)
+        assert torch.allclose(torch.stack(losses).mean(), loss_ref.detach(), atol=1e-6)
+    for mine, want in zip(module.parameters(), ref[rank].parameters()):
+        assert torch.allclose(mine.grad, want.grad, atol=1e-6), (mine.grad, want.grad)
+    return True
+
+
+@pytest.mark.parametrize("schedule_name", ["ScheduleGPipe", "Schedule1F1B"])
+def test_pipelining_two_stages_match_the_unsplit_model(schedule_name):
+    assert run_ranks(_pipeline, 2, schedule_name, timeout_s=60) == {0: True, 1: True}
