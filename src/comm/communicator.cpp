@@ -260,10 +260,11 @@ Work CommImpl::run_flat_here(const comm::OpRequest& req) {
     if (deadline == comm::Clock::time_point{}) deadline = now + timeout;
     if (now > deadline) {
       std::ostringstream os;
-      os << "rank " << rank << ": " << algorithms::to_string(a.collective) << " #" << number << " (" << a.count
-         << " x " << to_string(a.dtype) << ", shared memory) did not finish within "
-         << std::chrono::duration<double>(timeout).count() << " s (SHOAL_TIMEOUT), waiting for rank "
-         << waiting_for << ". Are all ranks alive and issuing the same calls in the same order?";
+      os << "rank " << rank << ": " << algorithms::to_string(a.collective) << " #" << number << " ("
+         << a.count << " x " << to_string(a.dtype) << ", shared memory) did not finish within the "
+         << std::chrono::duration<double>(timeout).count()
+         << " s timeout (SHOAL_TIMEOUT), waiting for rank " << waiting_for
+         << ". Are all ranks alive and issuing the same calls in the same order?";
       engine->break_from_caller(ErrorCode::Timeout, os.str(), waiting_for);
       throw TimeoutError(os.str(), waiting_for);
     }

@@ -536,8 +536,8 @@ void Engine::check_timeouts() {
   for (auto& op : running_) {
     if (now < op->deadline) continue;
     std::ostringstream os;
-    os << describe(*op) << " did not finish within "
-       << std::chrono::duration<double>(timeout_).count() << " s (SHOAL_TIMEOUT)";
+    os << describe(*op) << " did not finish within the "
+       << std::chrono::duration<double>(timeout_).count() << " s timeout (SHOAL_TIMEOUT)";
     std::string waiting;
     for (auto& c : conns_)
       if (c && (c->expecting())) waiting += "; " + c->describe_state();

@@ -777,12 +777,54 @@ void ProcessGroupShoal::start_completion_thread(const std::shared_ptr<Queue>& qu
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupShoal::allreduce(std::vector<at::Tensor>& tensors,
                                                             const c10d::AllreduceOptions& opts) {
+  if (tensors.size() == 1 && tensors[0].defined() && tensors[0].is_sparse() &&
+      tensors[0].device().is_cpu())
+    return allreduce_sparse_coo(tensors[0], opts);
   const auto& t = single(tensors, "allreduce");
   const Spec s = reduce_spec(t, opts.reduceOp, "allreduce");
   return run(OpType::ALLREDUCE, "shoal:all_reduce", tensors, tensors, [&](Op& op) {
     auto buf = stage_reduce(op, t, s);
     op.pending.push_back(comm_->all_reduce_async(buf.data_ptr(), buf.data_ptr(), count_of(buf, s),
                                                  s.dt, s.op, all_reduce_call_));
+  });
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupShoal::allreduce_sparse_coo(
+    at::Tensor& t, const c10d::AllreduceOptions& opts) {
+  if (opts.reduceOp.op_ != c10d::ReduceOp::SUM)
+    fail("allreduce: sparse tensors reduce with SUM only, got ReduceOp." +
+         std::string(op_name(opts.reduceOp.op_)));
+  std::vector<at::Tensor> io{t};
+  return run(OpType::ALLREDUCE, "shoal:all_reduce_sparse", io, io, [&](Op& op) {
+    // As gloo: every rank's indices and values are gathered (padded to the largest count) and
+    // summed by coalescing; the steps wait in turn, each behind the operations before it.
+    const auto in = t.coalesce();
+    const int p = getSize(), sparse_dim = static_cast<int>(in.sparse_dim());
+    auto counts = at::empty({p}, at::kLong);
+    int64_t nnz = in._nnz();
+    comm_->all_gather(&nnz, counts.data_ptr(), 1, shoal::DataType::int64);
+    const int64_t most = counts.max().item<int64_t>();
+    auto indices = at::zeros({sparse_dim, most}, at::kLong);
+    indices.narrow(1, 0, nnz).copy_(in._indices());
+    auto value_shape = in._values().sizes().vec();
+    value_shape[0] = most;
+    auto values = at::zeros(value_shape, in._values().options());
+    values.narrow(0, 0, nnz).copy_(in._values());
+    auto all_indices = at::empty({p, sparse_dim, most}, at::kLong);
+    comm_->all_gather(indices.data_ptr(), all_indices.data_ptr(),
+                      static_cast<size_t>(indices.numel()), shoal::DataType::int64);
+    value_shape.insert(value_shape.begin(), p);
+    auto all_values = at::empty(value_shape, values.options());
+    comm_->all_gather(values.data_ptr(), all_values.data_ptr(),
+                      static_cast<size_t>(values.nbytes()), shoal::DataType::uint8);
+    std::vector<at::Tensor> idx, val;
+    for (int r = 0; r < p; ++r) {
+      const int64_t n = counts[r].item<int64_t>();
+      idx.push_back(all_indices[r].narrow(1, 0, n));
+      val.push_back(all_values[r].narrow(0, 0, n));
+    }
+    t.copy_(at::sparse_coo_tensor(at::cat(idx, 1), at::cat(val, 0), t.sizes()).coalesce());
+    (void)op;
   });
 }
 
@@ -1246,36 +1288,51 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupShoal::recvAnysource(std::vector<at::
 }
 
 void ProcessGroupShoal::monitoredBarrier(const c10d::BarrierOptions& opts, bool wait_all_ranks) {
+  // The messages say what gloo's say (torch's tests and users' scripts match on them).
   const auto timeout = opts.timeout == c10d::kUnsetTimeout ? timeout_ : opts.timeout;
   const std::string base = "shoal_monitored_barrier/" + std::to_string(monitored_barriers_++) + "/";
   const int me = getRank(), p = getSize();
+  const std::string ms = std::to_string(timeout.count()) + " ms";
   if (me != 0) {
     store_->set(base + std::to_string(me), std::vector<uint8_t>{1});
     try {
       store_->wait({base + "done"}, timeout);
     } catch (const std::exception& e) {
-      throw shoal::TimeoutError("shoal (torch backend): rank " + std::to_string(me) +
-                                ": monitoredBarrier: rank 0 did not release the barrier within " +
-                                std::to_string(timeout.count()) +
-                                " ms (rank 0 is stuck or dead, or it found "
-                                "ranks that did not arrive and raised)");
+      throw shoal::TimeoutError("shoal (torch backend): Rank " + std::to_string(me) +
+                                " successfully reached monitoredBarrier, but received errors while "
+                                "waiting for send/recv from rank 0: it did not release the barrier "
+                                "within " +
+                                ms +
+                                " (rank 0 is stuck or dead, or it found ranks "
+                                "that did not arrive and raised: see its error)");
     }
     return;
   }
-  const auto deadline = std::chrono::steady_clock::now() + timeout;
-  std::vector<int> missing;
+  const auto start = std::chrono::steady_clock::now();
+  std::vector<int> missing, arrived_ranks;
   for (int r = 1; r < p; ++r) {
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
-        deadline - std::chrono::steady_clock::now());
+    // As gloo: without wait_all_ranks the ranks share the timeout, with it each has all of it.
+    const auto elapsed = std::chrono::duration_cast<std::chrono::milliseconds>(
+        std::chrono::steady_clock::now() - start);
+    const auto left = wait_all_ranks ? timeout : timeout - elapsed;
+    if (!wait_all_ranks && left.count() <= 0) {
+      std::string done;
+      for (int q : arrived_ranks) done += (done.empty() ? "" : ", ") + std::to_string(q);
+      throw shoal::TimeoutError(
+          "shoal (torch backend): Rank 0 timed out in monitoredBarrier after " + ms +
+          " (ranks that arrived: " + (done.empty() ? "none" : done) + ")");
+    }
     const std::string key = base + std::to_string(r);
     bool arrived;
     try {
-      if (left.count() > 0) store_->wait({key}, left);
+      if (left.count() > 0) store_->wait({key}, left);  // 0 would mean "no timeout"
       arrived = store_->check({key});
     } catch (const std::exception&) {
       arrived = false;
     }
-    if (!arrived) {
+    if (arrived) {
+      arrived_ranks.push_back(r);
+    } else {
       missing.push_back(r);
       if (!wait_all_ranks) break;
     }
@@ -1283,9 +1340,9 @@ void ProcessGroupShoal::monitoredBarrier(const c10d::BarrierOptions& opts, bool 
   if (!missing.empty()) {
     std::string names;
     for (int r : missing) names += (names.empty() ? "" : ", ") + std::to_string(r);
-    throw shoal::TimeoutError("shoal (torch backend): rank 0: monitoredBarrier: rank" +
+    throw shoal::TimeoutError("shoal (torch backend): [Rank 0]: Rank" +
                               std::string(missing.size() > 1 ? "s " : " ") + names +
-                              " did not arrive within " + std::to_string(timeout.count()) + " ms");
+                              " failed to pass monitoredBarrier in " + ms);
   }
   store_->set(base + "done", std::vector<uint8_t>{1});
 }

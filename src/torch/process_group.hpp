@@ -237,6 +237,9 @@ class ProcessGroupShoal : public BackendBase {
   static void quiesce(std::chrono::milliseconds timeout);
 
  private:
+  /// all_reduce of a sparse COO tensor (SUM), in place, as gloo does it.
+  c10::intrusive_ptr<c10d::Work> allreduce_sparse_coo(at::Tensor& t,
+                                                      const c10d::AllreduceOptions& opts);
   // One all_gather (reduce_scatter) of a pair of tensors, staged, into `op`.
   void issue_all_gather(Op& op, const at::Tensor& input, const at::Tensor& output);
   void issue_reduce_scatter(Op& op, const at::Tensor& input, const at::Tensor& output,

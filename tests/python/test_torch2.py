@@ -105,6 +105,35 @@ def _bitwise(rank, world):
     return True
 
 
+def _sparse(rank, world):
+    # Rank r sets rows r and r+1 (overlapping across ranks), with a dense trailing dimension.
+    dense = torch.zeros(world + 2, 3)
+    dense[rank] = torch.arange(3.0) + rank
+    dense[rank + 1] = 10.0 * (rank + 1)
+    t = dense.to_sparse(sparse_dim=1)
+    dist.all_reduce(t)
+    want = sum(_sparse_rows(r, world) for r in range(world))
+    assert t.is_sparse and torch.equal(t.to_dense(), want), (t.to_dense(), want)
+    empty = torch.zeros(4, 2).to_sparse() if rank == 0 else torch.ones(4, 2).to_sparse()
+    dist.all_reduce(empty)  # one rank contributes nothing
+    assert torch.equal(empty.to_dense(), torch.full((4, 2), float(world - 1)))
+    with pytest.raises(RuntimeError, match="sparse tensors reduce with SUM only"):
+        dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    return True
+
+
+def _sparse_rows(rank, world):
+    dense = torch.zeros(world + 2, 3)
+    dense[rank] = torch.arange(3.0) + rank
+    dense[rank + 1] = 10.0 * (rank + 1)
+    return dense
+
+
+@pytest.mark.parametrize("world", WORLDS)
+def test_sparse_all_reduce_sums_like_dense(world):
+    assert run_ranks(_sparse, world) == {r: True for r in range(world)}
+
+
 def _monitored_barrier(rank, world):
     dist.monitored_barrier(timeout=datetime.timedelta(seconds=10))
     dist.monitored_barrier(timeout=datetime.timedelta(seconds=10), wait_all_ranks=True)
@@ -155,5 +184,6 @@ def test_monitored_barrier_names_the_missing_rank():
     world = 3
     results = run_ranks(_monitored_barrier, world, timeout_s=30)
     assert results[world - 1] == "absent"
-    assert "rank 2 did not arrive" in results[0], results[0]
-    assert "rank 0 did not release the barrier" in results[1], results[1]
+    assert "Rank 2 failed to pass monitoredBarrier" in results[0], results[0]
+    assert "Rank 1 successfully reached monitoredBarrier" in results[1], results[1]
+    assert "rank 0: it did not release the barrier" in results[1], results[1]
