@@ -65,6 +65,35 @@ def _as_group(backend):
     return pg
 
 
+_elastic_groups = 0  # elastic groups this process entered in torch's tables (names them)
+
+
+def _enter_tables(pg, kind, store):
+    """Enters an elastic group in torch's group tables, so that every torch call takes
+    group=pg: this process's global rank maps to its rank in pg. A process without a default
+    group (a joiner) makes pg its default group; the members' global ranks stay as they were and
+    a joiner counts as a new global rank after the largest. Collective over pg."""
+    global _elastic_groups
+    c10d = dist.distributed_c10d
+    mine = dist.get_rank() if dist.is_initialized() else -1
+    ids = [torch.zeros(1, dtype=torch.int64) for _ in range(pg.size())]
+    pg.allgather([ids], [torch.tensor([mine])]).wait()
+    ids = [int(t.item()) for t in ids]
+    fresh = max(ids) + 1
+    for i, g in enumerate(ids):
+        if g < 0:
+            ids[i], fresh = fresh, fresh + 1
+    _elastic_groups += 1
+    name = f"shoal_{kind}_{_elastic_groups}_" + "_".join(map(str, ids))
+    if not dist.is_initialized():
+        c10d._update_default_pg(pg)
+        ids = list(range(pg.size()))  # in its own world, global ranks are pg's
+    c10d._register_pg_in_world(pg, backend_name=BACKEND, store=store, group_name=name,
+                               backend_config=f"cpu:{BACKEND}",
+                               rank_mapping={g: i for i, g in enumerate(ids)})
+    return pg
+
+
 def _timedelta(timeout):
     if isinstance(timeout, datetime.timedelta):
         return timeout
@@ -75,26 +104,29 @@ def shrink(group=None):
     """After a failure, every surviving rank of `group` (default: the world) calls this: the
     survivors agree through the group's store and form a new shoal group of them, ranked in their
     old order. Works on a broken group; the old group is left as it is (destroy it, or let it go).
-    The new group is not registered with torch.distributed (see docs/torch.md for what takes it).
+    The new group is entered in torch.distributed's group tables: every call takes group=pg.
     Raises TypeError for a group that is not shoal's, RuntimeError with shoal's message if the
     shrink fails (e.g. this rank arrived after the survivors were decided)."""
-    return _as_group(_C.shrink(_backend_of(group, "shrink")))
+    return _enter_tables(_as_group(_C.shrink(_backend_of(group, "shrink"))), "shrink",
+                     dist.distributed_c10d._get_default_store())
 
 
 def grow(joining, name, group=None):
     """Every rank of `group` (default: the world) calls this while `joining` new processes call
     join(store, name): returns a group of size(group) + joining in which this group's ranks keep
     their numbers and the joiners follow in order of arrival. `name` must be new to the job's store."""
-    return _as_group(_C.grow(_backend_of(group, "grow"), int(joining), str(name)))
+    return _enter_tables(_as_group(_C.grow(_backend_of(group, "grow"), int(joining), str(name))),
+                     "grow", dist.distributed_c10d._get_default_store())
 
 
 def join(store, name, timeout=datetime.timedelta(minutes=30)):
     """The new process's side of grow(joining, name): `store` is the job's store (the TCPStore or
     FileStore of init_process_group, or any PrefixStore over it), waited on for at most `timeout`.
-    Returns the grown group; this process need not have called init_process_group."""
+    Returns the grown group, which becomes this process's default group when it has none
+    (it need not have called init_process_group)."""
     if not isinstance(store, dist.Store):
         raise TypeError(f"shoal.torch.join: expected a torch.distributed Store, got {type(store).__name__}")
-    return _as_group(_C.join(store, str(name), _timedelta(timeout)))
+    return _enter_tables(_as_group(_C.join(store, str(name), _timedelta(timeout))), "grow", store)
 
 
 def _register():

@@ -70,6 +70,22 @@ def _survive_and_shrink(rank, world):
     pg.broadcast(b, 1).wait()  # rooted collectives: the group's methods take group ranks
     assert b.tolist() == [1.0] * 3
     dist.barrier(group=pg)
+    # The group is in torch's tables: rooted and point-to-point calls with group=pg translate
+    # global ranks, as for any group.
+    assert dist.get_rank(pg) == rank and dist.get_process_group_ranks(pg) == list(range(world - 1))
+    c = torch.full((2,), float(rank))
+    dist.broadcast(c, src=world - 2, group=pg)
+    assert c.tolist() == [float(world - 2)] * 2
+    r = torch.full((2,), float(rank + 1))
+    dist.reduce(r, dst=0, group=pg)
+    if rank == 0:
+        assert r.tolist() == [expected] * 2
+    peer = torch.zeros(1)
+    if rank == 0:
+        dist.send(torch.tensor([7.0]), dst=1, group=pg)
+    elif rank == 1:
+        dist.recv(peer, src=0, group=pg)
+        assert peer.item() == 7.0
 
     # DDP on the shrunk group: gradients are averaged over the 3 survivors
     torch.manual_seed(0)
@@ -125,7 +141,19 @@ def _grow_or_join(rank, world, name):
         b.fill_(42.0)
     pg.broadcast(b, world).wait()  # from the joiner
     assert b.tolist() == [42.0] * 3
-    del pg
+    # In torch's tables: the joiner's default group is the grown one; the job's ranks keep theirs.
+    assert dist.get_rank(pg) == rank
+    c = torch.full((2,), -1.0)
+    if rank == world:
+        assert dist.get_rank() == world and dist.get_world_size() == size
+        c.fill_(5.0)
+    dist.broadcast(c, src=world, group=pg)
+    assert c.tolist() == [5.0] * 2
+    out = [torch.zeros(1) for _ in range(size)] if rank == 0 else None
+    dist.gather(torch.tensor([float(rank)]), out, dst=0, group=pg)
+    if rank == 0:
+        assert [o.item() for o in out] == [float(r) for r in range(size)]
+    dist.destroy_process_group(pg)
 
     # The job's ranks keep the FileStore until the joiner is done with it.
     done = "elastic_test/joiner_done"
