@@ -3,6 +3,7 @@
 
 #include <chrono>
 #include <exception>
+#include <functional>
 #include <memory>
 
 namespace shoal {
@@ -27,6 +28,12 @@ class Work {
   /// True if completed without error.
   bool succeeded() const { return test() && !error(); }
   bool valid() const { return state_ != nullptr; }
+  /// Runs `fn(error)` (null on success) once the operation has completed: at once, on this
+  /// thread, if it already has; else on the thread that completes it (shoal's progress thread,
+  /// or a caller's), right after waiters are woken. Callbacks run in the order they were added.
+  /// Keep them short and non-blocking, and do not call the communicator from them; an
+  /// exception a callback throws is dropped.
+  void on_complete(std::function<void(std::exception_ptr)> fn) const;
 
  private:
   std::shared_ptr<detail::WorkState> state_;

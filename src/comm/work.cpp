@@ -56,4 +56,17 @@ std::exception_ptr Work::error() const {
   return s.error;
 }
 
+void Work::on_complete(std::function<void(std::exception_ptr)> fn) const {
+  auto& s = state_of(state_);
+  SHOAL_CHECK(fn != nullptr, InvalidArgument, "Work::on_complete: empty callback");
+  {
+    std::lock_guard<std::mutex> lock(s.mutex);
+    if (!s.done) {
+      s.callbacks.push_back(std::move(fn));
+      return;
+    }
+  }
+  s.call(fn);
+}
+
 }  // namespace shoal

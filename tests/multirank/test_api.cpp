@@ -4,6 +4,8 @@
 
 #include <cstring>
 #include <ctime>
+#include <future>
+#include <mutex>
 #include <numeric>
 #include <thread>
 
@@ -68,6 +70,61 @@ TEST(Api, TypedSpansInferTypeAndCount) {
     EXPECT_THROW(c.all_gather(std::span<const double>(send), std::span<double>(recv).first(9)),
                  InvalidArgumentError);
   });
+  EXPECT_EQ(err, "");
+}
+
+// Callbacks see the finished result, run in the order they were added, and once; one added
+// after completion runs at once on the adding thread.
+TEST(Api, CompletionCallbacksRunOnceAfterTheResultIsThere) {
+  std::string err = run_ranks(3, [](Communicator& c) {
+    std::vector<float> v(1 << 16, static_cast<float>(c.rank() + 1));
+    std::mutex m;
+    std::vector<std::string> seen;
+    Work w = c.all_reduce_async(std::span<float>(v), ReduceOp::sum);
+    for (const char* name : {"first", "second"})
+      w.on_complete([&, name](std::exception_ptr e) {
+        std::lock_guard<std::mutex> lock(m);
+        seen.push_back(std::string(name) + (e ? " error" : "") +
+                       (v.back() == 6.0f && v.front() == 6.0f ? " done" : " early"));
+      });
+    w.wait();
+    for (int i = 0; i < 1000 &&
+                    [&] {
+                      std::lock_guard<std::mutex> l(m);
+                      return seen.size() < 2;
+                    }();
+         ++i)
+      std::this_thread::sleep_for(1ms);  // the completing thread runs them after waking us
+    const auto me = std::this_thread::get_id();
+    std::thread::id ran_on;
+    w.on_complete([&](std::exception_ptr) { ran_on = std::this_thread::get_id(); });
+    EXPECT_EQ(ran_on, me);
+    std::lock_guard<std::mutex> lock(m);
+    EXPECT_EQ(seen, (std::vector<std::string>{"first done", "second done"}));
+    EXPECT_THROW(w.on_complete(nullptr), InvalidArgumentError);
+  });
+  EXPECT_EQ(err, "");
+}
+
+TEST(Api, CompletionCallbacksGetTheError) {
+  Options options;
+  options.timeout = 20s;
+  std::string err = run_ranks(
+      2,
+      [](Communicator& c) {
+        if (c.rank() == 1) return;  // never joins: rank 0 aborts
+        float x = 1;
+        std::promise<std::exception_ptr> got;
+        Work w = c.all_reduce_async(&x, &x, 1, DataType::float32, ReduceOp::sum);
+        w.on_complete([&](std::exception_ptr e) { got.set_value(e); });
+        c.abort();
+        auto future = got.get_future();
+        ASSERT_EQ(future.wait_for(10s), std::future_status::ready);
+        auto e = future.get();
+        ASSERT_TRUE(e != nullptr);
+        EXPECT_THROW(std::rethrow_exception(e), AbortedError);
+      },
+      options);
   EXPECT_EQ(err, "");
 }
 
