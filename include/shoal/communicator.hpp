@@ -237,6 +237,26 @@ class Communicator {
     scatter(send.data(), recv.data(), recv.size(), data_type_of_v<T>, root);
   }
 
+  // ---- all_to_all_v: send_counts[j] elements at send_displs[j] (in elements) go to rank j,
+  //      which receives them at its recv_displs[rank()] with recv_counts[rank()] elements. One
+  //      send and one receive per peer, all in flight at once (point-to-point frames under a tag
+  //      reserved for it, kAllToAllVTag). First every pair's counts are compared (a blocking
+  //      exchange of 2 integers per peer and an all_reduce): a count that differs from the
+  //      peer's is a MismatchError on every rank, before any data moves. Every span has size()
+  //      entries; send and recv must not overlap. ----
+  static constexpr int kAllToAllVTag = -0x5a110000;
+  Work all_to_all_v_async(const void* send, std::span<const size_t> send_counts,
+                          std::span<const size_t> send_displs, void* recv,
+                          std::span<const size_t> recv_counts, std::span<const size_t> recv_displs,
+                          DataType dtype);
+  void all_to_all_v(const void* send, std::span<const size_t> send_counts,
+                    std::span<const size_t> send_displs, void* recv,
+                    std::span<const size_t> recv_counts, std::span<const size_t> recv_displs,
+                    DataType dtype) {
+    all_to_all_v_async(send, send_counts, send_displs, recv, recv_counts, recv_displs, dtype)
+        .wait();
+  }
+
   // ---- barrier: returns once every rank has entered it ----
   Work barrier_async();
   void barrier() { barrier_async().wait(); }

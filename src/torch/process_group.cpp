@@ -345,7 +345,6 @@ c10::intrusive_ptr<c10d::Store> root_of(c10::intrusive_ptr<c10d::Store> s) {
 /// bottom store: the group's store carries prefixes (torch's, or shrink's) a joiner cannot know.
 std::string grow_base(const std::string& name) { return "shoal_torch/grow/" + name; }
 
-constexpr int kAllToAllTag = 0x5a110000;  // point-to-point tag of the uneven all_to_all
 // How long destroying a group waits for operations still in flight before leaving them behind.
 constexpr std::chrono::seconds kDestroyGrace{5};
 
@@ -1099,7 +1098,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupShoal::alltoall_base(at::Tensor& outp
           comm_->all_to_all_async(src.data_ptr(), dst.data_ptr(), count_of(src, s) / p, s.dt));
     });
   }
-  // Uneven: rows along dim 0, one send and one receive per peer (no native alltoallv in shoal).
+  // Uneven: rows along dim 0, through shoal's all_to_all_v.
   auto splits = [&](std::vector<int64_t> sp, const at::Tensor& t, const char* which) {
     const int64_t rows = t.dim() == 0 ? 1 : t.size(0);
     if (sp.empty()) {
@@ -1132,23 +1131,15 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupShoal::alltoall_base(at::Tensor& outp
       in_off[r + 1] = in_off[r] + in_sp[r] * in_row;
       out_off[r + 1] = out_off[r] + out_sp[r] * out_row;
     }
-    const int me = getRank();
-    if (in_sp[me] * in_row != out_sp[me] * out_row)
-      fail("alltoall_base: this rank's own block sizes differ");
-    if (in_sp[me] > 0)
-      dst.view({-1})
-          .narrow(0, out_off[me], out_sp[me] * out_row)
-          .copy_(src.view({-1}).narrow(0, in_off[me], in_sp[me] * in_row));
-    for (int k = 1; k < p; ++k) {
-      const int to = (me + k) % p, from = (me - k + p) % p;
-      const int64_t n_send = in_sp[to] * in_row, n_recv = out_sp[from] * out_row;
-      if (n_send > 0)
-        post_p2p_send(op, src, in_off[to], n_send * s.factor, to, kAllToAllTag, false);
-      if (n_recv > 0)
-        op.pending.push_back(comm_->recv_async(byte_ptr(dst, out_off[from]),
-                                               static_cast<size_t>(n_recv * s.factor), s.dt, from,
-                                               kAllToAllTag));
+    std::vector<size_t> sc(p), sd(p), rc(p), rd(p);
+    for (int r = 0; r < p; ++r) {
+      sc[r] = static_cast<size_t>(in_sp[r] * in_row * s.factor);
+      sd[r] = static_cast<size_t>(in_off[r] * s.factor);
+      rc[r] = static_cast<size_t>(out_sp[r] * out_row * s.factor);
+      rd[r] = static_cast<size_t>(out_off[r] * s.factor);
     }
+    op.pending.push_back(
+        comm_->all_to_all_v_async(src.data_ptr(), sc, sd, dst.data_ptr(), rc, rd, s.dt));
   });
 }
 
@@ -1181,23 +1172,21 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupShoal::alltoall(std::vector<at::Tenso
     });
   }
   return run(OpType::ALLTOALL, "shoal:all_to_all_v", inputs, outputs, [&](Op& op) {
-    const int me = getRank();
-    if (inputs[me].numel() != outputs[me].numel())
-      fail("alltoall: this rank's own input and output sizes differ");
-    auto self_out = stage_out(op, outputs[me], s.work, false);
-    self_out.copy_(inputs[me]);
-    for (int k = 1; k < p; ++k) {
-      const int to = (me + k) % p, from = (me - k + p) % p;
-      if (inputs[to].numel() > 0) {
-        auto src = stage_in(op, inputs[to], s.work);
-        post_p2p_send(op, src, 0, src.numel() * s.factor, to, kAllToAllTag, false);
-      }
-      if (outputs[from].numel() > 0) {
-        auto dst = stage_out(op, outputs[from], s.work, false);
-        op.pending.push_back(
-            comm_->recv_async(dst.data_ptr(), count_of(dst, s), s.dt, from, kAllToAllTag));
-      }
+    // Packed into one buffer each way, then one all_to_all_v.
+    auto flat_in = flatten(op, inputs, s.work);
+    int64_t total_out = 0;
+    for (const auto& o : outputs) total_out += o.numel();
+    auto flat_out = at::empty({total_out}, flat_in.options());
+    op.keep.push_back(flat_out);
+    std::vector<size_t> sc(p), sd(p), rc(p), rd(p);
+    size_t in_at = 0, out_at = 0;
+    for (int r = 0; r < p; ++r) {
+      sc[r] = static_cast<size_t>(inputs[r].numel() * s.factor), sd[r] = in_at, in_at += sc[r];
+      rc[r] = static_cast<size_t>(outputs[r].numel() * s.factor), rd[r] = out_at, out_at += rc[r];
     }
+    op.pending.push_back(
+        comm_->all_to_all_v_async(flat_in.data_ptr(), sc, sd, flat_out.data_ptr(), rc, rd, s.dt));
+    unflatten_later(op, flat_out, outputs);
   });
 }
 

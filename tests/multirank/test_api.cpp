@@ -128,6 +128,66 @@ TEST(Api, CompletionCallbacksGetTheError) {
   EXPECT_EQ(err, "");
 }
 
+// ---- all_to_all_v ----
+
+// Rank i sends (i + 2j) % 3 elements to rank j (zero counts included), packed in rank order;
+// element k of that block is i * 1000 + j * 100 + k.
+TEST(AllToAllV, UnevenCountsReachEveryPeerAtItsDisplacement) {
+  for (int n : {1, 2, 4}) {
+    std::string err = run_ranks(n, [](Communicator& c) {
+      const int p = c.size(), me = c.rank();
+      auto count = [](int from, int to) { return static_cast<size_t>((from + 2 * to) % 3); };
+      std::vector<size_t> sc(p), sd(p), rc(p), rd(p);
+      size_t ns = 0, nr = 0;
+      for (int j = 0; j < p; ++j) {
+        sc[j] = count(me, j), sd[j] = ns, ns += sc[j];
+        rc[j] = count(j, me), rd[j] = nr + 1, nr += rc[j] + 1;  // a gap before each block
+      }
+      std::vector<int64_t> send(ns), recv(nr, -1);
+      for (int j = 0; j < p; ++j)
+        for (size_t k = 0; k < sc[j]; ++k)
+          send[sd[j] + k] = me * 1000 + j * 100 + static_cast<int64_t>(k);
+      c.all_to_all_v(send.data(), sc, sd, recv.data(), rc, rd, DataType::int64);
+      for (int j = 0; j < p; ++j) {
+        EXPECT_EQ(recv[rd[j] - 1], -1) << "the gap before rank " << j << "'s block was written";
+        for (size_t k = 0; k < rc[j]; ++k)
+          EXPECT_EQ(recv[rd[j] + k], j * 1000 + me * 100 + static_cast<int64_t>(k))
+              << j << " " << k;
+      }
+      // and the communicator goes on as usual
+      int32_t x = 1;
+      c.all_reduce(&x, 1, DataType::int32, ReduceOp::sum);
+      EXPECT_EQ(x, p);
+    });
+    EXPECT_EQ(err, "") << n << " ranks";
+  }
+}
+
+// A count that differs from the peer's (also zero against non-zero) fails on both sides of the
+// pair with MismatchError instead of hanging; wrong span sizes are InvalidArgumentError.
+TEST(AllToAllV, CountsThatDifferFromThePeersAreAMismatch) {
+  Options options;
+  options.timeout = 20s;
+  for (size_t wrong : {size_t{3}, size_t{0}}) {
+    std::string err = run_ranks(
+        2,
+        [wrong](Communicator& c) {
+          std::vector<float> send(4, 1.0f), recv(8, 0.0f);
+          std::vector<size_t> sc{2, 2}, sd{0, 2}, rc{2, 2}, rd{0, 4};
+          if (c.rank() == 1) rc[0] = wrong;  // rank 0 sends it 2
+          EXPECT_THROW(c.all_to_all_v(send.data(), sc, sd, recv.data(), rc, rd, DataType::float32),
+                       MismatchError)
+              << "rank " << c.rank() << ", receive count " << wrong;
+          std::vector<size_t> short_counts{2};
+          EXPECT_THROW(
+              c.all_to_all_v(send.data(), short_counts, sd, recv.data(), rc, rd, DataType::float32),
+              InvalidArgumentError);
+        },
+        options);
+    EXPECT_EQ(err, "") << "receive count " << wrong;
+  }
+}
+
 // Refused on every rank before anything is sent: the communicator stays usable.
 TEST(Api, BitwiseOpsOnFloatsAreRefusedAndTheCommunicatorStaysUsable) {
   std::string err = run_ranks(2, [](Communicator& c) {

@@ -209,6 +209,20 @@ def _all_to_all(rank, world):
     outs = [torch.zeros(rank + q + 1, dtype=torch.int64) for q in range(world)]
     dist.all_to_all(outs, ins)
     assert [o.tolist() for o in outs] == [[10 * q + rank] * (rank + q + 1) for q in range(world)]
+    # zero rows to some peers
+    in_splits = [0 if q == (rank + 1) % world else 2 for q in range(world)]
+    out_splits = [0 if rank == (q + 1) % world else 2 for q in range(world)]
+    x = torch.full((sum(in_splits),), float(rank))
+    y = torch.full((sum(out_splits),), -1.0)
+    dist.all_to_all_single(y, x, out_splits, in_splits)
+    want = torch.cat([torch.full((out_splits[q],), float(q)) for q in range(world)])
+    assert torch.equal(y, want)
+    # split sizes that disagree between two ranks fail on every rank, before any data moves
+    in_splits, out_splits = [1] * world, [1] * world
+    if rank == 0:
+        out_splits[1] = 2  # rank 0 expects 2 rows from rank 1, which sends it 1
+    with pytest.raises(RuntimeError, match="all_to_all_v"):
+        dist.all_to_all_single(torch.zeros(sum(out_splits)), torch.zeros(world), out_splits, in_splits)
     return True
 
 
