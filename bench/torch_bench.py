@@ -2,7 +2,8 @@
 """torch.distributed: "shoal" against "gloo", measured in the same run, interleaved.
 
     PYTHONPATH=build/python .venv/bin/python bench/torch_bench.py            # everything
-    PYTHONPATH=build/python .venv/bin/python bench/torch_bench.py --no-ddp   # collectives only
+    PYTHONPATH=build/python .venv/bin/python bench/torch_bench.py --train     # collectives only
+    PYTHONPATH=build/python .venv/bin/python bench/torch_bench.py --no-collectives --train fsdp
 
 1. Collectives, --ranks ranks (default 2; one job, both backends: the world group is gloo, a new_group is shoal):
    all_reduce, all_gather_into_tensor and reduce_scatter_tensor (the same call on both),
@@ -10,7 +11,8 @@
    for --rounds rounds; the median time per call (the slowest rank's) gives the bus bandwidth
    the way nccl-tests computes it: busbw = algbw * 2(p-1)/p for all_reduce, * (p-1)/p for the
    other two, where the size is the whole buffer (all_gather's output, reduce_scatter's input).
-2. DDP step time of examples/ddp_train.py at 2 and 4 ranks with each backend, runs alternating.
+2. Training step time of examples/ddp_train.py (DDP) and examples/fsdp_train.py (FSDP2) at 2 and
+   4 ranks with each backend, runs alternating, and whether their losses agree.
 
 Prints markdown tables with shoal/gloo ratios. Ranks are started with <build>/bin/shoal-run.
 """
@@ -27,6 +29,14 @@ import warnings
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 KiB, MiB = 1 << 10, 1 << 20
+
+
+# The training steps timed: the example and its model flags (FSDP2: a GPT large enough that
+# its per-block all_gathers and reduce_scatters carry a few MiB).
+TRAINING = {
+    "ddp": ("ddp_train.py", []),
+    "fsdp": ("fsdp_train.py", ["--dim", "192", "--layers", "4"]),
+}
 
 
 def build_dir():
@@ -124,10 +134,12 @@ def main():
     p.add_argument("--rounds", type=int, default=3, help="alternating rounds per size (median)")
     p.add_argument("--target-bytes", type=float, default=256 * MiB, help="bytes moved per measurement")
     p.add_argument("--max-iters", type=int, default=200)
-    p.add_argument("--no-ddp", action="store_true")
-    p.add_argument("--ddp-ranks", type=int, nargs="+", default=[2, 4])
-    p.add_argument("--ddp-steps", type=int, default=12)
-    p.add_argument("--ddp-repeats", type=int, default=2, help="runs per backend and world size (alternating)")
+    p.add_argument("--no-collectives", action="store_true")
+    p.add_argument("--train", nargs="*", default=["ddp", "fsdp"], choices=sorted(TRAINING),
+                   help="training steps to time (none: collectives only)")
+    p.add_argument("--train-ranks", type=int, nargs="+", default=[2, 4])
+    p.add_argument("--train-steps", type=int, default=12)
+    p.add_argument("--train-repeats", type=int, default=2, help="runs per backend and world size (alternating)")
     p.add_argument("--json", help="also write the raw results to this file")
     p.add_argument("--quiet", action="store_true")
     args = p.parse_args()
@@ -142,41 +154,43 @@ def main():
     py = sys.executable
     out = {}
 
-    cmd = [str(shoal_run), "-n", str(args.ranks), py, __file__, "--worker", "--max-bytes", str(args.max_bytes),
-           "--rounds", str(args.rounds), "--target-bytes", str(args.target_bytes), "--max-iters", str(args.max_iters)]
-    if args.quiet:
-        cmd.append("--quiet")
-    coll = run(cmd, env, timeout=1800)
-    out["collectives"] = coll
-    print(f"\n### torch.distributed collectives, {coll['world']} ranks, float32 "
-          f"(bus bandwidth GB/s, median of {args.rounds} interleaved rounds)\n")
-    print("| collective | size | gloo busbw | shoal busbw | shoal / gloo | gloo µs | shoal µs |")
-    print("|---|---:|---:|---:|---:|---:|---:|")
-    for row in coll["collectives"]:
-        g, s = row["gloo"], row["shoal"]
-        print(f"| {row['collective']} | {human(row['bytes'])} | {g['busbw']:.3f} | {s['busbw']:.3f} | "
-              f"{s['busbw'] / g['busbw']:.2f}x | {g['us']:.0f} | {s['us']:.0f} |")
+    if not args.no_collectives:
+        cmd = [str(shoal_run), "-n", str(args.ranks), py, __file__, "--worker", "--max-bytes", str(args.max_bytes),
+               "--rounds", str(args.rounds), "--target-bytes", str(args.target_bytes), "--max-iters", str(args.max_iters)]
+        if args.quiet:
+            cmd.append("--quiet")
+        coll = run(cmd, env, timeout=1800)
+        out["collectives"] = coll
+        print(f"\n### torch.distributed collectives, {coll['world']} ranks, float32 "
+              f"(bus bandwidth GB/s, median of {args.rounds} interleaved rounds)\n")
+        print("| collective | size | gloo busbw | shoal busbw | shoal / gloo | gloo µs | shoal µs |")
+        print("|---|---:|---:|---:|---:|---:|---:|")
+        for row in coll["collectives"]:
+            g, s = row["gloo"], row["shoal"]
+            print(f"| {row['collective']} | {human(row['bytes'])} | {g['busbw']:.3f} | {s['busbw']:.3f} | "
+                  f"{s['busbw'] / g['busbw']:.2f}x | {g['us']:.0f} | {s['us']:.0f} |")
 
-    if not args.no_ddp:
-        ddp = {}
-        for world in args.ddp_ranks:
-            for rep in range(args.ddp_repeats):
+    for example in args.train:
+        script, extra = TRAINING[example]
+        runs = {}
+        for world in args.train_ranks:
+            for rep in range(args.train_repeats):
                 order = ["gloo", "shoal"] if rep % 2 == 0 else ["shoal", "gloo"]
                 for backend in order:
-                    r = run([str(shoal_run), "-n", str(world), py, str(REPO / "examples" / "ddp_train.py"),
-                             "--backend", backend, "--steps", str(args.ddp_steps), "--json", "--quiet"],
-                            env, timeout=600)
-                    ddp.setdefault((world, backend), []).append(r)
-        out["ddp"] = {f"{w}/{b}": v for (w, b), v in ddp.items()}
-        params = next(iter(ddp.values()))[0]["params"]
-        print(f"\n### DDP step time, examples/ddp_train.py ({params} parameters, {args.ddp_steps} steps, "
-              f"median step after warm-up; best of {args.ddp_repeats} alternating runs)\n")
+                    r = run([str(shoal_run), "-n", str(world), py, str(REPO / "examples" / script),
+                             "--backend", backend, "--steps", str(args.train_steps), "--json", "--quiet",
+                             *extra], env, timeout=900)
+                    runs.setdefault((world, backend), []).append(r)
+        out[example] = {f"{w}/{b}": v for (w, b), v in runs.items()}
+        params = next(iter(runs.values()))[0]["params"]
+        print(f"\n### {example.upper()} step time, examples/{script} {' '.join(extra)} ({params} parameters, "
+              f"{args.train_steps} steps, median step after warm-up; best of {args.train_repeats} alternating runs)\n")
         print("| ranks | gloo ms/step | shoal ms/step | gloo / shoal | losses equal |")
         print("|---:|---:|---:|---:|---|")
-        for world in args.ddp_ranks:
-            g = min(r["step_ms"] for r in ddp[(world, "gloo")])
-            s = min(r["step_ms"] for r in ddp[(world, "shoal")])
-            lg, ls = ddp[(world, "gloo")][0]["losses"], ddp[(world, "shoal")][0]["losses"]
+        for world in args.train_ranks:
+            g = min(r["step_ms"] for r in runs[(world, "gloo")])
+            s = min(r["step_ms"] for r in runs[(world, "shoal")])
+            lg, ls = runs[(world, "gloo")][0]["losses"], runs[(world, "shoal")][0]["losses"]
             worst = max(abs(a - b) / abs(b) for a, b in zip(ls, lg))
             print(f"| {world} | {g:.1f} | {s:.1f} | {g / s:.2f}x | max rel. diff {worst:.1e} |")
     if args.json:
