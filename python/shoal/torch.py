@@ -28,10 +28,14 @@ Options = _C.Options
 
 def _create_process_group(dist_opts, pg_options):
     """The creator torch.distributed calls (extended API): its _DistributedBackendOptions and
-    the pg_options the user passed (None, or shoal.torch.Options)."""
+    the pg_options the user passed (None, or shoal.torch.Options). Returns the whole
+    ProcessGroup (its CPU backend shoal's), so that the group names its backend "shoal"."""
     if pg_options is not None and not isinstance(pg_options, torch._C._distributed_c10d.Backend.Options):
         raise TypeError(f"shoal: pg_options must be shoal.torch.Options, got {type(pg_options).__name__}")
-    return _C.create_process_group(dist_opts.store, dist_opts.group_rank, dist_opts.group_size,
+    # dist_opts.store is the group's store under a prefix for the device: the group keeps the one
+    # below it, as torch's own groups do.
+    pg_store = dist_opts.store.underlying_store if isinstance(dist_opts.store, dist.PrefixStore) else dist_opts.store
+    return _C.create_process_group(dist_opts.store, pg_store, dist_opts.group_rank, dist_opts.group_size,
                                    dist_opts.timeout, pg_options)
 
 

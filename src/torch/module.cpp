@@ -4,6 +4,8 @@
 #include <torch/csrc/utils/pybind.h>
 #include <torch/version.h>
 
+#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
+
 #include "process_group.hpp"
 
 namespace py = pybind11;
@@ -12,6 +14,14 @@ using shoal::torch_glue::ProcessGroupShoal;
 using shoal::torch_glue::ShoalOptions;
 
 namespace {
+
+// A ProcessGroup that names its backend: torch's says "custom" for every plugin (DDP's logging
+// data, and code that asks the group rather than torch.distributed.get_backend).
+class NamedProcessGroup : public c10d::ProcessGroup {
+ public:
+  using c10d::ProcessGroup::ProcessGroup;
+  const std::string getBackendName() const override { return "shoal"; }
+};
 
 ProcessGroupShoal& shoal_group(const c10::intrusive_ptr<BackendBase>& pg, const char* what) {
   auto* shoal_pg = pg ? dynamic_cast<ProcessGroupShoal*>(pg.get()) : nullptr;
@@ -48,10 +58,23 @@ PYBIND11_MODULE(_C, m) {
       .def_readwrite("all_reduce_algorithm", &ShoalOptions::all_reduce_algorithm)
       .def_readwrite("all_gather_algorithm", &ShoalOptions::all_gather_algorithm)
       .def_readwrite("reduce_scatter_algorithm", &ShoalOptions::reduce_scatter_algorithm);
-  m.def("create_process_group", &ProcessGroupShoal::create, py::arg("store"), py::arg("rank"),
-        py::arg("size"), py::arg("timeout"), py::arg("options"),
-        py::call_guard<py::gil_scoped_release>(),
-        "Creates a shoal process group over a c10d store; the creator torch.distributed calls.");
+  m.def(
+      "create_process_group",
+      [](const c10::intrusive_ptr<c10d::Store>& store,
+         const c10::intrusive_ptr<c10d::Store>& pg_store, int rank, int size,
+         std::chrono::milliseconds timeout,
+         const c10::intrusive_ptr<c10d::Backend::Options>& options)
+          -> c10::intrusive_ptr<c10d::ProcessGroup> {
+        auto backend = ProcessGroupShoal::create(store, rank, size, timeout, options);
+        auto pg = c10::make_intrusive<NamedProcessGroup>(pg_store, rank, size);
+        pg->setDefaultBackend(c10d::ProcessGroup::BackendType::CUSTOM);
+        pg->setBackend(c10::DeviceType::CPU, c10d::ProcessGroup::BackendType::CUSTOM, backend);
+        return pg;
+      },
+      py::arg("store"), py::arg("pg_store"), py::arg("rank"), py::arg("size"), py::arg("timeout"),
+      py::arg("options"), py::call_guard<py::gil_scoped_release>(),
+      "Creates a ProcessGroup whose CPU backend is shoal's, over c10d stores (the backend's and "
+      "the group's); the creator torch.distributed calls.");
   m.def(
       "describe",
       [](const c10::intrusive_ptr<BackendBase>& pg) {

@@ -39,7 +39,6 @@ if BACKEND == "shoal":
         ('BACKEND != "gloo"', 'BACKEND not in ("gloo", "shoal")'),
         ('BACKEND == "gloo"', 'BACKEND in ("gloo", "shoal")'),
         ('require_backend_is_available({"gloo"})', 'require_backend_is_available({"gloo", "shoal"})'),
-        ('.get("backend_name") == "gloo"', '.get("backend_name") in ("gloo", "shoal")'),
     ]:
         source = source.replace(gloo_only, also_shoal)
     name = "torch.testing._internal.distributed.distributed_test"
