@@ -38,6 +38,13 @@ class CommImpl {
   /// Flat collectives issued so far (comm/flat.hpp), direct ones included.
   uint32_t flat_calls() const { return flat_seq_; }
 
+  /// Folds `signature` into what the ranks of the next collective compare (as
+  /// CollectiveArgs::unchecked carries a queued broadcast's): the hierarchy's groups compare
+  /// the whole hierarchical call, not only the phase each of them runs.
+  void check_with_next_call(uint32_t signature) {
+    unchecked_ = (unchecked_ * 0x9e3779b97f4a7c15ull + signature) | uint64_t{1} << 32;
+  }
+
   /// "shm with 3 peer(s), tcp with 4 peer(s) on 10.0.0.2".
   std::string transport_summary() const;
 

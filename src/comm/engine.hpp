@@ -118,6 +118,8 @@ class Engine : public transport::ConnectionListener {
   void on_send_complete(uint64_t cookie) override;
   void on_recv_complete(uint64_t cookie) override;
   void on_connection_error(int peer, ErrorCode code, const std::string& message) override;
+  void on_peer_abort(int peer, int culprit, ErrorCode code, const std::string& message) override;
+  void on_peer_in_collective(int peer, uint64_t seq, uint32_t signature) override;
   void on_peer_closed(int peer) override { peer_closed_[peer].store(true, std::memory_order_release); }
 
   const int rank_, size_;
@@ -139,7 +141,7 @@ class Engine : public transport::ConnectionListener {
   bool stopping_ = false;
   std::exception_ptr broken_;  // set once; later submissions fail with it
   std::atomic<bool> broken_flag_{false};
-  std::atomic<uint64_t> outstanding_{0};  // submitted and not yet completed
+  std::atomic<uint64_t> outstanding_{0};           // submitted and not yet completed
   std::unique_ptr<std::atomic<bool>[]> peer_closed_;
   std::unique_ptr<std::atomic<bool>[]> peer_failed_;
   struct CallerBreak {
