@@ -37,6 +37,8 @@ class CommImpl {
 
   /// Flat collectives issued so far (comm/flat.hpp), direct ones included.
   uint32_t flat_calls() const { return flat_seq_; }
+  /// Scheduled calls issued so far that ran `row` (tests read back what a call ran).
+  uint64_t runs_of(const algorithms::AlgorithmInfo& row) const { return engine->runs_of(row); }
 
   /// Folds `signature` into what the ranks of the next collective compare (as
   /// CollectiveArgs::unchecked carries a queued broadcast's): the hierarchy's groups compare

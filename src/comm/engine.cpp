@@ -1,7 +1,7 @@
 #include "comm/engine.hpp"
 
-#include <sys/epoll.h>
 #include <sched.h>
+#include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
 
@@ -9,9 +9,10 @@
 #include <cstring>
 #include <sstream>
 
+#include "algorithms/registry.hpp"
+#include "comm/flat.hpp"
 #include "core/check.hpp"
 #include "core/config.hpp"
-#include "comm/flat.hpp"
 #include "core/reduce.hpp"
 #include "transport/tcp/socket_stream.hpp"
 
@@ -71,6 +72,7 @@ Engine::Engine(int rank, int size, uint64_t comm_id,
   watch_peers_ = shm_ && size > 1 && shm_->all_ranks_share_memory();
   peer_closed_ = std::make_unique<std::atomic<bool>[]>(size);
   peer_failed_ = std::make_unique<std::atomic<bool>[]>(size);
+  runs_ = std::make_unique<std::atomic<uint64_t>[]>(algorithms::registry().size());
   next_send_seq_.assign(size, 0);
   next_recv_seq_.assign(size, 0);
   send_queue_.resize(size);
@@ -126,8 +128,11 @@ std::shared_ptr<detail::WorkState> Engine::submit(const OpRequest& request) {
                                                                                    : FrameKind::collective;
   op->signature = request.signature;
   if (request.flat_seq != 0) op->algorithm = "flat";
-  else if (a.count > 0 || a.collective == Collective::barrier)
-    op->schedule = algorithms::build_schedule(a, &op->algorithm);
+  else if (a.count > 0 || a.collective == Collective::barrier) {
+    const algorithms::AlgorithmInfo* row = nullptr;
+    op->schedule = algorithms::build_schedule(a, &op->algorithm, &row);
+    runs_[row - algorithms::registry().data()].fetch_add(1, std::memory_order_relaxed);
+  }
   auto work = op->work;
   {
     std::lock_guard<std::mutex> lock(submit_mutex_);
@@ -170,6 +175,10 @@ void Engine::advance_flat() {
   } catch (const Error& e) {
     on_connection_error(e.peer(), e.code(), e.what());
   }
+}
+
+uint64_t Engine::runs_of(const algorithms::AlgorithmInfo& row) const {
+  return runs_[&row - algorithms::registry().data()].load(std::memory_order_relaxed);
 }
 
 uint64_t Engine::reserve_collective_number() {

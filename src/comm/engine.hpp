@@ -74,6 +74,9 @@ class Engine : public transport::ConnectionListener {
   using BreakListener = std::function<void(ErrorCode, const std::string&, int culprit)>;
   void set_break_listener(BreakListener listener);
   const transport::shm::ShmMesh* shm() const { return shm_.get(); }
+  /// Scheduled operations submitted so far that run `row` (registry()'s rows): what each
+  /// call actually ran, after the dispatcher, SHOAL_ALGO and per-call options.
+  uint64_t runs_of(const algorithms::AlgorithmInfo& row) const;
   /// True once `peer` closed its communicator (cleanly).
   bool peer_closed(int peer) const { return peer_closed_[peer].load(std::memory_order_acquire); }
   /// True once this rank learned that `peer` failed (its connection broke, or a peer said so).
@@ -142,6 +145,7 @@ class Engine : public transport::ConnectionListener {
   std::exception_ptr broken_;  // set once; later submissions fail with it
   std::atomic<bool> broken_flag_{false};
   std::atomic<uint64_t> outstanding_{0};           // submitted and not yet completed
+  std::unique_ptr<std::atomic<uint64_t>[]> runs_;  // per registry() row (runs_of)
   std::unique_ptr<std::atomic<bool>[]> peer_closed_;
   std::unique_ptr<std::atomic<bool>[]> peer_failed_;
   struct CallerBreak {
