@@ -67,7 +67,7 @@ struct Case {
   std::function<void(Communicator&, int side)> call;
 };
 
-// Buffers big enough for any call below (the largest: an all_gather of 2 x 256K floats).
+// Buffers big enough for any call below (the largest: an all_reduce of 2 x 256K floats).
 struct Buffers {
   std::vector<float> in = std::vector<float>(1 << 20, 1.0f), out = std::vector<float>(1 << 20);
 };
@@ -217,7 +217,16 @@ TEST_P(Mismatch, RaisesMismatchErrorNamingBothSidesOnEveryRank) {
         if (c.path == Path::schedules_rings && (!shm || shm->flat_bytes() != 0)) return 13;
         if (hier && comm.num_hosts() != 2) return 14;
         comm.barrier();
-        return expect_error<MismatchError>(rank, j, [&] { c.call(comm, side_of(rank)); });
+        const uint32_t flat_before = comm.impl().flat_calls();
+        const int code = expect_error<MismatchError>(rank, j, [&] { c.call(comm, side_of(rank)); });
+        // ...and the call took it: the flat paths count in flat_calls(), the hierarchy decides
+        // at the first call, the schedules are neither.
+        const bool flat = comm.impl().flat_calls() != flat_before;
+        const bool flat_path =
+            c.path == Path::slots || c.path == Path::direct || c.path == Path::queued;
+        const auto& mode = comm.impl().hierarchy_mode;
+        if (flat != flat_path || hier != (mode && *mode == comm::HierarchyMode::on)) return 15;
+        return code;
       },
       60s);
   const double took = monotonic_seconds() - start;
