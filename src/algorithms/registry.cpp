@@ -291,10 +291,12 @@ uint64_t model_bytes(const CollectiveArgs& a) {
   }
 }
 
-Schedule build_schedule(const CollectiveArgs& args, std::string* algorithm_name) {
+Schedule build_schedule(const CollectiveArgs& args, std::string* algorithm_name,
+                        const AlgorithmInfo** chosen) {
   Schedule s;
   const AlgorithmInfo& row = choose(args);
   if (algorithm_name) *algorithm_name = std::string(row.name);
+  if (chosen) *chosen = &row;
   row.build(s, args);
   return s;
 }

@@ -120,8 +120,10 @@ inline uint64_t block_count(uint64_t count, int p, int b) {
   return block_begin(count, p, b + 1) - block_begin(count, p, b);
 }
 
-/// Builds the schedule of the algorithm chosen for `args` (algorithms::choose, registry.hpp).
-Schedule build_schedule(const CollectiveArgs& args, std::string* algorithm_name = nullptr);
+/// Builds the schedule of the algorithm chosen for `args` (algorithms::choose, registry.hpp);
+/// names that row in `algorithm_name` and `row` where given.
+Schedule build_schedule(const CollectiveArgs& args, std::string* algorithm_name = nullptr,
+                        const AlgorithmInfo** row = nullptr);
 
 /// Sizes in bytes of the input and output buffers a call with `args` uses on this rank.
 uint64_t input_bytes(const CollectiveArgs& args);

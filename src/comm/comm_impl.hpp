@@ -37,6 +37,15 @@ class CommImpl {
 
   /// Flat collectives issued so far (comm/flat.hpp), direct ones included.
   uint32_t flat_calls() const { return flat_seq_; }
+  /// Scheduled calls issued so far that ran `row` (tests read back what a call ran).
+  uint64_t runs_of(const algorithms::AlgorithmInfo& row) const { return engine->runs_of(row); }
+
+  /// Folds `signature` into what the ranks of the next collective compare (as
+  /// CollectiveArgs::unchecked carries a queued broadcast's): the hierarchy's groups compare
+  /// the whole hierarchical call, not only the phase each of them runs.
+  void check_with_next_call(uint32_t signature) {
+    unchecked_ = (unchecked_ * 0x9e3779b97f4a7c15ull + signature) | uint64_t{1} << 32;
+  }
 
   /// "shm with 3 peer(s), tcp with 4 peer(s) on 10.0.0.2".
   std::string transport_summary() const;

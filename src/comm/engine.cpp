@@ -1,7 +1,7 @@
 #include "comm/engine.hpp"
 
-#include <sys/epoll.h>
 #include <sched.h>
+#include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
 
@@ -9,9 +9,10 @@
 #include <cstring>
 #include <sstream>
 
+#include "algorithms/registry.hpp"
+#include "comm/flat.hpp"
 #include "core/check.hpp"
 #include "core/config.hpp"
-#include "comm/flat.hpp"
 #include "core/reduce.hpp"
 #include "transport/tcp/socket_stream.hpp"
 
@@ -71,6 +72,7 @@ Engine::Engine(int rank, int size, uint64_t comm_id,
   watch_peers_ = shm_ && size > 1 && shm_->all_ranks_share_memory();
   peer_closed_ = std::make_unique<std::atomic<bool>[]>(size);
   peer_failed_ = std::make_unique<std::atomic<bool>[]>(size);
+  runs_ = std::make_unique<std::atomic<uint64_t>[]>(algorithms::registry().size());
   next_send_seq_.assign(size, 0);
   next_recv_seq_.assign(size, 0);
   send_queue_.resize(size);
@@ -126,8 +128,11 @@ std::shared_ptr<detail::WorkState> Engine::submit(const OpRequest& request) {
                                                                                    : FrameKind::collective;
   op->signature = request.signature;
   if (request.flat_seq != 0) op->algorithm = "flat";
-  else if (a.count > 0 || a.collective == Collective::barrier)
-    op->schedule = algorithms::build_schedule(a, &op->algorithm);
+  else if (a.count > 0 || a.collective == Collective::barrier) {
+    const algorithms::AlgorithmInfo* row = nullptr;
+    op->schedule = algorithms::build_schedule(a, &op->algorithm, &row);
+    runs_[row - algorithms::registry().data()].fetch_add(1, std::memory_order_relaxed);
+  }
   auto work = op->work;
   {
     std::lock_guard<std::mutex> lock(submit_mutex_);
@@ -170,6 +175,10 @@ void Engine::advance_flat() {
   } catch (const Error& e) {
     on_connection_error(e.peer(), e.code(), e.what());
   }
+}
+
+uint64_t Engine::runs_of(const algorithms::AlgorithmInfo& row) const {
+  return runs_[&row - algorithms::registry().data()].load(std::memory_order_relaxed);
 }
 
 uint64_t Engine::reserve_collective_number() {
@@ -426,6 +435,29 @@ void Engine::on_connection_error(int culprit, ErrorCode code, const std::string&
   pending_error_ = PendingError{code, full, culprit};
 }
 
+void Engine::on_peer_abort(int peer, int culprit, ErrorCode code, const std::string& message) {
+  // A mismatch has two sides: a peer that found one names this rank, whose other side is that
+  // peer (the rank this rank's error must name).
+  if (code == ErrorCode::Mismatch && culprit == rank_) culprit = peer;
+  on_connection_error(culprit, code, message);
+}
+
+// Ranks in the same collective with different arguments: caught here where no frame of it
+// reaches the other (each believes it is the root, both wait to receive), else by the frames.
+void Engine::on_peer_in_collective(int peer, uint64_t seq, uint32_t signature) {
+  for (const auto& op : running_) {
+    if (op->is_p2p() || op->seq != seq || op->signature == signature) continue;
+    std::ostringstream os;
+    os << "rank " << peer << " is in collective #" << seq << " with different arguments (signature "
+       << std::hex << signature << " where rank " << std::dec << rank_ << "'s is " << std::hex
+       << op->signature << std::dec
+       << "): every rank must issue the same collectives with the same counts, types, ops and "
+          "roots, in the same order";
+    on_connection_error(peer, ErrorCode::Mismatch, os.str());
+    return;
+  }
+}
+
 void Engine::drain() {
   while (!broken_local_) {
     if (pending_error_) {
@@ -576,6 +608,10 @@ bool Engine::check_heartbeats(Clock::time_point now) {
   // the peers' heartbeats wait unread; judge nobody before they had an interval to arrive.
   const bool self_stalled = now - next_heartbeat_ > heartbeat_limit_ / 2;
   next_heartbeat_ = now + heartbeat_interval_;
+  // The collective this rank waits in goes with the heartbeats (on_peer_in_collective).
+  std::optional<std::pair<uint64_t, uint32_t>> in_collective;
+  for (const auto& op : running_)
+    if (!op->is_p2p()) in_collective.emplace(op->seq, op->signature);
   for (int p = 0; p < size_; ++p) {
     auto& c = conns_[p];
     if (!c || c->broken() || peer_closed(p)) continue;
@@ -597,7 +633,7 @@ bool Engine::check_heartbeats(Clock::time_point now) {
       break_comm(ErrorCode::PeerFailure, os.str(), p);
       return true;
     }
-    c->keep_alive(now, heartbeat_interval_);
+    c->keep_alive(now, heartbeat_interval_, in_collective);
     dirty_.push_back(p);
   }
   return false;

@@ -74,6 +74,9 @@ class Engine : public transport::ConnectionListener {
   using BreakListener = std::function<void(ErrorCode, const std::string&, int culprit)>;
   void set_break_listener(BreakListener listener);
   const transport::shm::ShmMesh* shm() const { return shm_.get(); }
+  /// Scheduled operations submitted so far that run `row` (registry()'s rows): what each
+  /// call actually ran, after the dispatcher, SHOAL_ALGO and per-call options.
+  uint64_t runs_of(const algorithms::AlgorithmInfo& row) const;
   /// True once `peer` closed its communicator (cleanly).
   bool peer_closed(int peer) const { return peer_closed_[peer].load(std::memory_order_acquire); }
   /// True once this rank learned that `peer` failed (its connection broke, or a peer said so).
@@ -118,6 +121,8 @@ class Engine : public transport::ConnectionListener {
   void on_send_complete(uint64_t cookie) override;
   void on_recv_complete(uint64_t cookie) override;
   void on_connection_error(int peer, ErrorCode code, const std::string& message) override;
+  void on_peer_abort(int peer, int culprit, ErrorCode code, const std::string& message) override;
+  void on_peer_in_collective(int peer, uint64_t seq, uint32_t signature) override;
   void on_peer_closed(int peer) override { peer_closed_[peer].store(true, std::memory_order_release); }
 
   const int rank_, size_;
@@ -139,7 +144,8 @@ class Engine : public transport::ConnectionListener {
   bool stopping_ = false;
   std::exception_ptr broken_;  // set once; later submissions fail with it
   std::atomic<bool> broken_flag_{false};
-  std::atomic<uint64_t> outstanding_{0};  // submitted and not yet completed
+  std::atomic<uint64_t> outstanding_{0};           // submitted and not yet completed
+  std::unique_ptr<std::atomic<uint64_t>[]> runs_;  // per registry() row (runs_of)
   std::unique_ptr<std::atomic<bool>[]> peer_closed_;
   std::unique_ptr<std::atomic<bool>[]> peer_failed_;
   struct CallerBreak {

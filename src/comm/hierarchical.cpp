@@ -148,8 +148,24 @@ void Hierarchy::worker() {
   }
 }
 
+// What every rank must agree on about a hierarchical call, whatever phases it runs.
+static uint32_t call_signature(const HierCall& c, int size) {
+  algorithms::CollectiveArgs a;
+  a.collective = c.collective;
+  a.dtype = c.dtype;
+  a.op = c.op;
+  a.count = c.count;
+  a.size = size;
+  return algorithms::signature(a);
+}
+
 void Hierarchy::execute(const HierCall& call) {
   calls_.fetch_add(1, std::memory_order_relaxed);
+  // The phases alone miss a difference every rank of a host shares (sum on one host, avg on
+  // another: both run sum phases), so each group's next call compares the whole call too.
+  const uint32_t whole = call_signature(call, parent_.size);
+  local_.impl().check_with_next_call(whole);
+  aligned_.impl().check_with_next_call(whole);
   try {
     switch (call.collective) {
       case Collective::all_reduce: all_reduce(call); break;

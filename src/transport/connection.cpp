@@ -41,13 +41,20 @@ Connection::Connection(std::unique_ptr<Stream> stream, int peer, uint64_t comm_i
 
 Connection::~Connection() = default;
 
-void Connection::keep_alive(std::chrono::steady_clock::time_point now, std::chrono::milliseconds interval) {
+void Connection::keep_alive(std::chrono::steady_clock::time_point now,
+                            std::chrono::milliseconds interval,
+                            std::optional<std::pair<uint64_t, uint32_t>> in_collective) {
   // Only between frames and only when nothing waits to be written: queued bytes that cannot
   // leave mean the peer is not reading, and a heartbeat behind them would not leave either.
   if (broken_ || !sends_.empty() || now - last_sent_ < interval) return;
   SendRequest beat;
   beat.header.kind = FrameKind::heartbeat;
   beat.header.comm_id = comm_id_;
+  if (in_collective) {
+    beat.header.tag = kHeartbeatInCollective;
+    beat.header.seq = in_collective->first;
+    beat.header.signature = in_collective->second;
+  }
   sends_.push_back(beat);
   last_sent_ = now;  // one attempt per interval even if the stream takes nothing now
 }
@@ -147,8 +154,9 @@ bool Connection::deliver_reference(const FrameHeader& h, uint64_t address, const
   // the buffer): no note after the pull means the bytes were valid all along.
   if (auto note = stream_->peer_abort()) {
     broken_ = true;
-    listener_->on_connection_error(note->culprit, note->code,
-                                   "rank " + std::to_string(peer_) + " failed and reported: " + note->message);
+    listener_->on_peer_abort(
+        peer_, note->culprit, note->code,
+        "rank " + std::to_string(peer_) + " failed and reported: " + note->message);
     return false;
   }
   if (!pulled) {
@@ -341,8 +349,9 @@ void Connection::pump_read() {
             text.erase(0, 5);
           }
           broken_ = true;
-          listener_->on_connection_error(culprit, code,
-                                         "rank " + std::to_string(peer_) + " failed and reported: " + text);
+          listener_->on_peer_abort(
+              peer_, culprit, code,
+              "rank " + std::to_string(peer_) + " failed and reported: " + text);
           return;
         }
         break;
@@ -365,6 +374,8 @@ bool Connection::start_frame() {
         fail(ErrorCode::PeerFailure, "rank " + std::to_string(peer_) + " sent a heartbeat frame with a payload");
         return false;
       }
+      if (hdr_.tag == kHeartbeatInCollective)
+        listener_->on_peer_in_collective(peer_, hdr_.seq, hdr_.signature);
       return true;
     case FrameKind::ack: {
       if (awaiting_ack_.empty() || awaiting_ack_.front().header.seq != hdr_.seq ||
@@ -450,8 +461,9 @@ void Connection::on_eof() {
   }
   if (auto note = stream_->peer_abort()) {
     broken_ = true;
-    listener_->on_connection_error(note->culprit, note->code,
-                                   "rank " + std::to_string(peer_) + " failed and reported: " + note->message);
+    listener_->on_peer_abort(
+        peer_, note->culprit, note->code,
+        "rank " + std::to_string(peer_) + " failed and reported: " + note->message);
     return;
   }
   fail(ErrorCode::PeerFailure, "rank " + std::to_string(peer_) +

@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <deque>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -49,6 +50,14 @@ class ConnectionListener {
   /// death, Mismatch for a frame that does not match its receive, ...). `culprit` is the rank
   /// at the origin (the peer itself, or the rank a relayed abort names; -1 if none).
   virtual void on_connection_error(int culprit, ErrorCode code, const std::string& message) = 0;
+  /// The peer broke and said why (an abort frame or note naming `culprit`); by default the
+  /// error above.
+  virtual void on_peer_abort(int /*peer*/, int culprit, ErrorCode code,
+                             const std::string& message) {
+    on_connection_error(culprit, code, message);
+  }
+  /// A heartbeat said the peer waits in collective #seq with `signature`.
+  virtual void on_peer_in_collective(int /*peer*/, uint64_t /*seq*/, uint32_t /*signature*/) {}
   /// The peer closed its communicator cleanly (said goodbye) with nothing pending here.
   virtual void on_peer_closed(int /*peer*/) {}
 };
@@ -84,7 +93,10 @@ class Connection {
 
   /// Liveness (the engine's heartbeats): queues a heartbeat frame when nothing was written for
   /// `interval` and nothing waits to be written (progress() writes it).
-  void keep_alive(std::chrono::steady_clock::time_point now, std::chrono::milliseconds interval);
+  /// `in_collective`: (seq, signature) of the collective this rank waits in, which the
+  /// heartbeat carries.
+  void keep_alive(std::chrono::steady_clock::time_point now, std::chrono::milliseconds interval,
+                  std::optional<std::pair<uint64_t, uint32_t>> in_collective = std::nullopt);
   /// How long no byte came from the peer; zero while this rank is not reading (a parked
   /// frame: flow control holds the peer) or once the connection is broken.
   std::chrono::steady_clock::duration silence(std::chrono::steady_clock::time_point now) const;

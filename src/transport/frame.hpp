@@ -21,6 +21,12 @@ enum class FrameKind : uint8_t {
   heartbeat = 6,   // no payload: the sender's progress thread is alive (sent when the link is quiet)
 };
 
+/// FrameHeader::tag of a heartbeat whose sender waits in a collective (seq and signature say
+/// which; tag 0: in none): lets a peer in the same collective with other arguments fail where no
+/// frame of the call ever reaches it (both ranks of a reduce believing they are its root, over
+/// TCP).
+inline constexpr uint32_t kHeartbeatInCollective = 1;
+
 /// FrameHeader::flags
 inline constexpr uint8_t kFlagByReference = 1;  // payload is the 8-byte address of the data in the
                                                 // sender's memory; the receiver pulls it (CMA)

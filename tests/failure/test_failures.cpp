@@ -14,11 +14,12 @@
 #include <sstream>
 #include <thread>
 
-#include "support/deaths.hpp"
-#include "support/processes.hpp"
 #include "comm/agreement.hpp"
 #include "comm/comm_impl.hpp"
 #include "comm/topology.hpp"
+#include "support/deaths.hpp"
+#include "support/env.hpp"
+#include "support/processes.hpp"
 #include "support/ranks.hpp"
 #include "transport/frame.hpp"
 #include "transport/shm/segment.hpp"
@@ -158,29 +159,24 @@ TEST(Failures, DifferentCollectivesRaiseMismatchOnBothRanks) {
 
 // Each rank believes it is the root: a root needs nothing from its peers, yet the mismatch
 // must be caught at this call (flat path: 64 floats; engine: 1M floats), not corrupt the next.
-// Over TCP nothing tells two roots of each other until a frame arrives: a reduce ends at the
-// timeout (both wait for frames that never come), and a broadcast's mismatch is found by the
-// next call's receive on one rank, whose peer may then see it leave (PeerFailure) before its
-// abort frame: there the test asks only for an error, not a hang.
+// Over TCP a reduce sends no frame at all: the heartbeats' collective tells (SHOAL_HEARTBEAT
+// auto: half the 4 s timeout, a beat every third of a second).
 TEST(Failures, DifferentRootsRaiseMismatch) {
-  const char* transport = std::getenv("SHOAL_TRANSPORT");
-  const bool tcp = transport && std::string(transport) == "tcp";
   for (int n : {64, 1 << 20}) {
     for (bool broadcast : {true, false}) {
-      const bool times_out = tcp && !broadcast;  // (else over TCP: any shoal::Error)
       ProcessJob job(2);
       auto results = job.run([&](int rank, const ProcessJob& j) {
         Options o;
-        o.timeout = times_out ? 2s : 20s;
+        o.timeout = 4s;
         Communicator comm = Communicator::create(j.store(), rank, 2, o);
         std::vector<float> in(n, 1.0f), out(n);
-        auto call = [&] {
-          if (broadcast) comm.broadcast(in.data(), out.data(), n, DataType::float32, rank);
-          else comm.reduce(in.data(), out.data(), n, DataType::float32, ReduceOp::sum, rank);
+        return expect_error<MismatchError>(rank, j, [&] {
+          if (broadcast)
+            comm.broadcast(in.data(), out.data(), n, DataType::float32, rank);
+          else
+            comm.reduce(in.data(), out.data(), n, DataType::float32, ReduceOp::sum, rank);
           comm.barrier();
-        };
-        if (times_out) return expect_error<TimeoutError>(rank, j, call);
-        return tcp ? expect_error<Error>(rank, j, call) : expect_error<MismatchError>(rank, j, call);
+        });
       });
       for (const auto& r : results) {
         SCOPED_TRACE(std::to_string(n) + (broadcast ? " floats, broadcast: " : " floats, reduce: ") + r.report);
@@ -237,8 +233,10 @@ TEST(Failures, AbortFromAnotherThreadFailsEveryRank) {
 // A rank dies; the survivors see PeerFailureError, shrink, and go on with a communicator of
 // three ranks numbered in their old order.
 // After a barrier, rank `victim` of `comm` dies (SIGKILL); the others reduce until they see it.
-// Returns true on a survivor that got PeerFailureError, false if 100 reductions went through.
-bool victim_dies_and_survivors_see_it(Communicator& comm, int victim) {
+// Returns "" on a survivor that got PeerFailureError naming the victim within 5 s (its dead
+// socket tells at once; the heartbeat limit, half the timeout, would be too late), else what it
+// got instead.
+std::string victim_dies_and_survivors_see_it(Communicator& comm, int victim) {
   comm.barrier();
   // The victim's last barrier frames may still sit in its socket's send queue: a kill resets the
   // connection and drops them, failing the barrier itself on the others (1 in ~100 under load).
@@ -248,11 +246,19 @@ bool victim_dies_and_survivors_see_it(Communicator& comm, int victim) {
     raise(SIGKILL);
   }
   float x = 1;
+  const double start = monotonic_seconds();
   try {
     for (int i = 0; i < 100; ++i) comm.all_reduce(&x, 1, DataType::float32, ReduceOp::sum);
-    return false;
-  } catch (const PeerFailureError&) {
-    return true;
+    return "no failure seen";
+  } catch (const PeerFailureError& e) {
+    const double took = monotonic_seconds() - start;
+    if (took > 5.0)
+      return "PeerFailureError only after " + std::to_string(took) + " s: " + e.what();
+    if (std::string(e.what()).find("rank " + std::to_string(victim)) == std::string::npos)
+      return std::string("PeerFailureError not naming the victim: ") + e.what();
+    return "";
+  } catch (const std::exception& e) {
+    return std::string("wrong error: ") + e.what();
   }
 }
 
@@ -263,8 +269,8 @@ TEST(Failures, SurvivorsShrinkAndContinue) {
     Options o;
     o.timeout = 30s;
     Communicator comm = Communicator::create(j.store(), rank, 4, o);
-    if (!victim_dies_and_survivors_see_it(comm, victim)) {
-      j.report(rank, "no failure seen");
+    if (const std::string wrong = victim_dies_and_survivors_see_it(comm, victim); !wrong.empty()) {
+      j.report(rank, wrong);
       return 3;
     }
     Communicator survivors = comm.shrink();
@@ -330,6 +336,9 @@ TEST(Failures, CalibrationFailingAfterTheVoteStillCreatesTheCommunicatorEverywhe
     EXPECT_EQ(results[r].exit_code, 0);
     EXPECT_NE(results[r].report.find("rank " + std::to_string(victim)), std::string::npos)
         << "the first call's error must name the dead rank";
+    EXPECT_LT(reported_time(results[r]) - reported_time(results[victim]), 5.0)
+        << "the death must be seen from its socket, not at the heartbeat limit (15 s) or the "
+           "timeout";
   }
 }
 
@@ -387,7 +396,10 @@ TEST(Failures, AReplacementJoinsAfterAShrinkThroughTheJobsStore) {
       return joined.rank() == 2 && joined.size() == 3 && x == 13.0f ? 0 : 1;
     }
     Communicator comm = Communicator::create(j.store(), rank, 3, o);
-    if (!victim_dies_and_survivors_see_it(comm, victim)) return 3;
+    if (const std::string wrong = victim_dies_and_survivors_see_it(comm, victim); !wrong.empty()) {
+      j.report(rank, wrong);
+      return 3;
+    }
     Communicator grown = comm.shrink().grow(1, "replacement");
     float x = static_cast<float>(rank + 1);
     grown.all_reduce(&x, 1, DataType::float32, ReduceOp::sum);  // 1 + 2 + 10
@@ -453,6 +465,7 @@ TEST(Failures, TimeoutBoundsAWaitForAnAbsentPeer) {
 }
 
 // A fake rank 1: speaks the rendezvous and the handshake correctly, then sends `header`.
+// Throws what goes wrong (the store, the connection).
 void run_fake_peer(Store& store, transport::FrameHeader header, bool fix_comm_id) {
   store.set("shoal/comm0/host/1", comm::host_identity());
   const uint64_t id = std::stoull(store.get_string("shoal/comm0/id"));
@@ -486,31 +499,45 @@ struct BadFrame {
 
 class MalformedFrames : public ::testing::TestWithParam<BadFrame> {};
 
+// The fake peer runs on a thread that is joined however the test ends, and every exception
+// (its own or rank 0's) fails the test instead of aborting the binary.
 TEST_P(MalformedFrames, AreRejectedWithAClearError) {
   const BadFrame& bad = GetParam();
-  setenv("SHOAL_TRANSPORT", "tcp", 1);  // the fake peer speaks TCP frames only
-  setenv("SHOAL_TUNE_CALIBRATE", "off", 1);  // and sends its bad frame at the first call, not at creation
+  ScopedEnv transport("SHOAL_TRANSPORT", "tcp");  // the fake peer speaks TCP frames only
+  ScopedEnv calibrate("SHOAL_TUNE_CALIBRATE",
+                      "off");  // and sends its bad frame at the first call, not at creation
   auto server = make_server_store();
   auto fake_store = std::make_shared<TcpStore>("127.0.0.1", server->port(), TcpStore::Options{});
-  std::thread fake([&] { run_fake_peer(*fake_store, bad.header, bad.fix_comm_id); });
-  auto store = std::make_shared<TcpStore>("127.0.0.1", server->port(), TcpStore::Options{});
-  Options o;
-  o.timeout = 10s;
-  Communicator comm = Communicator::create(store, 0, 2, o);
-  std::vector<float> buf(1024, 1.0f);
-  const auto start = std::chrono::steady_clock::now();
+  std::string fake_error;
+  std::jthread fake([&] {
+    try {
+      run_fake_peer(*fake_store, bad.header, bad.fix_comm_id);
+    } catch (const std::exception& e) {
+      fake_error = e.what();
+    }
+  });
   try {
-    comm.all_reduce(buf.data(), buf.size(), DataType::float32, ReduceOp::sum);
-    ADD_FAILURE() << "no error for " << bad.name;
-  } catch (const PeerFailureError& e) {
-    EXPECT_NE(std::string(e.what()).find(bad.expect_text), std::string::npos) << e.what();
-    EXPECT_NE(std::string(e.what()).find("rank 1"), std::string::npos) << e.what();
-    EXPECT_EQ(e.peer(), 1);
+    auto store = std::make_shared<TcpStore>("127.0.0.1", server->port(), TcpStore::Options{});
+    Options o;
+    o.timeout = 10s;
+    Communicator comm = Communicator::create(store, 0, 2, o);
+    std::vector<float> buf(1024, 1.0f);
+    const auto start = std::chrono::steady_clock::now();
+    try {
+      comm.all_reduce(buf.data(), buf.size(), DataType::float32, ReduceOp::sum);
+      ADD_FAILURE() << "no error for " << bad.name;
+    } catch (const PeerFailureError& e) {
+      EXPECT_NE(std::string(e.what()).find(bad.expect_text), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("rank 1"), std::string::npos) << e.what();
+      EXPECT_EQ(e.peer(), 1);
+    }
+    EXPECT_LT(std::chrono::steady_clock::now() - start, 2s)
+        << "a bad frame must be rejected at once";
+  } catch (const std::exception& e) {
+    ADD_FAILURE() << bad.name << ": expected PeerFailureError, got: " << e.what();
   }
-  EXPECT_LT(std::chrono::steady_clock::now() - start, 2s) << "a bad frame must be rejected at once";
   fake.join();
-  unsetenv("SHOAL_TRANSPORT");
-  unsetenv("SHOAL_TUNE_CALIBRATE");
+  EXPECT_EQ(fake_error, "") << "the fake peer failed";
 }
 
 transport::FrameHeader header_with(void (*edit)(transport::FrameHeader&)) {

@@ -1,7 +1,8 @@
 // libFuzzer target: one peer's byte stream, arbitrary, fed into a real transport::Connection
 // over an in-memory Stream while a script posts receives and sends as the engine would. The
-// connection must reject what is malformed (an error through its listener) and never crash,
-// hang, leak, touch memory it was not given, or report a completion twice.
+// connection must reject what is malformed (an error through its listener: every header the
+// rules of wire_rules.hpp reject, once it has read it) and never crash, hang, leak, touch
+// memory it was not given, or report a completion twice.
 //
 // Input: a script of commands (one byte each, arguments after it); when the script ends, the
 // bytes left are what the peer sent (tests/fuzz/corpus/connection holds examples; mkseeds.py
@@ -16,6 +17,7 @@
 #include <vector>
 
 #include "transport/connection.hpp"
+#include "wire_rules.hpp"
 
 using namespace shoal;
 using namespace shoal::transport;
@@ -23,6 +25,7 @@ using namespace shoal::transport;
 namespace {
 
 constexpr uint64_t kCommId = 0x1122334455667788ull;
+constexpr uint64_t kMaxFrame = 1 << 20;  // SHOAL_MAX_FRAME, set below
 
 // What a peer sent, released to the connection piece by piece.
 class FuzzStream : public Stream {
@@ -189,6 +192,13 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       s.abort_note = size % 2 == 0;
       conn.progress();
     }
+    // A header the rules reject, read in full, must have broken the connection with an error
+    // (the walk follows the frames the rules accept; where the connection stopped reading, a
+    // parked frame or an error, it read no further).
+    const size_t bad =
+        shoal::fuzz_rules::first_rejected_header(s.in.data(), s.in.size(), kCommId, kMaxFrame);
+    if (bad != SIZE_MAX && s.pos >= bad + shoal::fuzz_rules::kHeaderBytes && !listener.error)
+      std::abort();
     (void)conn.expecting();
     (void)conn.describe_state();
     if (abort_at_end)

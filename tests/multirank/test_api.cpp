@@ -2,6 +2,7 @@
 // several communicators over one store, topology, unaligned buffers.
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <cstring>
 #include <ctime>
 #include <future>
@@ -37,18 +38,24 @@ TEST(Api, AsyncWorkCompletesInIssueOrderAndReportsState) {
   EXPECT_EQ(err, "");
 }
 
+// Rank 1 joins only once rank 0 has seen its wait time out (an event, not a head start that a
+// loaded machine can eat).
 TEST(Api, WaitWithTimeoutReturnsFalseUntilThePeerJoins) {
-  std::string err = run_ranks(2, [](Communicator& c) {
+  std::atomic<bool> timed_out{false};
+  std::string err = run_ranks(2, [&](Communicator& c) {
     float x = 1;
     if (c.rank() == 0) {
       Work w = c.all_reduce_async(&x, 1, DataType::float32, ReduceOp::sum);
       EXPECT_FALSE(w.wait(100ms));
       EXPECT_FALSE(w.test());
       EXPECT_EQ(w.error(), nullptr);
+      timed_out = true;
       EXPECT_TRUE(w.wait(20s));
       EXPECT_EQ(x, 2.0f);
     } else {
-      std::this_thread::sleep_for(400ms);
+      for (int i = 0; i < 20000 && !timed_out; ++i)
+        std::this_thread::sleep_for(1ms);  // bounded: 20 s
+      EXPECT_TRUE(timed_out) << "rank 0 never got past its timed wait";
       c.all_reduce(&x, 1, DataType::float32, ReduceOp::sum);
     }
   });

@@ -1,6 +1,8 @@
 // The dispatcher on a running communicator: a tuning file that picks non-ring algorithms at
-// worlds 3, 4 and 8, all_reduce / all_gather / reduce_scatter checked against the reference;
-// and proof that the pick reaches the wire (the frame signature).
+// worlds 3, 4 and 8, all_reduce / all_gather / reduce_scatter checked against the reference,
+// and what every call ran read back from the communicator's counters (CommImpl::runs_of),
+// against the plan the file was written from; and proof that the pick reaches the wire (the
+// frame signature).
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -10,15 +12,16 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <functional>
 #include <sstream>
 
 #include "algorithms/registry.hpp"
 #include "comm/comm_impl.hpp"
+#include "support/env.hpp"
 #include "support/ranks.hpp"
+#include "support/temp_file.hpp"
 #include "support/values.hpp"
 #include "tune/dispatcher.hpp"
-#include "support/env.hpp"
-#include "support/temp_file.hpp"
 
 namespace shoal::testing {
 namespace {
@@ -58,6 +61,25 @@ std::string tuning_file_text() {
 
 class DispatchedCollectives : public ::testing::TestWithParam<int> {};
 
+// Runs `call` and returns the one row it ran (by the communicator's counters), or a text
+// saying what else happened: no row, or several.
+std::string ran(Communicator& c, const std::function<void()>& call) {
+  const auto& rows = algorithms::registry();
+  std::vector<uint64_t> before;
+  for (const auto& row : rows) before.push_back(c.impl().runs_of(row));
+  call();
+  std::string which;
+  int n = 0;
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const uint64_t d = c.impl().runs_of(rows[i]) - before[i];
+    if (d == 0) continue;
+    n += static_cast<int>(d);
+    which += (which.empty() ? "" : ",") + std::string(algorithms::to_string(rows[i].collective)) +
+             ":" + std::string(rows[i].name);
+  }
+  return n == 1 ? which : std::to_string(n) + " rows ran: " + which;
+}
+
 TEST_P(DispatchedCollectives, TuningFilePicksRunAndMatchReference) {
   TempFile file(tuning_file_text());
   ScopedEnv tune_file("SHOAL_TUNE_FILE", file.path.c_str());
@@ -66,39 +88,69 @@ TEST_P(DispatchedCollectives, TuningFilePicksRunAndMatchReference) {
   ScopedEnv on("SHOAL_DISPATCH", "on");
   std::string err = run_ranks(GetParam(), [&](Communicator& c) {
     const int p = c.size(), r = c.rank();
-    const tune::Dispatcher d = tune::Dispatcher::from_environment(c.impl().tune_context());
     // counts per rank: both sides of the switch for every collective
     for (uint64_t count : {uint64_t{1}, uint64_t{7}, uint64_t{1000}, uint64_t{20003}, uint64_t{70001}}) {
       for (DataType t : {DataType::float32, DataType::int32, DataType::bfloat16}) {
         const uint64_t es = size_of(t);
-        // the dispatcher's picks for this call are the plan's, never ring
+        // what runs is the plan's pick on each side of the switch, never ring (bytes as the
+        // cost models count them: the vector, the gathered output, the scattered input)
         const uint64_t ar_bytes = count * es, ag_bytes = count * es * p;
-        const auto ar = d.choose(Collective::all_reduce, ar_bytes), ag = d.choose(Collective::all_gather, ag_bytes),
-                   rs = d.choose(Collective::reduce_scatter, ag_bytes);
-        EXPECT_EQ(ar.source, tune::Choice::Source::tuning_file);
-        EXPECT_EQ(ar.algorithm->name, ar_bytes <= kSwitch ? kPlans[0].small : kPlans[0].large) << ar_bytes;
-        EXPECT_EQ(ag.algorithm->name, ag_bytes <= kSwitch ? kPlans[1].small : kPlans[1].large) << ag_bytes;
-        EXPECT_EQ(rs.algorithm->name, ag_bytes <= kSwitch ? kPlans[2].small : kPlans[2].large) << ag_bytes;
+        auto plan = [](const Plan& pl, uint64_t bytes) {
+          return std::string(pl.collective) + ":" + (bytes <= kSwitch ? pl.small : pl.large);
+        };
+        const std::string why = " count=" + std::to_string(count) + " " + std::string(to_string(t));
         for (ReduceOp op : {ReduceOp::sum, ReduceOp::max, ReduceOp::avg}) {
           auto in = bytes_for(count, t), out = bytes_for(count, t);
           for (uint64_t i = 0; i < count; ++i) store(in.data(), i, t, value(r, i, t, op));
-          c.all_reduce(in.data(), out.data(), count, t, op);
+          EXPECT_EQ(ran(c, [&] { c.all_reduce(in.data(), out.data(), count, t, op); }),
+                    plan(kPlans[0], ar_bytes))
+              << why;
           EXPECT_EQ(wrong(out.data(), 0, count, t, [&](uint64_t i) { return expected(p, i, t, op); }), 0u)
               << "all_reduce " << to_string(t) << " " << to_string(op) << " count=" << count << " rank=" << r;
           auto rs_in = bytes_for(count * p, t), rs_out = bytes_for(count, t);
           for (uint64_t i = 0; i < count * p; ++i) store(rs_in.data(), i, t, value(r, i, t, op));
-          c.reduce_scatter(rs_in.data(), rs_out.data(), count, t, op);
+          EXPECT_EQ(ran(c, [&] { c.reduce_scatter(rs_in.data(), rs_out.data(), count, t, op); }),
+                    plan(kPlans[2], ag_bytes))
+              << why;
           EXPECT_EQ(wrong(rs_out.data(), 0, count, t, [&](uint64_t j) { return expected(p, r * count + j, t, op); }), 0u)
               << "reduce_scatter " << to_string(t) << " " << to_string(op) << " count=" << count << " rank=" << r;
         }
         auto mine = bytes_for(count, t), gathered = bytes_for(count * p, t);
-        for (uint64_t i = 0; i < count; ++i) store(mine.data(), i, t, value(r, i, t, ReduceOp::sum));
-        c.all_gather(mine.data(), gathered.data(), count, t);
+        for (uint64_t i = 0; i < count; ++i)
+          store(mine.data(), i, t, value(r, i, t, ReduceOp::sum));
+        EXPECT_EQ(ran(c, [&] { c.all_gather(mine.data(), gathered.data(), count, t); }),
+                  plan(kPlans[1], ag_bytes))
+            << why;
         EXPECT_EQ(wrong(gathered.data(), 0, count * p, t,
                         [&](uint64_t i) { return as_stored(value(static_cast<int>(i / count), i % count, t, ReduceOp::sum), t); }),
                   0u)
             << "all_gather " << to_string(t) << " count=" << count << " rank=" << r;
       }
+    }
+    // The collectives with one row each run it (the file names none of them), once per call.
+    std::vector<float> a(64 * p, 1.0f), b(64 * p);
+    EXPECT_EQ(ran(c, [&] { c.broadcast(a.data(), b.data(), 64, DataType::float32, 0); }),
+              "broadcast:binomial");
+    EXPECT_EQ(
+        ran(c, [&] { c.reduce(a.data(), b.data(), 64, DataType::float32, ReduceOp::sum, 0); }),
+        "reduce:binomial");
+    EXPECT_EQ(ran(c, [&] { c.all_to_all(a.data(), b.data(), 64, DataType::float32); }),
+              "all_to_all:pairwise");
+    EXPECT_EQ(ran(c, [&] { c.gather(a.data(), b.data(), 64, DataType::float32, 0); }),
+              "gather:linear");
+    EXPECT_EQ(ran(c, [&] { c.scatter(a.data(), b.data(), 64, DataType::float32, 0); }),
+              "scatter:linear");
+    EXPECT_EQ(ran(c, [&] { c.barrier(); }), "barrier:dissemination");
+    if (r < 2) {
+      const int peer = 1 - r;
+      EXPECT_EQ(ran(c,
+                    [&] {
+                      if (r == 0)
+                        c.send(a.data(), 64, DataType::float32, peer);
+                      else
+                        c.recv(b.data(), 64, DataType::float32, peer);
+                    }),
+                r == 0 ? "send:direct" : "recv:direct");
     }
     c.barrier();
   });

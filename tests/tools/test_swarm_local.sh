@@ -7,7 +7,7 @@ set -u
 BIN=${1:?usage: test_swarm_local.sh BIN_DIR}
 SWARM=$BIN/shoal-swarm
 if [[ ! -x $SWARM ]]; then
-  echo "SKIP: $SWARM not built (libtorch-dev missing)"
+  echo "SKIP: $SWARM not built (a build without torch)"
   exit 77
 fi
 if [[ ! -d /usr/share/games/fortunes ]]; then

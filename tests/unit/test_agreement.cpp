@@ -89,21 +89,22 @@ TEST_F(Agreement, ARankThatVotesAfterTheOthersGaveUpCannotCreateAlone) {
 TEST_F(Agreement, ADecisionMadeBeforeARankGaveUpStands) {
   // Rank 1 completes the count but is slow to publish the outcome; rank 0 gives up waiting in
   // between. The count was complete, so rank 0 must follow the decision (created), not fail.
+  // Each step waits for the one before, read from the vote counter (rank 0's vote adds 1, its
+  // giving up 2^32 - 1): no sleep decides the order.
   auto store = client();
-  std::atomic<bool> voted{false};
+  const int64_t kGaveUp = int64_t{1} << 32;
+  auto counter = [&] { return store->add("c/create/votes", 0); };
   std::thread slow_last_voter([&] {
-    while (!voted.load()) std::this_thread::sleep_for(1ms);
-    std::this_thread::sleep_for(50ms);
+    while (counter() < 1) std::this_thread::sleep_for(1ms);  // rank 0 voted
     EXPECT_EQ(store->add("c/create/votes", 1), 2);  // the decisive vote: both said yes
-    std::this_thread::sleep_for(500ms);                // rank 0's deadline passes meanwhile
+    while (counter() < kGaveUp) std::this_thread::sleep_for(1ms);  // rank 0 gave up
     store->set("c/create/outcome", std::string("ok"));
   });
-  auto out = run(1, [&](int, Store& s) {
-    voted = true;
-    vote_for_creation(s, "c", 0, 2, Clock::now() + 200ms);
-  });
+  // Long enough for the decisive vote to come first even on a loaded machine.
+  auto out = run(1, [&](int, Store& s) { vote_for_creation(s, "c", 0, 2, Clock::now() + 1s); });
   slow_last_voter.join();
   EXPECT_EQ(out[0].what, "");
+  EXPECT_EQ(counter(), 2 + kGaveUp - 1) << "rank 0 must have given up after the decisive vote";
 }
 
 // The settings every rank must hold equal: the first rank (and setting) that differs from
