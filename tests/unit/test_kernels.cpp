@@ -88,6 +88,10 @@ double ref_op(double a, double b, ReduceOp op) {
       const bool a_first = a < b || (a == b && std::signbit(a));  // a is the minimum
       return (op == ReduceOp::min) == a_first ? a : b;
     }
+    case ReduceOp::band:
+    case ReduceOp::bor:
+    case ReduceOp::bxor:
+      break;  // integers only (ref_int)
   }
   return NAN;
 }
