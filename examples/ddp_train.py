@@ -12,12 +12,9 @@ Needs PYTHONPATH=<build>/python for --backend shoal (docs/torch.md).
 """
 
 import argparse
-import datetime
 import json
-import os
 import statistics
 import sys
-import tempfile
 import time
 
 import torch
@@ -25,7 +22,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from gpt import GPT, batch
+from gpt import GPT, add_common_args, batch, launch
 
 
 def register_hook(ddp, hook):
@@ -70,56 +67,14 @@ def train(args):
     return result
 
 
-def init(args, rank=None, world=None, init_method=None):
-    if args.backend == "shoal":
-        import shoal.torch  # noqa: F401  registers the backend
-    torch.set_num_threads(args.threads)
-    kwargs = dict(timeout=datetime.timedelta(seconds=args.timeout))
-    if init_method:
-        kwargs.update(init_method=init_method, rank=rank, world_size=world)
-    dist.init_process_group(args.backend, **kwargs)
-
-
-def _spawned(rank, args, world, init_method):
-    init(args, rank, world, init_method)
-    train(args)
-    dist.destroy_process_group()
-
-
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--backend", default="shoal", choices=["shoal", "gloo"])
-    p.add_argument("--steps", type=int, default=10)
-    p.add_argument("--warmup", type=int, default=2, help="steps left out of the step time")
-    p.add_argument("--batch", type=int, default=8)
-    p.add_argument("--seq", type=int, default=32)
-    p.add_argument("--vocab", type=int, default=64)
-    p.add_argument("--dim", type=int, default=64)
-    p.add_argument("--heads", type=int, default=4)
-    p.add_argument("--layers", type=int, default=2)
-    p.add_argument("--lr", type=float, default=3e-3)
+    add_common_args(p, layers=2)
     p.add_argument("--bucket-mb", type=float, default=25.0)
     p.add_argument("--hook", default="none", choices=["none", "fp16", "bf16", "powersgd"],
                    help="DDP communication hook")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--threads", type=int, default=1, help="torch intra-op threads per rank")
-    p.add_argument("--timeout", type=float, default=300.0, help="process group timeout, seconds")
-    p.add_argument("--nproc", type=int, default=0, help="start this many ranks here (no launcher)")
-    p.add_argument("--json", action="store_true", help="rank 0 prints one JSON line at the end")
-    p.add_argument("--quiet", action="store_true", help="no per-step lines")
     args = p.parse_args()
-    if args.nproc:
-        import torch.multiprocessing as mp
-        with tempfile.TemporaryDirectory(prefix="shoal-ddp-") as tmp:
-            mp.spawn(_spawned, args=(args, args.nproc, "file://" + os.path.join(tmp, "store")),
-                     nprocs=args.nproc, join=True)
-        return 0
-    if "RANK" not in os.environ:
-        sys.exit("ddp_train.py: run under torchrun or shoal-run, or pass --nproc N")
-    init(args)
-    train(args)
-    dist.destroy_process_group()
-    return 0
+    return launch(train, args, "ddp_train.py")
 
 
 if __name__ == "__main__":

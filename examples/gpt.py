@@ -1,9 +1,15 @@
-"""The model and data of the training examples: a small GPT-style transformer and synthetic
-sequences with structure to learn, reproducible per (seed, rank, step)."""
+"""What the training examples share: a small GPT-style transformer, synthetic sequences with
+structure to learn (reproducible per (seed, rank, step)), and their start-up (common flags;
+ranks from torchrun/shoal-run, or --nproc N started here)."""
 
+import datetime
 import math
+import os
+import sys
+import tempfile
 
 import torch
+import torch.distributed as dist
 import torch.nn as nn
 
 
@@ -54,3 +60,55 @@ def batch(args, rank, step):
         seq.append((a * seq[-1] + c) % args.vocab)
     data = torch.cat(seq, dim=1)
     return data[:, :-1], data[:, 1:]
+
+
+def add_common_args(p, layers):
+    """The flags every training example takes (model size, steps, launch, output)."""
+    p.add_argument("--backend", default="shoal", choices=["shoal", "gloo"])
+    p.add_argument("--steps", type=int, default=10)
+    p.add_argument("--warmup", type=int, default=2, help="steps left out of the step time")
+    p.add_argument("--batch", type=int, default=8, help="sequences per rank and step")
+    p.add_argument("--seq", type=int, default=32)
+    p.add_argument("--vocab", type=int, default=64)
+    p.add_argument("--dim", type=int, default=64)
+    p.add_argument("--heads", type=int, default=4)
+    p.add_argument("--layers", type=int, default=layers)
+    p.add_argument("--lr", type=float, default=3e-3)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--threads", type=int, default=1, help="torch intra-op threads per rank")
+    p.add_argument("--timeout", type=float, default=300.0, help="process group timeout, seconds")
+    p.add_argument("--nproc", type=int, default=0, help="start this many ranks here (no launcher)")
+    p.add_argument("--json", action="store_true", help="rank 0 prints one JSON line at the end")
+    p.add_argument("--quiet", action="store_true", help="no per-step lines")
+
+
+def init(args, rank=None, world=None, init_method=None):
+    if args.backend == "shoal":
+        import shoal.torch  # noqa: F401  registers the backend
+    torch.set_num_threads(args.threads)
+    kwargs = dict(timeout=datetime.timedelta(seconds=args.timeout))
+    if init_method:
+        kwargs.update(init_method=init_method, rank=rank, world_size=world)
+    dist.init_process_group(args.backend, **kwargs)
+
+
+def _spawned(rank, train, args, world, init_method):
+    init(args, rank, world, init_method)
+    train(args)
+    dist.destroy_process_group()
+
+
+def launch(train, args, name):
+    """Runs train(args) on every rank: the launcher's (torchrun, shoal-run) or --nproc here."""
+    if args.nproc:
+        import torch.multiprocessing as mp
+        with tempfile.TemporaryDirectory(prefix="shoal-example-") as tmp:
+            mp.spawn(_spawned, args=(train, args, args.nproc, "file://" + os.path.join(tmp, "store")),
+                     nprocs=args.nproc, join=True)
+        return 0
+    if "RANK" not in os.environ:
+        sys.exit(f"{name}: run under torchrun or shoal-run, or pass --nproc N")
+    init(args)
+    train(args)
+    dist.destroy_process_group()
+    return 0
