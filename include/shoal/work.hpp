@@ -8,7 +8,9 @@
 
 namespace shoal {
 
-namespace detail { struct WorkState; }
+namespace detail {
+struct WorkState;
+}
 
 /// Handle of an operation in flight. Copies share the same operation.
 /// Buffers passed to the operation must stay valid until it completes.

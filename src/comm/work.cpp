@@ -1,6 +1,6 @@
-#include "comm/work_state.hpp"
 #include <sched.h>
 
+#include "comm/work_state.hpp"
 #include "core/check.hpp"
 #include "core/config.hpp"
 

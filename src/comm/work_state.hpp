@@ -15,7 +15,7 @@ namespace shoal::detail {
 struct WorkState {
   std::mutex mutex;
   std::condition_variable cv;
-  bool done = false;  // guarded by mutex
+  bool done = false;                  // guarded by mutex
   std::atomic<bool> finished{false};  // the same, readable without the lock (for polling)
   std::exception_ptr error;
   std::vector<std::function<void(std::exception_ptr)>> callbacks;  // guarded by mutex, until done

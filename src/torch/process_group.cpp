@@ -837,15 +837,14 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupShoal::allreduce_coalesced(
            dtype_name(t.scalar_type()) + " and " + dtype_name(tensors[0].scalar_type()));
   }
   const Spec s = reduce_spec(tensors[0], opts.reduceOp, "allreduce_coalesced");
-  return run(OpType::ALLREDUCE_COALESCED, "shoal:all_reduce_coalesced", tensors, tensors,
-             [&](Op& op) {
-               auto flat = flatten(op, tensors, s.work);
-               premultiply(flat, s);
-               op.pending.push_back(comm_->all_reduce_async(flat.data_ptr(), flat.data_ptr(),
-                                                            count_of(flat, s), s.dt, s.op,
-                                                            all_reduce_call_));
-               unflatten_later(op, flat, tensors);
-             });
+  return run(
+      OpType::ALLREDUCE_COALESCED, "shoal:all_reduce_coalesced", tensors, tensors, [&](Op& op) {
+        auto flat = flatten(op, tensors, s.work);
+        premultiply(flat, s);
+        op.pending.push_back(comm_->all_reduce_async(
+            flat.data_ptr(), flat.data_ptr(), count_of(flat, s), s.dt, s.op, all_reduce_call_));
+        unflatten_later(op, flat, tensors);
+      });
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupShoal::broadcast(std::vector<at::Tensor>& tensors,
@@ -936,16 +935,15 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupShoal::allgather_coalesced(
   const Spec s = move_spec(inputs[0]);
   std::vector<at::Tensor> all_outputs;
   for (const auto& list : outputs) all_outputs.insert(all_outputs.end(), list.begin(), list.end());
-  return run(OpType::ALLGATHER_COALESCED, "shoal:all_gather_coalesced", inputs, all_outputs,
-             [&](Op& op) {
-               auto flat_in = flatten(op, inputs, s.work);
-               auto flat_out = at::empty({flat_in.numel() * getSize()}, flat_in.options());
-               op.keep.push_back(flat_out);
-               op.pending.push_back(comm_->all_gather_async(flat_in.data_ptr(), flat_out.data_ptr(),
-                                                            count_of(flat_in, s), s.dt,
-                                                            all_gather_call_));
-               unflatten_later(op, flat_out, all_outputs);
-             });
+  return run(
+      OpType::ALLGATHER_COALESCED, "shoal:all_gather_coalesced", inputs, all_outputs, [&](Op& op) {
+        auto flat_in = flatten(op, inputs, s.work);
+        auto flat_out = at::empty({flat_in.numel() * getSize()}, flat_in.options());
+        op.keep.push_back(flat_out);
+        op.pending.push_back(comm_->all_gather_async(flat_in.data_ptr(), flat_out.data_ptr(),
+                                                     count_of(flat_in, s), s.dt, all_gather_call_));
+        unflatten_later(op, flat_out, all_outputs);
+      });
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupShoal::gather(

@@ -263,9 +263,9 @@ class ProcessGroupShoal : public BackendBase {
   std::optional<shoal::Communicator> comm_;
   bool any_source_ = true;
 
-  std::mutex issue_mutex_;              // issue order == queue order
-  bool closed_ = false;                 // shutdown/abort began: no new operation
-  std::mutex close_mutex_;              // one close at a time
+  std::mutex issue_mutex_;  // issue order == queue order
+  bool closed_ = false;     // shutdown/abort began: no new operation
+  std::mutex close_mutex_;  // one close at a time
   // Between startCoalescing and endCoalescing: the Works issued meanwhile.
   std::optional<std::vector<c10::intrusive_ptr<WorkShoal>>> coalescing_;
   std::vector<int64_t> received_from_;  // user recvs matched per source (for recvAnysource)
