@@ -70,8 +70,14 @@ def shard(args, model, world):
     return model
 
 
-def step_loss(args, model, x, y):
-    return F.cross_entropy(model(x).reshape(-1, args.vocab).float(), y.reshape(-1))
+def train_step(args, model, opt, x, y):
+    """One optimizer step; returns the loss and the step's seconds."""
+    start = time.perf_counter()
+    opt.zero_grad(set_to_none=True)
+    loss = F.cross_entropy(model(x).reshape(-1, args.vocab).float(), y.reshape(-1))
+    loss.backward()
+    opt.step()
+    return loss.detach(), time.perf_counter() - start
 
 
 def train(args):
@@ -80,14 +86,9 @@ def train(args):
     opt = make_optimizer(args, model.parameters())
     losses, times = [], []
     for step in range(args.steps):
-        x, y = batch(args, rank, step)
-        start = time.perf_counter()
-        opt.zero_grad(set_to_none=True)
-        loss = step_loss(args, model, x, y)
-        loss.backward()
-        opt.step()
-        times.append(time.perf_counter() - start)
-        mean = loss.detach().clone()
+        loss, seconds = train_step(args, model, opt, *batch(args, rank, step))
+        times.append(seconds)
+        mean = loss.clone()
         dist.all_reduce(mean, op=dist.ReduceOp.AVG)  # the data-parallel loss, as the reference's
         losses.append(mean.item())
         if rank == 0 and not args.quiet:
@@ -106,12 +107,8 @@ def reference(args):
     for step in range(args.steps):
         parts = [batch(args, r, step) for r in range(args.reference)]
         x, y = torch.cat([p[0] for p in parts]), torch.cat([p[1] for p in parts])
-        start = time.perf_counter()
-        opt.zero_grad(set_to_none=True)
-        loss = step_loss(args, model, x, y)
-        loss.backward()
-        opt.step()
-        times.append(time.perf_counter() - start)
+        loss, seconds = train_step(args, model, opt, x, y)
+        times.append(seconds)
         losses.append(loss.item())
         if not args.quiet:
             print(f"step {step} loss {losses[-1]:.6f}", flush=True)

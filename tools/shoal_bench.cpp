@@ -12,14 +12,13 @@
 #include <cstring>
 #include <exception>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <type_traits>
 #include <vector>
 
-#include <nlohmann/json.hpp>
-
-#include "bench/nccl_tests_driver.h"
 #include "algorithms/registry.hpp"
+#include "bench/nccl_tests_driver.h"
 #include "shoal/communicator.hpp"
 
 namespace {
@@ -37,14 +36,22 @@ constexpr unsigned kResidues = 17;  // the fill takes 17 values per rank, as ncc
 // nccl-tests' names for the type column.
 const char* nccl_type_name(DataType d) {
   switch (d) {
-    case DataType::int8: return "int8";
-    case DataType::uint8: return "uint8";
-    case DataType::int32: return "int32";
-    case DataType::int64: return "int64";
-    case DataType::float16: return "half";
-    case DataType::bfloat16: return "bfloat16";
-    case DataType::float32: return "float";
-    case DataType::float64: return "double";
+    case DataType::int8:
+      return "int8";
+    case DataType::uint8:
+      return "uint8";
+    case DataType::int32:
+      return "int32";
+    case DataType::int64:
+      return "int64";
+    case DataType::float16:
+      return "half";
+    case DataType::bfloat16:
+      return "bfloat16";
+    case DataType::float32:
+      return "float";
+    case DataType::float64:
+      return "double";
   }
   return "?";
 }
@@ -56,7 +63,7 @@ struct Bench {
   DataType dtype = DataType::float32;
   ReduceOp op = ReduceOp::sum;
   std::string json_path;
-  std::string algo;  // --algo: forced for the benchmarked collective (through SHOAL_ALGO)
+  std::string algo;         // --algo: forced for the benchmarked collective (through SHOAL_ALGO)
   std::vector<PbRow> rows;  // rank 0's, for --json
 };
 
@@ -80,9 +87,11 @@ inline unsigned slot(size_t j) {
   return static_cast<unsigned>((static_cast<uint64_t>(h) * kResidues) >> 32);
 }
 
-template <class T> constexpr bool kIsInt = std::is_integral_v<T>;
+template <class T>
+constexpr bool kIsInt = std::is_integral_v<T>;
 
-template <class T> double to_double(T v) {
+template <class T>
+double to_double(T v) {
   if constexpr (std::is_same_v<T, float16_t> || std::is_same_v<T, bfloat16_t>)
     return static_cast<double>(static_cast<float>(v));
   else
@@ -90,28 +99,42 @@ template <class T> double to_double(T v) {
 }
 
 // Rounds once to T (the double holds an exact value, or sum/p for avg).
-template <class T> T from_double(double v) {
-  if constexpr (std::is_same_v<T, double>) return v;
-  else if constexpr (std::is_same_v<T, float>) return static_cast<float>(v);
-  else return T(static_cast<float>(v));
+template <class T>
+T from_double(double v) {
+  if constexpr (std::is_same_v<T, double>)
+    return v;
+  else if constexpr (std::is_same_v<T, float>)
+    return static_cast<float>(v);
+  else
+    return T(static_cast<float>(v));
 }
 
 // Integers that a float type holds exactly: 2^(significand bits).
-template <class T> double exact_integers() {
-  if constexpr (std::is_same_v<T, bfloat16_t>) return 256.0;
-  else if constexpr (std::is_same_v<T, float16_t>) return 2048.0;
-  else if constexpr (std::is_same_v<T, float>) return 16777216.0;
-  else return 9007199254740992.0;
+template <class T>
+double exact_integers() {
+  if constexpr (std::is_same_v<T, bfloat16_t>)
+    return 256.0;
+  else if constexpr (std::is_same_v<T, float16_t>)
+    return 2048.0;
+  else if constexpr (std::is_same_v<T, float>)
+    return 16777216.0;
+  else
+    return 9007199254740992.0;
 }
 
 // Largest e with 2^e finite in T.
-template <class T> int max_exponent() {
-  if constexpr (std::is_same_v<T, float16_t>) return 15;
-  else if constexpr (std::is_same_v<T, double>) return 1023;
-  else return 127;
+template <class T>
+int max_exponent() {
+  if constexpr (std::is_same_v<T, float16_t>)
+    return 15;
+  else if constexpr (std::is_same_v<T, double>)
+    return 1023;
+  else
+    return 127;
 }
 
-template <class T> T int_value(ReduceOp op, unsigned q) {
+template <class T>
+T int_value(ReduceOp op, unsigned q) {
   if (op == ReduceOp::prod) {
     int64_t v = 2 * static_cast<int64_t>(q % 8) + 1;  // odd: a product never collapses to 0
     if (std::is_signed_v<T> && q % 5 == 1) v = -v;
@@ -125,7 +148,8 @@ template <class T> T int_value(ReduceOp op, unsigned q) {
   return static_cast<T>(static_cast<uint64_t>(m) * scale);  // wraps, as intended
 }
 
-template <class T> double float_value(ReduceOp op, int r, int nranks, unsigned q) {
+template <class T>
+double float_value(ReduceOp op, int r, int nranks, unsigned q) {
   switch (op) {
     case ReduceOp::prod: {
       // ranks beyond max_exponent contribute +-1, so that no partial product overflows
@@ -151,7 +175,8 @@ template <class T> double float_value(ReduceOp op, int r, int nranks, unsigned q
 }
 
 // The values of one checked call: per rank and slot, and their reduction per slot.
-template <class T> struct Tables {
+template <class T>
+struct Tables {
   int nranks = 0;
   std::vector<T> vals;  // [rank * 17 + slot]
   T red[kResidues];
@@ -160,10 +185,13 @@ template <class T> struct Tables {
     const unsigned rep_off = 7u * static_cast<unsigned>(rep % static_cast<int>(kResidues));
     for (int r = 0; r < n; ++r)
       for (unsigned s = 0; s < kResidues; ++s) {
-        const unsigned q = (s + 5u * static_cast<unsigned>(r % static_cast<int>(kResidues)) + rep_off) % kResidues;
+        const unsigned q =
+            (s + 5u * static_cast<unsigned>(r % static_cast<int>(kResidues)) + rep_off) % kResidues;
         T v;
-        if constexpr (kIsInt<T>) v = int_value<T>(op, q);
-        else v = from_double<T>(float_value<T>(op, r, n, q));
+        if constexpr (kIsInt<T>)
+          v = int_value<T>(op, q);
+        else
+          v = from_double<T>(float_value<T>(op, r, n, q));
         vals[static_cast<size_t>(r) * kResidues + s] = v;
       }
     for (unsigned s = 0; s < kResidues; ++s) red[s] = reduce(op, s);
@@ -178,8 +206,10 @@ template <class T> struct Tables {
       uint64_t all = ~uint64_t{0}, any = 0, odd = 0;  // bitwise and, or, xor
       for (int r = 0; r < nranks; ++r) {
         const auto v = static_cast<int64_t>(val(r, s));
-        if (op == ReduceOp::prod) acc *= static_cast<uint64_t>(v);
-        else acc += static_cast<uint64_t>(v);
+        if (op == ReduceOp::prod)
+          acc *= static_cast<uint64_t>(v);
+        else
+          acc += static_cast<uint64_t>(v);
         lo = v < lo ? v : lo;
         hi = v > hi ? v : hi;
         all &= static_cast<uint64_t>(v);
@@ -187,44 +217,58 @@ template <class T> struct Tables {
         odd ^= static_cast<uint64_t>(v);
       }
       switch (op) {
-        case ReduceOp::min: return static_cast<T>(lo);
-        case ReduceOp::max: return static_cast<T>(hi);
+        case ReduceOp::min:
+          return static_cast<T>(lo);
+        case ReduceOp::max:
+          return static_cast<T>(hi);
         case ReduceOp::band:
           return static_cast<T>(all);
         case ReduceOp::bor:
           return static_cast<T>(any);
         case ReduceOp::bxor:
           return static_cast<T>(odd);
-        case ReduceOp::avg: return static_cast<T>(static_cast<int64_t>(static_cast<T>(acc)) / nranks);
-        default: return static_cast<T>(acc);
+        case ReduceOp::avg:
+          return static_cast<T>(static_cast<int64_t>(static_cast<T>(acc)) / nranks);
+        default:
+          return static_cast<T>(acc);
       }
     } else {
       double acc = op == ReduceOp::prod ? 1.0 : 0.0;  // exact: see float_value
       double lo = to_double(val(0, s)), hi = lo;
       for (int r = 0; r < nranks; ++r) {
         const double v = to_double(val(r, s));
-        if (op == ReduceOp::prod) acc *= v;
-        else acc += v;
+        if (op == ReduceOp::prod)
+          acc *= v;
+        else
+          acc += v;
         lo = v < lo ? v : lo;
         hi = v > hi ? v : hi;
       }
       switch (op) {
-        case ReduceOp::min: return from_double<T>(lo);
-        case ReduceOp::max: return from_double<T>(hi);
-        case ReduceOp::avg: return from_double<T>(acc / nranks);
-        default: return from_double<T>(acc);
+        case ReduceOp::min:
+          return from_double<T>(lo);
+        case ReduceOp::max:
+          return from_double<T>(hi);
+        case ReduceOp::avg:
+          return from_double<T>(acc / nranks);
+        default:
+          return from_double<T>(acc);
       }
     }
   }
 };
 
-template <class T> bool same(T a, T b) {
-  if constexpr (kIsInt<T>) return a == b;
-  else return to_double(a) == to_double(b);  // NaN never matches
+template <class T>
+bool same(T a, T b) {
+  if constexpr (kIsInt<T>)
+    return a == b;
+  else
+    return to_double(a) == to_double(b);  // NaN never matches
 }
 
 // A value that is not `v`: its bits inverted (marks where a result must land).
-template <class T> T not_value(T v) {
+template <class T>
+T not_value(T v) {
   unsigned char b[sizeof(T)];
   std::memcpy(b, &v, sizeof(T));
   for (auto& c : b) c = static_cast<unsigned char>(~c);
@@ -235,7 +279,8 @@ template <class T> T not_value(T v) {
 bool has_result(const PbData& d) { return d.coll != COLL_REDUCE || d.rank == d.root; }
 
 // Calls f(i, expected) for each element of this rank's result.
-template <class T, class F> void for_each_expected(const PbData& d, const Tables<T>& t, F&& f) {
+template <class T, class F>
+void for_each_expected(const PbData& d, const Tables<T>& t, F&& f) {
   const size_t pc = d.k.param_count;
   switch (d.coll) {
     case COLL_ALL_REDUCE:
@@ -257,7 +302,8 @@ template <class T, class F> void for_each_expected(const PbData& d, const Tables
     case COLL_ALL_TO_ALL: {
       const size_t base = static_cast<size_t>(d.rank) * pc;
       for (int r = 0; r < d.nranks; ++r)
-        for (size_t i = 0; i < pc; ++i) f(static_cast<size_t>(r) * pc + i, t.val(r, slot(base + i)));
+        for (size_t i = 0; i < pc; ++i)
+          f(static_cast<size_t>(r) * pc + i, t.val(r, slot(base + i)));
       break;
     }
     default:
@@ -265,7 +311,8 @@ template <class T, class F> void for_each_expected(const PbData& d, const Tables
   }
 }
 
-template <class T> void init_data(void* ctx, const PbData* d) {
+template <class T>
+void init_data(void* ctx, const PbData* d) {
   const auto& b = *static_cast<Bench*>(ctx);
   const Tables<T> t(b.op, d->nranks, d->rep);
   // where the result lands: a value that differs from the expected one (as nccl-tests' -1s);
@@ -278,7 +325,8 @@ template <class T> void init_data(void* ctx, const PbData* d) {
   for (size_t j = 0; j < d->k.send_count; ++j) in[j] = t.val(d->rank, slot(j));
 }
 
-template <class T> long long check_data(void* ctx, const PbData* d) {
+template <class T>
+long long check_data(void* ctx, const PbData* d) {
   const auto& b = *static_cast<Bench*>(ctx);
   const Tables<T> t(b.op, d->nranks, d->rep);
   long long wrong = 0;
@@ -293,7 +341,8 @@ template <class T> long long check_data(void* ctx, const PbData* d) {
   return wrong;
 }
 
-template <class T> void set_data_ops(PeerOps& ops) {
+template <class T>
+void set_data_ops(PeerOps& ops) {
   ops.init_data = &init_data<T>;
   ops.check_data = &check_data<T>;
   ops.elem_size = sizeof(T);
@@ -307,7 +356,9 @@ void s_barrier(void* ctx) { bench(ctx).comm->barrier(); }
 
 double s_reduce_double(void* ctx, double v, int op) {
   bench(ctx).comm->all_reduce(&v, 1, DataType::float64,
-                              op == 1 ? ReduceOp::sum : op == 2 ? ReduceOp::min : ReduceOp::max);
+                              op == 1   ? ReduceOp::sum
+                              : op == 2 ? ReduceOp::min
+                                        : ReduceOp::max);
   return v;
 }
 
@@ -322,33 +373,46 @@ int s_has_inplace(void*, Coll) { return 1; }
 // In place, send and recv are nccl-tests' pointers into the receive buffer, which are where
 // shoal's in-place overloads read and write: all_gather's block at rank*count, reduce_scatter's
 // result at rank*count.
-void s_run(void* ctx, Coll c, const void* send, void* recv, size_t count, int root, int in_place, int) {
+void s_run(void* ctx, Coll c, const void* send, void* recv, size_t count, int root, int in_place,
+           int) {
   Bench& b = bench(ctx);
   shoal::Communicator& comm = *b.comm;
   switch (c) {
     case COLL_ALL_REDUCE:
-      if (in_place) comm.all_reduce(recv, count, b.dtype, b.op);
-      else comm.all_reduce(send, recv, count, b.dtype, b.op);
+      if (in_place)
+        comm.all_reduce(recv, count, b.dtype, b.op);
+      else
+        comm.all_reduce(send, recv, count, b.dtype, b.op);
       break;
     case COLL_ALL_GATHER:
-      if (in_place) comm.all_gather(recv, count, b.dtype);
-      else comm.all_gather(send, recv, count, b.dtype);
+      if (in_place)
+        comm.all_gather(recv, count, b.dtype);
+      else
+        comm.all_gather(send, recv, count, b.dtype);
       break;
     case COLL_REDUCE_SCATTER:
-      if (in_place) comm.reduce_scatter(const_cast<void*>(send), count, b.dtype, b.op);
-      else comm.reduce_scatter(send, recv, count, b.dtype, b.op);
+      if (in_place)
+        comm.reduce_scatter(const_cast<void*>(send), count, b.dtype, b.op);
+      else
+        comm.reduce_scatter(send, recv, count, b.dtype, b.op);
       break;
     case COLL_BROADCAST:
-      if (in_place) comm.broadcast(recv, count, b.dtype, root);
-      else comm.broadcast(send, recv, count, b.dtype, root);
+      if (in_place)
+        comm.broadcast(recv, count, b.dtype, root);
+      else
+        comm.broadcast(send, recv, count, b.dtype, root);
       break;
     case COLL_REDUCE:
-      if (in_place) comm.reduce(recv, count, b.dtype, b.op, root);
-      else comm.reduce(send, recv, count, b.dtype, b.op, root);
+      if (in_place)
+        comm.reduce(recv, count, b.dtype, b.op, root);
+      else
+        comm.reduce(send, recv, count, b.dtype, b.op, root);
       break;
     case COLL_ALL_TO_ALL:
-      if (in_place) comm.all_to_all(recv, count, b.dtype);
-      else comm.all_to_all(send, recv, count, b.dtype);
+      if (in_place)
+        comm.all_to_all(recv, count, b.dtype);
+      else
+        comm.all_to_all(send, recv, count, b.dtype);
       break;
     default:
       break;
@@ -376,7 +440,8 @@ int handle_option(void* ctx, int val, const char* arg, int rank) {
   }
   if (val == kAlgoOption) {
     if (!arg || !*arg) {
-      if (rank == 0) std::fprintf(stderr, "--algo needs an algorithm name (shoal-info --algorithms)\n");
+      if (rank == 0)
+        std::fprintf(stderr, "--algo needs an algorithm name (shoal-info --algorithms)\n");
       return -1;
     }
     static_cast<Bench*>(ctx)->algo = arg;
@@ -494,7 +559,8 @@ int main(int argc, char** argv) {
     try {
       shoal::algorithms::parse_override(spec);
     } catch (const shoal::Error& e) {
-      if (env_rank == 0) std::fprintf(stderr, "shoal-bench: --algo %s: %s\n", b.algo.c_str(), e.what());
+      if (env_rank == 0)
+        std::fprintf(stderr, "shoal-bench: --algo %s: %s\n", b.algo.c_str(), e.what());
       return kExitUsage;
     }
     setenv("SHOAL_ALGO", spec.c_str(), 1);
@@ -509,7 +575,8 @@ int main(int argc, char** argv) {
     b.comm = &comm;
 
     char header[256];
-    std::snprintf(header, sizeof header, "shoal-bench %s: %d ranks (%d hosts), dtype %s, op %s, iters %d, warmup %d",
+    std::snprintf(header, sizeof header,
+                  "shoal-bench %s: %d ranks (%d hosts), dtype %s, op %s, iters %d, warmup %d",
                   kCollNames[o.coll], comm.size(), comm.num_hosts(),
                   std::string(shoal::to_string(b.dtype)).c_str(), op_name(b.op), o.iters, o.warmup);
     // One line that scripts can read the topology from (tests/tools/test_netcluster.sh), then
@@ -538,14 +605,30 @@ int main(int argc, char** argv) {
     ops.check_every_iter = 1;
     ops.report = s_report;
     switch (b.dtype) {
-      case DataType::int8: set_data_ops<int8_t>(ops); break;
-      case DataType::uint8: set_data_ops<uint8_t>(ops); break;
-      case DataType::int32: set_data_ops<int32_t>(ops); break;
-      case DataType::int64: set_data_ops<int64_t>(ops); break;
-      case DataType::float16: set_data_ops<float16_t>(ops); break;
-      case DataType::bfloat16: set_data_ops<bfloat16_t>(ops); break;
-      case DataType::float32: set_data_ops<float>(ops); break;
-      case DataType::float64: set_data_ops<double>(ops); break;
+      case DataType::int8:
+        set_data_ops<int8_t>(ops);
+        break;
+      case DataType::uint8:
+        set_data_ops<uint8_t>(ops);
+        break;
+      case DataType::int32:
+        set_data_ops<int32_t>(ops);
+        break;
+      case DataType::int64:
+        set_data_ops<int64_t>(ops);
+        break;
+      case DataType::float16:
+        set_data_ops<float16_t>(ops);
+        break;
+      case DataType::bfloat16:
+        set_data_ops<bfloat16_t>(ops);
+        break;
+      case DataType::float32:
+        set_data_ops<float>(ops);
+        break;
+      case DataType::float64:
+        set_data_ops<double>(ops);
+        break;
     }
 
     int rc = peer_bench_main(&o, &ops);

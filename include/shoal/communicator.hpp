@@ -25,7 +25,9 @@
 
 namespace shoal {
 
-namespace detail { class CommImpl; }
+namespace detail {
+class CommImpl;
+}
 struct HostSplit;
 
 /// Per-communicator settings; unset fields take the SHOAL_* environment defaults.
@@ -94,7 +96,8 @@ class Communicator {
     all_reduce(buf, buf, count, dtype, op);
   }
   /// With per-call options (the algorithm to use).
-  void all_reduce(const void* send, void* recv, size_t count, DataType dtype, ReduceOp op, const CallOptions& call) {
+  void all_reduce(const void* send, void* recv, size_t count, DataType dtype, ReduceOp op,
+                  const CallOptions& call) {
     all_reduce_call(send, recv, count, dtype, op, true, &call).wait();
   }
   Work all_reduce_async(const void* send, void* recv, size_t count, DataType dtype, ReduceOp op,
@@ -104,17 +107,21 @@ class Communicator {
   Work all_reduce_async(void* buf, size_t count, DataType dtype, ReduceOp op) {
     return all_reduce_async(buf, buf, count, dtype, op);
   }
-  template <class T> void all_reduce(std::span<T> buf, ReduceOp op) {
+  template <class T>
+  void all_reduce(std::span<T> buf, ReduceOp op) {
     all_reduce(buf.data(), buf.size(), data_type_of_v<T>, op);
   }
-  template <class T> void all_reduce(std::span<const T> send, std::span<T> recv, ReduceOp op) {
+  template <class T>
+  void all_reduce(std::span<const T> send, std::span<T> recv, ReduceOp op) {
     check_equal(send.size(), recv.size(), "all_reduce");
     all_reduce(send.data(), recv.data(), send.size(), data_type_of_v<T>, op);
   }
-  template <class T> Work all_reduce_async(std::span<T> buf, ReduceOp op) {
+  template <class T>
+  Work all_reduce_async(std::span<T> buf, ReduceOp op) {
     return all_reduce_async(buf.data(), buf.size(), data_type_of_v<T>, op);
   }
-  template <class T> Work all_reduce_async(std::span<const T> send, std::span<T> recv, ReduceOp op) {
+  template <class T>
+  Work all_reduce_async(std::span<const T> send, std::span<T> recv, ReduceOp op) {
     check_equal(send.size(), recv.size(), "all_reduce");
     return all_reduce_async(send.data(), recv.data(), send.size(), data_type_of_v<T>, op);
   }
@@ -124,30 +131,36 @@ class Communicator {
   void all_gather(const void* send, void* recv, size_t count, DataType dtype) {
     all_gather_call(send, recv, count, dtype, true).wait();
   }
-  void all_gather(const void* send, void* recv, size_t count, DataType dtype, const CallOptions& call) {
+  void all_gather(const void* send, void* recv, size_t count, DataType dtype,
+                  const CallOptions& call) {
     all_gather_call(send, recv, count, dtype, true, &call).wait();
   }
-  Work all_gather_async(const void* send, void* recv, size_t count, DataType dtype, const CallOptions& call) {
+  Work all_gather_async(const void* send, void* recv, size_t count, DataType dtype,
+                        const CallOptions& call) {
     return all_gather_call(send, recv, count, dtype, false, &call);
   }
   void all_gather(void* buf, size_t count, DataType dtype) {
     all_gather(static_cast<char*>(buf) + rank() * count * size_of(dtype), buf, count, dtype);
   }
-  template <class T> void all_gather(std::span<const T> send, std::span<T> recv) {
+  template <class T>
+  void all_gather(std::span<const T> send, std::span<T> recv) {
     check_equal(send.size() * size(), recv.size(), "all_gather");
     all_gather(send.data(), recv.data(), send.size(), data_type_of_v<T>);
   }
-  template <class T> void all_gather(std::span<T> buf) {
+  template <class T>
+  void all_gather(std::span<T> buf) {
     check_divisible(buf.size(), "all_gather");
     all_gather(buf.data(), buf.size() / size(), data_type_of_v<T>);
   }
-  template <class T> Work all_gather_async(std::span<const T> send, std::span<T> recv) {
+  template <class T>
+  Work all_gather_async(std::span<const T> send, std::span<T> recv) {
     check_equal(send.size() * size(), recv.size(), "all_gather");
     return all_gather_async(send.data(), recv.data(), send.size(), data_type_of_v<T>);
   }
 
   // ---- reduce_scatter: recv[i] = op over ranks of send[rank*count + i] ----
-  Work reduce_scatter_async(const void* send, void* recv, size_t count, DataType dtype, ReduceOp op);
+  Work reduce_scatter_async(const void* send, void* recv, size_t count, DataType dtype,
+                            ReduceOp op);
   void reduce_scatter(const void* send, void* recv, size_t count, DataType dtype, ReduceOp op) {
     reduce_scatter_call(send, recv, count, dtype, op, true).wait();
   }
@@ -161,13 +174,16 @@ class Communicator {
   }
   /// In place: buf holds size()*count elements; the result lands in this rank's block.
   void reduce_scatter(void* buf, size_t count, DataType dtype, ReduceOp op) {
-    reduce_scatter(buf, static_cast<char*>(buf) + rank() * count * size_of(dtype), count, dtype, op);
+    reduce_scatter(buf, static_cast<char*>(buf) + rank() * count * size_of(dtype), count, dtype,
+                   op);
   }
-  template <class T> void reduce_scatter(std::span<const T> send, std::span<T> recv, ReduceOp op) {
+  template <class T>
+  void reduce_scatter(std::span<const T> send, std::span<T> recv, ReduceOp op) {
     check_equal(recv.size() * size(), send.size(), "reduce_scatter");
     reduce_scatter(send.data(), recv.data(), recv.size(), data_type_of_v<T>, op);
   }
-  template <class T> Work reduce_scatter_async(std::span<const T> send, std::span<T> recv, ReduceOp op) {
+  template <class T>
+  Work reduce_scatter_async(std::span<const T> send, std::span<T> recv, ReduceOp op) {
     check_equal(recv.size() * size(), send.size(), "reduce_scatter");
     return reduce_scatter_async(send.data(), recv.data(), recv.size(), data_type_of_v<T>, op);
   }
@@ -177,29 +193,36 @@ class Communicator {
   void broadcast(const void* send, void* recv, size_t count, DataType dtype, int root) {
     broadcast_call(send, recv, count, dtype, root, true).wait();
   }
-  void broadcast(void* buf, size_t count, DataType dtype, int root) { broadcast(buf, buf, count, dtype, root); }
+  void broadcast(void* buf, size_t count, DataType dtype, int root) {
+    broadcast(buf, buf, count, dtype, root);
+  }
   Work broadcast_async(void* buf, size_t count, DataType dtype, int root) {
     return broadcast_async(buf, buf, count, dtype, root);
   }
-  template <class T> void broadcast(std::span<T> buf, int root) {
+  template <class T>
+  void broadcast(std::span<T> buf, int root) {
     broadcast(buf.data(), buf.size(), data_type_of_v<T>, root);
   }
-  template <class T> Work broadcast_async(std::span<T> buf, int root) {
+  template <class T>
+  Work broadcast_async(std::span<T> buf, int root) {
     return broadcast_async(buf.data(), buf.size(), data_type_of_v<T>, root);
   }
 
   // ---- reduce: root's recv = op over ranks of send (recv unused elsewhere, may be null) ----
-  Work reduce_async(const void* send, void* recv, size_t count, DataType dtype, ReduceOp op, int root);
+  Work reduce_async(const void* send, void* recv, size_t count, DataType dtype, ReduceOp op,
+                    int root);
   void reduce(const void* send, void* recv, size_t count, DataType dtype, ReduceOp op, int root) {
     reduce_call(send, recv, count, dtype, op, root, true).wait();
   }
   void reduce(void* buf, size_t count, DataType dtype, ReduceOp op, int root) {
     reduce(buf, buf, count, dtype, op, root);
   }
-  template <class T> void reduce(std::span<T> buf, ReduceOp op, int root) {
+  template <class T>
+  void reduce(std::span<T> buf, ReduceOp op, int root) {
     reduce(buf.data(), buf.size(), data_type_of_v<T>, op, root);
   }
-  template <class T> void reduce(std::span<const T> send, std::span<T> recv, ReduceOp op, int root) {
+  template <class T>
+  void reduce(std::span<const T> send, std::span<T> recv, ReduceOp op, int root) {
     reduce(send.data(), recv.data(), send.size(), data_type_of_v<T>, op, root);
   }
 
@@ -209,22 +232,26 @@ class Communicator {
     all_to_all_async(send, recv, count, dtype).wait();
   }
   void all_to_all(void* buf, size_t count, DataType dtype) { all_to_all(buf, buf, count, dtype); }
-  template <class T> void all_to_all(std::span<const T> send, std::span<T> recv) {
+  template <class T>
+  void all_to_all(std::span<const T> send, std::span<T> recv) {
     check_equal(send.size(), recv.size(), "all_to_all");
     check_divisible(send.size(), "all_to_all");
     all_to_all(send.data(), recv.data(), send.size() / size(), data_type_of_v<T>);
   }
-  template <class T> void all_to_all(std::span<T> buf) {
+  template <class T>
+  void all_to_all(std::span<T> buf) {
     check_divisible(buf.size(), "all_to_all");
     all_to_all(buf.data(), buf.size() / size(), data_type_of_v<T>);
   }
 
-  // ---- gather: root's recv[r*count + i] = send_r[i]; scatter: recv = root's send[rank*count ...] ----
+  // ---- gather: root's recv[r*count + i] = send_r[i]; scatter: recv = root's send[rank*count ...]
+  // ----
   Work gather_async(const void* send, void* recv, size_t count, DataType dtype, int root);
   void gather(const void* send, void* recv, size_t count, DataType dtype, int root) {
     gather_async(send, recv, count, dtype, root).wait();
   }
-  template <class T> void gather(std::span<const T> send, std::span<T> recv, int root) {
+  template <class T>
+  void gather(std::span<const T> send, std::span<T> recv, int root) {
     if (rank() == root) check_equal(send.size() * size(), recv.size(), "gather");
     gather(send.data(), recv.data(), send.size(), data_type_of_v<T>, root);
   }
@@ -232,7 +259,8 @@ class Communicator {
   void scatter(const void* send, void* recv, size_t count, DataType dtype, int root) {
     scatter_async(send, recv, count, dtype, root).wait();
   }
-  template <class T> void scatter(std::span<const T> send, std::span<T> recv, int root) {
+  template <class T>
+  void scatter(std::span<const T> send, std::span<T> recv, int root) {
     if (rank() == root) check_equal(recv.size() * size(), send.size(), "scatter");
     scatter(send.data(), recv.data(), recv.size(), data_type_of_v<T>, root);
   }
@@ -272,10 +300,12 @@ class Communicator {
   void recv(void* buf, size_t count, DataType dtype, int peer, int tag = 0) {
     recv_async(buf, count, dtype, peer, tag).wait();
   }
-  template <class T> void send(std::span<const T> buf, int peer, int tag = 0) {
+  template <class T>
+  void send(std::span<const T> buf, int peer, int tag = 0) {
     send(buf.data(), buf.size(), data_type_of_v<T>, peer, tag);
   }
-  template <class T> void recv(std::span<T> buf, int peer, int tag = 0) {
+  template <class T>
+  void recv(std::span<T> buf, int peer, int tag = 0) {
     recv(buf.data(), buf.size(), data_type_of_v<T>, peer, tag);
   }
 
@@ -302,7 +332,8 @@ class Communicator {
   /// arrival. Collective over this communicator; `name` must be new in the job.
   Communicator grow(int joining, const std::string& name);
   /// The new process's side of grow(): waits for the job's grow(name) through `store`.
-  static Communicator join(std::shared_ptr<Store> store, const std::string& name, const Options& options = {});
+  static Communicator join(std::shared_ptr<Store> store, const std::string& name,
+                           const Options& options = {});
 
   /// Human-readable description: ranks, hosts, transport, settings in force.
   std::string describe() const;
@@ -312,15 +343,16 @@ class Communicator {
  private:
   explicit Communicator(std::unique_ptr<detail::CommImpl> impl);
   /// `blocking`: the caller waits at once, so a small collective may run on its thread.
-  Work all_reduce_call(const void* send, void* recv, size_t count, DataType dtype, ReduceOp op, bool blocking,
-                       const CallOptions* call = nullptr);
+  Work all_reduce_call(const void* send, void* recv, size_t count, DataType dtype, ReduceOp op,
+                       bool blocking, const CallOptions* call = nullptr);
   Work all_gather_call(const void* send, void* recv, size_t count, DataType dtype, bool blocking,
                        const CallOptions* call = nullptr);
-  Work reduce_scatter_call(const void* send, void* recv, size_t count, DataType dtype, ReduceOp op, bool blocking,
-                           const CallOptions* call = nullptr);
-  Work broadcast_call(const void* send, void* recv, size_t count, DataType dtype, int root, bool blocking);
-  Work reduce_call(const void* send, void* recv, size_t count, DataType dtype, ReduceOp op, int root,
-                   bool blocking);
+  Work reduce_scatter_call(const void* send, void* recv, size_t count, DataType dtype, ReduceOp op,
+                           bool blocking, const CallOptions* call = nullptr);
+  Work broadcast_call(const void* send, void* recv, size_t count, DataType dtype, int root,
+                      bool blocking);
+  Work reduce_call(const void* send, void* recv, size_t count, DataType dtype, ReduceOp op,
+                   int root, bool blocking);
   void check_equal(size_t a, size_t b, const char* op) const;
   void check_divisible(size_t n, const char* op) const;
   std::unique_ptr<detail::CommImpl> impl_;

@@ -35,10 +35,18 @@ constexpr bool defined_for(ReduceOp op, DataType dtype) {
 /// Size in bytes of one element of `dtype`.
 constexpr size_t size_of(DataType dtype) {
   switch (dtype) {
-    case DataType::int8: case DataType::uint8: return 1;
-    case DataType::float16: case DataType::bfloat16: return 2;
-    case DataType::int32: case DataType::float32: return 4;
-    case DataType::int64: case DataType::float64: return 8;
+    case DataType::int8:
+    case DataType::uint8:
+      return 1;
+    case DataType::float16:
+    case DataType::bfloat16:
+      return 2;
+    case DataType::int32:
+    case DataType::float32:
+      return 4;
+    case DataType::int64:
+    case DataType::float64:
+      return 8;
   }
   return 0;
 }
@@ -67,15 +75,40 @@ struct bfloat16_t {
 };
 
 /// DataType of a C++ element type, for the typed std::span overloads.
-template <class T> struct data_type_of;
-template <> struct data_type_of<int8_t> { static constexpr DataType value = DataType::int8; };
-template <> struct data_type_of<uint8_t> { static constexpr DataType value = DataType::uint8; };
-template <> struct data_type_of<int32_t> { static constexpr DataType value = DataType::int32; };
-template <> struct data_type_of<int64_t> { static constexpr DataType value = DataType::int64; };
-template <> struct data_type_of<float16_t> { static constexpr DataType value = DataType::float16; };
-template <> struct data_type_of<bfloat16_t> { static constexpr DataType value = DataType::bfloat16; };
-template <> struct data_type_of<float> { static constexpr DataType value = DataType::float32; };
-template <> struct data_type_of<double> { static constexpr DataType value = DataType::float64; };
+template <class T>
+struct data_type_of;
+template <>
+struct data_type_of<int8_t> {
+  static constexpr DataType value = DataType::int8;
+};
+template <>
+struct data_type_of<uint8_t> {
+  static constexpr DataType value = DataType::uint8;
+};
+template <>
+struct data_type_of<int32_t> {
+  static constexpr DataType value = DataType::int32;
+};
+template <>
+struct data_type_of<int64_t> {
+  static constexpr DataType value = DataType::int64;
+};
+template <>
+struct data_type_of<float16_t> {
+  static constexpr DataType value = DataType::float16;
+};
+template <>
+struct data_type_of<bfloat16_t> {
+  static constexpr DataType value = DataType::bfloat16;
+};
+template <>
+struct data_type_of<float> {
+  static constexpr DataType value = DataType::float32;
+};
+template <>
+struct data_type_of<double> {
+  static constexpr DataType value = DataType::float64;
+};
 template <class T>
 inline constexpr DataType data_type_of_v = data_type_of<std::remove_cv_t<T>>::value;
 

@@ -78,8 +78,9 @@ constexpr std::string_view kAnyFolded = "any world size (non-powers of two fold:
 
 const std::vector<AlgorithmInfo>& registry() {
   static const std::vector<AlgorithmInfo> table = {
-      {"ring", Collective::all_reduce, "reduce-scatter then all-gather around a ring, chunk-pipelined",
-       "any world size", ring_all_reduce, ring_all_reduce_cost, /*pipelined=*/true},
+      {"ring", Collective::all_reduce,
+       "reduce-scatter then all-gather around a ring, chunk-pipelined", "any world size",
+       ring_all_reduce, ring_all_reduce_cost, /*pipelined=*/true},
       {"rabenseifner", Collective::all_reduce,
        "reduce-scatter by recursive halving, then all-gather by recursive doubling", kAnyFolded,
        rabenseifner_all_reduce, butterfly_all_reduce_cost},
@@ -100,10 +101,11 @@ const std::vector<AlgorithmInfo>& registry() {
       {"bruck", Collective::all_gather,
        "ceil(log2 p) steps: send what you have to r-2^k, receive from r+2^k", "any world size",
        bruck_all_gather, bruck_all_gather_cost},
-      {"swing", Collective::all_gather, "the all-gather half of Swing", kAnyFolded, swing_all_gather,
-       butterfly_all_gather_cost},
-      {"ring", Collective::reduce_scatter, "p-1 steps around a ring, reduction overlapping transfer",
-       "any world size", ring_reduce_scatter, ring_reduce_scatter_cost, /*pipelined=*/true},
+      {"swing", Collective::all_gather, "the all-gather half of Swing", kAnyFolded,
+       swing_all_gather, butterfly_all_gather_cost},
+      {"ring", Collective::reduce_scatter,
+       "p-1 steps around a ring, reduction overlapping transfer", "any world size",
+       ring_reduce_scatter, ring_reduce_scatter_cost, /*pipelined=*/true},
       {"recursive_halving", Collective::reduce_scatter,
        "log2 p steps, each halving the range a rank reduces, partners 2^k apart", kAnyFolded,
        recursive_halving_reduce_scatter, butterfly_reduce_scatter_cost},
@@ -112,7 +114,8 @@ const std::vector<AlgorithmInfo>& registry() {
       {"binomial", Collective::broadcast, "binomial tree from the root, chunk-pipelined",
        "any world size", binomial_broadcast, binomial_broadcast_cost, /*pipelined=*/true},
       {"binomial", Collective::reduce, "binomial tree towards the root, chunk-pipelined",
-       "commutative ops (all of shoal's)", binomial_reduce, binomial_reduce_cost, /*pipelined=*/true},
+       "commutative ops (all of shoal's)", binomial_reduce, binomial_reduce_cost,
+       /*pipelined=*/true},
       {"pairwise", Collective::all_to_all, "step i exchanges with ranks r+i and r-i",
        "any world size", pairwise_all_to_all, linear_cost},
       {"linear", Collective::gather, "every rank sends to the root at once", "any world size",
@@ -169,7 +172,8 @@ Rules current_rules() {
   auto& o = process_override();
   std::lock_guard<std::mutex> lock(o.mu);
   if (!o.loaded) {  // read once; a malformed value throws here, and again on the next call
-    o.rules = std::make_shared<const std::vector<OverrideRule>>(parse_override(config::get("SHOAL_ALGO")));
+    o.rules = std::make_shared<const std::vector<OverrideRule>>(
+        parse_override(config::get("SHOAL_ALGO")));
     o.loaded = true;
     o.none.store(o.rules->empty(), std::memory_order_release);
   }
@@ -193,7 +197,8 @@ std::vector<OverrideRule> parse_override(std::string_view spec) {
       rest = rest.substr(colon + 1);
     }
     SHOAL_CHECK(parts.size() == 2 || parts.size() == 3, InvalidArgument,
-                "SHOAL_ALGO: '" << item << "' is not collective:algorithm or collective:min-max:algorithm "
+                "SHOAL_ALGO: '" << item
+                                << "' is not collective:algorithm or collective:min-max:algorithm "
                                 << "(example: all_reduce:rabenseifner;all_gather:0-64K:bruck)");
     OverrideRule rule{};
     bool known = false;
@@ -203,14 +208,16 @@ std::vector<OverrideRule> parse_override(std::string_view spec) {
         known = true;
       }
     SHOAL_CHECK(known, InvalidArgument,
-                "SHOAL_ALGO: unknown collective '" << parts[0]
-                                                   << "' (all_reduce, all_gather, reduce_scatter, broadcast, "
-                                                      "reduce, all_to_all, gather, scatter, barrier)");
+                "SHOAL_ALGO: unknown collective '"
+                    << parts[0]
+                    << "' (all_reduce, all_gather, reduce_scatter, broadcast, "
+                       "reduce, all_to_all, gather, scatter, barrier)");
     if (parts.size() == 3) {
       const std::string_view range = parts[1];
       const size_t dash = range.find('-');
       SHOAL_CHECK(dash != std::string_view::npos, InvalidArgument,
-                  "SHOAL_ALGO: byte range '" << range << "' in '" << item << "' is not min-max (example: 0-64K, 1M-)");
+                  "SHOAL_ALGO: byte range '" << range << "' in '" << item
+                                             << "' is not min-max (example: 0-64K, 1M-)");
       const std::string lo(trim(range.substr(0, dash))), hi(trim(range.substr(dash + 1)));
       rule.min_bytes = lo.empty() ? 0 : config::parse_bytes(lo, "SHOAL_ALGO range start");
       rule.max_bytes = hi.empty() ? UINT64_MAX : config::parse_bytes(hi, "SHOAL_ALGO range end");
@@ -222,12 +229,15 @@ std::vector<OverrideRule> parse_override(std::string_view spec) {
     if (!rule.algorithm) {
       std::string serves;
       for (const auto& row : registry())
-        if (row.name == name) serves += (serves.empty() ? "" : ", ") + std::string(to_string(row.collective));
+        if (row.name == name)
+          serves += (serves.empty() ? "" : ", ") + std::string(to_string(row.collective));
       if (serves.empty())
-        SHOAL_THROW(InvalidArgument, "SHOAL_ALGO: unknown algorithm '" << name << "' in '" << item << "'; "
-                                         << parts[0] << " has: " << names_for(rule.collective));
-      SHOAL_THROW(InvalidArgument, "SHOAL_ALGO: algorithm '" << name << "' does not serve " << parts[0]
-                                       << " (it serves " << serves << "); " << parts[0]
+        SHOAL_THROW(InvalidArgument, "SHOAL_ALGO: unknown algorithm '"
+                                         << name << "' in '" << item << "'; " << parts[0]
+                                         << " has: " << names_for(rule.collective));
+      SHOAL_THROW(InvalidArgument, "SHOAL_ALGO: algorithm '"
+                                       << name << "' does not serve " << parts[0] << " (it serves "
+                                       << serves << "); " << parts[0]
                                        << " has: " << names_for(rule.collective));
     }
     rules.push_back(rule);
@@ -247,7 +257,9 @@ void set_algorithm_override(std::string_view spec) {
 }
 
 void set_thread_algorithm_override(std::string_view spec) {
-  thread_rules = spec.empty() ? nullptr : std::make_shared<const std::vector<OverrideRule>>(parse_override(spec));
+  thread_rules = spec.empty()
+                     ? nullptr
+                     : std::make_shared<const std::vector<OverrideRule>>(parse_override(spec));
 }
 
 }  // namespace detail
@@ -275,7 +287,8 @@ const AlgorithmInfo& choose(const CollectiveArgs& args) {
   if (args.algorithm) {
     SHOAL_CHECK(args.algorithm->collective == args.collective, Internal,
                 "the dispatcher chose " << to_string(args.algorithm->collective) << ":"
-                                        << args.algorithm->name << " for " << to_string(args.collective));
+                                        << args.algorithm->name << " for "
+                                        << to_string(args.collective));
     return *args.algorithm;
   }
   return first_row(args.collective);
@@ -284,10 +297,13 @@ const AlgorithmInfo& choose(const CollectiveArgs& args) {
 uint64_t model_bytes(const CollectiveArgs& a) {
   const uint64_t n = a.count * size_of(a.dtype);
   switch (a.collective) {
-    case Collective::all_gather: case Collective::gather: case Collective::reduce_scatter:
+    case Collective::all_gather:
+    case Collective::gather:
+    case Collective::reduce_scatter:
     case Collective::scatter:
       return n * static_cast<uint64_t>(a.size);
-    default: return n;
+    default:
+      return n;
   }
 }
 

@@ -18,8 +18,17 @@
 namespace shoal::algorithms {
 
 enum class Collective : uint8_t {
-  all_reduce, all_gather, reduce_scatter, broadcast, reduce, all_to_all, gather, scatter,
-  barrier, send, recv,
+  all_reduce,
+  all_gather,
+  reduce_scatter,
+  broadcast,
+  reduce,
+  all_to_all,
+  gather,
+  scatter,
+  barrier,
+  send,
+  recv,
 };
 std::string_view to_string(Collective c);
 
@@ -36,7 +45,7 @@ struct CollectiveArgs {
   int tag = 0;         // send/recv: must match between the pair
   int rank = 0;
   int size = 1;
-  bool in_place = false;          // input and output are the same memory (as the API defines it)
+  bool in_place = false;             // input and output are the same memory (as the API defines it)
   uint64_t chunk_bytes = 512 << 10;  // pipeline granularity
   /// The row the dispatcher chose (src/tune); null: the first row of the collective. A
   /// matching SHOAL_ALGO rule still wins (algorithms::choose), and the name is in signature().
@@ -83,13 +92,21 @@ class Schedule {
   std::vector<std::pair<uint32_t, uint32_t>> edges;
   uint64_t scratch_bytes = 0;
 
-  uint32_t send(int peer, Slice src, Deps after = {}) { return add({StepKind::send, peer, {}, src, {}}, after); }
-  uint32_t recv(int peer, Slice dst, Deps after = {}) { return add({StepKind::recv, peer, dst, {}, {}}, after); }
+  uint32_t send(int peer, Slice src, Deps after = {}) {
+    return add({StepKind::send, peer, {}, src, {}}, after);
+  }
+  uint32_t recv(int peer, Slice dst, Deps after = {}) {
+    return add({StepKind::recv, peer, dst, {}, {}}, after);
+  }
   uint32_t reduce(Slice dst, Slice a, Slice b, Deps after = {}) {
     return add({StepKind::reduce, -1, dst, a, b}, after);
   }
-  uint32_t copy(Slice dst, Slice src, Deps after = {}) { return add({StepKind::copy, -1, dst, src, {}}, after); }
-  uint32_t finalize(Slice dst, Deps after = {}) { return add({StepKind::finalize, -1, dst, {}, {}}, after); }
+  uint32_t copy(Slice dst, Slice src, Deps after = {}) {
+    return add({StepKind::copy, -1, dst, src, {}}, after);
+  }
+  uint32_t finalize(Slice dst, Deps after = {}) {
+    return add({StepKind::finalize, -1, dst, {}, {}}, after);
+  }
   /// Makes `step` wait for `on` (kNone is ignored).
   void add_dep(uint32_t step, uint32_t on) {
     if (on != kNone) edges.emplace_back(on, step);

@@ -23,16 +23,18 @@ class CommImpl {
   /// Validates the call (InvalidArgumentError before anything is sent) and queues it.
   /// `forced`: the row the caller asked for (CallOptions), past SHOAL_ALGO and the dispatcher.
   Work submit(algorithms::Collective collective, const void* input, void* output, uint64_t count,
-              DataType dtype, ReduceOp op, int root, int peer = -1, int tag = 0, bool blocking = false,
-              const algorithms::AlgorithmInfo* forced = nullptr);
+              DataType dtype, ReduceOp op, int root, int peer = -1, int tag = 0,
+              bool blocking = false, const algorithms::AlgorithmInfo* forced = nullptr);
   /// The row `call` names for `collective` (null when it names none); InvalidArgumentError
   /// for a name the registry does not have for that collective.
-  const algorithms::AlgorithmInfo* forced_algorithm(algorithms::Collective collective, const CallOptions* call) const;
+  const algorithms::AlgorithmInfo* forced_algorithm(algorithms::Collective collective,
+                                                    const CallOptions* call) const;
 
   /// What the dispatcher's choice depends on (equal on all ranks): world, ranks per host, and
   /// shm when every rank shares one host's memory, else tcp.
   tune::Context tune_context() const {
-    return tune::make_context(topology.host_of, engine->shm() != nullptr && engine->shm()->all_ranks_share_memory());
+    return tune::make_context(topology.host_of,
+                              engine->shm() != nullptr && engine->shm()->all_ranks_share_memory());
   }
 
   /// Flat collectives issued so far (comm/flat.hpp), direct ones included.
@@ -69,7 +71,8 @@ class CommImpl {
   /// SHOAL_TUNE_FILE; every input is equal on all ranks, and so is every pick.
   const tune::Dispatcher& dispatcher() {
     if (!dispatcher_)
-      dispatcher_.emplace(tune::Dispatcher::from_environment(tune_context(), calibrated_params ? &*calibrated_params : nullptr));
+      dispatcher_.emplace(tune::Dispatcher::from_environment(
+          tune_context(), calibrated_params ? &*calibrated_params : nullptr));
     return *dispatcher_;
   }
 
@@ -95,7 +98,7 @@ class CommImpl {
     bool take = false;
   };
   std::array<HierarchyVerdict, 3> hierarchy_verdicts;  // all_reduce, all_gather, reduce_scatter
-  std::unique_ptr<comm::Hierarchy> hierarchy;  // after engine: stopped before the engine is
+  std::unique_ptr<comm::Hierarchy> hierarchy;          // after engine: stopped before the engine is
 
   /// The cost model's constants measured when this communicator was made (comm/calibration.cpp;
   /// none with SHOAL_TUNE_CALIBRATE=off, SHOAL_DISPATCH=off or one rank). Equal on all ranks.
@@ -127,7 +130,8 @@ class CommImpl {
   }
   std::optional<tune::Dispatcher> dispatcher_;
 
-  /// Small collectives among ranks that all share memory: shared slots, no schedule (comm/flat.hpp).
+  /// Small collectives among ranks that all share memory: shared slots, no schedule
+  /// (comm/flat.hpp).
   bool flat_eligible(const algorithms::CollectiveArgs& a) const;
   Work run_flat_here(const comm::OpRequest& request);
   uint64_t flat_max_bytes_ = 0;

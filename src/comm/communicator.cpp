@@ -53,8 +53,8 @@ CommImpl::CommImpl(std::shared_ptr<Store> st, int r, int n, const Options& optio
   // Everyone set up: the communicator exists on every rank or on none (comm/agreement.hpp).
   comm::vote_for_creation(*store, prefix, r, n, deadline);
   store_timeout.restore();
-  engine = std::make_unique<comm::Engine>(r, n, comm_id, std::move(transport.streams), std::move(transport.shm),
-                                          timeout);
+  engine = std::make_unique<comm::Engine>(r, n, comm_id, std::move(transport.streams),
+                                          std::move(transport.shm), timeout);
   if (engine->shm() && engine->shm()->all_ranks_share_memory()) {
     flat_max_bytes_ = engine->shm()->flat_bytes();
     flat_direct_bytes_ = engine->shm()->flat_direct_bytes();
@@ -73,10 +73,12 @@ CommImpl::CommImpl(std::shared_ptr<Store> st, int r, int n, const Options& optio
         calibrate_cost_model();
       }
     } catch (const Error& e) {
-      SHOAL_WARN("a collective at creation failed; the communicator's next call raises it: " << e.what());
+      SHOAL_WARN(
+          "a collective at creation failed; the communicator's next call raises it: " << e.what());
       // The failed call's error can reach this thread before the engine has marked itself
       // broken; this makes sure it is (nothing happens if it already was).
-      engine->break_from_caller(e.code(), std::string("a collective at creation failed: ") + e.what(), e.peer());
+      engine->break_from_caller(
+          e.code(), std::string("a collective at creation failed: ") + e.what(), e.peer());
     }
   }
   SHOAL_INFO("communicator ready: rank " << r << " of " << n << ", " << topology.num_hosts
@@ -88,7 +90,8 @@ std::optional<comm::Disagreement> CommImpl::compare_agreed_settings() {
   std::vector<uint64_t> all(mine.size() * static_cast<size_t>(size));
   // Forced: no dispatcher (whose settings these are), no flat path, no hierarchy; Bruck, so
   // that creation pays ceil(log2 p) latencies for it, not the ring's p - 1.
-  submit(Collective::all_gather, mine.data(), all.data(), mine.size(), DataType::int64, ReduceOp::sum, -1, -1, 0,
+  submit(Collective::all_gather, mine.data(), all.data(), mine.size(), DataType::int64,
+         ReduceOp::sum, -1, -1, 0,
          /*blocking=*/true, algorithms::find_algorithm(Collective::all_gather, "bruck"))
       .wait();
   return comm::first_disagreement(all, mine.size());
@@ -141,7 +144,8 @@ std::string CommImpl::transport_summary() const {
   std::ostringstream os;
   if (shm_peers > 0) os << "shm with " << shm_peers << " peer(s)";
   if (shm_peers > 0 && tcp_peers > 0) os << ", ";
-  if (tcp_peers > 0 || shm_peers == 0) os << "tcp with " << tcp_peers << " peer(s) on " << listen_address;
+  if (tcp_peers > 0 || shm_peers == 0)
+    os << "tcp with " << tcp_peers << " peer(s) on " << listen_address;
   if (max_rails > 1) os << " (striped over up to " << max_rails << " NICs)";
   return os.str();
 }
@@ -213,17 +217,20 @@ Work CommImpl::submit(Collective collective, const void* input, void* output, ui
   return Work(engine->submit(req));
 }
 
-const algorithms::AlgorithmInfo* CommImpl::forced_algorithm(Collective collective, const CallOptions* call) const {
+const algorithms::AlgorithmInfo* CommImpl::forced_algorithm(Collective collective,
+                                                            const CallOptions* call) const {
   if (!call || call->algorithm.empty()) return nullptr;
   const auto* row = algorithms::find_algorithm(collective, call->algorithm);
   SHOAL_CHECK(row, InvalidArgument,
-              algorithms::to_string(collective) << ": no algorithm '" << call->algorithm
-                                                << "' (CallOptions::algorithm; shoal-info --algorithms lists them)");
+              algorithms::to_string(collective)
+                  << ": no algorithm '" << call->algorithm
+                  << "' (CallOptions::algorithm; shoal-info --algorithms lists them)");
   return row;
 }
 
 bool CommImpl::flat_eligible(const algorithms::CollectiveArgs& a) const {
-  if (flat_max_bytes_ == 0 || !comm::flat_fits(a, flat_max_bytes_, flat_direct_bytes_)) return false;
+  if (flat_max_bytes_ == 0 || !comm::flat_fits(a, flat_max_bytes_, flat_direct_bytes_))
+    return false;
   // Beyond the slots only the direct path is flat, and there a SHOAL_ALGO rule for the call
   // wins, as it did before that path existed (within them the flat path stays: documented).
   return comm::flat_decision_bytes(a) <= flat_max_bytes_ ||
@@ -270,7 +277,8 @@ Work CommImpl::run_flat_here(const comm::OpRequest& req) {
     }
   };
   try {
-    comm::FlatCollective flat(*engine->shm(), a, req.flat_seq, number, req.signature, req.input, req.output);
+    comm::FlatCollective flat(*engine->shm(), a, req.flat_seq, number, req.signature, req.input,
+                              req.output);
     flat.run(check);
   } catch (const Error& e) {
     // The peers may still be waiting in this collective (for this rank's buffers, or for it
@@ -289,13 +297,15 @@ Communicator::Communicator(Communicator&&) noexcept = default;
 Communicator& Communicator::operator=(Communicator&&) noexcept = default;
 Communicator::~Communicator() = default;
 
-Communicator Communicator::create(std::shared_ptr<Store> store, int rank, int size, const Options& options) {
+Communicator Communicator::create(std::shared_ptr<Store> store, int rank, int size,
+                                  const Options& options) {
   return Communicator(std::make_unique<detail::CommImpl>(std::move(store), rank, size, options));
 }
 
 Communicator Communicator::from_environment(const Options& options) {
   auto info = bootstrap::detect(bootstrap::process_env());
-  auto timeout = options.timeout.count() > 0 ? options.timeout : config::get_duration("SHOAL_TIMEOUT");
+  auto timeout =
+      options.timeout.count() > 0 ? options.timeout : config::get_duration("SHOAL_TIMEOUT");
   auto store = bootstrap::open_store(info, timeout);
   return create(std::move(store), info.rank, info.size, options);
 }
@@ -306,74 +316,87 @@ int Communicator::local_rank() const { return impl_->topology.local_rank; }
 int Communicator::local_size() const { return impl_->topology.local_size; }
 int Communicator::num_hosts() const { return impl_->topology.num_hosts; }
 
-Work Communicator::all_reduce_call(const void* send, void* recv, size_t count, DataType dtype, ReduceOp op,
-                                   bool blocking, const CallOptions* call) {
+Work Communicator::all_reduce_call(const void* send, void* recv, size_t count, DataType dtype,
+                                   ReduceOp op, bool blocking, const CallOptions* call) {
   const auto* forced = impl_->forced_algorithm(Collective::all_reduce, call);
   if (!forced)
-    if (auto w = impl_->try_hierarchical({Collective::all_reduce, send, recv, count, dtype, op}, blocking)) return *w;
+    if (auto w = impl_->try_hierarchical({Collective::all_reduce, send, recv, count, dtype, op},
+                                         blocking))
+      return *w;
   impl_->fence_hierarchical();
-  return impl_->submit(Collective::all_reduce, send, recv, count, dtype, op, -1, -1, 0, blocking, forced);
+  return impl_->submit(Collective::all_reduce, send, recv, count, dtype, op, -1, -1, 0, blocking,
+                       forced);
 }
 Work Communicator::all_gather_async(const void* send, void* recv, size_t count, DataType dtype) {
   return all_gather_call(send, recv, count, dtype, false);
 }
-Work Communicator::all_gather_call(const void* send, void* recv, size_t count, DataType dtype, bool blocking,
-                                   const CallOptions* call) {
+Work Communicator::all_gather_call(const void* send, void* recv, size_t count, DataType dtype,
+                                   bool blocking, const CallOptions* call) {
   const auto* forced = impl_->forced_algorithm(Collective::all_gather, call);
   if (!forced)
-    if (auto w = impl_->try_hierarchical({Collective::all_gather, send, recv, count, dtype, ReduceOp::sum}, blocking))
+    if (auto w = impl_->try_hierarchical(
+            {Collective::all_gather, send, recv, count, dtype, ReduceOp::sum}, blocking))
       return *w;
   impl_->fence_hierarchical();
-  return impl_->submit(Collective::all_gather, send, recv, count, dtype, ReduceOp::sum, -1, -1, 0, blocking, forced);
+  return impl_->submit(Collective::all_gather, send, recv, count, dtype, ReduceOp::sum, -1, -1, 0,
+                       blocking, forced);
 }
-Work Communicator::reduce_scatter_async(const void* send, void* recv, size_t count, DataType dtype, ReduceOp op) {
+Work Communicator::reduce_scatter_async(const void* send, void* recv, size_t count, DataType dtype,
+                                        ReduceOp op) {
   return reduce_scatter_call(send, recv, count, dtype, op, false);
 }
-Work Communicator::reduce_scatter_call(const void* send, void* recv, size_t count, DataType dtype, ReduceOp op,
-                                       bool blocking, const CallOptions* call) {
+Work Communicator::reduce_scatter_call(const void* send, void* recv, size_t count, DataType dtype,
+                                       ReduceOp op, bool blocking, const CallOptions* call) {
   const auto* forced = impl_->forced_algorithm(Collective::reduce_scatter, call);
   if (!forced)
-    if (auto w = impl_->try_hierarchical({Collective::reduce_scatter, send, recv, count, dtype, op}, blocking))
+    if (auto w = impl_->try_hierarchical({Collective::reduce_scatter, send, recv, count, dtype, op},
+                                         blocking))
       return *w;
   impl_->fence_hierarchical();
-  return impl_->submit(Collective::reduce_scatter, send, recv, count, dtype, op, -1, -1, 0, blocking, forced);
+  return impl_->submit(Collective::reduce_scatter, send, recv, count, dtype, op, -1, -1, 0,
+                       blocking, forced);
 }
-Work Communicator::broadcast_async(const void* send, void* recv, size_t count, DataType dtype, int root) {
+Work Communicator::broadcast_async(const void* send, void* recv, size_t count, DataType dtype,
+                                   int root) {
   return broadcast_call(send, recv, count, dtype, root, false);
 }
-Work Communicator::broadcast_call(const void* send, void* recv, size_t count, DataType dtype, int root,
-                                  bool blocking) {
+Work Communicator::broadcast_call(const void* send, void* recv, size_t count, DataType dtype,
+                                  int root, bool blocking) {
   impl_->fence_hierarchical();  // issue order behind hierarchical work
   // Only the root's input matters; elsewhere the buffer is the output.
   return impl_->submit(Collective::broadcast, rank() == root ? send : nullptr, recv, count, dtype,
                        ReduceOp::sum, root, -1, 0, blocking);
 }
-Work Communicator::reduce_async(const void* send, void* recv, size_t count, DataType dtype, ReduceOp op, int root) {
+Work Communicator::reduce_async(const void* send, void* recv, size_t count, DataType dtype,
+                                ReduceOp op, int root) {
   return reduce_call(send, recv, count, dtype, op, root, false);
 }
-Work Communicator::reduce_call(const void* send, void* recv, size_t count, DataType dtype, ReduceOp op, int root,
-                               bool blocking) {
+Work Communicator::reduce_call(const void* send, void* recv, size_t count, DataType dtype,
+                               ReduceOp op, int root, bool blocking) {
   impl_->fence_hierarchical();  // issue order behind hierarchical work
-  return impl_->submit(Collective::reduce, send, rank() == root ? recv : nullptr, count, dtype, op, root, -1, 0,
-                       blocking);
+  return impl_->submit(Collective::reduce, send, rank() == root ? recv : nullptr, count, dtype, op,
+                       root, -1, 0, blocking);
 }
 Work Communicator::all_to_all_async(const void* send, void* recv, size_t count, DataType dtype) {
   impl_->fence_hierarchical();  // issue order behind hierarchical work
   return impl_->submit(Collective::all_to_all, send, recv, count, dtype, ReduceOp::sum, -1);
 }
-Work Communicator::gather_async(const void* send, void* recv, size_t count, DataType dtype, int root) {
+Work Communicator::gather_async(const void* send, void* recv, size_t count, DataType dtype,
+                                int root) {
   impl_->fence_hierarchical();  // issue order behind hierarchical work
   return impl_->submit(Collective::gather, send, rank() == root ? recv : nullptr, count, dtype,
                        ReduceOp::sum, root);
 }
-Work Communicator::scatter_async(const void* send, void* recv, size_t count, DataType dtype, int root) {
+Work Communicator::scatter_async(const void* send, void* recv, size_t count, DataType dtype,
+                                 int root) {
   impl_->fence_hierarchical();  // issue order behind hierarchical work
   return impl_->submit(Collective::scatter, rank() == root ? send : nullptr, recv, count, dtype,
                        ReduceOp::sum, root);
 }
 Work Communicator::barrier_async() {
   impl_->fence_hierarchical();  // issue order behind hierarchical work
-  return impl_->submit(Collective::barrier, nullptr, nullptr, 0, DataType::uint8, ReduceOp::sum, -1);
+  return impl_->submit(Collective::barrier, nullptr, nullptr, 0, DataType::uint8, ReduceOp::sum,
+                       -1);
 }
 Work Communicator::send_async(const void* buf, size_t count, DataType dtype, int peer, int tag) {
   impl_->fence_hierarchical();  // issue order behind hierarchical work
@@ -386,8 +409,8 @@ Work Communicator::recv_async(void* buf, size_t count, DataType dtype, int peer,
 
 std::string Communicator::describe() const {
   std::ostringstream os;
-  os << "rank " << rank() << " of " << size() << " (local " << local_rank() << " of " << local_size()
-     << ", " << num_hosts() << " host(s)), transport " << impl_->transport_summary()
+  os << "rank " << rank() << " of " << size() << " (local " << local_rank() << " of "
+     << local_size() << ", " << num_hosts() << " host(s)), transport " << impl_->transport_summary()
      << ", timeout " << std::chrono::duration<double>(impl_->timeout).count() << " s, chunk "
      << impl_->chunk_bytes << " B";
   return os.str();
@@ -398,8 +421,9 @@ void Communicator::check_equal(size_t a, size_t b, const char* op) const {
               op << ": buffer sizes do not match (" << a << " vs " << b << " elements)");
 }
 void Communicator::check_divisible(size_t n, const char* op) const {
-  SHOAL_CHECK(n % static_cast<size_t>(size()) == 0, InvalidArgument,
-              op << ": buffer of " << n << " elements does not divide by the " << size() << " ranks");
+  SHOAL_CHECK(
+      n % static_cast<size_t>(size()) == 0, InvalidArgument,
+      op << ": buffer of " << n << " elements does not divide by the " << size() << " ranks");
 }
 
 }  // namespace shoal

@@ -20,10 +20,9 @@
 namespace shoal {
 
 void Communicator::abort() {
-  impl_->engine->break_from_caller(ErrorCode::Aborted,
-                                   "rank " + std::to_string(rank()) +
-                                       " aborted the communicator (Communicator::abort)",
-                                   rank());
+  impl_->engine->break_from_caller(
+      ErrorCode::Aborted,
+      "rank " + std::to_string(rank()) + " aborted the communicator (Communicator::abort)", rank());
 }
 
 Communicator Communicator::shrink(std::chrono::milliseconds wait) { return shrink({}, wait); }
@@ -78,13 +77,15 @@ Communicator Communicator::shrink(const std::vector<int>& exclude, std::chrono::
   const auto me = std::find(members.begin(), members.end(), c.rank);
   if (me == members.end())
     SHOAL_THROW(PeerFailure,
-                "rank " << c.rank << ": shrink #" << c.shrinks << " was decided without this rank (it joined after "
-                        "the survivors' list was published): the job continues without it",
+                "rank " << c.rank << ": shrink #" << c.shrinks
+                        << " was decided without this rank (it joined after "
+                           "the survivors' list was published): the job continues without it",
                 c.rank);
   Options options;
   options.timeout = c.timeout;
-  Communicator survivors = create(std::make_shared<PrefixStore>(base + "/comm/", c.store),
-                                  static_cast<int>(me - members.begin()), static_cast<int>(members.size()), options);
+  Communicator survivors =
+      create(std::make_shared<PrefixStore>(base + "/comm/", c.store),
+             static_cast<int>(me - members.begin()), static_cast<int>(members.size()), options);
   survivors.impl().job_store = c.job_store;
   return survivors;
 }
@@ -92,7 +93,8 @@ Communicator Communicator::shrink(const std::vector<int>& exclude, std::chrono::
 Communicator Communicator::grow(int joining, const std::string& name) {
   auto& c = *impl_;
   SHOAL_CHECK(joining >= 0, InvalidArgument, "grow: " << joining << " joining processes");
-  SHOAL_CHECK(!name.empty(), InvalidArgument, "grow: the name that joining processes pass to join() is empty");
+  SHOAL_CHECK(!name.empty(), InvalidArgument,
+              "grow: the name that joining processes pass to join() is empty");
   // Under the job's store (not this communicator's, which a shrink or split scoped): joiners
   // know only that one.
   const std::string base = "shoal/grow/" + name;
@@ -102,16 +104,18 @@ Communicator Communicator::grow(int joining, const std::string& name) {
   }
   Options options;
   options.timeout = c.timeout;
-  Communicator grown =
-      create(std::make_shared<PrefixStore>(base + "/comm/", c.job_store), c.rank, c.size + joining, options);
+  Communicator grown = create(std::make_shared<PrefixStore>(base + "/comm/", c.job_store), c.rank,
+                              c.size + joining, options);
   grown.impl().job_store = c.job_store;
   return grown;
 }
 
-Communicator Communicator::join(std::shared_ptr<Store> store, const std::string& name, const Options& options) {
+Communicator Communicator::join(std::shared_ptr<Store> store, const std::string& name,
+                                const Options& options) {
   SHOAL_CHECK(store != nullptr, InvalidArgument, "join: needs the job's store");
   const std::string base = "shoal/grow/" + name;
-  const auto timeout = options.timeout.count() > 0 ? options.timeout : config::get_duration("SHOAL_TIMEOUT");
+  const auto timeout =
+      options.timeout.count() > 0 ? options.timeout : config::get_duration("SHOAL_TIMEOUT");
   std::string sizes;
   int64_t index = 0;
   {
@@ -120,13 +124,15 @@ Communicator Communicator::join(std::shared_ptr<Store> store, const std::string&
     index = store->add(base + "/joined", 1) - 1;
   }
   const auto comma = sizes.find(',');
-  SHOAL_CHECK(comma != std::string::npos, Internal, "join '" << name << "': malformed sizes '" << sizes << "'");
-  const int old_size = std::stoi(sizes.substr(0, comma)), joining = std::stoi(sizes.substr(comma + 1));
+  SHOAL_CHECK(comma != std::string::npos, Internal,
+              "join '" << name << "': malformed sizes '" << sizes << "'");
+  const int old_size = std::stoi(sizes.substr(0, comma)),
+            joining = std::stoi(sizes.substr(comma + 1));
   SHOAL_CHECK(index < joining, InvalidArgument,
-              "join '" << name << "': the job admits " << joining << " new process(es) and " << index + 1
-                       << " tried to join: start as many joiners as grow() was told");
-  Communicator joined = create(std::make_shared<PrefixStore>(base + "/comm/", store), old_size + static_cast<int>(index),
-                               old_size + joining, options);
+              "join '" << name << "': the job admits " << joining << " new process(es) and "
+                       << index + 1 << " tried to join: start as many joiners as grow() was told");
+  Communicator joined = create(std::make_shared<PrefixStore>(base + "/comm/", store),
+                               old_size + static_cast<int>(index), old_size + joining, options);
   joined.impl().job_store = std::move(store);
   return joined;
 }

@@ -36,7 +36,9 @@ std::exception_ptr make_error(ErrorCode code, const std::string& message, int pe
 
 // What every call fails with once the communicator broke (or a caller asked it to).
 std::exception_ptr unusable_error(int rank, ErrorCode code, const std::string& why, int culprit) {
-  return make_error(code, "rank " + std::to_string(rank) + ": the communicator is unusable after an earlier failure: " + why,
+  return make_error(code,
+                    "rank " + std::to_string(rank) +
+                        ": the communicator is unusable after an earlier failure: " + why,
                     culprit);
 }
 }  // namespace
@@ -51,10 +53,11 @@ struct Engine::Op {
   algorithms::Schedule schedule;
   std::string algorithm;
   // execution state (engine thread)
-  std::vector<uint32_t> remaining;      // unmet dependencies per step
+  std::vector<uint32_t> remaining;        // unmet dependencies per step
   std::vector<uint32_t> first_dependent;  // CSR over dependents
   std::vector<uint32_t> dependents;
-  std::vector<uint32_t> frame_index;    // per send/recv step: its index among frames to/from that peer
+  std::vector<uint32_t>
+      frame_index;  // per send/recv step: its index among frames to/from that peer
   std::vector<uint8_t> ready;
   uint32_t steps_done = 0;
   bool finished = false;
@@ -96,11 +99,12 @@ Engine::Engine(int rank, int size, uint64_t comm_id,
     epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, fd, &e);
   }
   spin_ = std::chrono::microseconds(config::get_int("SHOAL_SPIN_US"));
-  heartbeat_limit_ = config::get_duration_or_auto("SHOAL_HEARTBEAT")
-                         .value_or(std::min<std::chrono::milliseconds>(timeout / 2, std::chrono::seconds(30)));
+  heartbeat_limit_ =
+      config::get_duration_or_auto("SHOAL_HEARTBEAT")
+          .value_or(std::min<std::chrono::milliseconds>(timeout / 2, std::chrono::seconds(30)));
   if (heartbeat_limit_.count() > 0) {
-    heartbeat_interval_ = std::clamp<std::chrono::milliseconds>(heartbeat_limit_ / 6, std::chrono::milliseconds(10),
-                                                                std::chrono::seconds(1));
+    heartbeat_interval_ = std::clamp<std::chrono::milliseconds>(
+        heartbeat_limit_ / 6, std::chrono::milliseconds(10), std::chrono::seconds(1));
     next_heartbeat_ = Clock::now() + heartbeat_interval_;
   }
   thread_ = std::thread([this] { loop(); });
@@ -124,10 +128,12 @@ std::shared_ptr<detail::WorkState> Engine::submit(const OpRequest& request) {
   auto op = std::make_unique<Op>();
   op->request = request;
   const auto& a = request.args;
-  op->kind = (a.collective == Collective::send || a.collective == Collective::recv) ? FrameKind::p2p
-                                                                                   : FrameKind::collective;
+  op->kind = (a.collective == Collective::send || a.collective == Collective::recv)
+                 ? FrameKind::p2p
+                 : FrameKind::collective;
   op->signature = request.signature;
-  if (request.flat_seq != 0) op->algorithm = "flat";
+  if (request.flat_seq != 0)
+    op->algorithm = "flat";
   else if (a.count > 0 || a.collective == Collective::barrier) {
     const algorithms::AlgorithmInfo* row = nullptr;
     op->schedule = algorithms::build_schedule(a, &op->algorithm, &row);
@@ -144,9 +150,12 @@ std::shared_ptr<detail::WorkState> Engine::submit(const OpRequest& request) {
       work->complete(make_error(ErrorCode::Aborted, "the communicator is being destroyed", -1));
       return work;
     }
-    if (a.collective == Collective::send) op->seq = next_send_seq_[a.peer]++;
-    else if (a.collective == Collective::recv) op->seq = next_recv_seq_[a.peer]++;
-    else op->seq = next_collective_seq_++;
+    if (a.collective == Collective::send)
+      op->seq = next_send_seq_[a.peer]++;
+    else if (a.collective == Collective::recv)
+      op->seq = next_recv_seq_[a.peer]++;
+    else
+      op->seq = next_collective_seq_++;
     outstanding_.fetch_add(1, std::memory_order_acq_rel);
     submitted_.push_back(std::move(op));
   }
@@ -171,7 +180,8 @@ void Engine::advance_flat() {
     }
     op.flat->watch_peer();
     const int q = op.flat->waiting_for();
-    if (peer_closed(q)) on_connection_error(q, ErrorCode::PeerFailure, closed_without_joining(rank_, op.seq, q));
+    if (peer_closed(q))
+      on_connection_error(q, ErrorCode::PeerFailure, closed_without_joining(rank_, op.seq, q));
   } catch (const Error& e) {
     on_connection_error(e.peer(), e.code(), e.what());
   }
@@ -204,7 +214,8 @@ void Engine::break_from_caller(ErrorCode code, const std::string& message, int c
     broken_flag_.store(true, std::memory_order_release);
   }
   // The same note break_comm() leaves later through the streams (the first note stays).
-  if (auto* own = shm_ ? shm_->own_header() : nullptr) transport::shm::post_abort_note(*own, code, culprit, message);
+  if (auto* own = shm_ ? shm_->own_header() : nullptr)
+    transport::shm::post_abort_note(*own, code, culprit, message);
   uint64_t one = 1;
   ssize_t ignored = write(wake_fd_, &one, sizeof one);
   (void)ignored;
@@ -228,7 +239,8 @@ std::string Engine::describe(const Op& op) const {
   if (a.collective == Collective::send) os << " to rank " << a.peer;
   if (a.collective == Collective::recv) os << " from rank " << a.peer;
   if (a.collective != Collective::barrier) {
-    os << " (" << (op.algorithm.empty() ? "" : op.algorithm + ", ") << a.count << " x " << to_string(a.dtype);
+    os << " (" << (op.algorithm.empty() ? "" : op.algorithm + ", ") << a.count << " x "
+       << to_string(a.dtype);
     if (a.collective == Collective::all_reduce || a.collective == Collective::reduce ||
         a.collective == Collective::reduce_scatter)
       os << ", " << to_string(a.op);
@@ -320,9 +332,15 @@ void Engine::start(Op& op) {
 uint8_t* Engine::resolve(Op& op, const algorithms::Slice& s) {
   uint8_t* base = nullptr;
   switch (s.buffer) {
-    case Buffer::input: base = const_cast<uint8_t*>(static_cast<const uint8_t*>(op.request.input)); break;
-    case Buffer::output: base = static_cast<uint8_t*>(op.request.output); break;
-    case Buffer::scratch: base = scratch_.data(); break;
+    case Buffer::input:
+      base = const_cast<uint8_t*>(static_cast<const uint8_t*>(op.request.input));
+      break;
+    case Buffer::output:
+      base = static_cast<uint8_t*>(op.request.output);
+      break;
+    case Buffer::scratch:
+      base = scratch_.data();
+      break;
   }
   return base ? base + s.offset : nullptr;
 }
@@ -354,7 +372,8 @@ void Engine::run_local(Op& op, uint32_t i) {
       break;
     }
     case StepKind::finalize:
-      if (st.dst.bytes > 0) kernels::finalize_avg(resolve(op, st.dst), st.dst.bytes / es, a.dtype, a.size);
+      if (st.dst.bytes > 0)
+        kernels::finalize_avg(resolve(op, st.dst), st.dst.bytes / es, a.dtype, a.size);
       break;
     default:
       break;
@@ -430,7 +449,8 @@ void Engine::on_connection_error(int culprit, ErrorCode code, const std::string&
     for (int p = 0; p < size_; ++p)
       if (p != rank_ && p != culprit && conns_[p] && conns_[p]->peer_gone())
         others += (others.empty() ? "rank " : ", rank ") + std::to_string(p);
-    if (!others.empty()) full += "; " + others + " closed their connections too: one of them may have failed first";
+    if (!others.empty())
+      full += "; " + others + " closed their connections too: one of them may have failed first";
   }
   pending_error_ = PendingError{code, full, culprit};
 }
@@ -477,7 +497,8 @@ void Engine::drain() {
       work.swap(completions_);
       for (uint64_t c : work) {
         if (pending_error_) break;
-        if (Op* op = find_op(static_cast<uint32_t>(c >> 32))) step_done(*op, static_cast<uint32_t>(c));
+        if (Op* op = find_op(static_cast<uint32_t>(c >> 32)))
+          step_done(*op, static_cast<uint32_t>(c));
       }
       continue;
     }
@@ -530,13 +551,15 @@ void Engine::break_comm(ErrorCode code, const std::string& message, int peer) {
       }
       // The message names this rank by its rank in here too ("cut off from rank 3").
       if (rank_ < static_cast<int>(outer_ranks_.size()))
-        where += "; this is its rank " + std::to_string(rank_) + ", rank " + std::to_string(outer_ranks_[rank_]);
+        where += "; this is its rank " + std::to_string(rank_) + ", rank " +
+                 std::to_string(outer_ranks_[rank_]);
       where += "]";
     }
   }
   const std::string who = "rank " + std::to_string(rank_) + ": ";
   for (auto& op : running_) {
-    op->work->complete(make_error(code, who + describe(*op) + " failed: " + message + where, culprit));
+    op->work->complete(
+        make_error(code, who + describe(*op) + " failed: " + message + where, culprit));
     outstanding_.fetch_sub(1, std::memory_order_acq_rel);
   }
   running_.clear();
@@ -550,7 +573,8 @@ void Engine::break_comm(ErrorCode code, const std::string& message, int peer) {
   }
   for (auto* q : {&waiting_, &queued})
     for (auto& op : *q) {
-      op->work->complete(make_error(code, who + describe(*op) + " was not started: " + message + where, culprit));
+      op->work->complete(
+          make_error(code, who + describe(*op) + " was not started: " + message + where, culprit));
       outstanding_.fetch_sub(1, std::memory_order_acq_rel);
     }
   waiting_.clear();
@@ -592,10 +616,12 @@ bool Engine::watch_collective_peers() {
       if (q == rank_) continue;
       const auto [relative, signature] = announced_by(*shm_, q, op->seq);
       if (relative != 0 || signature == op->signature) continue;
-      break_comm(ErrorCode::Mismatch,
-                 "rank " + std::to_string(q) + " entered this collective with different arguments: every rank must issue the same "
-                     "collectives with the same counts, types, ops and roots, in the same order",
-                 q);
+      break_comm(
+          ErrorCode::Mismatch,
+          "rank " + std::to_string(q) +
+              " entered this collective with different arguments: every rank must issue the same "
+              "collectives with the same counts, types, ops and roots, in the same order",
+          q);
       return true;
     }
   }
@@ -624,11 +650,12 @@ bool Engine::check_heartbeats(Clock::time_point now) {
     if (silent >= heartbeat_limit_ && !self_stalled) {
       std::ostringstream os;
       os.precision(2);
-      os << "rank " << p << " sent nothing for " << std::fixed << std::chrono::duration<double>(silent).count()
-         << " s (heartbeats go every " << std::chrono::duration<double>(heartbeat_interval_).count()
+      os << "rank " << p << " sent nothing for " << std::fixed
+         << std::chrono::duration<double>(silent).count() << " s (heartbeats go every "
+         << std::chrono::duration<double>(heartbeat_interval_).count()
          << " s; SHOAL_HEARTBEAT=" << std::chrono::duration<double>(heartbeat_limit_).count()
-         << " s): it is frozen (stopped, swapping, stuck in the kernel) or cut off from rank " << rank_
-         << " by the network";
+         << " s): it is frozen (stopped, swapping, stuck in the kernel) or cut off from rank "
+         << rank_ << " by the network";
       peer_failed_[p].store(true, std::memory_order_release);
       break_comm(ErrorCode::PeerFailure, os.str(), p);
       return true;
@@ -644,9 +671,11 @@ int Engine::next_timeout_ms() const {
   const bool beating = heartbeat_limit_.count() > 0 && !broken_local_;
   if (running_.empty() && !beating) return -1;
   auto earliest = beating ? next_heartbeat_ : Clock::time_point::max();
-  if (!running_.empty() && watch_peers_) earliest = std::min(earliest, last_watch_ + kWatchInterval);
+  if (!running_.empty() && watch_peers_)
+    earliest = std::min(earliest, last_watch_ + kWatchInterval);
   for (const auto& op : running_) earliest = std::min(earliest, op->deadline);
-  auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(earliest - Clock::now()).count() + 1;
+  auto ms =
+      std::chrono::duration_cast<std::chrono::milliseconds>(earliest - Clock::now()).count() + 1;
   return ms < 0 ? 0 : static_cast<int>(std::min<int64_t>(ms, 60000));
 }
 

@@ -35,7 +35,7 @@ struct OpRequest {
   algorithms::CollectiveArgs args;
   const void* input = nullptr;
   void* output = nullptr;
-  uint32_t flat_seq = 0;  // non-zero: a flat collective (comm/flat.hpp), not a schedule
+  uint32_t flat_seq = 0;   // non-zero: a flat collective (comm/flat.hpp), not a schedule
   uint32_t signature = 0;  // algorithms::signature(args), computed once by the submitter
 };
 
@@ -44,7 +44,8 @@ class Engine : public transport::ConnectionListener {
   /// Takes ownership of `streams` (one per peer, null for this rank) and of `shm` (the
   /// shared memory some of them use; may be null). `sleeping` is this rank's flag in shared
   /// memory, raised while the engine sleeps so that peers ring its doorbell (may be null).
-  Engine(int rank, int size, uint64_t comm_id, std::vector<std::unique_ptr<transport::Stream>> streams,
+  Engine(int rank, int size, uint64_t comm_id,
+         std::vector<std::unique_ptr<transport::Stream>> streams,
          std::unique_ptr<transport::shm::ShmMesh> shm, std::chrono::milliseconds timeout);
   /// Finishes pending operations (bounded by the timeout), says goodbye, stops the thread.
   ~Engine();
@@ -123,14 +124,16 @@ class Engine : public transport::ConnectionListener {
   void on_connection_error(int peer, ErrorCode code, const std::string& message) override;
   void on_peer_abort(int peer, int culprit, ErrorCode code, const std::string& message) override;
   void on_peer_in_collective(int peer, uint64_t seq, uint32_t signature) override;
-  void on_peer_closed(int peer) override { peer_closed_[peer].store(true, std::memory_order_release); }
+  void on_peer_closed(int peer) override {
+    peer_closed_[peer].store(true, std::memory_order_release);
+  }
 
   const int rank_, size_;
   const uint64_t comm_id_;
   const std::chrono::milliseconds timeout_;
   std::unique_ptr<transport::shm::ShmMesh> shm_;  // outlives conns_, whose rings it maps
   std::vector<std::unique_ptr<transport::Connection>> conns_;
-  std::vector<int> polled_;                    // peers whose streams must be polled
+  std::vector<int> polled_;  // peers whose streams must be polled
   std::atomic<uint32_t>* sleeping_flag_ = nullptr;
   int epoll_fd_ = -1;
   int wake_fd_ = -1;
@@ -162,11 +165,11 @@ class Engine : public transport::ConnectionListener {
   void advance_flat();
 
   // engine thread only
-  std::deque<std::unique_ptr<Op>> waiting_;   // admitted, not started
-  std::deque<std::unique_ptr<Op>> running_;   // started, in issue order
+  std::deque<std::unique_ptr<Op>> waiting_;  // admitted, not started
+  std::deque<std::unique_ptr<Op>> running_;  // started, in issue order
   std::vector<std::deque<IoSlot>> send_queue_, recv_queue_;
-  std::vector<uint64_t> completions_;         // cookies reported by connections
-  std::vector<int> dirty_;                    // connections to progress
+  std::vector<uint64_t> completions_;  // cookies reported by connections
+  std::vector<int> dirty_;             // connections to progress
   std::vector<uint8_t> scratch_;
   uint32_t next_op_id_ = 1;
   bool broken_local_ = false;

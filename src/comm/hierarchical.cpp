@@ -20,7 +20,8 @@ bool hierarchy_fits(const Topology& t) {
   if (t.num_hosts < 2) return false;
   std::vector<int> per_host(t.num_hosts, 0);
   for (int h : t.host_of) ++per_host[h];
-  return per_host[0] > 1 && std::all_of(per_host.begin(), per_host.end(), [&](int n) { return n == per_host[0]; });
+  return per_host[0] > 1 &&
+         std::all_of(per_host.begin(), per_host.end(), [&](int n) { return n == per_host[0]; });
 }
 
 Hierarchy::Hierarchy(shoal::detail::CommImpl& parent) : parent_(parent) {
@@ -48,9 +49,11 @@ void Hierarchy::ensure_groups() {
   // Local ranks by global rank and hosts by first rank, as ranks_of_host_ numbers them.
   local_ = parent_.split(host_, parent_.rank);
   aligned_ = parent_.split(local_rank_, host_);
-  SHOAL_CHECK(local_.size() == per_host_ && local_.rank() == local_rank_ && aligned_.size() == hosts_ &&
-                  aligned_.rank() == host_,
-              Internal, "rank " << parent_.rank << ": hierarchical sub-communicators do not match the topology");
+  SHOAL_CHECK(
+      local_.size() == per_host_ && local_.rank() == local_rank_ && aligned_.size() == hosts_ &&
+          aligned_.rank() == host_,
+      Internal,
+      "rank " << parent_.rank << ": hierarchical sub-communicators do not match the topology");
   // Errors of the groups name the culprit by its rank in the parent (what the caller knows).
   std::vector<int> aligned_ranks;
   for (int h = 0; h < hosts_; ++h) aligned_ranks.push_back(global(h, local_rank_));
@@ -62,30 +65,34 @@ void Hierarchy::ensure_groups() {
     }
     return s;
   };
-  local_.impl().engine->set_outer_names(
-      "the hierarchy's intra-host group (ranks " + list(ranks_of_host_[host_]) + " of the communicator)",
-      ranks_of_host_[host_]);
+  local_.impl().engine->set_outer_names("the hierarchy's intra-host group (ranks " +
+                                            list(ranks_of_host_[host_]) + " of the communicator)",
+                                        ranks_of_host_[host_]);
   aligned_.impl().engine->set_outer_names(
-      "the hierarchy's inter-host group (ranks " + list(aligned_ranks) + " of the communicator)", aligned_ranks);
+      "the hierarchy's inter-host group (ranks " + list(aligned_ranks) + " of the communicator)",
+      aligned_ranks);
   // The parent breaking (a failure it saw, abort()) breaks the groups: a hierarchical call
   // waiting there fails now, not at its timeout.
-  parent_.engine->set_break_listener([this, aligned_ranks](ErrorCode code, const std::string& message, int culprit) {
-    auto index_of = [culprit](const std::vector<int>& ranks) {
-      const auto it = std::find(ranks.begin(), ranks.end(), culprit);
-      return it == ranks.end() ? -1 : static_cast<int>(it - ranks.begin());
-    };
-    const std::string why = "the communicator of the hierarchical collective broke: " + message;
-    local_.impl().engine->break_from_caller(code, why, index_of(ranks_of_host_[host_]));
-    aligned_.impl().engine->break_from_caller(code, why, index_of(aligned_ranks));
-  });
+  parent_.engine->set_break_listener(
+      [this, aligned_ranks](ErrorCode code, const std::string& message, int culprit) {
+        auto index_of = [culprit](const std::vector<int>& ranks) {
+          const auto it = std::find(ranks.begin(), ranks.end(), culprit);
+          return it == ranks.end() ? -1 : static_cast<int>(it - ranks.begin());
+        };
+        const std::string why = "the communicator of the hierarchical collective broke: " + message;
+        local_.impl().engine->break_from_caller(code, why, index_of(ranks_of_host_[host_]));
+        aligned_.impl().engine->break_from_caller(code, why, index_of(aligned_ranks));
+      });
 }
 
 // The parent's earlier operations finish before a hierarchical one starts (issue order; they
 // may touch the same buffers). Later parent calls are held back by fence(), so idle stays idle.
 void Hierarchy::wait_parent_idle() const {
   for (int i = 0; !parent_.engine->idle(); ++i) {
-    if (i < 200) sched_yield();
-    else std::this_thread::sleep_for(std::chrono::microseconds(std::min(1000, 10 * (i - 199))));
+    if (i < 200)
+      sched_yield();
+    else
+      std::this_thread::sleep_for(std::chrono::microseconds(std::min(1000, 10 * (i - 199))));
   }
 }
 
@@ -168,10 +175,17 @@ void Hierarchy::execute(const HierCall& call) {
   aligned_.impl().check_with_next_call(whole);
   try {
     switch (call.collective) {
-      case Collective::all_reduce: all_reduce(call); break;
-      case Collective::all_gather: all_gather(call); break;
-      case Collective::reduce_scatter: reduce_scatter(call); break;
-      default: SHOAL_THROW(Internal, "no hierarchical " << algorithms::to_string(call.collective));
+      case Collective::all_reduce:
+        all_reduce(call);
+        break;
+      case Collective::all_gather:
+        all_gather(call);
+        break;
+      case Collective::reduce_scatter:
+        reduce_scatter(call);
+        break;
+      default:
+        SHOAL_THROW(Internal, "no hierarchical " << algorithms::to_string(call.collective));
     }
   } catch (const Error& e) {
     // The parent broke first (abort(), a failure it saw): its error is the cause.
@@ -241,7 +255,8 @@ void Hierarchy::all_gather(const HierCall& c) {
   auto nth_host = [&](int k) { return (host_ - k + hosts_) % hosts_; };
   std::vector<Work> inter, intra;
   for (int k = 1; k < hosts_; ++k)
-    inter.push_back(aligned_.recv_async(block(nth_host(k), local_rank_), c.count, c.dtype, nth_host(k)));
+    inter.push_back(
+        aligned_.recv_async(block(nth_host(k), local_rank_), c.count, c.dtype, nth_host(k)));
   for (int k = 1; k < hosts_; ++k)
     inter.push_back(aligned_.send_async(in, c.count, c.dtype, (host_ + k) % hosts_));
   for (int j = 1; j < per_host_; ++j) {
@@ -264,9 +279,16 @@ void Hierarchy::all_gather(const HierCall& c) {
   if (error) {
     // The receives of this host's peers cannot complete: fail them now (execute() breaks the
     // groups), then let every Work finish before the buffers are given back.
-    local_.impl().engine->break_from_caller(ErrorCode::PeerFailure, "hierarchical all_gather failed", -1);
-    try { wait_all(inter); } catch (...) {}
-    try { wait_all(intra); } catch (...) {}
+    local_.impl().engine->break_from_caller(ErrorCode::PeerFailure,
+                                            "hierarchical all_gather failed", -1);
+    try {
+      wait_all(inter);
+    } catch (...) {
+    }
+    try {
+      wait_all(intra);
+    } catch (...) {
+    }
     std::rethrow_exception(error);
   }
   wait_all(inter);
@@ -294,7 +316,8 @@ void Hierarchy::reduce_scatter(const HierCall& c) {
   }
   for (int j = 1; j < per_host_; ++j) {
     const int to = (local_rank_ + j) % per_host_;
-    for (int h = 0; h < hosts_; ++h) sends.push_back(local_.send_async(block(h, to), c.count, c.dtype, to));
+    for (int h = 0; h < hosts_; ++h)
+      sends.push_back(local_.send_async(block(h, to), c.count, c.dtype, to));
   }
   std::exception_ptr error;
   for (int j = 1; j < per_host_; ++j) {
@@ -307,7 +330,8 @@ void Hierarchy::reduce_scatter(const HierCall& c) {
     if (error) continue;
     if (j == 1) {
       for (int h = 0; h < hosts_; ++h)
-        kernels::reduce(acc + h * bytes, block(h, local_rank_), area(1) + h * bytes, c.count, c.dtype, op);
+        kernels::reduce(acc + h * bytes, block(h, local_rank_), area(1) + h * bytes, c.count,
+                        c.dtype, op);
     } else {
       kernels::reduce_into(acc, area(j), hosts_ * c.count, c.dtype, op);
     }
@@ -328,9 +352,11 @@ namespace detail {
 
 bool CommImpl::hierarchy_wanted(Collective collective, uint64_t bytes) {
   const auto index = static_cast<size_t>(collective);
-  SHOAL_CHECK(index < hierarchy_verdicts.size(), Internal, algorithms::to_string(collective) << " is not hierarchical");
+  SHOAL_CHECK(index < hierarchy_verdicts.size(), Internal,
+              algorithms::to_string(collective) << " is not hierarchical");
   HierarchyVerdict& verdict = hierarchy_verdicts[index];
-  if (verdict.bytes != bytes) verdict = {bytes, dispatcher().auto_hierarchy(collective, bytes, hierarchy_sizes).take};
+  if (verdict.bytes != bytes)
+    verdict = {bytes, dispatcher().auto_hierarchy(collective, bytes, hierarchy_sizes).take};
   return verdict.take;
 }
 
@@ -339,12 +365,14 @@ std::optional<Work> CommImpl::try_hierarchical(const comm::HierCall& c, bool blo
     const std::string mode = config::get("SHOAL_HIERARCHICAL");
     SHOAL_CHECK(mode == "auto" || mode == "on" || mode == "off", InvalidArgument,
                 "SHOAL_HIERARCHICAL='" << mode << "' must be auto, on or off");
-    hierarchy_mode = mode == "on" ? comm::HierarchyMode::on
-                     : mode == "off" ? comm::HierarchyMode::off : comm::HierarchyMode::automatic;
+    hierarchy_mode = mode == "on"    ? comm::HierarchyMode::on
+                     : mode == "off" ? comm::HierarchyMode::off
+                                     : comm::HierarchyMode::automatic;
     hierarchy_sizes = tune::Dispatcher::hierarchy_sizes_from_environment();
     if (*hierarchy_mode != comm::HierarchyMode::off && !comm::hierarchy_fits(topology))
       hierarchy_mode = comm::HierarchyMode::off;  // uneven hosts, one host, one rank per host
-    // A forced algorithm is meant for the whole communicator (shoal-bench --algo): auto stands aside.
+    // A forced algorithm is meant for the whole communicator (shoal-bench --algo): auto stands
+    // aside.
     if (*hierarchy_mode == comm::HierarchyMode::automatic && !config::get("SHOAL_ALGO").empty())
       hierarchy_mode = comm::HierarchyMode::off;
   }
@@ -355,7 +383,8 @@ std::optional<Work> CommImpl::try_hierarchical(const comm::HierCall& c, bool blo
       c.count > (uint64_t{1} << 56) / size_of(c.dtype) / static_cast<uint64_t>(size))
     return std::nullopt;
   // The size auto decides by: the whole vector, the gathered output, the scattered input.
-  const uint64_t bytes = c.count * size_of(c.dtype) * (c.collective == Collective::all_reduce ? 1 : size);
+  const uint64_t bytes =
+      c.count * size_of(c.dtype) * (c.collective == Collective::all_reduce ? 1 : size);
   if (*hierarchy_mode == comm::HierarchyMode::automatic && !hierarchy_wanted(c.collective, bytes))
     return std::nullopt;
   if (engine->broken()) {  // the groups would not know yet

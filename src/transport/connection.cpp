@@ -20,12 +20,18 @@ constexpr uint64_t kHeaderBytes = sizeof(FrameHeader);
 
 const char* kind_name(FrameKind k) {
   switch (k) {
-    case FrameKind::collective: return "collective";
-    case FrameKind::p2p: return "send/recv";
-    case FrameKind::goodbye: return "goodbye";
-    case FrameKind::abort: return "abort";
-    case FrameKind::ack: return "ack";
-    case FrameKind::heartbeat: return "heartbeat";
+    case FrameKind::collective:
+      return "collective";
+    case FrameKind::p2p:
+      return "send/recv";
+    case FrameKind::goodbye:
+      return "goodbye";
+    case FrameKind::abort:
+      return "abort";
+    case FrameKind::ack:
+      return "ack";
+    case FrameKind::heartbeat:
+      return "heartbeat";
   }
   return "unknown";
 }
@@ -59,7 +65,8 @@ void Connection::keep_alive(std::chrono::steady_clock::time_point now,
   last_sent_ = now;  // one attempt per interval even if the stream takes nothing now
 }
 
-std::chrono::steady_clock::duration Connection::silence(std::chrono::steady_clock::time_point now) const {
+std::chrono::steady_clock::duration Connection::silence(
+    std::chrono::steady_clock::time_point now) const {
   // Parked: this rank stopped reading (flow control), the peer's bytes wait in the stream.
   if (broken_ || rx_ == Rx::parked) return {};
   return now - last_heard_;
@@ -110,7 +117,8 @@ void Connection::post_recv(const RecvRequest& request) {
   }
   if (peer_closed_)
     return fail(ErrorCode::PeerFailure,
-                "rank " + std::to_string(peer_) + " closed its communicator without sending what operation #" +
+                "rank " + std::to_string(peer_) +
+                    " closed its communicator without sending what operation #" +
                     std::to_string(request.seq) +
                     " expects from it: the ranks issued different sequences of calls");
   if (rx_ == Rx::parked) {
@@ -160,8 +168,9 @@ bool Connection::deliver_reference(const FrameHeader& h, uint64_t address, const
     return false;
   }
   if (!pulled) {
-    fail(ErrorCode::PeerFailure, "cannot read operation #" + std::to_string(h.seq) + "'s data from rank " +
-                                     std::to_string(peer_) + "'s memory (" + error + "): it probably died");
+    fail(ErrorCode::PeerFailure, "cannot read operation #" + std::to_string(h.seq) +
+                                     "'s data from rank " + std::to_string(peer_) + "'s memory (" +
+                                     error + "): it probably died");
     return false;
   }
   queue_ack(h);
@@ -229,9 +238,9 @@ void Connection::pump_write(bool front_only) {
       pump_read();  // an abort frame already sent by the peer explains this better than errno
       if (broken_) return;
       errno = err;
-      return fail(ErrorCode::PeerFailure, std::string("connection to rank ") + std::to_string(peer_) +
-                                              " broke while sending (" + strerror(errno) +
-                                              "): rank " + std::to_string(peer_) +
+      return fail(ErrorCode::PeerFailure, std::string("connection to rank ") +
+                                              std::to_string(peer_) + " broke while sending (" +
+                                              strerror(errno) + "): rank " + std::to_string(peer_) +
                                               " probably died; check its log");
     }
     sent_ += static_cast<uint64_t>(n);
@@ -255,7 +264,8 @@ void Connection::pump_read() {
     uint8_t* dst = nullptr;
     uint64_t want = 0;
     switch (rx_) {
-      case Rx::parked: return;
+      case Rx::parked:
+        return;
       case Rx::header:
         dst = reinterpret_cast<uint8_t*>(&hdr_) + hdr_got_;
         want = kHeaderBytes - hdr_got_;
@@ -286,15 +296,15 @@ void Connection::pump_read() {
       if (n < 0) {
         if (errno == EINTR) continue;
         if (errno == EAGAIN || errno == EWOULDBLOCK) return;
-        return fail(ErrorCode::PeerFailure, std::string("connection to rank ") +
-                                                std::to_string(peer_) + " broke (" +
-                                                strerror(errno) + "): rank " +
-                                                std::to_string(peer_) + " probably died");
+        return fail(ErrorCode::PeerFailure,
+                    std::string("connection to rank ") + std::to_string(peer_) + " broke (" +
+                        strerror(errno) + "): rank " + std::to_string(peer_) + " probably died");
       }
     }
     const uint64_t got = static_cast<uint64_t>(n);
     switch (rx_) {
-      case Rx::parked: return;
+      case Rx::parked:
+        return;
       case Rx::header:
         hdr_got_ += got;
         if (hdr_got_ == kHeaderBytes) {
@@ -371,7 +381,8 @@ bool Connection::start_frame() {
       return true;
     case FrameKind::heartbeat:  // its bytes already count as hearing from the peer
       if (hdr_.length != 0) {
-        fail(ErrorCode::PeerFailure, "rank " + std::to_string(peer_) + " sent a heartbeat frame with a payload");
+        fail(ErrorCode::PeerFailure,
+             "rank " + std::to_string(peer_) + " sent a heartbeat frame with a payload");
         return false;
       }
       if (hdr_.tag == kHeartbeatInCollective)
@@ -380,8 +391,9 @@ bool Connection::start_frame() {
     case FrameKind::ack: {
       if (awaiting_ack_.empty() || awaiting_ack_.front().header.seq != hdr_.seq ||
           awaiting_ack_.front().header.tag != hdr_.tag) {
-        fail(ErrorCode::PeerFailure, "rank " + std::to_string(peer_) + " acknowledged a frame (operation #" +
-                                         std::to_string(hdr_.seq) + ") this rank did not send by reference");
+        fail(ErrorCode::PeerFailure,
+             "rank " + std::to_string(peer_) + " acknowledged a frame (operation #" +
+                 std::to_string(hdr_.seq) + ") this rank did not send by reference");
         return false;
       }
       uint64_t cookie = awaiting_ack_.front().cookie;
@@ -394,7 +406,8 @@ bool Connection::start_frame() {
       const uint64_t length = hdr_.length;
       abort_payload_.assign(std::min<uint64_t>(length, 64 * 1024), '\0');
       if (hdr_.length > abort_payload_.size()) {
-        fail(ErrorCode::PeerFailure, "rank " + std::to_string(peer_) + " sent an oversized abort frame");
+        fail(ErrorCode::PeerFailure,
+             "rank " + std::to_string(peer_) + " sent an oversized abort frame");
         return false;
       }
       payload_got_ = 0;
@@ -503,7 +516,8 @@ std::string Connection::describe_state() const {
 }
 
 // Writes a control frame (goodbye, abort), waiting at most `deadline_ms` for room.
-static void write_control(Stream& stream, FrameHeader h, const std::string& payload, int deadline_ms) {
+static void write_control(Stream& stream, FrameHeader h, const std::string& payload,
+                          int deadline_ms) {
   std::string buf(reinterpret_cast<const char*>(&h), sizeof h);
   buf += payload;
   size_t off = 0;
@@ -511,9 +525,14 @@ static void write_control(Stream& stream, FrameHeader h, const std::string& payl
   while (off < buf.size()) {
     iovec iov{buf.data() + off, buf.size() - off};
     ssize_t n = stream.writev(&iov, 1);
-    if (n > 0) { off += static_cast<size_t>(n); continue; }
+    if (n > 0) {
+      off += static_cast<size_t>(n);
+      continue;
+    }
     if (n < 0 && (errno == EAGAIN || errno == EINTR)) {
-      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(end - std::chrono::steady_clock::now()).count();
+      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+                      end - std::chrono::steady_clock::now())
+                      .count();
       if (left <= 0) return;
       stream.wait_writable(static_cast<int>(std::min<int64_t>(left, 10)));
       continue;

@@ -26,7 +26,7 @@ struct SendRequest {
   FrameHeader header;
   const uint8_t* data = nullptr;  // header.length bytes, valid until completion
   uint64_t cookie = 0;
-  uint64_t reference = 0;         // by-reference frames: the address the peer pulls from
+  uint64_t reference = 0;  // by-reference frames: the address the peer pulls from
 };
 
 struct RecvRequest {
@@ -64,7 +64,8 @@ class ConnectionListener {
 
 class Connection {
  public:
-  Connection(std::unique_ptr<Stream> stream, int peer, uint64_t comm_id, ConnectionListener* listener);
+  Connection(std::unique_ptr<Stream> stream, int peer, uint64_t comm_id,
+             ConnectionListener* listener);
   ~Connection();
   Connection(const Connection&) = delete;
   Connection& operator=(const Connection&) = delete;
@@ -83,7 +84,8 @@ class Connection {
 
   /// Bytes this connection still expects (posted or bound receives), for diagnostics.
   bool expecting() const {
-    return !posted_.empty() || rx_ == Rx::payload_direct || !claimed_empty() || !awaiting_ack_.empty();
+    return !posted_.empty() || rx_ == Rx::payload_direct || !claimed_empty() ||
+           !awaiting_ack_.empty();
   }
   bool broken() const { return broken_; }
   /// Broken, yet able to carry an abort frame: it found a mismatch itself, its stream is in
@@ -151,7 +153,7 @@ class Connection {
   Rx rx_ = Rx::header;
   FrameHeader hdr_{};
   uint64_t hdr_got_ = 0;
-  RecvRequest current_{};           // bound receive while payload_direct
+  RecvRequest current_{};  // bound receive while payload_direct
   uint64_t payload_got_ = 0;
   std::deque<RecvRequest> posted_;  // receives waiting for their frame
   std::deque<Unexpected> unexpected_;

@@ -10,15 +10,15 @@
 namespace shoal::transport {
 
 inline constexpr uint32_t kFrameMagic = 0x4c4f4853;  // "SHOL"
-inline constexpr uint16_t kProtocolVersion = 3;  // 3: heartbeat frames
+inline constexpr uint16_t kProtocolVersion = 3;      // 3: heartbeat frames
 
 enum class FrameKind : uint8_t {
   collective = 1,  // payload of a collective's step
   p2p = 2,         // payload of send/recv
   goodbye = 3,     // the sender closes its communicator cleanly; no more frames follow
   abort = 4,       // the sender broke; payload is an error code byte and a message
-  ack = 5,         // the receiver pulled a by-reference frame (same seq and tag): its buffer is free
-  heartbeat = 6,   // no payload: the sender's progress thread is alive (sent when the link is quiet)
+  ack = 5,        // the receiver pulled a by-reference frame (same seq and tag): its buffer is free
+  heartbeat = 6,  // no payload: the sender's progress thread is alive (sent when the link is quiet)
 };
 
 /// FrameHeader::tag of a heartbeat whose sender waits in a collective (seq and signature say
@@ -48,7 +48,8 @@ static_assert(sizeof(FrameHeader) == 40);
 
 /// Checks magic, version, communicator, kind and length bound. Returns an error text naming
 /// what is wrong, or nullopt if the header is acceptable.
-std::optional<std::string> validate(const FrameHeader& header, uint64_t comm_id, uint64_t max_length);
+std::optional<std::string> validate(const FrameHeader& header, uint64_t comm_id,
+                                    uint64_t max_length);
 
 /// The handshake a connecting rank sends first.
 #pragma pack(push, 1)
