@@ -45,6 +45,17 @@ struct CallOptions {
   std::string algorithm;
 };
 
+/// One buffer of a vectored call: `count` elements of the call's type at `data`.
+struct ConstSegment {
+  const void* data = nullptr;
+  size_t count = 0;
+};
+struct Segment {
+  void* data = nullptr;
+  size_t count = 0;
+  operator ConstSegment() const { return {data, count}; }
+};
+
 class Communicator {
  public:
   /// Joins the job described by the launcher's environment: torchrun, shoal-run, Open MPI's
@@ -265,6 +276,23 @@ class Communicator {
     scatter(send.data(), recv.data(), recv.size(), data_type_of_v<T>, root);
   }
 
+  // ---- vectored all_reduce, all_gather, reduce_scatter: each side's segments, in order, make
+  //      up the plain call's buffer, so several tensors go in one call without a staging copy
+  //      (a schedule's frames are gathered from and scattered into the segments). Every rank
+  //      makes the same form of call. all_gather: send holds `count` elements in all, recv
+  //      size() * count with rank r's block at [r*count, (r+1)*count) of recv's concatenation
+  //      (torch's list outputs: one segment per rank and tensor); reduce_scatter the reverse.
+  //      An all_reduce whose send and recv list the same segments is in place. Calls small
+  //      enough for the shared slots (SHOAL_FLAT_MAX_BYTES) are packed into one buffer and run
+  //      there, the others run a schedule (never the hierarchical path). A call with one
+  //      segment on each side is the plain call. ----
+  Work all_reduce_async(std::span<const ConstSegment> send, std::span<const Segment> recv,
+                        DataType dtype, ReduceOp op, const CallOptions& call = {});
+  Work all_gather_async(std::span<const ConstSegment> send, std::span<const Segment> recv,
+                        DataType dtype, const CallOptions& call = {});
+  Work reduce_scatter_async(std::span<const ConstSegment> send, std::span<const Segment> recv,
+                            DataType dtype, ReduceOp op, const CallOptions& call = {});
+
   // ---- all_to_all_v: send_counts[j] elements at send_displs[j] (in elements) go to rank j,
   //      which receives them at its recv_displs[rank()] with recv_counts[rank()] elements. One
   //      send and one receive per peer, all in flight at once (point-to-point frames under a tag
@@ -289,9 +317,13 @@ class Communicator {
   Work barrier_async();
   void barrier() { barrier_async().wait(); }
 
-  // ---- point to point: a send matches the recv issued in the same position for that pair of
-  //      ranks (MPI's non-overtaking order, no wildcards); a different tag or count there is a
-  //      MismatchError. send_async + recv_async may be in flight together. ----
+  // ---- point to point: a send goes to the first receive posted for its sender and tag, or
+  //      from any source (kAnySource) with its tag, whichever was posted first (MPI's matching
+  //      rule: one queue per tag, non-overtaking within it). Messages of different tags do not
+  //      wait for each other. A different count or type than the matched receive's is a
+  //      MismatchError. send_async + recv_async may be in flight together; Work::source() says
+  //      whose message a receive took. ----
+  static constexpr int kAnySource = -1;
   Work send_async(const void* buf, size_t count, DataType dtype, int peer, int tag = 0);
   void send(const void* buf, size_t count, DataType dtype, int peer, int tag = 0) {
     send_async(buf, count, dtype, peer, tag).wait();

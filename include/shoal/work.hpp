@@ -30,6 +30,9 @@ class Work {
   /// True if completed without error.
   bool succeeded() const { return test() && !error(); }
   bool valid() const { return state_ != nullptr; }
+  /// A receive's sender: the rank it named, or for a receive from any source the rank whose
+  /// message it took (-1 until then). -1 for every other operation.
+  int source() const;
   /// Runs `fn(error)` (null on success) once the operation has completed: at once, on this
   /// thread, if it already has; else on the thread that completes it (shoal's progress thread,
   /// or a caller's), right after waiters are woken. Callbacks run in the order they were added.

@@ -25,6 +25,11 @@ class CommImpl {
   Work submit(algorithms::Collective collective, const void* input, void* output, uint64_t count,
               DataType dtype, ReduceOp op, int root, int peer = -1, int tag = 0,
               bool blocking = false, const algorithms::AlgorithmInfo* forced = nullptr);
+  /// A vectored call (Communicator's Segment forms): `count` as in submit(); the pieces' totals
+  /// are checked against it.
+  Work submit_vectored(algorithms::Collective collective, std::vector<comm::Piece> input,
+                       std::vector<comm::Piece> output, uint64_t count, DataType dtype, ReduceOp op,
+                       bool in_place, const algorithms::AlgorithmInfo* forced);
   /// The row `call` names for `collective` (null when it names none); InvalidArgumentError
   /// for a name the registry does not have for that collective.
   const algorithms::AlgorithmInfo* forced_algorithm(algorithms::Collective collective,
@@ -123,6 +128,10 @@ class CommImpl {
 
   /// The dispatcher's row for `a` (null: the first row). A flat call (no schedule to pick, the
   /// latency path) only gets the dispatcher made.
+  /// The arguments of a call, checked (InvalidArgumentError); buffers and in_place not set.
+  algorithms::CollectiveArgs checked_args(algorithms::Collective collective, uint64_t count,
+                                          DataType dtype, ReduceOp op, int root, int peer,
+                                          int tag) const;
   const algorithms::AlgorithmInfo* dispatch(const algorithms::CollectiveArgs& a, bool flat) {
     const tune::Dispatcher& d = dispatcher();
     if (flat) return nullptr;

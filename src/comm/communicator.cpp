@@ -150,9 +150,9 @@ std::string CommImpl::transport_summary() const {
   return os.str();
 }
 
-Work CommImpl::submit(Collective collective, const void* input, void* output, uint64_t count,
-                      DataType dtype, ReduceOp op, int root, int peer, int tag, bool blocking,
-                      const algorithms::AlgorithmInfo* forced) {
+algorithms::CollectiveArgs CommImpl::checked_args(Collective collective, uint64_t count,
+                                                  DataType dtype, ReduceOp op, int root, int peer,
+                                                  int tag) const {
   const auto name = algorithms::to_string(collective);
   SHOAL_CHECK(static_cast<int>(dtype) < kNumDataTypes, InvalidArgument,
               name << ": invalid data type " << static_cast<int>(dtype));
@@ -168,7 +168,8 @@ Work CommImpl::submit(Collective collective, const void* input, void* output, ui
   if (rooted)
     SHOAL_CHECK(root >= 0 && root < size, InvalidArgument,
                 name << ": root " << root << " is outside [0, " << size << ")");
-  if (collective == Collective::send || collective == Collective::recv) {
+  const bool any_source = collective == Collective::recv && peer == Communicator::kAnySource;
+  if ((collective == Collective::send || collective == Collective::recv) && !any_source) {
     SHOAL_CHECK(peer >= 0 && peer < size, InvalidArgument,
                 name << ": peer " << peer << " is outside [0, " << size << ")");
     SHOAL_CHECK(peer != rank, InvalidArgument,
@@ -187,8 +188,16 @@ Work CommImpl::submit(Collective collective, const void* input, void* output, ui
   a.rank = rank;
   a.size = size;
   a.chunk_bytes = chunk_bytes;
-  a.in_place = input != nullptr && input == output;
   a.unchecked = unchecked_;
+  return a;
+}
+
+Work CommImpl::submit(Collective collective, const void* input, void* output, uint64_t count,
+                      DataType dtype, ReduceOp op, int root, int peer, int tag, bool blocking,
+                      const algorithms::AlgorithmInfo* forced) {
+  const auto name = algorithms::to_string(collective);
+  algorithms::CollectiveArgs a = checked_args(collective, count, dtype, op, root, peer, tag);
+  a.in_place = input != nullptr && input == output;
   const bool flat = !forced && flat_eligible(a);
   a.algorithm = forced ? forced : dispatch(a, flat);  // a SHOAL_ALGO rule still wins unless forced
   a.forced = forced != nullptr;

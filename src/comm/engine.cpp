@@ -25,6 +25,9 @@ using transport::FrameKind;
 
 namespace {
 constexpr uint32_t kWakeToken = UINT32_MAX;
+// p2p frames' operation numbers have the top bit set: an ack names its frame by (seq, tag),
+// and p2p frames share the connection with collectives' frames.
+constexpr uint64_t kP2pSeqBit = uint64_t{1} << 63;
 
 std::exception_ptr make_error(ErrorCode code, const std::string& message, int peer) {
   try {
@@ -140,6 +143,7 @@ std::shared_ptr<detail::WorkState> Engine::submit(const OpRequest& request) {
     runs_[row - algorithms::registry().data()].fetch_add(1, std::memory_order_relaxed);
   }
   auto work = op->work;
+  if (a.collective == Collective::recv) work->source.store(a.peer, std::memory_order_relaxed);
   {
     std::lock_guard<std::mutex> lock(submit_mutex_);
     if (broken_) {
@@ -153,7 +157,7 @@ std::shared_ptr<detail::WorkState> Engine::submit(const OpRequest& request) {
     if (a.collective == Collective::send)
       op->seq = next_send_seq_[a.peer]++;
     else if (a.collective == Collective::recv)
-      op->seq = next_recv_seq_[a.peer]++;
+      op->seq = a.peer < 0 ? next_any_source_seq_++ : next_recv_seq_[a.peer]++;
     else
       op->seq = next_collective_seq_++;
     outstanding_.fetch_add(1, std::memory_order_acq_rel);
@@ -237,7 +241,8 @@ std::string Engine::describe(const Op& op) const {
   std::ostringstream os;
   os << algorithms::to_string(a.collective) << " #" << op.seq;
   if (a.collective == Collective::send) os << " to rank " << a.peer;
-  if (a.collective == Collective::recv) os << " from rank " << a.peer;
+  if (a.collective == Collective::recv)
+    os << (a.peer < 0 ? " from any rank" : " from rank " + std::to_string(a.peer));
   if (a.collective != Collective::barrier) {
     os << " (" << (op.algorithm.empty() ? "" : op.algorithm + ", ") << a.count << " x "
        << to_string(a.dtype);
@@ -268,12 +273,12 @@ void Engine::admit_new_ops() {
 
 void Engine::start_ready_ops() {
   while (!waiting_.empty() && !broken_local_) {
+    // Sends and receives start at once; a collective once no other collective runs (they share
+    // the scratch buffer and their frames' order).
     Op& next = *waiting_.front();
-    bool ok = running_.empty();
-    if (!ok && next.is_p2p()) {
-      ok = true;
+    bool ok = true;
+    if (!next.is_p2p())
       for (const auto& r : running_) ok = ok && r->is_p2p();
-    }
     if (!ok) return;
     running_.push_back(std::move(waiting_.front()));
     waiting_.pop_front();
@@ -316,7 +321,7 @@ void Engine::start(Op& op) {
     if (st.kind == StepKind::send) {
       op.frame_index[i] = sends_to[st.peer]++;
       send_queue_[st.peer].push_back({&op, i});
-    } else if (st.kind == StepKind::recv) {
+    } else if (st.kind == StepKind::recv && st.peer >= 0) {
       op.frame_index[i] = recvs_from[st.peer]++;
       recv_queue_[st.peer].push_back({&op, i});
     }
@@ -345,9 +350,32 @@ uint8_t* Engine::resolve(Op& op, const algorithms::Slice& s) {
   return base ? base + s.offset : nullptr;
 }
 
+void Engine::runs(Op& op, const algorithms::Slice& s, std::vector<iovec>& out) {
+  out.clear();
+  const std::vector<Piece>* pieces = s.buffer == Buffer::input    ? &op.request.input_pieces
+                                     : s.buffer == Buffer::output ? &op.request.output_pieces
+                                                                  : nullptr;
+  if (!pieces || pieces->empty()) {
+    out.push_back({resolve(op, s), s.bytes});
+    return;
+  }
+  // The last piece starting at or before s.offset holds it (the first starts at 0).
+  auto it = std::upper_bound(pieces->begin(), pieces->end(), s.offset,
+                             [](uint64_t off, const Piece& p) { return off < p.offset; });
+  --it;
+  for (uint64_t at = s.offset, left = s.bytes; left > 0; ++it) {
+    const uint64_t from = at - it->offset, take = std::min(it->bytes - from, left);
+    out.push_back({it->data + from, take});
+    at += take;
+    left -= take;
+  }
+}
+
 void Engine::make_ready(Op& op, uint32_t i) {
   const auto& st = op.schedule.steps[i];
-  if (st.kind == StepKind::send || st.kind == StepKind::recv) {
+  if (st.kind == StepKind::recv && st.peer < 0) {
+    post_any_source(op, i);
+  } else if (st.kind == StepKind::send || st.kind == StepKind::recv) {
     op.ready[i] = 1;
     try_post(st.peer);
   } else {
@@ -359,24 +387,46 @@ void Engine::run_local(Op& op, uint32_t i) {
   const auto& st = op.schedule.steps[i];
   const auto& a = op.request.args;
   const uint64_t es = size_of(a.dtype);
-  switch (st.kind) {
-    case StepKind::reduce:
-      if (st.dst.bytes > 0)
-        kernels::reduce(resolve(op, st.dst), resolve(op, st.src), resolve(op, st.src2),
-                        st.dst.bytes / es, a.dtype, a.op);
-      break;
-    case StepKind::copy: {
-      uint8_t* d = resolve(op, st.dst);
-      const uint8_t* s = resolve(op, st.src);
-      if (st.dst.bytes > 0 && d != s) std::memcpy(d, s, st.dst.bytes);
-      break;
+  auto apply = [&](uint8_t* d, const uint8_t* s, const uint8_t* s2, uint64_t bytes) {
+    switch (st.kind) {
+      case StepKind::reduce:
+        kernels::reduce(d, s, s2, bytes / es, a.dtype, a.op);
+        break;
+      case StepKind::copy:
+        if (d != s) std::memcpy(d, s, bytes);
+        break;
+      case StepKind::finalize:
+        kernels::finalize_avg(d, bytes / es, a.dtype, a.size);
+        break;
+      default:
+        break;
     }
-    case StepKind::finalize:
-      if (st.dst.bytes > 0)
-        kernels::finalize_avg(resolve(op, st.dst), st.dst.bytes / es, a.dtype, a.size);
-      break;
-    default:
-      break;
+  };
+  const bool local =
+      st.kind == StepKind::reduce || st.kind == StepKind::copy || st.kind == StepKind::finalize;
+  if (local && st.dst.bytes > 0) {
+    if (op.request.input_pieces.empty() && op.request.output_pieces.empty()) {
+      apply(resolve(op, st.dst), resolve(op, st.src), resolve(op, st.src2), st.dst.bytes);
+    } else {
+      // A vectored buffer: the slices in runs that lie in one piece of each.
+      const algorithms::Slice* slices[3] = {&st.dst, &st.src, &st.src2};
+      const int used = st.kind == StepKind::reduce ? 3 : st.kind == StepKind::copy ? 2 : 1;
+      size_t at[3] = {0, 0, 0};
+      uint64_t off[3] = {0, 0, 0};
+      for (int k = 0; k < used; ++k) runs(op, *slices[k], local_runs_[k]);
+      auto ptr = [&](int k) {
+        return k < used ? static_cast<uint8_t*>(local_runs_[k][at[k]].iov_base) + off[k] : nullptr;
+      };
+      for (uint64_t done = 0; done < st.dst.bytes;) {
+        uint64_t n = st.dst.bytes - done;
+        for (int k = 0; k < used; ++k)
+          n = std::min<uint64_t>(n, local_runs_[k][at[k]].iov_len - off[k]);
+        apply(ptr(0), ptr(1), ptr(2), n);
+        for (int k = 0; k < used; ++k)
+          if ((off[k] += n) == local_runs_[k][at[k]].iov_len) ++at[k], off[k] = 0;
+        done += n;
+      }
+    }
   }
   step_done(op, i);
 }
@@ -405,28 +455,86 @@ void Engine::try_post(int peer) {
         transport::SendRequest r;
         r.header.kind = op.kind;
         r.header.comm_id = comm_id_;
-        r.header.seq = op.seq;
-        r.header.tag = op.frame_index[i];
+        r.header.seq = op.is_p2p() ? op.seq | kP2pSeqBit : op.seq;
+        // p2p frames carry the user's tag (one queue per tag); a collective's, the frame index
+        r.header.tag = op.is_p2p() ? static_cast<uint32_t>(op.request.args.tag) : op.frame_index[i];
         r.header.signature = op.signature;
         r.header.length = st.src.bytes;
-        r.data = resolve(op, st.src);
+        if (op.request.input_pieces.empty() && op.request.output_pieces.empty()) {
+          r.data = resolve(op, st.src);
+        } else {
+          runs(op, st.src, r.gather);
+          if (r.gather.size() == 1) r.data = static_cast<const uint8_t*>(r.gather[0].iov_base);
+          if (r.gather.size() <= 1) r.gather.clear();
+        }
         r.cookie = cookie;
         conn->post_send(r);
       } else {
-        transport::RecvRequest r;
-        r.kind = op.kind;
-        r.seq = op.seq;
-        r.tag = op.frame_index[i];
-        r.signature = op.signature;
-        r.length = st.dst.bytes;
-        r.dst = resolve(op, st.dst);
-        r.cookie = cookie;
-        conn->post_recv(r);
+        conn->post_recv(receive_request(op, i));
       }
       posted = true;
     }
   }
   if (posted) dirty_.push_back(peer);
+}
+
+transport::RecvRequest Engine::receive_request(Op& op, uint32_t i) {
+  const auto& st = op.schedule.steps[i];
+  transport::RecvRequest r;
+  r.kind = op.kind;
+  r.seq = op.seq;
+  r.tag = op.is_p2p() ? static_cast<uint32_t>(op.request.args.tag) : op.frame_index[i];
+  r.signature = op.signature;
+  r.length = st.dst.bytes;
+  if (op.request.input_pieces.empty() && op.request.output_pieces.empty()) {
+    r.dst = resolve(op, st.dst);
+  } else {
+    runs(op, st.dst, r.scatter);
+    if (r.scatter.size() == 1) r.dst = static_cast<uint8_t*>(r.scatter[0].iov_base);
+    if (r.scatter.size() <= 1) r.scatter.clear();
+  }
+  r.cookie = (static_cast<uint64_t>(op.id) << 32) | i;
+  r.order = r.cookie;  // operations start in issue order, and op ids follow it
+  return r;
+}
+
+// A receive from any source takes the earliest frame with its tag that a connection already
+// holds; else it waits in any_source_ for the first to arrive (claim_any_source).
+void Engine::post_any_source(Op& op, uint32_t i) {
+  const auto r = receive_request(op, i);
+  int from = -1;
+  uint64_t earliest = UINT64_MAX;
+  for (int p = 0; p < size_; ++p)
+    if (conns_[p])
+      if (auto arrival = conns_[p]->held_p2p(r.tag); arrival && *arrival < earliest)
+        earliest = *arrival, from = p;
+  if (from >= 0) {
+    op.work->source.store(from, std::memory_order_release);
+    conns_[from]->post_recv(r);
+    dirty_.push_back(from);
+    return;
+  }
+  any_source_.push_back({&op, i});
+  for (int p = 0; p < size_; ++p)  // a parked frame may hide the one this receive waits for
+    if (conns_[p]) {
+      conns_[p]->unpark();
+      dirty_.push_back(p);
+    }
+}
+
+std::optional<transport::RecvRequest> Engine::claim_any_source(int peer,
+                                                               const transport::FrameHeader& h,
+                                                               uint64_t before) {
+  for (auto it = any_source_.begin(); it != any_source_.end(); ++it) {
+    Op& op = *it->op;
+    if (static_cast<uint32_t>(op.request.args.tag) != h.tag) continue;
+    auto r = receive_request(op, it->step);
+    if (r.order > before) return std::nullopt;
+    op.work->source.store(peer, std::memory_order_release);
+    any_source_.erase(it);
+    return r;
+  }
+  return std::nullopt;
 }
 
 Engine::Op* Engine::find_op(uint32_t id) {
@@ -507,10 +615,17 @@ void Engine::drain() {
 }
 
 void Engine::finish_ops() {
-  while (!running_.empty() && running_.front()->finished) {
+  // Each as it finishes: collectives run one at a time, so they complete in issue order; a
+  // send or receive waiting for its peer holds back nothing issued after it.
+  for (auto it = running_.begin(); it != running_.end();) {
+    if (!(*it)->finished) {
+      ++it;
+      continue;
+    }
     ++progress_count_;
-    running_.front()->work->complete();
-    running_.pop_front();
+    if ((*it)->request.finish) (*it)->request.finish();
+    (*it)->work->complete();
+    it = running_.erase(it);
     outstanding_.fetch_sub(1, std::memory_order_acq_rel);
   }
 }
@@ -534,6 +649,7 @@ void Engine::break_comm(ErrorCode code, const std::string& message, int peer) {
     }
   for (auto& q : send_queue_) q.clear();
   for (auto& q : recv_queue_) q.clear();
+  any_source_.clear();
   completions_.clear();
   dirty_.clear();
   if (code == ErrorCode::PeerFailure && peer >= 0 && peer < size_ && peer != rank_)
@@ -599,6 +715,7 @@ void Engine::check_timeouts() {
       if (c && (c->expecting())) waiting += "; " + c->describe_state();
     for (int p = 0; p < size_; ++p)
       if (!recv_queue_[p].empty()) waiting += "; waiting to receive from rank " + std::to_string(p);
+    if (!any_source_.empty()) waiting += "; waiting to receive from any rank";
     os << (waiting.empty() ? "" : waiting)
        << ". Are all ranks alive and issuing the same calls in the same order?";
     break_comm(ErrorCode::Timeout, os.str(), -1);

@@ -1,7 +1,8 @@
 // The progress engine of one communicator: a thread that owns the connections (epoll) and
-// executes schedules. Operations start in issue order; a collective starts only when every
-// earlier operation has finished, while send/recv may overlap each other (so a rank can post
-// a send and a receive and wait for both). Completion is signalled in issue order.
+// executes schedules. Operations start in issue order; a collective starts once the previous
+// collective has finished, while sends and receives start at once and overlap anything (a rank
+// can post a send and a receive and wait for both, or a collective behind a receive that
+// waits). Collectives complete in issue order; a send or receive completes when it is done.
 //
 // Any failure (dead peer, mismatch, malformed frame, timeout) breaks the communicator: every
 // pending operation fails with that error, the peers are told (an abort frame) so they fail
@@ -31,10 +32,22 @@ namespace shoal::comm {
 
 using Clock = std::chrono::steady_clock;
 
+/// A piece of a vectored operation's buffer: `bytes` (> 0) at `data`, at `offset` in the buffer
+/// the pieces make up in order.
+struct Piece {
+  uint8_t* data = nullptr;
+  uint64_t bytes = 0;
+  uint64_t offset = 0;
+};
+
 struct OpRequest {
   algorithms::CollectiveArgs args;
   const void* input = nullptr;
   void* output = nullptr;
+  // Non-empty: the input (output) is these pieces instead of one buffer (a vectored call). Frames
+  // stay contiguous on the wire; the pieces are gathered and scattered at the ends.
+  std::vector<Piece> input_pieces, output_pieces;
+  std::function<void()> finish;  // run on success, before the Work completes (copy-outs)
   uint32_t flat_seq = 0;   // non-zero: a flat collective (comm/flat.hpp), not a schedule
   uint32_t signature = 0;  // algorithms::signature(args), computed once by the submitter
 };
@@ -117,6 +130,10 @@ class Engine : public transport::ConnectionListener {
   std::string describe(const Op& op) const;
   Op* find_op(uint32_t id);
   uint8_t* resolve(Op& op, const algorithms::Slice& s);
+  /// The runs of memory that hold `s` into `out`: one, unless `s` lies in a vectored buffer and
+  /// spans several of its pieces (none for an empty slice there).
+  void runs(Op& op, const algorithms::Slice& s, std::vector<iovec>& out);
+  std::vector<iovec> local_runs_[3];  // run_local's, kept to not allocate per step
 
   // ConnectionListener: record, handled by drain() on this thread
   void on_send_complete(uint64_t cookie) override;
@@ -127,6 +144,12 @@ class Engine : public transport::ConnectionListener {
   void on_peer_closed(int peer) override {
     peer_closed_[peer].store(true, std::memory_order_release);
   }
+  std::optional<transport::RecvRequest> claim_any_source(int peer,
+                                                         const transport::FrameHeader& header,
+                                                         uint64_t before) override;
+  bool any_source_waiting() const override { return !any_source_.empty(); }
+  transport::RecvRequest receive_request(Op& op, uint32_t step);
+  void post_any_source(Op& op, uint32_t step);
 
   const int rank_, size_;
   const uint64_t comm_id_;
@@ -144,6 +167,7 @@ class Engine : public transport::ConnectionListener {
   std::deque<std::unique_ptr<Op>> submitted_;
   std::atomic<uint64_t> next_collective_seq_{0};  // taken under submit_mutex_ or by an idle caller
   std::vector<uint64_t> next_send_seq_, next_recv_seq_;
+  uint64_t next_any_source_seq_ = 0;
   bool stopping_ = false;
   std::exception_ptr broken_;  // set once; later submissions fail with it
   std::atomic<bool> broken_flag_{false};
@@ -168,6 +192,7 @@ class Engine : public transport::ConnectionListener {
   std::deque<std::unique_ptr<Op>> waiting_;  // admitted, not started
   std::deque<std::unique_ptr<Op>> running_;  // started, in issue order
   std::vector<std::deque<IoSlot>> send_queue_, recv_queue_;
+  std::deque<IoSlot> any_source_;      // receives from any source no frame has come for, in order
   std::vector<uint64_t> completions_;  // cookies reported by connections
   std::vector<int> dirty_;             // connections to progress
   std::vector<uint8_t> scratch_;

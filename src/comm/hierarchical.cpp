@@ -16,6 +16,12 @@ using algorithms::Collective;
 
 namespace comm {
 
+namespace {
+// The tag of the phases below that are point-to-point: their frames stay in order with the
+// groups' collectives (a rank of the group in another call fails at once, not at the timeout).
+constexpr int kPhaseTag = static_cast<int>(transport::kOrderedP2pTag);
+}  // namespace
+
 bool hierarchy_fits(const Topology& t) {
   if (t.num_hosts < 2) return false;
   std::vector<int> per_host(t.num_hosts, 0);
@@ -255,14 +261,15 @@ void Hierarchy::all_gather(const HierCall& c) {
   auto nth_host = [&](int k) { return (host_ - k + hosts_) % hosts_; };
   std::vector<Work> inter, intra;
   for (int k = 1; k < hosts_; ++k)
-    inter.push_back(
-        aligned_.recv_async(block(nth_host(k), local_rank_), c.count, c.dtype, nth_host(k)));
+    inter.push_back(aligned_.recv_async(block(nth_host(k), local_rank_), c.count, c.dtype,
+                                        nth_host(k), kPhaseTag));
   for (int k = 1; k < hosts_; ++k)
-    inter.push_back(aligned_.send_async(in, c.count, c.dtype, (host_ + k) % hosts_));
+    inter.push_back(aligned_.send_async(in, c.count, c.dtype, (host_ + k) % hosts_, kPhaseTag));
   for (int j = 1; j < per_host_; ++j) {
     const int from = (local_rank_ - j + per_host_) % per_host_;
     for (int k = 0; k < hosts_; ++k)
-      intra.push_back(local_.recv_async(block(nth_host(k), from), c.count, c.dtype, from));
+      intra.push_back(
+          local_.recv_async(block(nth_host(k), from), c.count, c.dtype, from, kPhaseTag));
   }
   std::exception_ptr error;
   for (int k = 0; k < hosts_ && !error; ++k) {
@@ -274,7 +281,7 @@ void Hierarchy::all_gather(const HierCall& c) {
     }
     for (int j = 1; j < per_host_; ++j)
       intra.push_back(local_.send_async(block(nth_host(k), local_rank_), c.count, c.dtype,
-                                        (local_rank_ + j) % per_host_));
+                                        (local_rank_ + j) % per_host_, kPhaseTag));
   }
   if (error) {
     // The receives of this host's peers cannot complete: fail them now (execute() breaks the
@@ -312,12 +319,12 @@ void Hierarchy::reduce_scatter(const HierCall& c) {
   for (int j = 1; j < per_host_; ++j) {
     const int from = (local_rank_ - j + per_host_) % per_host_;
     for (int h = 0; h < hosts_; ++h)
-      recvs[j].push_back(local_.recv_async(area(j) + h * bytes, c.count, c.dtype, from));
+      recvs[j].push_back(local_.recv_async(area(j) + h * bytes, c.count, c.dtype, from, kPhaseTag));
   }
   for (int j = 1; j < per_host_; ++j) {
     const int to = (local_rank_ + j) % per_host_;
     for (int h = 0; h < hosts_; ++h)
-      sends.push_back(local_.send_async(block(h, to), c.count, c.dtype, to));
+      sends.push_back(local_.send_async(block(h, to), c.count, c.dtype, to, kPhaseTag));
   }
   std::exception_ptr error;
   for (int j = 1; j < per_host_; ++j) {

@@ -44,6 +44,8 @@ bool Work::wait(std::chrono::milliseconds timeout) const {
   return true;
 }
 
+int Work::source() const { return state_of(state_).source.load(std::memory_order_acquire); }
+
 bool Work::test() const {
   auto& s = state_of(state_);
   std::lock_guard<std::mutex> lock(s.mutex);

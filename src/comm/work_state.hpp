@@ -18,6 +18,7 @@ struct WorkState {
   bool done = false;                  // guarded by mutex
   std::atomic<bool> finished{false};  // the same, readable without the lock (for polling)
   std::exception_ptr error;
+  std::atomic<int> source{-1};  // a receive's sender (set before completion)
   std::vector<std::function<void(std::exception_ptr)>> callbacks;  // guarded by mutex, until done
 
   void complete(std::exception_ptr e = nullptr) {

@@ -263,11 +263,6 @@ void check_world_multiple(const at::Tensor& big, const at::Tensor& small, int wo
          std::to_string(big.numel()) + " " + dtype_name(big.scalar_type()));
 }
 
-/// A flattened copy is the caller's own: PREMUL_SUM scales it in place.
-void premultiply(const at::Tensor& flat, const Spec& s) {
-  if (s.premul) flat.mul_(*s.premul);
-}
-
 int64_t total_numel(const std::vector<at::Tensor>& ts) {
   int64_t n = 0;
   for (const auto& t : ts) n += t.numel();
@@ -320,6 +315,12 @@ void check_same(const at::Tensor& t, const at::Tensor& ref, const char* opname, 
 char* byte_ptr(const at::Tensor& buf, int64_t element_offset) {
   return static_cast<char*>(buf.data_ptr()) +
          element_offset * static_cast<int64_t>(buf.element_size());
+}
+
+shoal::Segment segment(const at::Tensor& buf, const Spec& s, int64_t element_offset = 0,
+                       int64_t numel = -1) {
+  return {byte_ptr(buf, element_offset),
+          static_cast<size_t>((numel < 0 ? buf.numel() : numel) * s.factor)};
 }
 
 /// shoal's settings for a group: an explicit SHOAL_TIMEOUT wins; otherwise torch's timeout
@@ -446,8 +447,6 @@ ProcessGroupShoal::ProcessGroupShoal(const c10::intrusive_ptr<c10d::Store>& stor
 }
 
 void ProcessGroupShoal::start() {
-  if (const char* e = std::getenv("SHOAL_TORCH_ANY_SOURCE")) any_source_ = std::string(e) != "0";
-  received_from_.assign(static_cast<size_t>(getSize()), 0);
   all_reduce_call_.algorithm = options_->all_reduce_algorithm;
   all_gather_call_.algorithm = options_->all_gather_algorithm;
   reduce_scatter_call_.algorithm = options_->reduce_scatter_algorithm;
@@ -839,11 +838,10 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupShoal::allreduce_coalesced(
   const Spec s = reduce_spec(tensors[0], opts.reduceOp, "allreduce_coalesced");
   return run(
       OpType::ALLREDUCE_COALESCED, "shoal:all_reduce_coalesced", tensors, tensors, [&](Op& op) {
-        auto flat = flatten(op, tensors, s.work);
-        premultiply(flat, s);
-        op.pending.push_back(comm_->all_reduce_async(
-            flat.data_ptr(), flat.data_ptr(), count_of(flat, s), s.dt, s.op, all_reduce_call_));
-        unflatten_later(op, flat, tensors);
+        std::vector<shoal::Segment> bufs;
+        for (const auto& t : tensors) bufs.push_back(segment(stage_reduce(op, t, s), s));
+        const std::vector<shoal::ConstSegment> in(bufs.begin(), bufs.end());
+        op.pending.push_back(comm_->all_reduce_async(in, bufs, s.dt, s.op, all_reduce_call_));
       });
 }
 
@@ -882,12 +880,10 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupShoal::allgather(
   for (const auto& o : outputs[0]) check_same(o, in, "allgather", "an output tensor");
   const Spec s = move_spec(in);
   return run(OpType::ALLGATHER, "shoal:all_gather", inputs, outputs[0], [&](Op& op) {
-    auto src = stage_in(op, in, s.work);
-    auto flat = at::empty({in.numel() * getSize()}, in.options());
-    op.keep.push_back(flat);
-    op.pending.push_back(comm_->all_gather_async(src.data_ptr(), flat.data_ptr(), count_of(src, s),
-                                                 s.dt, all_gather_call_));
-    unflatten_later(op, flat, outputs[0]);
+    const std::vector<shoal::ConstSegment> send = {segment(stage_in(op, in, s.work), s)};
+    std::vector<shoal::Segment> recv;
+    for (const auto& o : outputs[0]) recv.push_back(segment(stage_out(op, o, s.work, false), s));
+    op.pending.push_back(comm_->all_gather_async(send, recv, s.dt, all_gather_call_));
   });
 }
 
@@ -935,15 +931,16 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupShoal::allgather_coalesced(
   const Spec s = move_spec(inputs[0]);
   std::vector<at::Tensor> all_outputs;
   for (const auto& list : outputs) all_outputs.insert(all_outputs.end(), list.begin(), list.end());
-  return run(
-      OpType::ALLGATHER_COALESCED, "shoal:all_gather_coalesced", inputs, all_outputs, [&](Op& op) {
-        auto flat_in = flatten(op, inputs, s.work);
-        auto flat_out = at::empty({flat_in.numel() * getSize()}, flat_in.options());
-        op.keep.push_back(flat_out);
-        op.pending.push_back(comm_->all_gather_async(flat_in.data_ptr(), flat_out.data_ptr(),
-                                                     count_of(flat_in, s), s.dt, all_gather_call_));
-        unflatten_later(op, flat_out, all_outputs);
-      });
+  return run(OpType::ALLGATHER_COALESCED, "shoal:all_gather_coalesced", inputs, all_outputs,
+             [&](Op& op) {
+               // rank r's block: its inputs, in order
+               std::vector<shoal::ConstSegment> send;
+               std::vector<shoal::Segment> recv;
+               for (const auto& t : inputs) send.push_back(segment(stage_in(op, t, s.work), s));
+               for (const auto& t : all_outputs)
+                 recv.push_back(segment(stage_out(op, t, s.work, false), s));
+               op.pending.push_back(comm_->all_gather_async(send, recv, s.dt, all_gather_call_));
+             });
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupShoal::gather(
@@ -1007,11 +1004,10 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupShoal::reduce_scatter(
   for (const auto& i : inputs[0]) check_same(i, out, "reduce_scatter", "an input tensor");
   const Spec s = reduce_spec(out, opts.reduceOp, "reduce_scatter");
   return run(OpType::REDUCE_SCATTER, "shoal:reduce_scatter", inputs[0], outputs, [&](Op& op) {
-    auto flat = flatten(op, inputs[0], s.work);
-    premultiply(flat, s);
-    auto dst = stage_out(op, out, s.work, false);
-    op.pending.push_back(comm_->reduce_scatter_async(
-        flat.data_ptr(), dst.data_ptr(), count_of(dst, s), s.dt, s.op, reduce_scatter_call_));
+    std::vector<shoal::ConstSegment> send;
+    for (const auto& t : inputs[0]) send.push_back(segment(stage_reduce_in(op, t, s), s));
+    const std::vector<shoal::Segment> recv = {segment(stage_out(op, out, s.work, false), s)};
+    op.pending.push_back(comm_->reduce_scatter_async(send, recv, s.dt, s.op, reduce_scatter_call_));
   });
 }
 
@@ -1034,7 +1030,8 @@ void check_pairs(const std::vector<at::Tensor>& outputs, const std::vector<at::T
 }  // namespace
 
 // The coalesced tensor forms (DTensor and FSDP2 call them, even for one tensor): one torch Work
-// over one shoal operation per pair, issued back to back.
+// over one vectored shoal operation (rank r's block: block r of every tensor, in order), or one
+// operation per pair where the tensors' dtypes differ.
 c10::intrusive_ptr<c10d::Work> ProcessGroupShoal::allgather_into_tensor_coalesced(
     std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
     const c10d::AllgatherOptions&) {
@@ -1043,10 +1040,27 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupShoal::allgather_into_tensor_coalesce
   for (size_t i = 0; i < inputs.size(); ++i)
     check_world_multiple(outputs[i], inputs[i], getSize(),
                          std::string(name) + ": output " + std::to_string(i));
+  const Spec s = move_spec(inputs[0]);
+  bool one_call = inputs.size() > 1;
+  for (const auto& t : inputs) one_call = one_call && t.scalar_type() == inputs[0].scalar_type();
   return run(OpType::COALESCED, "shoal:all_gather_into_tensor_coalesced", inputs, outputs,
              [&](Op& op) {
-               for (size_t i = 0; i < inputs.size(); ++i)
-                 issue_all_gather(op, inputs[i], outputs[i]);
+               if (!one_call) {
+                 for (size_t i = 0; i < inputs.size(); ++i)
+                   issue_all_gather(op, inputs[i], outputs[i]);
+                 return;
+               }
+               std::vector<shoal::ConstSegment> send;
+               std::vector<at::Tensor> dst;
+               for (size_t i = 0; i < inputs.size(); ++i) {
+                 send.push_back(segment(stage_in(op, inputs[i], s.work), s));
+                 dst.push_back(stage_out(op, outputs[i], s.work, false));
+               }
+               std::vector<shoal::Segment> recv;
+               for (int r = 0; r < getSize(); ++r)
+                 for (size_t i = 0; i < inputs.size(); ++i)
+                   recv.push_back(segment(dst[i], s, r * inputs[i].numel(), inputs[i].numel()));
+               op.pending.push_back(comm_->all_gather_async(send, recv, s.dt, all_gather_call_));
              });
 }
 
@@ -1061,10 +1075,28 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupShoal::reduce_scatter_tensor_coalesce
                          std::string(name) + ": input " + std::to_string(i));
     specs.push_back(reduce_spec(outputs[i], opts.reduceOp, name));
   }
+  bool one_call = inputs.size() > 1;
+  for (const auto& t : inputs) one_call = one_call && t.scalar_type() == inputs[0].scalar_type();
   return run(OpType::COALESCED, "shoal:reduce_scatter_tensor_coalesced", inputs, outputs,
              [&](Op& op) {
-               for (size_t i = 0; i < inputs.size(); ++i)
-                 issue_reduce_scatter(op, inputs[i], outputs[i], specs[i]);
+               if (!one_call) {
+                 for (size_t i = 0; i < inputs.size(); ++i)
+                   issue_reduce_scatter(op, inputs[i], outputs[i], specs[i]);
+                 return;
+               }
+               const Spec& s = specs[0];
+               std::vector<at::Tensor> src;
+               std::vector<shoal::Segment> recv;
+               for (size_t i = 0; i < inputs.size(); ++i) {
+                 src.push_back(stage_reduce_in(op, inputs[i], s));
+                 recv.push_back(segment(stage_out(op, outputs[i], s.work, false), s));
+               }
+               std::vector<shoal::ConstSegment> send;
+               for (int r = 0; r < getSize(); ++r)
+                 for (size_t i = 0; i < inputs.size(); ++i)
+                   send.push_back(segment(src[i], s, r * outputs[i].numel(), outputs[i].numel()));
+               op.pending.push_back(
+                   comm_->reduce_scatter_async(send, recv, s.dt, s.op, reduce_scatter_call_));
              });
 }
 
@@ -1191,18 +1223,6 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupShoal::alltoall(std::vector<at::Tenso
 // ---------------------------------------------------------------------------------------------
 // point to point
 
-std::string ProcessGroupShoal::any_source_key(int src, int dst) const {
-  return "shoal_any_source/" + std::to_string(src) + "/" + std::to_string(dst);
-}
-
-void ProcessGroupShoal::post_p2p_send(Op& op, const at::Tensor& buf, int64_t offset, int64_t count,
-                                      int peer, int tag, bool count_for_any_source) {
-  if (count_for_any_source && any_source_) store_->add(any_source_key(getRank(), peer), 1);
-  const Spec s = move_spec(buf);
-  op.pending.push_back(
-      comm_->send_async(byte_ptr(buf, offset), static_cast<size_t>(count), s.dt, peer, tag));
-}
-
 c10::intrusive_ptr<c10d::Work> ProcessGroupShoal::send(std::vector<at::Tensor>& tensors, int dst,
                                                        int tag) {
   const auto& t = single(tensors, "send");
@@ -1212,10 +1232,11 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupShoal::send(std::vector<at::Tensor>& 
   const Spec s = move_spec(t);
   return run(OpType::SEND, "shoal:send", tensors, tensors, [&](Op& op) {
     auto buf = stage_in(op, t, s.work);
-    post_p2p_send(op, buf, 0, buf.numel() * s.factor, dst, tag, true);
+    op.pending.push_back(comm_->send_async(buf.data_ptr(), count_of(buf, s), s.dt, dst, tag));
   });
 }
 
+// Tags select a queue per sender, as in gloo; shoal matches them itself.
 c10::intrusive_ptr<c10d::Work> ProcessGroupShoal::recv(std::vector<at::Tensor>& tensors, int src,
                                                        int tag) {
   const auto& t = single(tensors, "recv");
@@ -1226,52 +1247,21 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupShoal::recv(std::vector<at::Tensor>& 
   return run(OpType::RECV, "shoal:recv", tensors, tensors, [&](Op& op) {
     auto buf = stage_out(op, t, s.work, false);
     op.pending.push_back(comm_->recv_async(buf.data_ptr(), count_of(buf, s), s.dt, src, tag));
-    ++received_from_[src];
   });
 }
 
-// shoal matches point-to-point messages by position per pair and has no wildcard. Every send
-// counts itself in the store (key per sender and receiver); a receive from any source polls
-// those counters for a sender with more sends than this rank has received from it, then posts
-// an ordinary receive from that rank. The call blocks until some sender has issued its send.
 c10::intrusive_ptr<c10d::Work> ProcessGroupShoal::recvAnysource(std::vector<at::Tensor>& tensors,
                                                                 int tag) {
   const auto& t = single(tensors, "recvAnysource");
-  if (!any_source_)
-    fail(
-        "recvAnysource: receives from any source are disabled (SHOAL_TORCH_ANY_SOURCE=0 on this "
-        "rank)");
-  const int me = getRank(), p = getSize();
-  const auto deadline = std::chrono::steady_clock::now() + timeout_;
-  auto pause = std::chrono::microseconds(50);
-  int src = -1;
-  for (int round = 0; src < 0; ++round) {
-    std::vector<int64_t> received;
-    {
-      std::lock_guard<std::mutex> lock(issue_mutex_);
-      received = received_from_;
-    }
-    for (int k = 1; k < p && src < 0; ++k) {
-      const int r = (me + round + k) % p;
-      if (r == me) continue;
-      if (store_->add(any_source_key(r, me), 0) > received[r]) src = r;
-    }
-    if (src >= 0) break;
-    if (std::chrono::steady_clock::now() > deadline)
-      throw shoal::TimeoutError("shoal (torch backend): rank " + std::to_string(me) +
-                                ": recvAnysource found no sender within the group's timeout of " +
-                                std::to_string(timeout_.count()) + " ms");
-    std::this_thread::sleep_for(pause);
-    pause = std::min(pause * 2, std::chrono::microseconds(5000));
-  }
   const Spec s = move_spec(t);
-  auto work = run(OpType::RECVANYSOURCE, "shoal:recv_any_source", tensors, tensors, [&](Op& op) {
+  return run(OpType::RECVANYSOURCE, "shoal:recv_any_source", tensors, tensors, [&](Op& op) {
     auto buf = stage_out(op, t, s.work, false);
-    op.pending.push_back(comm_->recv_async(buf.data_ptr(), count_of(buf, s), s.dt, src, tag));
-    ++received_from_[src];
-    op.work->set_source_rank(src);
+    op.pending.push_back(comm_->recv_async(buf.data_ptr(), count_of(buf, s), s.dt,
+                                           shoal::Communicator::kAnySource, tag));
+    op.finish.push_back([work = op.work.get(), received = op.pending.back()] {
+      work->set_source_rank(received.source());
+    });
   });
-  return work;
 }
 
 void ProcessGroupShoal::monitoredBarrier(const c10d::BarrierOptions& opts, bool wait_all_ranks) {

@@ -244,9 +244,6 @@ class ProcessGroupShoal : public BackendBase {
   void issue_all_gather(Op& op, const at::Tensor& input, const at::Tensor& output);
   void issue_reduce_scatter(Op& op, const at::Tensor& input, const at::Tensor& output,
                             const Spec& s);
-  void post_p2p_send(Op& op, const at::Tensor& buf, int64_t offset, int64_t count, int peer,
-                     int tag, bool count_for_any_source);
-  std::string any_source_key(int src, int dst) const;
 
   void start();  // the constructors' common part
   /// shutdown() and abort(): `grace` is how long queued work may still finish.
@@ -261,14 +258,12 @@ class ProcessGroupShoal : public BackendBase {
   shoal::CallOptions all_reduce_call_, all_gather_call_, reduce_scatter_call_;
   int shrinks_ = 0;  // shrink() calls on this group: names the new groups' stores
   std::optional<shoal::Communicator> comm_;
-  bool any_source_ = true;
 
   std::mutex issue_mutex_;  // issue order == queue order
   bool closed_ = false;     // shutdown/abort began: no new operation
   std::mutex close_mutex_;  // one close at a time
   // Between startCoalescing and endCoalescing: the Works issued meanwhile.
   std::optional<std::vector<c10::intrusive_ptr<WorkShoal>>> coalescing_;
-  std::vector<int64_t> received_from_;  // user recvs matched per source (for recvAnysource)
   uint64_t sequence_ = 0;
   uint64_t monitored_barriers_ = 0;  // names each monitored barrier's keys in the store
 

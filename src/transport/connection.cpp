@@ -5,6 +5,7 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
@@ -17,6 +18,10 @@ namespace shoal::transport {
 
 namespace {
 constexpr uint64_t kHeaderBytes = sizeof(FrameHeader);
+
+// Numbers frames in order of arrival over every connection of the process: a receive from any
+// source takes the earliest frame held for its tag.
+std::atomic<uint64_t> next_arrival{1};
 
 const char* kind_name(FrameKind k) {
   switch (k) {
@@ -84,6 +89,14 @@ void Connection::post_send(const SendRequest& request) {
 
 std::string Connection::mismatch(const FrameHeader& h, const RecvRequest& r) const {
   std::ostringstream os;
+  if (h.kind == FrameKind::p2p && r.kind == FrameKind::p2p) {
+    os << "rank " << peer_ << " sent " << h.length << " bytes under tag "
+       << static_cast<int32_t>(h.tag) << " (signature " << std::hex << h.signature << std::dec
+       << ") where this rank's receive with that tag expects " << r.length << " bytes (signature "
+       << std::hex << r.signature << std::dec
+       << "): a send and its receive must have the same count and type";
+    return os.str();
+  }
   os << "rank " << peer_ << " sent a " << kind_name(h.kind) << " frame (operation #" << h.seq
      << ", frame " << h.tag << ", " << h.length << " bytes, signature " << std::hex << h.signature
      << std::dec << ") where this rank expected a " << kind_name(r.kind) << " frame (operation #"
@@ -92,9 +105,38 @@ std::string Connection::mismatch(const FrameHeader& h, const RecvRequest& r) con
   return os.str();
 }
 
+// Where byte `offset` of a receive's payload goes, and how many bytes from there are contiguous.
+static uint8_t* destination(const RecvRequest& r, uint64_t offset, uint64_t& room) {
+  if (r.scatter.empty()) {
+    room = r.length - offset;
+    return r.dst + offset;
+  }
+  for (const auto& piece : r.scatter) {
+    if (offset < piece.iov_len) {
+      room = piece.iov_len - offset;
+      return static_cast<uint8_t*>(piece.iov_base) + offset;
+    }
+    offset -= piece.iov_len;
+  }
+  room = 0;
+  return nullptr;
+}
+
+static void copy_out(const RecvRequest& r, const uint8_t* src, uint64_t bytes) {
+  for (uint64_t at = 0, room = 0; at < bytes; at += room) {
+    uint8_t* d = destination(r, at, room);
+    room = std::min(room, bytes - at);
+    std::memcpy(d, src + at, room);
+  }
+}
+
+static bool ordered(FrameKind kind, uint32_t tag) {
+  return kind == FrameKind::p2p && tag == kOrderedP2pTag;
+}
+
 static bool matches(const FrameHeader& h, const RecvRequest& r) {
-  return h.kind == r.kind && h.seq == r.seq && h.tag == r.tag && h.signature == r.signature &&
-         h.length == r.length;
+  return h.kind == r.kind && (h.kind == FrameKind::p2p || h.seq == r.seq) && h.tag == r.tag &&
+         h.signature == r.signature && h.length == r.length;
 }
 
 bool Connection::claimed_empty() const {
@@ -105,14 +147,17 @@ bool Connection::claimed_empty() const {
 
 void Connection::post_recv(const RecvRequest& request) {
   if (broken_ && !peer_closed_) return;
+  const bool p2p = request.kind == FrameKind::p2p;
+  if (out_of_order(request)) return;
   // An earlier frame may already be here, buffered or parked (after the peer's goodbye: buffered).
   for (auto& u : unexpected_) {
-    if (u.claimed) continue;
+    if (u.claimed || (u.header.kind == FrameKind::p2p) != p2p) continue;
+    if (p2p && u.header.tag != request.tag) continue;
     if (!matches(u.header, request)) return fail(ErrorCode::Mismatch, mismatch(u.header, request));
     u.claimed = true;
     u.request = request;
     unexpected_bytes_ -= u.data.size();
-    deliver_claimed_front();
+    deliver_claimed();
     return;
   }
   if (peer_closed_)
@@ -121,43 +166,154 @@ void Connection::post_recv(const RecvRequest& request) {
                     " closed its communicator without sending what operation #" +
                     std::to_string(request.seq) +
                     " expects from it: the ranks issued different sequences of calls");
+  // The engine calls progress() on this connection next.
   if (rx_ == Rx::parked) {
-    if (!matches(hdr_, request)) return fail(ErrorCode::Mismatch, mismatch(hdr_, request));
-    current_ = request;
-    payload_got_ = 0;
-    rx_ = Rx::payload_direct;
-    if (request.length == 0) {
-      rx_ = Rx::header;
-      listener_->on_recv_complete(request.cookie);
+    const bool parked_p2p = hdr_.kind == FrameKind::p2p;
+    if (parked_p2p == p2p && (!p2p || hdr_.tag == request.tag)) {
+      bind(request);
+      return;
     }
-    return;  // the engine calls progress() on this connection next
+    if (!p2p && !parked_p2p) return fail(ErrorCode::Mismatch, mismatch(hdr_, request));
+    const bool crossed = (!p2p && ordered(hdr_.kind, hdr_.tag)) ||
+                         (ordered(request.kind, request.tag) && !parked_p2p);
+    if (crossed) return fail(ErrorCode::Mismatch, mismatch(hdr_, request));
+    hold_unexpected();  // this receive's frame may lie behind the parked one
   }
-  posted_.push_back(request);
+  (p2p ? posted_p2p_ : posted_).push_back(request);
 }
 
-void Connection::deliver_claimed_front() {
-  // Frames are delivered in arrival order: only a claimed, fully received front entry goes.
-  while (!unexpected_.empty() && unexpected_.front().claimed &&
-         unexpected_.front().received == unexpected_.front().data.size()) {
-    Unexpected& u = unexpected_.front();
+std::optional<uint64_t> Connection::held_p2p(uint32_t tag) const {
+  if (broken_ && !peer_closed_) return std::nullopt;
+  for (const auto& u : unexpected_)
+    if (!u.claimed && u.header.kind == FrameKind::p2p && u.header.tag == tag) return u.arrival;
+  if (rx_ == Rx::parked && hdr_.kind == FrameKind::p2p && hdr_.tag == tag) return parked_arrival_;
+  return std::nullopt;
+}
+
+void Connection::unpark() {
+  if (rx_ == Rx::parked && !broken_) hold_unexpected();
+}
+
+// A frame whose order against the other kind is fixed arrives while a receive of the other kind
+// that it should have followed still waits: the peer is in another call.
+bool Connection::out_of_order(const FrameHeader& h) {
+  const RecvRequest* waiting = nullptr;
+  if (ordered(h.kind, h.tag)) {
+    if (!posted_.empty()) waiting = &posted_.front();
+  } else if (h.kind == FrameKind::collective) {
+    for (const auto& r : posted_p2p_)
+      if (ordered(r.kind, r.tag)) {
+        waiting = &r;
+        break;
+      }
+  }
+  if (!waiting) return false;
+  fail(ErrorCode::Mismatch, mismatch(h, *waiting));
+  return true;
+}
+
+// A receive posted while an unclaimed frame of the other kind, which came first, waits for a
+// receive of its own (collective against ordered p2p, or the reverse).
+bool Connection::out_of_order(const RecvRequest& r) {
+  const bool ordered_p2p = ordered(r.kind, r.tag);
+  if (r.kind != FrameKind::collective && !ordered_p2p) return false;
+  for (const auto& u : unexpected_) {
+    if (u.claimed) continue;
+    const bool same =
+        ordered_p2p ? ordered(u.header.kind, u.header.tag) : u.header.kind == FrameKind::collective;
+    if (same) return false;  // its own frame came first
+    const bool other =
+        ordered_p2p ? u.header.kind == FrameKind::collective : ordered(u.header.kind, u.header.tag);
+    if (other) {
+      fail(ErrorCode::Mismatch, mismatch(u.header, r));
+      return true;
+    }
+  }
+  return false;
+}
+
+bool Connection::take_receive(const FrameHeader& h, RecvRequest& r) {
+  if (h.kind != FrameKind::p2p) {
+    if (posted_.empty()) return false;
+    r = posted_.front();
+    posted_.pop_front();
+    return true;
+  }
+  auto it = posted_p2p_.begin();
+  while (it != posted_p2p_.end() && it->tag != h.tag) ++it;
+  // The earliest posted receive that fits takes the frame: this one, or one from any source.
+  if (auto any =
+          listener_->claim_any_source(peer_, h, it == posted_p2p_.end() ? UINT64_MAX : it->order)) {
+    r = *any;
+    return true;
+  }
+  if (it == posted_p2p_.end()) return false;
+  r = *it;
+  posted_p2p_.erase(it);
+  return true;
+}
+
+bool Connection::bind(const RecvRequest& r) {
+  if (!matches(hdr_, r)) {
+    fail(ErrorCode::Mismatch, mismatch(hdr_, r));
+    return false;
+  }
+  current_ = r;
+  payload_got_ = 0;
+  rx_ = Rx::payload_direct;
+  if (r.length == 0) {
+    rx_ = Rx::header;
+    listener_->on_recv_complete(r.cookie);
+  }
+  return true;
+}
+
+void Connection::hold_unexpected() {
+  Unexpected u;
+  u.header = hdr_;
+  u.data.resize(hdr_.length);
+  u.arrival = rx_ == Rx::parked ? parked_arrival_ : next_arrival.fetch_add(1);
+  unexpected_bytes_ += hdr_.length;
+  unexpected_.push_back(std::move(u));
+  rx_ = hdr_.length == 0 ? Rx::header : Rx::payload_unexpected;
+}
+
+bool Connection::others_waiting() const {
+  // hdr_'s own receive is not posted (else it would have been taken).
+  return !posted_.empty() || !posted_p2p_.empty() || listener_->any_source_waiting();
+}
+
+void Connection::deliver_claimed() {
+  // Claimed and fully received entries go, in arrival order among themselves; an unclaimed
+  // entry (another tag's) does not hold back those behind it.
+  for (size_t i = 0; i < unexpected_.size();) {
+    Unexpected& u = unexpected_[i];
+    if (!u.claimed || u.received != u.data.size()) {
+      ++i;
+      continue;
+    }
     if (u.header.flags & kFlagByReference) {
       const FrameHeader h = u.header;
       const uint64_t address = u.reference;
       const RecvRequest r = u.request;
-      unexpected_.pop_front();
+      unexpected_.erase(unexpected_.begin() + static_cast<std::ptrdiff_t>(i));
       if (!deliver_reference(h, address, r)) return;
       continue;
     }
-    if (!u.data.empty()) std::memcpy(u.request.dst, u.data.data(), u.data.size());
-    uint64_t cookie = u.request.cookie;
-    unexpected_.pop_front();
+    if (!u.data.empty()) copy_out(u.request, u.data.data(), u.data.size());
+    const uint64_t cookie = u.request.cookie;
+    unexpected_.erase(unexpected_.begin() + static_cast<std::ptrdiff_t>(i));
     listener_->on_recv_complete(cookie);
   }
 }
 
 bool Connection::deliver_reference(const FrameHeader& h, uint64_t address, const RecvRequest& r) {
   std::string error;
-  const bool pulled = r.length == 0 || stream_->pull(r.dst, address, r.length, error);
+  bool pulled = true;
+  for (uint64_t at = 0, room = 0; pulled && at < r.length; at += room) {
+    uint8_t* d = destination(r, at, room);
+    pulled = stream_->pull(d, address + at, room, error);
+  }
   // A peer that broke leaves its note before it fails its operations (and its user may free
   // the buffer): no note after the pull means the bytes were valid all along.
   if (auto note = stream_->peer_abort()) {
@@ -209,26 +365,39 @@ void Connection::pump_write(bool front_only) {
   while (!broken_ && !sends_.empty() && (!front_only || sends_.size() == frames_before)) {
     SendRequest& s = sends_.front();
     const bool data = s.header.kind == FrameKind::collective || s.header.kind == FrameKind::p2p;
-    if (sent_ == 0 && data && s.header.length >= stream_->direct_threshold()) {
+    if (sent_ == 0 && data && s.gather.empty() && s.header.length >= stream_->direct_threshold()) {
       s.header.flags |= kFlagByReference;
       s.reference = reinterpret_cast<uint64_t>(s.data);
     }
     const bool by_reference = (s.header.flags & kFlagByReference) != 0;
     const uint64_t wire = by_reference ? sizeof s.reference : s.header.length;
     const uint64_t total = kHeaderBytes + wire;
-    iovec iov[2];
+    constexpr int kMaxIov = 64;  // a gathered payload goes in several writes beyond this
+    iovec iov[kMaxIov];
     int n_iov = 0;
     if (by_reference) {
       iov[n_iov++] = {reinterpret_cast<uint8_t*>(&s.header) + std::min(sent_, kHeaderBytes),
                       kHeaderBytes - std::min(sent_, kHeaderBytes)};
       const uint64_t off = sent_ > kHeaderBytes ? sent_ - kHeaderBytes : 0;
       iov[n_iov++] = {reinterpret_cast<uint8_t*>(&s.reference) + off, sizeof s.reference - off};
-    } else if (sent_ < kHeaderBytes) {
-      iov[n_iov++] = {reinterpret_cast<uint8_t*>(&s.header) + sent_, kHeaderBytes - sent_};
-      if (s.header.length > 0) iov[n_iov++] = {const_cast<uint8_t*>(s.data), s.header.length};
     } else {
-      uint64_t off = sent_ - kHeaderBytes;
-      iov[n_iov++] = {const_cast<uint8_t*>(s.data) + off, s.header.length - off};
+      if (sent_ < kHeaderBytes)
+        iov[n_iov++] = {reinterpret_cast<uint8_t*>(&s.header) + sent_, kHeaderBytes - sent_};
+      uint64_t off = sent_ > kHeaderBytes ? sent_ - kHeaderBytes : 0;
+      if (s.gather.empty()) {
+        if (off < s.header.length)
+          iov[n_iov++] = {const_cast<uint8_t*>(s.data) + off, s.header.length - off};
+      } else {
+        for (const auto& piece : s.gather) {
+          if (n_iov == kMaxIov) break;
+          if (off >= piece.iov_len) {
+            off -= piece.iov_len;
+            continue;
+          }
+          iov[n_iov++] = {static_cast<uint8_t*>(piece.iov_base) + off, piece.iov_len - off};
+          off = 0;
+        }
+      }
     }
     ssize_t n = stream_->writev(iov, n_iov);
     if (n < 0) {
@@ -271,8 +440,7 @@ void Connection::pump_read() {
         want = kHeaderBytes - hdr_got_;
         break;
       case Rx::payload_direct:
-        dst = current_.dst + payload_got_;
-        want = current_.length - payload_got_;
+        dst = destination(current_, payload_got_, want);
         break;
       case Rx::payload_unexpected: {
         Unexpected& u = unexpected_.back();
@@ -324,7 +492,7 @@ void Connection::pump_read() {
         u.received += got;
         if (u.received == u.data.size()) {
           rx_ = Rx::header;
-          deliver_claimed_front();
+          deliver_claimed();
         }
         break;
       }
@@ -332,15 +500,16 @@ void Connection::pump_read() {
         payload_got_ += got;
         if (payload_got_ == sizeof reference_) {
           rx_ = Rx::header;
-          if (!posted_.empty()) {
-            RecvRequest r = posted_.front();
+          if (out_of_order(hdr_)) return;
+          RecvRequest r;
+          if (take_receive(hdr_, r)) {
             if (!matches(hdr_, r)) return fail(ErrorCode::Mismatch, mismatch(hdr_, r));
-            posted_.pop_front();
             if (!deliver_reference(hdr_, reference_, r)) return;
           } else {
             Unexpected u;
             u.header = hdr_;
             u.reference = reference_;
+            u.arrival = next_arrival.fetch_add(1);
             unexpected_.push_back(std::move(u));
           }
         }
@@ -389,15 +558,19 @@ bool Connection::start_frame() {
         listener_->on_peer_in_collective(peer_, hdr_.seq, hdr_.signature);
       return true;
     case FrameKind::ack: {
-      if (awaiting_ack_.empty() || awaiting_ack_.front().header.seq != hdr_.seq ||
-          awaiting_ack_.front().header.tag != hdr_.tag) {
+      // Not always in order: p2p frames of different tags are taken as their receives come.
+      auto it = awaiting_ack_.begin();
+      while (it != awaiting_ack_.end() &&
+             (it->header.seq != hdr_.seq || it->header.tag != hdr_.tag))
+        ++it;
+      if (it == awaiting_ack_.end()) {
         fail(ErrorCode::PeerFailure,
              "rank " + std::to_string(peer_) + " acknowledged a frame (operation #" +
                  std::to_string(hdr_.seq) + ") this rank did not send by reference");
         return false;
       }
-      uint64_t cookie = awaiting_ack_.front().cookie;
-      awaiting_ack_.pop_front();
+      const uint64_t cookie = it->cookie;
+      awaiting_ack_.erase(it);
       listener_->on_send_complete(cookie);
       return true;
     }
@@ -427,33 +600,18 @@ bool Connection::start_frame() {
     rx_ = Rx::reference;
     return true;
   }
-  if (!posted_.empty()) {
-    RecvRequest r = posted_.front();
-    if (!matches(hdr_, r)) {
-      fail(ErrorCode::Mismatch, mismatch(hdr_, r));
-      return false;
-    }
-    posted_.pop_front();
-    current_ = r;
-    payload_got_ = 0;
-    if (r.length == 0) {
-      listener_->on_recv_complete(r.cookie);
-      return true;
-    }
-    rx_ = Rx::payload_direct;
-    return true;
-  }
-  // No receive posted: buffer small frames, park on big ones (flow control holds the sender).
-  if (hdr_.length > eager_limit_ || unexpected_bytes_ + hdr_.length > unexpected_limit_) {
+  if (out_of_order(hdr_)) return false;
+  RecvRequest r;
+  if (take_receive(hdr_, r)) return bind(r);
+  // No receive posted: buffer small frames, park on big ones (flow control holds the sender)
+  // unless another receive waits, whose frame may come after this one.
+  if ((hdr_.length > eager_limit_ || unexpected_bytes_ + hdr_.length > unexpected_limit_) &&
+      !others_waiting()) {
     rx_ = Rx::parked;
+    parked_arrival_ = next_arrival.fetch_add(1);
     return false;
   }
-  Unexpected u;
-  u.header = hdr_;
-  u.data.resize(hdr_.length);
-  unexpected_bytes_ += hdr_.length;
-  unexpected_.push_back(std::move(u));
-  rx_ = hdr_.length == 0 ? Rx::header : Rx::payload_unexpected;
+  hold_unexpected();
   return true;
 }
 
@@ -499,6 +657,7 @@ void Connection::abandon() {
   sends_.clear();
   awaiting_ack_.clear();
   posted_.clear();
+  posted_p2p_.clear();
   unexpected_.clear();
   rx_ = Rx::parked;
 }
@@ -511,6 +670,8 @@ std::string Connection::describe_state() const {
        << current_.length << " bytes)";
   if (!posted_.empty())
     os << ", waiting for operation #" << posted_.front().seq << " frame " << posted_.front().tag;
+  for (const auto& r : posted_p2p_)
+    os << ", waiting for a send with tag " << static_cast<int32_t>(r.tag);
   if (rx_ == Rx::parked) os << ", holding a frame of operation #" << hdr_.seq << " for later";
   return os.str();
 }

@@ -1,12 +1,19 @@
 // The frames exchanged with one peer over a Stream (a TCP socket or shared-memory rings):
 // an ordered sequence of frames in each direction.
 //
-// Matching rule: frames from a peer are matched to this rank's receives from that peer in the
-// order both were issued (MPI's non-overtaking rule, without wildcards). A frame whose
-// receive is not posted yet is buffered if small (eager) and within SHOAL_UNEXPECTED_LIMIT;
-// otherwise the connection stops reading (the kernel's flow control holds the sender) until
-// the receive is posted, and the payload then lands in the user's buffer with no staging copy.
+// Matching rules: a collective's frames from a peer are matched to this rank's collective
+// receives from that peer in the order both were issued. Point-to-point frames carry the
+// user's tag and form one queue per tag: a p2p frame goes to the first posted p2p receive with
+// its tag (MPI's non-overtaking rule within a tag), or to a receive from any source the
+// listener holds (claim_any_source); tags and collectives never block each other.
+// A frame whose receive is not posted yet is buffered if small (eager) and within
+// SHOAL_UNEXPECTED_LIMIT; otherwise the connection stops reading (the kernel's flow control
+// holds the sender) until the receive is posted, and the payload then lands in the user's
+// buffer with no staging copy. A parked frame is buffered after all once some other receive
+// waits on this connection (it may lie behind it in the stream).
 #pragma once
+
+#include <sys/uio.h>
 
 #include <chrono>
 #include <cstdint>
@@ -27,16 +34,21 @@ struct SendRequest {
   const uint8_t* data = nullptr;  // header.length bytes, valid until completion
   uint64_t cookie = 0;
   uint64_t reference = 0;  // by-reference frames: the address the peer pulls from
+  std::vector<iovec>
+      gather;  // instead of `data`: the payload's pieces, in order (never by reference)
 };
 
 struct RecvRequest {
   FrameKind kind = FrameKind::collective;
-  uint64_t seq = 0;
-  uint32_t tag = 0;
+  uint64_t seq = 0;  // collective frames only (p2p frames match by tag, in order)
+  uint32_t tag = 0;  // collective: the frame's index in its operation; p2p: the user's tag
   uint32_t signature = 0;
   uint64_t length = 0;
   uint8_t* dst = nullptr;
   uint64_t cookie = 0;
+  uint64_t order =
+      0;  // p2p: when it was posted, against receives from any source (smaller: earlier)
+  std::vector<iovec> scatter;  // instead of `dst`: where the payload's bytes go, in order
 };
 
 /// Receives what a connection has to report. Called on the progress thread, never reentrantly
@@ -60,6 +72,15 @@ class ConnectionListener {
   virtual void on_peer_in_collective(int /*peer*/, uint64_t /*seq*/, uint32_t /*signature*/) {}
   /// The peer closed its communicator cleanly (said goodbye) with nothing pending here.
   virtual void on_peer_closed(int /*peer*/) {}
+  /// A p2p frame arrived from `peer` whose tag has no posted receive here earlier than
+  /// `before` (RecvRequest::order; UINT64_MAX: none at all): a receive from any source posted
+  /// earlier and waiting for `header.tag` takes it (returned, and forgotten by the listener).
+  virtual std::optional<RecvRequest> claim_any_source(int /*peer*/, const FrameHeader& /*header*/,
+                                                      uint64_t /*before*/) {
+    return std::nullopt;
+  }
+  /// Whether a receive from any source waits (a frame parked here may hide its frame).
+  virtual bool any_source_waiting() const { return false; }
 };
 
 class Connection {
@@ -84,9 +105,15 @@ class Connection {
 
   /// Bytes this connection still expects (posted or bound receives), for diagnostics.
   bool expecting() const {
-    return !posted_.empty() || rx_ == Rx::payload_direct || !claimed_empty() ||
-           !awaiting_ack_.empty();
+    return !posted_.empty() || !posted_p2p_.empty() || rx_ == Rx::payload_direct ||
+           !claimed_empty() || !awaiting_ack_.empty();
   }
+  /// For a receive from any source with `tag`: the arrival number of the earliest p2p frame
+  /// with that tag held here (buffered, or parked: its header read), or nullopt. Posting the
+  /// receive here then takes that frame.
+  std::optional<uint64_t> held_p2p(uint32_t tag) const;
+  /// Another receive waits (from any source): buffer a parked frame and read on.
+  void unpark();
   bool broken() const { return broken_; }
   /// Broken, yet able to carry an abort frame: it found a mismatch itself, its stream is in
   /// order, and the peer should learn why this rank stops rather than see it leave.
@@ -120,6 +147,7 @@ class Connection {
     bool claimed = false;
     uint64_t reference = 0;  // by-reference frame: the address to pull from on delivery
     RecvRequest request;     // valid when claimed
+    uint64_t arrival = 0;    // order of arrival among all connections' frames (held_p2p)
   };
 
   void pump_read();
@@ -129,8 +157,18 @@ class Connection {
   void queue_ack(const FrameHeader& h);
   bool start_frame();  // after a full header; false when parked
   void finish_unexpected(Unexpected& u);
-  void deliver_claimed_front();
+  void deliver_claimed();
   bool claimed_empty() const;
+  /// The receive a frame whose header was just read goes to: the first posted one of its kind
+  /// (collective) or tag (p2p), else one the listener holds for any source; false if none.
+  bool take_receive(const FrameHeader& h, RecvRequest& r);
+  bool bind(const RecvRequest& r);  // hdr_'s payload goes to r (false: a mismatch, failed)
+  void hold_unexpected();           // hdr_'s payload goes to a buffer
+  bool others_waiting() const;      // a receive waits that hdr_'s frame does not serve
+  /// kOrderedP2pTag's rule (frame.hpp): the receive an out-of-order frame `h` or receive `r`
+  /// contradicts, failing the connection with a MismatchError; false if none.
+  bool out_of_order(const FrameHeader& h);
+  bool out_of_order(const RecvRequest& r);
   void fail(ErrorCode code, const std::string& message);
   void on_eof();
   std::string mismatch(const FrameHeader& h, const RecvRequest& r) const;
@@ -155,8 +193,10 @@ class Connection {
   uint64_t hdr_got_ = 0;
   RecvRequest current_{};  // bound receive while payload_direct
   uint64_t payload_got_ = 0;
-  std::deque<RecvRequest> posted_;  // receives waiting for their frame
-  std::deque<Unexpected> unexpected_;
+  std::deque<RecvRequest> posted_;      // collective receives waiting for their frame, in order
+  std::deque<RecvRequest> posted_p2p_;  // p2p receives waiting for a frame with their tag
+  std::deque<Unexpected> unexpected_;   // in arrival order
+  uint64_t parked_arrival_ = 0;
   uint64_t unexpected_bytes_ = 0;
   std::string abort_payload_;
   uint64_t reference_ = 0;  // address being read for a by-reference frame

@@ -10,7 +10,7 @@
 namespace shoal::transport {
 
 inline constexpr uint32_t kFrameMagic = 0x4c4f4853;  // "SHOL"
-inline constexpr uint16_t kProtocolVersion = 3;      // 3: heartbeat frames
+inline constexpr uint16_t kProtocolVersion = 4;      // 4: p2p frames carry the user's tag
 
 enum class FrameKind : uint8_t {
   collective = 1,  // payload of a collective's step
@@ -27,6 +27,11 @@ enum class FrameKind : uint8_t {
 /// TCP).
 inline constexpr uint32_t kHeartbeatInCollective = 1;
 
+/// The p2p tag of a collective's own point-to-point phases (the hierarchy's): such frames keep
+/// their order against the collectives' frames of the pair, as every frame did before tags
+/// selected queues, so that a rank in another collective there is a MismatchError at once.
+inline constexpr uint32_t kOrderedP2pTag = 0xa5ed0001;
+
 /// FrameHeader::flags
 inline constexpr uint8_t kFlagByReference = 1;  // payload is the 8-byte address of the data in the
                                                 // sender's memory; the receiver pulls it (CMA)
@@ -39,7 +44,9 @@ struct FrameHeader {
   uint8_t flags = 0;
   uint64_t comm_id = 0;
   uint64_t seq = 0;        // operation number: collective counter, or p2p counter of the pair
-  uint32_t tag = 0;        // index of this frame among the operation's frames to this peer
+                           // with the top bit set
+  uint32_t tag = 0;        // collective: index of this frame among the operation's frames to
+                           // this peer; p2p: the user's tag
   uint32_t signature = 0;  // hash of (collective, dtype, op, count, root): catches mismatched calls
   uint64_t length = 0;     // payload bytes
 };

@@ -134,7 +134,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       switch (op % 10) {
         case 0:    // post_recv kind seq tag signature length16
         case 1: {  // post_send kind seq tag signature length16
-          const FrameKind kind = (sc.u8() & 1) ? FrameKind::p2p : FrameKind::collective;
+          // kind's bit 1: the buffer in two pieces (a vectored call's gather or scatter)
+          const uint8_t kind_byte = sc.u8();
+          const FrameKind kind = (kind_byte & 1) ? FrameKind::p2p : FrameKind::collective;
+          const bool pieces = (kind_byte & 2) != 0;
           const uint64_t seq = sc.u8();
           const uint32_t tag = sc.u8();
           const uint32_t signature = sc.u8();
@@ -143,6 +146,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
           const uint64_t cookie = next_cookie++;
           if (op % 10 == 0) {
             RecvRequest r{kind, seq, tag, signature, length, buffers.back()->data(), cookie};
+            if (pieces) {
+              uint8_t* base = buffers.back()->data();
+              r.scatter = {{base, length / 3}, {base + length / 3, length - length / 3}};
+            }
             listener.pending_recvs.insert(cookie);
             conn.post_recv(r);
           } else {
@@ -154,6 +161,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
             r.header.signature = signature;
             r.header.length = length;
             r.data = buffers.back()->data();
+            if (pieces) {
+              uint8_t* base = buffers.back()->data();
+              r.gather = {{base, length / 3}, {base + length / 3, length - length / 3}};
+            }
             r.cookie = cookie;
             listener.pending_sends.insert(cookie);
             conn.post_send(r);

@@ -6,7 +6,7 @@ import struct
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 COMM = 0x1122334455667788
-MAGIC, VERSION = 0x4C4F4853, 3  # src/transport/frame.hpp kProtocolVersion
+MAGIC, VERSION = 0x4C4F4853, 4  # src/transport/frame.hpp kProtocolVersion
 COLLECTIVE, P2P, GOODBYE, ABORT, ACK, HEARTBEAT = 1, 2, 3, 4, 5, 6
 
 

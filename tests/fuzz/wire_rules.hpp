@@ -17,7 +17,7 @@ inline uint64_t le(const uint8_t* p, int bytes) {
 }
 
 constexpr uint64_t kMagic = 0x4c4f4853;  // the bytes "SHOL"
-constexpr uint64_t kVersion = 3;
+constexpr uint64_t kVersion = 4;
 
 // Frame header, 40 bytes: magic u32 @0, version u16 @4, kind u8 @6, flags u8 @7, communicator
 // u64 @8, operation u64 @16, frame index u32 @24, signature u32 @28, payload length u64 @32.

@@ -92,20 +92,24 @@ def test_unsupported_ops_raise():
     run_ranks(_unsupported_ops, 2)
 
 
-def _coalesced(rank, world):
-    ts = [torch.full((3,), float(rank)), noncontig(torch.full((5,), float(rank + 1))), torch.tensor(float(rank))]
+def _coalesced(rank, world, scale):
+    a, b = 3 * scale, 5 * scale
+    ts = [torch.full((a,), float(rank)), noncontig(torch.full((b,), float(rank + 1))), torch.tensor(float(rank))]
     dist.all_reduce_coalesced(ts)
     s = sum(range(world))
-    assert ts[0].tolist() == [s] * 3 and ts[1].tolist() == [s + world] * 5 and ts[2].item() == s
-    outs = [[torch.zeros(2), torch.zeros(3, dtype=torch.float32)] for _ in range(world)]
-    dist.all_gather_coalesced(outs, [torch.full((2,), float(rank)), torch.full((3,), 10.0 + rank)])
+    assert torch.equal(ts[0], torch.full((a,), float(s))) and torch.equal(ts[1], torch.full((b,), float(s + world)))
+    assert ts[2].item() == s
+    a, b = 2 * scale, 3 * scale
+    outs = [[torch.zeros(a), torch.zeros(b, dtype=torch.float32)] for _ in range(world)]
+    dist.all_gather_coalesced(outs, [torch.full((a,), float(rank)), torch.full((b,), 10.0 + rank)])
     for r in range(world):
-        assert outs[r][0].tolist() == [r] * 2 and outs[r][1].tolist() == [10 + r] * 3
+        assert torch.equal(outs[r][0], torch.full((a,), float(r))) and torch.equal(outs[r][1], torch.full((b,), 10.0 + r))
     return True
 
 
-def test_coalesced():
-    run_ranks(_coalesced, 3)
+@pytest.mark.parametrize("scale", [1, 20000])
+def test_coalesced(scale):
+    run_ranks(_coalesced, 3, scale)
 
 
 def _broadcast_reduce(rank, world):
@@ -133,14 +137,21 @@ def test_broadcast_reduce(world):
     run_ranks(_broadcast_reduce, world)
 
 
+# Lists of tensors are one vectored call: packed into the shared slots when small, a schedule
+# over the tensors themselves when large.
+LIST_SIZES = [6, 60000]
+
+
 def _gathers(rank, world):
     for dtype in [torch.float32, torch.bfloat16, torch.int64, torch.uint8, torch.bool, torch.int16]:
+        for n in LIST_SIZES:
+            x = value(rank, n, torch.int64).to(dtype)
+            outs = [torch.zeros(n, dtype=dtype) for _ in range(world)]
+            outs[0] = noncontig(outs[0])
+            dist.all_gather(outs, x)
+            for r in range(world):
+                assert torch.equal(outs[r], value(r, n, torch.int64).to(dtype)), (dtype, n)
         x = value(rank, 6, torch.int64).to(dtype)
-        outs = [torch.zeros(6, dtype=dtype) for _ in range(world)]
-        outs[0] = noncontig(outs[0])
-        dist.all_gather(outs, x)
-        for r in range(world):
-            assert torch.equal(outs[r], value(r, 6, torch.int64).to(dtype)), dtype
         flat = torch.zeros(world * 6, dtype=dtype)
         dist._all_gather_base(flat, x)
         assert torch.equal(flat, torch.cat([value(r, 6, torch.int64).to(dtype) for r in range(world)]))
@@ -164,12 +175,14 @@ def test_gathers(world):
 
 def _reduce_scatters(rank, world):
     for dtype in [torch.float32, torch.float64, torch.float16, torch.int32, torch.int8, torch.int16]:
+        for n in LIST_SIZES:
+            ins = [value(rank, n, dtype) + r for r in range(world)]
+            ins[1] = noncontig(ins[1])
+            out = noncontig(torch.zeros(n, dtype=dtype))
+            dist.reduce_scatter(out, ins)
+            want = sum(value(q, n, torch.float64) + rank for q in range(world))
+            assert torch.equal(out.to(torch.float64), want), (dtype, n)
         n = 5
-        ins = [value(rank, n, dtype) + r for r in range(world)]
-        out = noncontig(torch.zeros(n, dtype=dtype))
-        dist.reduce_scatter(out, ins)
-        want = sum(value(q, n, torch.float64) + rank for q in range(world))
-        assert torch.equal(out.to(torch.float64), want), dtype
         flat_in = torch.cat([value(rank, n, dtype) * (r + 1) for r in range(world)])
         out2 = torch.zeros(n, dtype=dtype)
         dist._reduce_scatter_base(out2, flat_in, op=dist.ReduceOp.MAX)

@@ -152,3 +152,28 @@ def _wait_timeout(rank, world):
 
 def test_wait_timeout():
     run_ranks(_wait_timeout, 2)
+
+
+def _tags_are_queues(rank, world):
+    # as in gloo: tags select a queue, so rank 1 may take tag 2 before tag 1; an any-source
+    # receive of tag 5 leaves tag 6 alone
+    if rank == 0:
+        works = [dist.isend(torch.full((n,), float(tag)), 1, tag=tag)
+                 for tag, n in [(1, 3), (2, 100000), (6, 2), (5, 4)]]
+        for w in works:
+            w.wait()
+        return True
+    big, small = torch.zeros(100000), torch.zeros(3)
+    dist.recv(big, 0, tag=2)
+    dist.recv(small, 0, tag=1)
+    any5 = torch.zeros(4)
+    src = dist.recv(any5, tag=5)
+    six = torch.zeros(2)
+    dist.recv(six, 0, tag=6)
+    assert src == 0 and torch.equal(big, torch.full((100000,), 2.0)) and torch.equal(small, torch.full((3,), 1.0))
+    assert torch.equal(any5, torch.full((4,), 5.0)) and torch.equal(six, torch.full((2,), 6.0))
+    return True
+
+
+def test_tags_select_queues():
+    run_ranks(_tags_are_queues, 2)

@@ -17,9 +17,9 @@ def inputs(rank, n, dtype=torch.float32, salt=0):
     return (torch.arange(n, dtype=torch.float64) * (salt + 1) + rank * 10 + salt).to(dtype)
 
 
-def _coalesced_all_gather(rank, world):
-    sizes = [5, 1, 12]
-    ins = [inputs(rank, n, torch.float32 if i != 1 else torch.int64, i) for i, n in enumerate(sizes)]
+def _coalesced_all_gather(rank, world, scale, mixed):
+    sizes = [5 * scale, 1, 12 * scale]
+    ins = [inputs(rank, n, torch.int64 if mixed and i == 1 else torch.float32, i) for i, n in enumerate(sizes)]
     outs = [torch.full((n * world,), -1, dtype=t.dtype) for n, t in zip(sizes, ins)]
     with dist._coalescing_manager(async_ops=True) as cm:
         for o, i in zip(outs, ins):
@@ -31,9 +31,9 @@ def _coalesced_all_gather(rank, world):
     return True
 
 
-def _coalesced_reduce_scatter(rank, world, op_name):
+def _coalesced_reduce_scatter(rank, world, op_name, scale):
     op = getattr(dist.ReduceOp, op_name)
-    sizes = [4, 7]
+    sizes = [4 * scale, 7 * scale]
     ins = [inputs(rank, n * world, torch.float64, i) for i, n in enumerate(sizes)]
     outs = [torch.zeros(n, dtype=torch.float64) for n in sizes]
     with dist._coalescing_manager(async_ops=True) as cm:
@@ -146,13 +146,17 @@ def _monitored_barrier(rank, world):
     return str(err.value)
 
 
+# One vectored call over every pair, small (packed into the shared slots) and large; mixed
+# dtypes: one call per pair.
 @pytest.mark.parametrize("world", WORLDS)
-def test_all_gather_into_tensor_coalesced(world):
-    assert run_ranks(_coalesced_all_gather, world) == {r: True for r in range(world)}
+@pytest.mark.parametrize("scale,mixed", [(1, False), (1, True), (10000, False), (10000, True)])
+def test_all_gather_into_tensor_coalesced(world, scale, mixed):
+    assert run_ranks(_coalesced_all_gather, world, scale, mixed) == {r: True for r in range(world)}
 
 
 @pytest.mark.parametrize("op_name", ["SUM", "AVG", "MAX"])
-def test_reduce_scatter_tensor_coalesced(op_name):
+@pytest.mark.parametrize("scale", [1, 10000])
+def test_reduce_scatter_tensor_coalesced(op_name, scale):
     world = 3
     if op_name == "MAX":  # checked apart: MAX's reference is not a sum
         def _max(rank, world):
@@ -167,7 +171,7 @@ def test_reduce_scatter_tensor_coalesced(op_name):
             want = torch.stack([inputs(q, 2 * world, torch.float64) for q in range(world)]).max(0).values
             assert got[r] == want[r * 2:(r + 1) * 2].tolist()
         return
-    assert run_ranks(_coalesced_reduce_scatter, world, op_name) == {r: True for r in range(world)}
+    assert run_ranks(_coalesced_reduce_scatter, world, op_name, scale) == {r: True for r in range(world)}
 
 
 @pytest.mark.parametrize("world", WORLDS)
