@@ -48,8 +48,8 @@ struct OpRequest {
   // stay contiguous on the wire; the pieces are gathered and scattered at the ends.
   std::vector<Piece> input_pieces, output_pieces;
   std::function<void()> finish;  // run on success, before the Work completes (copy-outs)
-  uint32_t flat_seq = 0;   // non-zero: a flat collective (comm/flat.hpp), not a schedule
-  uint32_t signature = 0;  // algorithms::signature(args), computed once by the submitter
+  uint32_t flat_seq = 0;         // non-zero: a flat collective (comm/flat.hpp), not a schedule
+  uint32_t signature = 0;        // algorithms::signature(args), computed once by the submitter
 };
 
 class Engine : public transport::ConnectionListener {

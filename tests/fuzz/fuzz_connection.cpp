@@ -31,11 +31,11 @@ constexpr uint64_t kMaxFrame = 1 << 20;  // SHOAL_MAX_FRAME, set below
 class FuzzStream : public Stream {
  public:
   std::vector<uint8_t> in;
-  size_t available = 0;       // bytes of `in` the peer has "sent" so far
+  size_t available = 0;  // bytes of `in` the peer has "sent" so far
   size_t pos = 0;
-  bool eof = false;           // the peer closed after `available`
+  bool eof = false;  // the peer closed after `available`
   size_t read_chunk = SIZE_MAX;
-  long write_budget = -1;     // bytes writev takes per call; -1 all, 0 EAGAIN, -2 EPIPE
+  long write_budget = -1;  // bytes writev takes per call; -1 all, 0 EAGAIN, -2 EPIPE
   bool pull_ok = true;
   uint64_t direct = UINT64_MAX;
   bool abort_note = false;
@@ -50,7 +50,8 @@ class FuzzStream : public Stream {
       const size_t n = std::min(iov[i].iov_len, limit - taken);
       // Read every byte taken, so ASan checks that the sender's buffers are valid.
       for (size_t off = 0; off < n; off += sizeof sink)
-        std::memcpy(sink, static_cast<const uint8_t*>(iov[i].iov_base) + off, std::min(sizeof sink, n - off));
+        std::memcpy(sink, static_cast<const uint8_t*>(iov[i].iov_base) + off,
+                    std::min(sizeof sink, n - off));
       taken += n;
     }
     return static_cast<ssize_t>(taken);
@@ -180,17 +181,29 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
           conn.progress();
           break;
         }
-        case 3: conn.progress(); break;
-        case 4: s.read_chunk = sc.u8() + 1; break;
+        case 3:
+          conn.progress();
+          break;
+        case 4:
+          s.read_chunk = sc.u8() + 1;
+          break;
         case 5: {
           const uint8_t b = sc.u8();
           s.write_budget = b == 0 ? 0 : b == 1 ? -2 : b == 255 ? -1 : b;
           break;
         }
-        case 6: s.pull_ok = !s.pull_ok; break;
-        case 7: s.direct = s.direct == UINT64_MAX ? 1 : UINT64_MAX; break;
-        case 8: abort_at_end = !abort_at_end; break;
-        case 9: script = false; break;
+        case 6:
+          s.pull_ok = !s.pull_ok;
+          break;
+        case 7:
+          s.direct = s.direct == UINT64_MAX ? 1 : UINT64_MAX;
+          break;
+        case 8:
+          abort_at_end = !abort_at_end;
+          break;
+        case 9:
+          script = false;
+          break;
       }
     }
     // The rest is the peer's stream, then (sometimes) its end.

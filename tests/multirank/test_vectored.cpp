@@ -49,29 +49,23 @@ void check_all_reduce(Communicator& c, const algorithms::AlgorithmInfo& algo,
     send.push_back({in[i].data(), sizes[i]});
     recv.push_back({out[i].data(), sizes[i]});
   }
+  auto check = [&](const std::vector<std::vector<uint8_t>>& got, const char* form) {
+    uint64_t first = 0;
+    for (size_t i = 0; i < sizes.size(); ++i) {
+      EXPECT_EQ(wrong(got[i].data(), 0, sizes[i], t,
+                      [&](uint64_t k) { return expected(p, first + k, t, op); }),
+                0u)
+          << label(algo, t, form) << " " << to_string(op) << ", tensor " << i;
+      first += sizes[i];
+    }
+  };
   c.all_reduce_async(send, recv, t, op).wait();
-  at = 0;
-  for (size_t i = 0; i < sizes.size(); ++i) {
-    const uint64_t first = at;
-    EXPECT_EQ(wrong(out[i].data(), 0, sizes[i], t,
-                    [&](uint64_t k) { return expected(p, first + k, t, op); }),
-              0u)
-        << label(algo, t, "out of place") << " " << to_string(op) << ", tensor " << i;
-    at += sizes[i];
-  }
+  check(out, "out of place");
   // In place: the same segments on both sides.
   std::vector<Segment> both;
   for (size_t i = 0; i < sizes.size(); ++i) both.push_back({in[i].data(), sizes[i]});
   c.all_reduce_async(std::vector<ConstSegment>(send), both, t, op).wait();
-  at = 0;
-  for (size_t i = 0; i < sizes.size(); ++i) {
-    const uint64_t first = at;
-    EXPECT_EQ(wrong(in[i].data(), 0, sizes[i], t,
-                    [&](uint64_t k) { return expected(p, first + k, t, op); }),
-              0u)
-        << label(algo, t, "in place") << " " << to_string(op) << ", tensor " << i;
-    at += sizes[i];
-  }
+  check(in, "in place");
 }
 
 void check_all_gather(Communicator& c, const algorithms::AlgorithmInfo& algo,
