@@ -528,8 +528,9 @@ std::optional<transport::RecvRequest> Engine::claim_any_source(int peer,
   for (auto it = any_source_.begin(); it != any_source_.end(); ++it) {
     Op& op = *it->op;
     if (static_cast<uint32_t>(op.request.args.tag) != h.tag) continue;
+    // A receive named for this peer and tag that was posted earlier takes the frame instead.
+    if (((static_cast<uint64_t>(op.id) << 32) | it->step) > before) return std::nullopt;
     auto r = receive_request(op, it->step);
-    if (r.order > before) return std::nullopt;
     op.work->source.store(peer, std::memory_order_release);
     any_source_.erase(it);
     return r;
