@@ -38,7 +38,7 @@ PYBIND11_MODULE(_C, m) {
         ProcessGroupShoal::quiesce(std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000)));
       },
       py::arg("seconds"), py::call_guard<py::gil_scoped_release>(),
-      "Waits until no group's completion thread holds an operation (registered with atexit).");
+      "Waits until no group has an operation outstanding (registered with atexit).");
   m.doc() = "shoal's torch.distributed backend (use `import shoal.torch`)";
   py::class_<ShoalOptions, c10d::Backend::Options, c10::intrusive_ptr<ShoalOptions>>(
       m, "Options",

@@ -5,6 +5,7 @@
 #include <Python.h>  // first, as Python asks; only to let go of the GIL in the destructor
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -450,8 +451,6 @@ void ProcessGroupShoal::start() {
   all_reduce_call_.algorithm = options_->all_reduce_algorithm;
   all_gather_call_.algorithm = options_->all_gather_algorithm;
   reduce_scatter_call_.algorithm = options_->reduce_scatter_algorithm;
-  std::lock_guard<std::mutex> lock(queue_->mutex);
-  start_completion_thread(queue_);
 }
 
 ProcessGroupShoal::~ProcessGroupShoal() { close(kDestroyGrace); }
@@ -469,33 +468,25 @@ void ProcessGroupShoal::close(std::chrono::milliseconds grace) {
   // destroy_process_group() drops the group with the GIL held, while the completion threads may
   // need it (a callback, freeing a tensor whose Python object they kept alive): let go of it.
   PyThreadState* saved = (Py_IsInitialized() && PyGILState_Check()) ? PyEval_SaveThread() : nullptr;
-  std::unique_lock<std::mutex> lock(queue_->mutex);
-  const bool drained = queue_->idle_cv.wait_for(
-      lock, grace, [&] { return queue_->ops.empty() && queue_->in_flight == 0; });
-  if (!drained) {
+  auto& left = *outstanding_;
+  std::unique_lock<std::mutex> lock(left.mutex);
+  if (!left.cv.wait_for(lock, grace, [&] { return left.count == 0; })) {
     // Work that no peer joins, or that the caller gave up on: fail it now, here and on every
     // rank shoal reaches, instead of waiting for the timeout.
     lock.unlock();
     comm_->abort();
     lock.lock();
+    // Every operation has now failed; only a completion callback that never returns is left,
+    // and it does not use the communicator: say so rather than hang the caller.
+    const auto bound = std::min<std::chrono::milliseconds>(timeout_, std::chrono::minutes(1));
+    if (!left.cv.wait_for(lock, bound, [&] { return left.count == 0; }))
+      std::fprintf(stderr,
+                   "shoal (torch backend): rank %d: %d operation(s) still completing %lld ms "
+                   "after the group was aborted (a callback that does not return?)\n",
+                   getRank(), left.count, static_cast<long long>(bound.count()));
   }
-  queue_->stop = true;
-  queue_->cv.notify_all();
-  // After an abort every operation fails at once; only a callback that never returns keeps a
-  // thread here, and then the communicator is left to it rather than hanging the caller.
-  const auto bound = std::min<std::chrono::milliseconds>(timeout_, std::chrono::minutes(1));
-  const bool quiet = queue_->idle_cv.wait_for(lock, bound, [&] { return queue_->threads == 0; });
   lock.unlock();
-  if (quiet) {
-    comm_.reset();  // says goodbye to the peers
-  } else {
-    std::fprintf(stderr,
-                 "shoal (torch backend): rank %d: a completion callback did not return within "
-                 "%lld ms of closing the group; leaving it the communicator\n",
-                 getRank(), static_cast<long long>(bound.count()));
-    new shoal::Communicator(std::move(*comm_));  // deliberately leaked: the thread still uses it
-    comm_.reset();
-  }
+  comm_.reset();  // says goodbye to the peers
   if (saved) PyEval_RestoreThread(saved);
 }
 
@@ -520,8 +511,8 @@ std::string ProcessGroupShoal::describe() const {
 // elastic jobs: shrink, grow, join
 
 c10::intrusive_ptr<ProcessGroupShoal> ProcessGroupShoal::shrink() {
-  // Neither the queue nor the completion thread is waited for: on a broken communicator their
-  // operations fail by themselves, and the new communicator shares nothing with them.
+  // This group's operations are not waited for: on a broken communicator they fail by
+  // themselves, and the new communicator shares nothing with them.
   std::unique_lock<std::mutex> lock(issue_mutex_);  // no new operation on this group meanwhile
   const int n = ++shrinks_;
   shoal::Communicator comm = open_comm("shrink").shrink();
@@ -594,21 +585,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupShoal::endCoalescing() {
   std::vector<at::Tensor> outputs;
   for (auto& w : batch)
     for (auto& t : w->result()) outputs.push_back(t);
-  return run(OpType::COALESCED, "shoal:coalesced", {}, std::move(outputs), [&](Op& op) {
-    // Queued after the batch, so led after it; a batch member may still be running its own
-    // completion on another thread, hence wait() rather than exception().
-    op.finish.push_back([batch] {
-      std::exception_ptr first;
-      for (const auto& w : batch) {
-        try {
-          w->wait();
-        } catch (...) {
-          if (!first) first = std::current_exception();
-        }
-      }
-      if (first) std::rethrow_exception(first);
-    });
-  });
+  return run(OpType::COALESCED, "shoal:coalesced", {}, std::move(outputs),
+             [&](Op& op) { op.after = std::move(batch); });
 }
 
 c10::intrusive_ptr<ProcessGroupShoal> ProcessGroupShoal::grow(int joining,
@@ -668,13 +646,122 @@ c10::intrusive_ptr<ProcessGroupShoal> ProcessGroupShoal::join(
       pg_store, root_store, c10::make_intrusive<ShoalOptions>(timeout), std::move(comm));
 }
 
+namespace {
+
+// Operations of every group not yet completed, for quiesce().
+struct Everyone {
+  std::mutex mutex;
+  std::condition_variable cv;
+  int count = 0;
+};
+Everyone& everyone() {
+  static auto* all = new Everyone;  // never destroyed: completions may outlive main()
+  return *all;
+}
+
+// A torch call between its issue and its completion. `remaining` counts what it waits for, plus
+// one that run() holds while arming, so that parts already complete do not finish it early.
+struct Flight : std::enable_shared_from_this<Flight> {
+  ProcessGroupShoal::Op op;
+  std::shared_ptr<ProcessGroupShoal::Outstanding> group;
+  std::atomic<int> remaining{1};
+  std::mutex mutex;
+  std::exception_ptr error;  // the first failure among the parts, guarded by mutex
+
+  void part_done(std::exception_ptr e);  // may run on shoal's progress thread: never blocks
+  void complete();                       // on a completion thread
+};
+
+// The process's completion threads. A completion runs the copy-backs and the torch Work's
+// future callbacks, which are Python (DDP's hooks) and may wait for a collective they issue
+// (PowerSGD's): so neither runs on shoal's progress thread, and a call that is ready while
+// every thread is inside a completion gets a thread of its own. A thread left idle for a while
+// leaves, unless it is the last one.
+class Completer {
+ public:
+  static Completer& get() {
+    static auto* c = new Completer;  // never destroyed: its threads are detached
+    return *c;
+  }
+  void post(std::shared_ptr<Flight> f) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    ready_.push_back(std::move(f));
+    if (ready_.size() > static_cast<size_t>(idle_)) {
+      ++threads_;
+      std::thread([this] { serve(); }).detach();
+    }
+    cv_.notify_one();
+  }
+
+ private:
+  static constexpr auto kLinger = std::chrono::seconds(2);
+  void serve() {
+    std::unique_lock<std::mutex> lock(mutex_);
+    for (;;) {
+      ++idle_;
+      const auto ready = [&] { return !ready_.empty(); };
+      bool work = true;
+      if (threads_ > 1)
+        work = cv_.wait_for(lock, kLinger, ready);
+      else
+        cv_.wait(lock, ready);  // the last thread: no timer on an idle process
+      --idle_;
+      if (!work) break;
+      auto f = std::move(ready_.front());
+      ready_.pop_front();
+      lock.unlock();
+      f->complete();
+      f.reset();  // the tensors go while no lock is held
+      lock.lock();
+    }
+    --threads_;
+  }
+  std::mutex mutex_;
+  std::condition_variable cv_;
+  std::deque<std::shared_ptr<Flight>> ready_;
+  int idle_ = 0;     // threads waiting for a ready call
+  int threads_ = 0;  // threads alive
+};
+
+void Flight::part_done(std::exception_ptr e) {
+  if (e) {
+    std::lock_guard<std::mutex> lock(mutex);
+    if (!error) error = std::move(e);
+  }
+  if (remaining.fetch_sub(1, std::memory_order_acq_rel) == 1)
+    Completer::get().post(shared_from_this());
+}
+
+void Flight::complete() {
+  std::exception_ptr failed = op.issue_error ? op.issue_error : error;
+  if (!failed) {
+    try {
+      for (auto& f : op.finish) f();
+    } catch (...) {
+      failed = std::current_exception();
+    }
+  }
+  op.work->complete(failed);
+  op = ProcessGroupShoal::Op{};  // the tensors go before the call counts as done
+  {
+    std::lock_guard<std::mutex> lock(group->mutex);
+    if (--group->count == 0) group->cv.notify_all();
+  }
+  auto& all = everyone();
+  std::lock_guard<std::mutex> lock(all.mutex);
+  if (--all.count == 0) all.cv.notify_all();
+}
+
+}  // namespace
+
 template <class F>
 c10::intrusive_ptr<c10d::Work> ProcessGroupShoal::run(OpType type, const char* title,
                                                       std::vector<at::Tensor> inputs,
                                                       std::vector<at::Tensor> outputs, F&& issue) {
   auto work =
       c10::make_intrusive<WorkShoal>(getRank(), type, title, std::move(inputs), std::move(outputs));
-  Op op;
+  auto flight = std::make_shared<Flight>();
+  Op& op = flight->op;
   op.work = work;
   std::lock_guard<std::mutex> lock(issue_mutex_);
   open_comm(title);
@@ -684,90 +771,36 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupShoal::run(OpType type, const char* t
     issue(op);
   } catch (...) {
     if (op.pending.empty()) throw;  // nothing in flight
-    // Part of it is in flight: the completion thread waits for it before freeing the buffers.
+    // Part of it is in flight: the Work completes (failed) once that part has, so that its
+    // buffers outlive it.
     op.issue_error = failed = std::current_exception();
   }
+  flight->group = outstanding_;
   {
-    std::lock_guard<std::mutex> qlock(queue_->mutex);
-    queue_->ops.push_back(std::move(op));
-    if (queue_->threads == queue_->completing) start_completion_thread(queue_);
+    std::lock_guard<std::mutex> count(outstanding_->mutex);
+    ++outstanding_->count;
   }
-  queue_->cv.notify_all();
+  {
+    std::lock_guard<std::mutex> count(everyone().mutex);
+    ++everyone().count;
+  }
+  flight->remaining.fetch_add(static_cast<int>(op.pending.size() + op.after.size()));
+  for (const auto& w : op.pending)
+    w.on_complete([flight](std::exception_ptr e) { flight->part_done(std::move(e)); });
+  for (const auto& w : op.after)
+    w->getFuture()->addCallback([flight](c10::ivalue::Future& f) {
+      flight->part_done(f.hasError() ? f.exception_ptr() : nullptr);
+    });
+  flight->part_done(nullptr);  // run()'s own share
   if (coalescing_) coalescing_->push_back(work);
   if (failed) std::rethrow_exception(failed);
   return work;
 }
 
-ProcessGroupShoal::Queues& ProcessGroupShoal::queues() {
-  static Queues all;
-  return all;
-}
-
 void ProcessGroupShoal::quiesce(std::chrono::milliseconds timeout) {
-  std::vector<std::shared_ptr<Queue>> live;
-  {
-    std::lock_guard<std::mutex> lock(queues().mutex);
-    for (auto& w : queues().list)
-      if (auto q = w.lock()) live.push_back(std::move(q));
-  }
-  const auto deadline = std::chrono::steady_clock::now() + timeout;
-  for (auto& q : live) {
-    std::unique_lock<std::mutex> lock(q->mutex);
-    q->idle_cv.wait_until(lock, deadline, [&] { return q->in_flight == 0; });
-  }
-}
-
-void ProcessGroupShoal::start_completion_thread(const std::shared_ptr<Queue>& queue) {
-  if (queue->threads == 0) {
-    std::lock_guard<std::mutex> lock(queues().mutex);
-    std::erase_if(queues().list, [](const std::weak_ptr<Queue>& w) { return w.expired(); });
-    queues().list.push_back(queue);
-  }
-  ++queue->threads;
-  std::thread([queue] {
-    std::unique_lock<std::mutex> lock(queue->mutex);
-    for (;;) {
-      queue->cv.wait(lock, [&] {
-        return (queue->stop && queue->ops.empty()) || (!queue->leader && !queue->ops.empty());
-      });
-      if (queue->ops.empty()) break;  // stopped and drained
-      queue->leader = true;
-      Op op = std::move(queue->ops.front());
-      queue->ops.pop_front();
-      ++queue->in_flight;
-      lock.unlock();
-      std::exception_ptr error = op.issue_error;
-      // Wait for every piece even after a failure: they use buffers this Op keeps alive.
-      for (auto& w : op.pending) {
-        try {
-          w.wait();
-        } catch (...) {
-          if (!error) error = std::current_exception();
-        }
-      }
-      if (!error) {
-        try {
-          for (auto& f : op.finish) f();
-        } catch (...) {
-          error = std::current_exception();
-        }
-      }
-      lock.lock();
-      queue->leader = false;
-      ++queue->completing;
-      queue->cv.notify_all();  // the next operation may be led by a free thread
-      lock.unlock();
-      op.work->complete(error);
-      op = Op{};  // the tensors go while no lock is held
-      lock.lock();
-      --queue->completing;
-      --queue->in_flight;
-      if (queue->ops.empty() && queue->in_flight == 0) queue->idle_cv.notify_all();
-      if (queue->threads - queue->completing > 1) break;  // another thread is free: leave
-    }
-    --queue->threads;
-    queue->idle_cv.notify_all();
-  }).detach();
+  auto& all = everyone();
+  std::unique_lock<std::mutex> lock(all.mutex);
+  all.cv.wait_for(lock, timeout, [&] { return all.count == 0; });
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -1,11 +1,11 @@
 // ProcessGroupShoal: a c10d backend over shoal::Communicator.
 //
-// Every call stages its tensors into contiguous buffers of a dtype shoal handles, issues the
-// shoal operation(s) asynchronously under one mutex (so the issue order is the queue order),
-// and queues them. One completion thread per group (more while callbacks block) waits for the
-// queued operations in issue order (shoal completes them in that order), copies results back into
-// non-contiguous or converted tensors, and completes the Work and its Future with the output
-// tensors.
+// Every call stages its tensors into contiguous buffers of a dtype shoal handles and issues the
+// shoal operation(s) asynchronously under one mutex (so the issue order is shoal's). When the
+// last of them completes (shoal::Work::on_complete, on shoal's progress thread), the call is
+// handed to the process's completion threads, which copy results back into non-contiguous or
+// converted tensors and complete the Work and its Future with the output tensors, in the order
+// the calls finish.
 #pragma once
 
 #include <condition_variable>
@@ -48,7 +48,7 @@ struct ShoalOptions : c10d::Backend::Options {
       const c10::intrusive_ptr<c10d::Backend::Options>& opts, const ShoalOptions& inherited);
 };
 
-/// The Work of one torch call: completed by the group's completion thread.
+/// The Work of one torch call: completed by a completion thread once its operations finish.
 class WorkShoal : public c10d::Work {
  public:
   WorkShoal(int rank, c10d::OpType type, const char* title, std::vector<at::Tensor> inputs,
@@ -189,54 +189,34 @@ class ProcessGroupShoal : public BackendBase {
   /// Lets queued work finish (at most kDestroyGrace), aborts what is left, releases everything.
   void shutdown() override;
 
-  /// One queued torch call: the shoal operations it issued and what to do once they finish.
+  /// One torch call in flight: the shoal operations it issued, the torch Works it completes
+  /// after, and what to do once they finish.
   struct Op {
     c10::intrusive_ptr<WorkShoal> work;
     std::vector<shoal::Work> pending;
-    std::vector<std::function<void()>> finish;  // copy-backs, run after success in order
-    std::vector<at::Tensor> keep;               // staging buffers the shoal operations use
-    std::exception_ptr issue_error;             // the issue failed part-way
+    std::vector<c10::intrusive_ptr<WorkShoal>> after;  // a batch's members (endCoalescing)
+    std::vector<std::function<void()>> finish;         // copy-backs, run after success in order
+    std::vector<at::Tensor> keep;                      // staging buffers the shoal operations use
+    std::exception_ptr issue_error;                    // the issue failed part-way
+  };
+  /// This group's operations not yet completed (close() waits for them).
+  struct Outstanding {
+    std::mutex mutex;
+    std::condition_variable cv;
+    int count = 0;
   };
 
- private:
-  template <class F>
-  c10::intrusive_ptr<c10d::Work> run(c10d::OpType type, const char* title,
-                                     std::vector<at::Tensor> inputs,
-                                     std::vector<at::Tensor> outputs, F&& issue);
-  /// The queue the completion threads drain; shared with them, so that a group destroyed with
-  /// an operation that cannot complete can leave them (and the communicator) behind. One thread
-  /// at a time waits for the operations, in issue order (the leader); it completes the torch
-  /// Work and its future itself, which runs the future's callbacks, and hands the lead on while
-  /// it does. A callback that waits for a collective it issued (PowerSGD's hook) would otherwise
-  /// wait for itself: when an operation is queued while every thread is inside a completion,
-  /// one more thread is started, and a thread that finds another free one after its completion
-  /// leaves.
-  struct Queue {
-    std::mutex mutex;
-    std::condition_variable cv;       // new work, the lead free, or stop
-    std::condition_variable idle_cv;  // the queue ran empty, or a thread left
-    std::deque<Op> ops;
-    bool leader = false;  // a thread is waiting for the front operation
-    int in_flight = 0;    // operations taken off the queue, not yet completed
-    int threads = 0;      // completion threads alive
-    int completing = 0;   // of them, inside Work::complete (callbacks)
-    bool stop = false;
-  };
-  // with queue->mutex held
-  static void start_completion_thread(const std::shared_ptr<Queue>& queue);
-  struct Queues {  // every group's queue, for quiesce()
-    std::mutex mutex;
-    std::vector<std::weak_ptr<Queue>> list;
-  };
-  static Queues& queues();
-
- public:
-  /// Waits (at most `timeout`) until no group's completion thread holds an operation or runs a
-  /// callback: registered with atexit, so that none touches Python objects (a callback, a
+  /// Waits (at most `timeout`) until every group's operations have completed, callbacks
+  /// included: registered with atexit, so that none touches Python objects (a callback, a
   /// tensor) while the interpreter finalizes. Call without the GIL.
   static void quiesce(std::chrono::milliseconds timeout);
 
  private:
+  /// Issues one torch call (`issue(op)` under issue_mutex_) and arms its completion.
+  template <class F>
+  c10::intrusive_ptr<c10d::Work> run(c10d::OpType type, const char* title,
+                                     std::vector<at::Tensor> inputs,
+                                     std::vector<at::Tensor> outputs, F&& issue);
   /// all_reduce of a sparse COO tensor (SUM), in place, as gloo does it.
   c10::intrusive_ptr<c10d::Work> allreduce_sparse_coo(at::Tensor& t,
                                                       const c10d::AllreduceOptions& opts);
@@ -259,7 +239,7 @@ class ProcessGroupShoal : public BackendBase {
   int shrinks_ = 0;  // shrink() calls on this group: names the new groups' stores
   std::optional<shoal::Communicator> comm_;
 
-  std::mutex issue_mutex_;  // issue order == queue order
+  std::mutex issue_mutex_;  // torch's issue order == shoal's
   bool closed_ = false;     // shutdown/abort began: no new operation
   std::mutex close_mutex_;  // one close at a time
   // Between startCoalescing and endCoalescing: the Works issued meanwhile.
@@ -267,7 +247,7 @@ class ProcessGroupShoal : public BackendBase {
   uint64_t sequence_ = 0;
   uint64_t monitored_barriers_ = 0;  // names each monitored barrier's keys in the store
 
-  std::shared_ptr<Queue> queue_ = std::make_shared<Queue>();
+  std::shared_ptr<Outstanding> outstanding_ = std::make_shared<Outstanding>();
 };
 
 }  // namespace shoal::torch_glue

@@ -177,3 +177,29 @@ def _tags_are_queues(rank, world):
 
 def test_tags_select_queues():
     run_ranks(_tags_are_queues, 2)
+
+
+def _later_receive_completes_first(rank, world):
+    # rank 0 sends tag 1 only after rank 1 answers tag 2's message: rank 1's Work for tag 2
+    # completes while its earlier receive of tag 1 still waits (no completion in issue order)
+    if rank == 0:
+        dist.send(torch.full((4,), 2.0), 1, tag=2)
+        answer = torch.zeros(1)
+        dist.recv(answer, 1, tag=3)
+        dist.send(torch.full((4,), 1.0) * answer, 1, tag=1)
+        return True
+    first, second = torch.zeros(4), torch.zeros(4)
+    w1 = dist.irecv(first, 0, tag=1)
+    w2 = dist.irecv(second, 0, tag=2)
+    fut2 = w2.get_future()
+    assert w2.wait(datetime.timedelta(seconds=30))
+    assert not w1.is_completed()
+    dist.send(torch.tensor([7.0]), 0, tag=3)
+    w1.wait()
+    assert torch.equal(fut2.value()[0], torch.full((4,), 2.0))
+    assert torch.equal(first, torch.full((4,), 7.0))
+    return True
+
+
+def test_later_receive_completes_before_earlier():
+    run_ranks(_later_receive_completes_first, 2)
