@@ -7,7 +7,7 @@
 #
 # WORLD_SIZE (default 2) ranks per test; BUILD (default build) holds the extension; BACKENDS
 # (default "gloo shoal") the runs to make (the comparison reads OUT_DIR/<backend>.xml of both).
-# The whole suite takes 15-18 minutes per backend on 2 cores.
+# The whole suite takes 22-24 minutes per backend on 2 cores.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out=${1:-build/torch-suite}
