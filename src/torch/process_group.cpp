@@ -3,6 +3,7 @@
 #include "process_group.hpp"
 
 #include <Python.h>  // first, as Python asks; only to let go of the GIL in the destructor
+#include <sched.h>
 
 #include <algorithm>
 #include <atomic>
@@ -385,6 +386,7 @@ int WorkShoal::sourceRank() const {
 }
 
 bool WorkShoal::wait(std::chrono::milliseconds timeout) {
+  if (help_ && (timeout == kNoTimeout || timeout.count() < 0)) help_();
   std::unique_lock<std::mutex> lock(mutex_);
   if (timeout == kNoTimeout || timeout.count() < 0) {
     cv_.wait(lock, [&] { return completed_; });
@@ -665,11 +667,20 @@ struct Flight : std::enable_shared_from_this<Flight> {
   ProcessGroupShoal::Op op;
   std::shared_ptr<ProcessGroupShoal::Outstanding> group;
   std::atomic<int> remaining{1};
+  std::atomic<bool> waiter{false};   // a wait() completes the call on its own thread
+  std::atomic<bool> claimed{false};  // complete() began
   std::mutex mutex;
   std::exception_ptr error;  // the first failure among the parts, guarded by mutex
 
   void part_done(std::exception_ptr e);  // may run on shoal's progress thread: never blocks
-  void complete();                       // on a completion thread
+  void complete_once();                  // on a completion thread or the waiting thread
+  // The waiting thread's side: `parts` and `members` are the call's (copies: `op` is cleared by
+  // whoever completes it).
+  void help(const std::vector<shoal::Work>& parts,
+            const std::vector<c10::intrusive_ptr<WorkShoal>>& members);
+
+ private:
+  void complete();
 };
 
 // The process's completion threads. A completion runs the copy-backs and the torch Work's
@@ -710,7 +721,7 @@ class Completer {
       auto f = std::move(ready_.front());
       ready_.pop_front();
       lock.unlock();
-      f->complete();
+      f->complete_once();
       f.reset();  // the tensors go while no lock is held
       lock.lock();
     }
@@ -728,8 +739,35 @@ void Flight::part_done(std::exception_ptr e) {
     std::lock_guard<std::mutex> lock(mutex);
     if (!error) error = std::move(e);
   }
-  if (remaining.fetch_sub(1, std::memory_order_acq_rel) == 1)
-    Completer::get().post(shared_from_this());
+  // seq_cst with help()'s store to `waiter`: either this sees the waiter, or the waiter sees
+  // `remaining` at zero and the claim decides who completes.
+  if (remaining.fetch_sub(1) == 1 && !waiter.load()) Completer::get().post(shared_from_this());
+}
+
+void Flight::help(const std::vector<shoal::Work>& parts,
+                  const std::vector<c10::intrusive_ptr<WorkShoal>>& members) {
+  if (waiter.exchange(true)) return;  // another thread helps: the caller waits for it
+  for (const auto& w : parts) {
+    try {
+      w.wait();  // shoal's wait: a short poll that yields the core, then a sleep
+    } catch (...) {
+      // reported to part_done with the error
+    }
+  }
+  for (const auto& m : members) {
+    try {
+      m->wait();
+    } catch (...) {
+    }
+  }
+  // The operations are done; their on_complete callbacks (a few instructions on the progress
+  // thread, which has the core once this thread yields) may still be counting down.
+  while (remaining.load() != 0) sched_yield();
+  complete_once();
+}
+
+void Flight::complete_once() {
+  if (!claimed.exchange(true)) complete();
 }
 
 void Flight::complete() {
@@ -791,6 +829,9 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupShoal::run(OpType type, const char* t
     w->getFuture()->addCallback([flight](c10::ivalue::Future& f) {
       flight->part_done(f.hasError() ? f.exception_ptr() : nullptr);
     });
+  work->set_helper([weak = std::weak_ptr<Flight>(flight), parts = op.pending, members = op.after] {
+    if (auto f = weak.lock()) f->help(parts, members);  // else: completed already
+  });
   flight->part_done(nullptr);  // run()'s own share
   if (coalescing_) coalescing_->push_back(work);
   if (failed) std::rethrow_exception(failed);

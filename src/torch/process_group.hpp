@@ -65,6 +65,10 @@ class WorkShoal : public c10d::Work {
   c10::intrusive_ptr<c10::ivalue::Future> getFuture() override { return future_; }
 
   void complete(std::exception_ptr error);
+  /// Set by the group before the Work is returned: a wait() without a timeout calls it, which
+  /// waits for the call's shoal operations on the caller's thread and completes the call there
+  /// (a blocking call's path has no hand-off to a completion thread).
+  void set_helper(std::function<void()> help) { help_ = std::move(help); }
   void set_source_rank(int r) { source_rank_ = r; }
   const char* name() const { return name_; }
 
@@ -73,6 +77,7 @@ class WorkShoal : public c10d::Work {
   std::vector<at::Tensor> outputs_;
   c10::intrusive_ptr<c10::ivalue::Future> future_;
   int source_rank_ = -1;
+  std::function<void()> help_;
 };
 
 class ProcessGroupShoal : public BackendBase {
