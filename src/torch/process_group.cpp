@@ -386,9 +386,10 @@ int WorkShoal::sourceRank() const {
 }
 
 bool WorkShoal::wait(std::chrono::milliseconds timeout) {
-  if (help_ && (timeout == kNoTimeout || timeout.count() < 0)) help_();
+  const bool untimed = timeout == kNoTimeout || timeout.count() < 0;
+  if (untimed && help_) help_();
   std::unique_lock<std::mutex> lock(mutex_);
-  if (timeout == kNoTimeout || timeout.count() < 0) {
+  if (untimed) {
     cv_.wait(lock, [&] { return completed_; });
   } else if (!cv_.wait_for(lock, timeout, [&] { return completed_; })) {
     std::ostringstream msg;
@@ -470,24 +471,19 @@ void ProcessGroupShoal::close(std::chrono::milliseconds grace) {
   // destroy_process_group() drops the group with the GIL held, while the completion threads may
   // need it (a callback, freeing a tensor whose Python object they kept alive): let go of it.
   PyThreadState* saved = (Py_IsInitialized() && PyGILState_Check()) ? PyEval_SaveThread() : nullptr;
-  auto& left = *outstanding_;
-  std::unique_lock<std::mutex> lock(left.mutex);
-  if (!left.cv.wait_for(lock, grace, [&] { return left.count == 0; })) {
+  if (!outstanding_->wait_for(grace)) {
     // Work that no peer joins, or that the caller gave up on: fail it now, here and on every
     // rank shoal reaches, instead of waiting for the timeout.
-    lock.unlock();
     comm_->abort();
-    lock.lock();
     // Every operation has now failed; only a completion callback that never returns is left,
     // and it does not use the communicator: say so rather than hang the caller.
     const auto bound = std::min<std::chrono::milliseconds>(timeout_, std::chrono::minutes(1));
-    if (!left.cv.wait_for(lock, bound, [&] { return left.count == 0; }))
+    if (!outstanding_->wait_for(bound))
       std::fprintf(stderr,
                    "shoal (torch backend): rank %d: %d operation(s) still completing %lld ms "
                    "after the group was aborted (a callback that does not return?)\n",
-                   getRank(), left.count, static_cast<long long>(bound.count()));
+                   getRank(), outstanding_->count(), static_cast<long long>(bound.count()));
   }
-  lock.unlock();
   comm_.reset();  // says goodbye to the peers
   if (saved) PyEval_RestoreThread(saved);
 }
@@ -651,14 +647,9 @@ c10::intrusive_ptr<ProcessGroupShoal> ProcessGroupShoal::join(
 namespace {
 
 // Operations of every group not yet completed, for quiesce().
-struct Everyone {
-  std::mutex mutex;
-  std::condition_variable cv;
-  int count = 0;
-};
-Everyone& everyone() {
-  static auto* all = new Everyone;  // never destroyed: completions may outlive main()
-  return *all;
+ProcessGroupShoal::Outstanding& everyone() {
+  static auto* all = new ProcessGroupShoal::Outstanding;  // never destroyed: completions may
+  return *all;                                            // outlive main()
 }
 
 // A torch call between its issue and its completion. `remaining` counts what it waits for, plus
@@ -674,10 +665,7 @@ struct Flight : std::enable_shared_from_this<Flight> {
 
   void part_done(std::exception_ptr e);  // may run on shoal's progress thread: never blocks
   void complete_once();                  // on a completion thread or the waiting thread
-  // The waiting thread's side: `parts` and `members` are the call's (copies: `op` is cleared by
-  // whoever completes it).
-  void help(const std::vector<shoal::Work>& parts,
-            const std::vector<c10::intrusive_ptr<WorkShoal>>& members);
+  void help();                           // the waiting thread's side
 
  private:
   void complete();
@@ -744,17 +732,17 @@ void Flight::part_done(std::exception_ptr e) {
   if (remaining.fetch_sub(1) == 1 && !waiter.load()) Completer::get().post(shared_from_this());
 }
 
-void Flight::help(const std::vector<shoal::Work>& parts,
-                  const std::vector<c10::intrusive_ptr<WorkShoal>>& members) {
+void Flight::help() {
   if (waiter.exchange(true)) return;  // another thread helps: the caller waits for it
-  for (const auto& w : parts) {
+  // op.pending and op.after do not change once armed (complete() leaves them to the Flight).
+  for (const auto& w : op.pending) {
     try {
       w.wait();  // shoal's wait: a short poll that yields the core, then a sleep
     } catch (...) {
       // reported to part_done with the error
     }
   }
-  for (const auto& m : members) {
+  for (const auto& m : op.after) {
     try {
       m->wait();
     } catch (...) {
@@ -780,17 +768,35 @@ void Flight::complete() {
     }
   }
   op.work->complete(failed);
-  op = ProcessGroupShoal::Op{};  // the tensors go before the call counts as done
-  {
-    std::lock_guard<std::mutex> lock(group->mutex);
-    if (--group->count == 0) group->cv.notify_all();
-  }
-  auto& all = everyone();
-  std::lock_guard<std::mutex> lock(all.mutex);
-  if (--all.count == 0) all.cv.notify_all();
+  // The tensors go before the call counts as done; pending and after stay (a waiter reads them).
+  op.work.reset();
+  op.finish.clear();
+  op.keep.clear();
+  group->done();
+  everyone().done();
 }
 
 }  // namespace
+
+void ProcessGroupShoal::Outstanding::add() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  ++count_;
+}
+
+void ProcessGroupShoal::Outstanding::done() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (--count_ == 0) cv_.notify_all();
+}
+
+bool ProcessGroupShoal::Outstanding::wait_for(std::chrono::milliseconds timeout) {
+  std::unique_lock<std::mutex> lock(mutex_);
+  return cv_.wait_for(lock, timeout, [&] { return count_ == 0; });
+}
+
+int ProcessGroupShoal::Outstanding::count() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return count_;
+}
 
 template <class F>
 c10::intrusive_ptr<c10d::Work> ProcessGroupShoal::run(OpType type, const char* title,
@@ -814,14 +820,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupShoal::run(OpType type, const char* t
     op.issue_error = failed = std::current_exception();
   }
   flight->group = outstanding_;
-  {
-    std::lock_guard<std::mutex> count(outstanding_->mutex);
-    ++outstanding_->count;
-  }
-  {
-    std::lock_guard<std::mutex> count(everyone().mutex);
-    ++everyone().count;
-  }
+  outstanding_->add();
+  everyone().add();
   flight->remaining.fetch_add(static_cast<int>(op.pending.size() + op.after.size()));
   for (const auto& w : op.pending)
     w.on_complete([flight](std::exception_ptr e) { flight->part_done(std::move(e)); });
@@ -829,8 +829,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupShoal::run(OpType type, const char* t
     w->getFuture()->addCallback([flight](c10::ivalue::Future& f) {
       flight->part_done(f.hasError() ? f.exception_ptr() : nullptr);
     });
-  work->set_helper([weak = std::weak_ptr<Flight>(flight), parts = op.pending, members = op.after] {
-    if (auto f = weak.lock()) f->help(parts, members);  // else: completed already
+  work->set_helper([weak = std::weak_ptr<Flight>(flight)] {
+    if (auto f = weak.lock()) f->help();  // else: completed already
   });
   flight->part_done(nullptr);  // run()'s own share
   if (coalescing_) coalescing_->push_back(work);
@@ -838,11 +838,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupShoal::run(OpType type, const char* t
   return work;
 }
 
-void ProcessGroupShoal::quiesce(std::chrono::milliseconds timeout) {
-  auto& all = everyone();
-  std::unique_lock<std::mutex> lock(all.mutex);
-  all.cv.wait_for(lock, timeout, [&] { return all.count == 0; });
-}
+void ProcessGroupShoal::quiesce(std::chrono::milliseconds timeout) { everyone().wait_for(timeout); }
 
 // ---------------------------------------------------------------------------------------------
 // collectives

@@ -204,11 +204,18 @@ class ProcessGroupShoal : public BackendBase {
     std::vector<at::Tensor> keep;                      // staging buffers the shoal operations use
     std::exception_ptr issue_error;                    // the issue failed part-way
   };
-  /// This group's operations not yet completed (close() waits for them).
+  /// Operations not yet completed: a group's (close() waits for them) or every group's.
   struct Outstanding {
-    std::mutex mutex;
-    std::condition_variable cv;
-    int count = 0;
+    void add();
+    void done();
+    /// At most `timeout`; true once none is left.
+    bool wait_for(std::chrono::milliseconds timeout);
+    int count();
+
+   private:
+    std::mutex mutex_;
+    std::condition_variable cv_;
+    int count_ = 0;
   };
 
   /// Waits (at most `timeout`) until every group's operations have completed, callbacks
