@@ -8,6 +8,7 @@
 #include "comm/agreement.hpp"
 #include "comm/comm_impl.hpp"
 #include "comm/flat.hpp"
+#include "comm/spin.hpp"
 #include "comm/work_state.hpp"
 #include "core/check.hpp"
 #include "core/config.hpp"
@@ -106,6 +107,7 @@ CommImpl::Transport CommImpl::set_up(const std::string& prefix, comm::Clock::tim
     comm_id = std::stoull(store->get_string(prefix + "/id"));
   }
   topology = comm::discover_topology(*store, prefix, r, n);
+  comm::note_ranks_on_host(topology.local_size);
   const auto rails = transport::tcp::choose_rail_addresses(topology.num_hosts == 1, store->host());
   listen_address = rails.front().ip;
   for (size_t i = 1; i < rails.size(); ++i) listen_address += "," + rails[i].ip;

@@ -11,6 +11,7 @@
 
 #include "algorithms/registry.hpp"
 #include "comm/flat.hpp"
+#include "comm/spin.hpp"
 #include "core/check.hpp"
 #include "core/config.hpp"
 #include "core/reduce.hpp"
@@ -101,7 +102,6 @@ Engine::Engine(int rank, int size, uint64_t comm_id,
     e.data.u32 = static_cast<uint32_t>(p);
     epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, fd, &e);
   }
-  spin_ = std::chrono::microseconds(config::get_int("SHOAL_SPIN_US"));
   heartbeat_limit_ =
       config::get_duration_or_auto("SHOAL_HEARTBEAT")
           .value_or(std::min<std::chrono::milliseconds>(timeout / 2, std::chrono::seconds(30)));
@@ -825,14 +825,15 @@ void Engine::loop() {
       drain();
       finish_ops();
     }
-    // Spin (yielding the core) while things move; sleep once nothing moved for spin_.
+    // Poll (yielding the core: the caller's thread may share it) while things move; sleep once
+    // nothing moved for the spin budget.
     int n = 0;
     const auto now = Clock::now();
     if (progress_count_ != progress_seen_) {
       progress_seen_ = progress_count_;
       last_activity_ = now;
     }
-    if (now - last_activity_ < spin_) {
+    if (now - last_activity_ < spin_budget()) {
       n = epoll_wait(epoll_fd_, events, 64, 0);
       if (n == 0) sched_yield();
     } else {

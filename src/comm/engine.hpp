@@ -198,9 +198,8 @@ class Engine : public transport::ConnectionListener {
   std::vector<uint8_t> scratch_;
   uint32_t next_op_id_ = 1;
   bool broken_local_ = false;
-  // The engine polls (yielding the core) for spin_ while work may arrive soon, then sleeps in
-  // epoll_wait; submitters write the wake-up eventfd only when it sleeps.
-  std::chrono::microseconds spin_{0};
+  // Polls (yielding) for the spin budget while work may arrive soon, then sleeps in epoll_wait;
+  // submitters write the wake-up eventfd only when it sleeps.
   std::atomic<bool> sleeping_{false};
   Clock::time_point last_activity_{};
   uint64_t progress_count_ = 0, progress_seen_ = 0;  // steps done, ops admitted or finished

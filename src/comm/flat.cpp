@@ -11,8 +11,8 @@
 #include <ctime>
 #include <vector>
 
+#include "comm/spin.hpp"
 #include "core/check.hpp"
-#include "core/config.hpp"
 #include "core/reduce.hpp"
 
 namespace shoal::comm {
@@ -34,26 +34,30 @@ inline bool reached(const std::atomic<uint32_t>& word, uint32_t seq) {
   return static_cast<int32_t>(word.load(std::memory_order_acquire) - seq) >= 0;
 }
 
-// Spin briefly on `word` (not on a host of more ranks than cores), then yield the core, then
-// sleep on it in a futex (shared memory, so not a private one), with a bounded sleep so that
-// `check` runs regularly (broken communicator, timeout, mismatch). `h` is the header of the
-// word's owner.
+// Spin briefly on `word` (not on a host of more ranks than cores), then poll it for the spin
+// budget, then sleep on it in a futex (shared memory, so not a private one), with a bounded
+// sleep so that `check` runs regularly (broken communicator, timeout, mismatch). `h` is the
+// header of the word's owner.
 void wait_for(SegmentHeader& h, std::atomic<uint32_t>& word, uint32_t seq, int who, bool oversubscribed,
               const std::function<void(int)>& check) {
   // With more ranks than cores the peer we wait for may need this very core: spinning only
-  // delays it (8 ranks on 2 cores, 64 B all_gather: 11.3-14.3 us a call with 64 pauses first,
-  // 4.5-5.2 us yielding at once; 4 ranks: 2.3-4.1 against 1.6-1.8 us).
+  // delays it, so such a rank yields at once and between polls; so does one that last saw the
+  // peer on its own CPU (unbound ranks). Otherwise it keeps its core between polls: a yield
+  // hands a core shared with a busy process to that process for a whole time slice
+  // (docs/benchmarks.md, "Under load").
   const int pauses = oversubscribed ? 0 : 64;
   for (int i = 0; i < pauses; ++i) {
     if (reached(word, seq)) return;
     cpu_relax();
   }
   check(who);
-  static const int64_t spin_us = config::get_int("SHOAL_SPIN_US");
-  const auto yield_until = std::chrono::steady_clock::now() + std::chrono::microseconds(spin_us);
-  while (std::chrono::steady_clock::now() < yield_until) {
+  const auto poll_until = std::chrono::steady_clock::now() + spin_budget();
+  while (std::chrono::steady_clock::now() < poll_until) {
     if (reached(word, seq)) return;
-    sched_yield();
+    if (oversubscribed || h.flat_cpu.load(std::memory_order_relaxed) == sched_getcpu())
+      sched_yield();
+    else
+      for (int i = 0; i < 32; ++i) cpu_relax();
   }
   for (;;) {
     if (reached(word, seq)) return;  // a peer that published and then left is not a failure
@@ -61,8 +65,11 @@ void wait_for(SegmentHeader& h, std::atomic<uint32_t>& word, uint32_t seq, int w
     h.flat_waiters.fetch_add(1, std::memory_order_seq_cst);
     const uint32_t seen = word.load(std::memory_order_seq_cst);
     if (static_cast<int32_t>(seen - seq) < 0) {
+      const int64_t slept_at = monotonic_ns();
       timespec ts{0, 20 * 1000 * 1000};  // wake at least every 20 ms to run `check`
       syscall(SYS_futex, reinterpret_cast<uint32_t*>(&word), FUTEX_WAIT, seen, &ts, nullptr, 0);
+      const int64_t woken_at = h.flat_woken_ns.load(std::memory_order_relaxed);
+      if (woken_at > slept_at && reached(word, seq)) note_wake_latency(monotonic_ns() - woken_at);
     }
     h.flat_waiters.fetch_sub(1, std::memory_order_seq_cst);
   }
@@ -70,9 +77,12 @@ void wait_for(SegmentHeader& h, std::atomic<uint32_t>& word, uint32_t seq, int w
 
 // Publishes `seq` in `word` (after the data it guards) and wakes peers asleep on it.
 void raise(SegmentHeader& h, std::atomic<uint32_t>& word, uint32_t seq) {
+  h.flat_cpu.store(sched_getcpu(), std::memory_order_relaxed);
   word.store(seq, std::memory_order_seq_cst);
-  if (h.flat_waiters.load(std::memory_order_seq_cst) != 0)
+  if (h.flat_waiters.load(std::memory_order_seq_cst) != 0) {
+    h.flat_woken_ns.store(monotonic_ns(), std::memory_order_relaxed);
     syscall(SYS_futex, reinterpret_cast<uint32_t*>(&word), FUTEX_WAKE, INT32_MAX, nullptr, nullptr, 0);
+  }
 }
 
 // Up to this size an all_reduce reduces the whole message on every rank; above, each rank

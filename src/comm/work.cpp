@@ -1,8 +1,8 @@
 #include <sched.h>
 
+#include "comm/spin.hpp"
 #include "comm/work_state.hpp"
 #include "core/check.hpp"
-#include "core/config.hpp"
 
 namespace shoal {
 
@@ -14,9 +14,9 @@ static detail::WorkState& state_of(const std::shared_ptr<detail::WorkState>& s) 
 // Short operations finish within microseconds: poll for a while, giving the core to the
 // progress thread, before paying for a sleep and a wake-up.
 static void poll_briefly(detail::WorkState& s) {
-  static const int64_t spin_us = config::get_int("SHOAL_SPIN_US");
-  if (spin_us <= 0 || s.finished.load(std::memory_order_acquire)) return;
-  const auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(spin_us);
+  const auto budget = comm::spin_budget();
+  if (budget.count() <= 0 || s.finished.load(std::memory_order_acquire)) return;
+  const auto until = std::chrono::steady_clock::now() + budget;
   do {
     sched_yield();
     if (s.finished.load(std::memory_order_acquire)) return;

@@ -111,8 +111,10 @@ const std::vector<Setting>& settings() {
       {"SHOAL_UNEXPECTED_LIMIT", "bytes", "16M",
        "bytes buffered per peer for frames that arrive before their receive is posted"},
       {"SHOAL_CONNECT_RETRY_MS", "int", "5000", "upper bound of the back-off between connection attempts"},
-      {"SHOAL_SPIN_US", "int", "50",
-       "microseconds a waiting thread polls (yielding the core) before it sleeps; 0: sleep at once"},
+      {"SHOAL_SPIN_US", "int or auto", "auto",
+       "microseconds a waiting thread polls before it sleeps; auto: twice the wake-up cost this "
+       "process measured on its sleeps, between 50 and 2000, and 50 on a host of more ranks or "
+       "runnable tasks than CPUs; 0: sleep at once"},
       {"SHOAL_STORE_EXTERNAL", "int", "0",
        "1: the store at SHOAL_STORE_ADDR is hosted by another process; every rank connects, none binds"},
       {"SHOAL_STORE_MAX_VALUE", "bytes", "256M",
@@ -225,6 +227,11 @@ std::chrono::milliseconds get_duration(const char* name) {
 std::optional<std::chrono::milliseconds> get_duration_or_auto(const char* name) {
   if (get(name) == "auto") return std::nullopt;
   return get_duration(name);
+}
+
+std::optional<int64_t> get_int_or_auto(const char* name) {
+  if (get(name) == "auto") return std::nullopt;
+  return get_int(name);
 }
 
 }  // namespace shoal::config

@@ -22,7 +22,8 @@ enum class Agreement : uint8_t {
 
 struct Setting {
   const char* name;
-  const char* type;  // "int", "bytes", "seconds", "string", "enum"
+  const char*
+      type;  // "int", "int or auto", "bytes", "seconds", "seconds or auto", "string", "enum"
   const char* default_value;
   const char* doc;
   Agreement agreed = Agreement::none;
@@ -48,6 +49,8 @@ uint64_t get_bytes(const char* name);
 std::chrono::milliseconds get_duration(const char* name);
 /// A "seconds or auto" setting: nullopt for "auto" (the caller derives the value).
 std::optional<std::chrono::milliseconds> get_duration_or_auto(const char* name);
+/// An "int or auto" setting: nullopt for "auto".
+std::optional<int64_t> get_int_or_auto(const char* name);
 
 /// Parses "64", "4K", "16M", "1G" (powers of 1024); nullopt-like failure throws.
 uint64_t parse_bytes(const std::string& text, const char* what);

@@ -36,7 +36,8 @@ TEST(Config, TableIsWellFormed) {
   const auto& table = config::settings();
   ASSERT_FALSE(table.empty());
   std::set<std::string> names;
-  const std::set<std::string> types = {"int", "bytes", "seconds", "seconds or auto", "string", "enum"};
+  const std::set<std::string> types = {
+      "int", "int or auto", "bytes", "seconds", "seconds or auto", "string", "enum"};
   for (const auto& s : table) {
     const std::string name = s.name;
     EXPECT_EQ(name.rfind("SHOAL_", 0), 0u) << name;
@@ -61,6 +62,8 @@ TEST(Config, DefaultsParseAsTheirTypes) {
       EXPECT_NO_THROW(config::get_duration(s.name)) << s.name;
     } else if (type == "seconds or auto") {
       EXPECT_NO_THROW(config::get_duration_or_auto(s.name)) << s.name;
+    } else if (type == "int or auto") {
+      EXPECT_NO_THROW(config::get_int_or_auto(s.name)) << s.name;
     }
   }
 }
@@ -125,6 +128,19 @@ TEST(Config, BadBytesThrowNamingTheVariable) {
   {
     ScopedEnv unset("SHOAL_HEARTBEAT", std::nullopt);
     EXPECT_EQ(config::get_duration_or_auto("SHOAL_HEARTBEAT"), std::nullopt);
+  }
+  {
+    ScopedEnv spin("SHOAL_SPIN_US", "briefly");
+    expect_invalid_naming([] { config::get_int_or_auto("SHOAL_SPIN_US"); }, "SHOAL_SPIN_US",
+                          "briefly");
+  }
+  {
+    ScopedEnv spin("SHOAL_SPIN_US", "200");
+    EXPECT_EQ(config::get_int_or_auto("SHOAL_SPIN_US"), 200);
+  }
+  {
+    ScopedEnv unset("SHOAL_SPIN_US", std::nullopt);
+    EXPECT_EQ(config::get_int_or_auto("SHOAL_SPIN_US"), std::nullopt);
   }
 }
 

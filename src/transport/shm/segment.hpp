@@ -56,6 +56,12 @@ struct alignas(64) SegmentHeader {
   // call waits for this word before it overwrites what they may still read.
   alignas(64) std::atomic<uint32_t> flat_queued_done{0};
   alignas(64) std::atomic<uint32_t> flat_waiters{0};
+  // When the owner last woke sleepers on one of its words (CLOCK_MONOTONIC ns): a woken peer
+  // learns from it what its sleep cost (comm/spin.hpp).
+  std::atomic<int64_t> flat_woken_ns{0};
+  // The CPU the owner ran on when it last published one of its words: a waiter on the same CPU
+  // yields to it rather than polling (unbound ranks the scheduler put on one core).
+  std::atomic<int32_t> flat_cpu{-1};
   // The collective the owner is in, (number + 1) << 32 | signature, in one word so that a
   // reader never pairs one call's number with another's signature: lets a waiting rank see
   // that a peer issued a different call instead of waiting for it until the timeout.
