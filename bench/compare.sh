@@ -8,6 +8,7 @@
 #                    [--stat best|median] [--place out|in] [--peers mpi-tcp,mpi-vader,gloo]
 #                    [--timeout 900] [--logs DIR] [--no-build] [--netns NS0,NS1,...]
 #                    [--scenario NAME] [--csv FILE.csv] [--plot PREFIX] [--img-dir docs/img]
+#                    [--load N] [--bind none|core|launcher]
 #
 # Peers (--peers, a comma list, or "all"; default mpi-tcp,mpi-vader,gloo):
 #   mpi-vader   Open MPI, btl vader,self (shared memory)   with --netns: vader,tcp,self
@@ -25,6 +26,11 @@
 # --scenario labels the section and the CSV rows; --csv appends the chosen rounds' numbers
 # (scenario,collective,ranks,library,bytes,time_us,busbw_gbs); --plot PREFIX writes
 # IMG_DIR/PREFIX-COLLECTIVE-busbw.png and -time.png with bench/plot.py.
+#
+# --load N keeps N busy processes (plain busy loops, unbound) running through the whole run: the
+# collectives measured while other work holds the cores. --bind sets the binding of every
+# launcher: none or core for all, launcher for each one's own default (shoal-run --bind-to auto,
+# mpirun's core for up to 2 ranks); without it shoal-run binds by its default and mpirun none.
 #
 # Each round runs, in an order rotated by one every round: shoal-bench (via shoal-run) and each
 # peer. Every harness prints nccl-tests' table; per size we keep the best round (--stat best,
@@ -47,9 +53,9 @@ build="${BUILD:-build}"
 cmdline="bench/compare.sh$(printf ' %q' "$@")"
 coll=all_reduce ranks=2 sizes=8:64M rounds=3 iters=20 warmup=5 check=1 transport="" out=""
 stat=best place=out peers="mpi-tcp,mpi-vader,gloo" timeout_s=900 logs="" build_peers=1
-netns="" scenario="" csv="" plot="" img_dir="$root/docs/img"
+netns="" scenario="" csv="" plot="" img_dir="$root/docs/img" load=0 bind=""
 
-usage() { sed -n '2,39p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,45p' "$0" | sed 's/^# \{0,1\}//'; }
 while [ $# -gt 0 ]; do
   case "$1" in
     --collective) coll="$2"; shift 2 ;;
@@ -72,6 +78,8 @@ while [ $# -gt 0 ]; do
     --csv) csv="$2"; shift 2 ;;
     --plot) plot="$2"; shift 2 ;;
     --img-dir) img_dir="$2"; shift 2 ;;
+    --load) load="$2"; shift 2 ;;
+    --bind) bind="$2"; shift 2 ;;
     -h|--help) usage; exit 0 ;;
     *) echo "compare.sh: unknown argument '$1'" >&2; usage >&2; exit 2 ;;
   esac
@@ -130,7 +138,13 @@ ts="$(date +%Y%m%d-%H%M%S)"
 logs="${logs:-$build/compare/$ts-${scenario:+$scenario-}$coll-${ranks}r}"
 mkdir -p "$logs"
 
-mpirun_base=(mpirun --oversubscribe --bind-to none -np "$ranks")
+[[ "$load" =~ ^[0-9]+$ ]] || die "--load takes a count of busy processes"
+case "$bind" in
+  "") mpirun_base=(mpirun --oversubscribe --bind-to none -np "$ranks") ;;
+  none|core) mpirun_base=(mpirun --oversubscribe --bind-to "$bind" -np "$ranks") ;;
+  launcher) mpirun_base=(mpirun -np "$ranks") ;;
+  *) die "--bind takes none, core or launcher" ;;
+esac
 [ "$(id -u)" = 0 ] && mpirun_base+=(--allow-run-as-root)
 # ob1 named explicitly, so that a UCX install cannot take over the "vader" column
 # shellcheck disable=SC2054  # the commas are MCA lists
@@ -321,12 +335,23 @@ if [ -n "$netns" ]; then
   shoal_run_net=(--netns "$netns")
   in_first_host=(ip netns exec "${hosts[0]}")
 fi
+# (every shoal-run invocation carries shoal_run_net)
+case "$bind" in none|core) shoal_run_net+=(--bind-to "$bind") ;; esac
 # netns_rsh.sh's per-host directories (Open MPI's session directory and vader segments)
 cleanup_rsh() {
   local h
   for h in "${hosts[@]}"; do rm -rf "${TMPDIR:-/tmp}/netns_rsh.$h" "/dev/shm/netns_rsh.$h"; done
 }
-[ -n "$netns" ] && trap cleanup_rsh EXIT
+load_pids=()
+cleanup() {
+  [ ${#load_pids[@]} -eq 0 ] || kill "${load_pids[@]}" 2>/dev/null || true
+  [ -z "$netns" ] || cleanup_rsh
+}
+trap cleanup EXIT
+for ((i = 0; i < load; i++)); do
+  bash -c 'while :; do :; done' &
+  load_pids+=($!)
+done
 
 # Interleaved rounds; the order rotates so that no harness always runs first or last.
 order=()
@@ -449,6 +474,8 @@ rev="$(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo 'no commit')"
   echo "- machine: $(hostname), nproc $(nproc), ${cpu:-unknown CPU}, Linux $(uname -r), load average at end $(cut -d' ' -f1-3 /proc/loadavg)"
   echo "- software: shoal $rev; ${ompi:-no Open MPI}; ${gloo:-no libgloo}$extra_sw"
   echo "- busbw in GB/s, $([ "$place" = out ] && echo out-of-place || echo in-place), $([ "$stat" = best ] && echo "best (fastest) of $rounds interleaved rounds" || echo "median of $rounds interleaved rounds") per size; $iters iterations after $warmup warmup, check $check${transport:+; SHOAL_TRANSPORT=$transport}"
+  [ "$load" = 0 ] || echo "- under load: $load busy process(es) (busy loops, unbound) running throughout"
+  [ -z "$bind" ] || echo "- binding (--bind $bind): shoal-run $(case $bind in launcher) echo "--bind-to auto" ;; *) echo "--bind-to $bind" ;; esac), mpirun $(case $bind in launcher) echo "its default" ;; *) echo "--bind-to $bind" ;; esac)"
   [ "$memcpy_gbs" != 0 ] && echo "- single-core memcpy in this run (64 MiB, best round): $memcpy_gbs GB/s of payload; the last column is shoal's busbw as a fraction of it"
   echo "- raw output: $logs"
   for n in "${notes[@]}"; do echo "- note: $n"; done
