@@ -38,8 +38,8 @@ inline bool reached(const std::atomic<uint32_t>& word, uint32_t seq) {
 // budget, then sleep on it in a futex (shared memory, so not a private one), with a bounded
 // sleep so that `check` runs regularly (broken communicator, timeout, mismatch). `h` is the
 // header of the word's owner.
-void wait_for(SegmentHeader& h, std::atomic<uint32_t>& word, uint32_t seq, int who, bool oversubscribed,
-              const std::function<void(int)>& check) {
+void wait_for(SegmentHeader& h, std::atomic<uint32_t>& word, uint32_t seq, int who,
+              bool oversubscribed, const std::function<void(int)>& check) {
   // With more ranks than cores the peer we wait for may need this very core: spinning only
   // delays it, so such a rank yields at once and between polls; so does one that last saw the
   // peer on its own CPU (unbound ranks). Otherwise it keeps its core between polls: a yield
@@ -81,7 +81,8 @@ void raise(SegmentHeader& h, std::atomic<uint32_t>& word, uint32_t seq) {
   word.store(seq, std::memory_order_seq_cst);
   if (h.flat_waiters.load(std::memory_order_seq_cst) != 0) {
     h.flat_woken_ns.store(monotonic_ns(), std::memory_order_relaxed);
-    syscall(SYS_futex, reinterpret_cast<uint32_t*>(&word), FUTEX_WAKE, INT32_MAX, nullptr, nullptr, 0);
+    syscall(SYS_futex, reinterpret_cast<uint32_t*>(&word), FUTEX_WAKE, INT32_MAX, nullptr, nullptr,
+            0);
   }
 }
 
@@ -109,11 +110,13 @@ constexpr uint64_t kPullChunk = 256 * 1024;
 
 std::string closed_without_joining(int rank, uint64_t number, int peer) {
   return "rank " + std::to_string(rank) + ": collective #" + std::to_string(number) + ": rank " +
-         std::to_string(peer) + " closed its communicator without joining it: the ranks issued "
+         std::to_string(peer) +
+         " closed its communicator without joining it: the ranks issued "
          "different sequences of calls";
 }
 
-void announce_collective(const transport::shm::ShmMesh& mesh, int rank, uint64_t number, uint32_t signature) {
+void announce_collective(const transport::shm::ShmMesh& mesh, int rank, uint64_t number,
+                         uint32_t signature) {
   auto& h = mesh.segment_of(rank).header();
   h.op_announced.store(static_cast<uint64_t>(static_cast<uint32_t>(number + 1)) << 32 | signature,
                        std::memory_order_release);
@@ -121,32 +124,46 @@ void announce_collective(const transport::shm::ShmMesh& mesh, int rank, uint64_t
 
 Announcement announced_by(const transport::shm::ShmMesh& mesh, int peer, uint64_t number) {
   const uint64_t word = mesh.segment_of(peer).header().op_announced.load(std::memory_order_acquire);
-  return {static_cast<int32_t>(static_cast<uint32_t>(word >> 32) - static_cast<uint32_t>(number + 1)),
-          static_cast<uint32_t>(word)};
+  return {
+      static_cast<int32_t>(static_cast<uint32_t>(word >> 32) - static_cast<uint32_t>(number + 1)),
+      static_cast<uint32_t>(word)};
 }
 
 uint64_t flat_published_bytes(const algorithms::CollectiveArgs& a) {
   const uint64_t es = size_of(a.dtype);
   switch (a.collective) {
-    case Collective::all_reduce: case Collective::all_gather: case Collective::reduce: return a.count * es;
-    case Collective::reduce_scatter: return a.count * es * static_cast<uint64_t>(a.size);
-    case Collective::broadcast: return a.rank == a.root ? a.count * es : 0;
-    default: return 0;
+    case Collective::all_reduce:
+    case Collective::all_gather:
+    case Collective::reduce:
+      return a.count * es;
+    case Collective::reduce_scatter:
+      return a.count * es * static_cast<uint64_t>(a.size);
+    case Collective::broadcast:
+      return a.rank == a.root ? a.count * es : 0;
+    default:
+      return 0;
   }
 }
 
 uint64_t flat_decision_bytes(const algorithms::CollectiveArgs& a) {
-  return a.count * size_of(a.dtype) * static_cast<uint64_t>(a.collective == Collective::reduce_scatter ? a.size : 1);
+  return a.count * size_of(a.dtype) *
+         static_cast<uint64_t>(a.collective == Collective::reduce_scatter ? a.size : 1);
 }
 
 bool flat_direct(const algorithms::CollectiveArgs& a, uint64_t slot_bytes, uint64_t direct_bytes) {
   const uint64_t input = flat_decision_bytes(a);
   switch (a.collective) {
-    case Collective::all_gather: case Collective::broadcast: case Collective::reduce_scatter: break;
+    case Collective::all_gather:
+    case Collective::broadcast:
+    case Collective::reduce_scatter:
+      break;
     // In the slots an all_reduce reduces slices as fast (measured: docs/benchmarks.md), with
     // one wait less.
-    case Collective::all_reduce: if (input <= slot_bytes) return false; break;
-    default: return false;
+    case Collective::all_reduce:
+      if (input <= slot_bytes) return false;
+      break;
+    default:
+      return false;
   }
   return a.size > 1 && a.count > 0 && input >= direct_bytes;
 }
@@ -154,34 +171,50 @@ bool flat_direct(const algorithms::CollectiveArgs& a, uint64_t slot_bytes, uint6
 bool flat_queued(const algorithms::CollectiveArgs& a, uint64_t slot_bytes, uint64_t direct_bytes) {
   const uint64_t bytes = a.count * size_of(a.dtype);
   return a.collective == Collective::broadcast && a.size > 1 && bytes > 0 &&
-         bytes <= std::min(transport::shm::Segment::kQueuedBytes, slot_bytes) && !flat_direct(a, slot_bytes, direct_bytes);
+         bytes <= std::min(transport::shm::Segment::kQueuedBytes, slot_bytes) &&
+         !flat_direct(a, slot_bytes, direct_bytes);
 }
 
 bool flat_fits(const algorithms::CollectiveArgs& a, uint64_t slot_bytes, uint64_t direct_bytes) {
   if (flat_direct(a, slot_bytes, direct_bytes)) return true;
   switch (a.collective) {
-    case Collective::all_reduce: case Collective::all_gather: case Collective::reduce_scatter:
-    case Collective::broadcast: case Collective::reduce: break;
-    default: return false;
+    case Collective::all_reduce:
+    case Collective::all_gather:
+    case Collective::reduce_scatter:
+    case Collective::broadcast:
+    case Collective::reduce:
+      break;
+    default:
+      return false;
   }
   const uint64_t bytes = flat_decision_bytes(a);
   return a.size > 1 && bytes > 0 && bytes <= slot_bytes;
 }
 
-FlatCollective::FlatCollective(const transport::shm::ShmMesh& mesh, const algorithms::CollectiveArgs& args,
-                               uint32_t seq, uint64_t op_number, uint32_t signature, const void* input,
+FlatCollective::FlatCollective(const transport::shm::ShmMesh& mesh,
+                               const algorithms::CollectiveArgs& args, uint32_t seq,
+                               uint64_t op_number, uint32_t signature, const void* input,
                                void* output)
-    : mesh_(mesh), args_(args), seq_(seq), op_number_(op_number), signature_(signature),
-      input_(input), output_(output), es_(size_of(args.dtype)), direct_(flat_direct(args, mesh.flat_bytes(), mesh.flat_direct_bytes())),
-      reduces_(reduces(args.collective)), queued_(flat_queued(args, mesh.flat_bytes(), mesh.flat_direct_bytes())) {
+    : mesh_(mesh),
+      args_(args),
+      seq_(seq),
+      op_number_(op_number),
+      signature_(signature),
+      input_(input),
+      output_(output),
+      es_(size_of(args.dtype)),
+      direct_(flat_direct(args, mesh.flat_bytes(), mesh.flat_direct_bytes())),
+      reduces_(reduces(args.collective)),
+      queued_(flat_queued(args, mesh.flat_bytes(), mesh.flat_direct_bytes())) {
   announce_collective(mesh, args.rank, op_number, signature);
 }
 
 void FlatCollective::mismatch(int peer, const std::string& what) const {
-  SHOAL_THROW(Mismatch, "rank " << args_.rank << ": " << algorithms::to_string(args_.collective) << " #"
-                                << op_number_ << ": rank " << peer << " " << what
-                                << ": every rank must issue the same collectives with the same "
-                                   "counts, types, ops and roots, in the same order",
+  SHOAL_THROW(Mismatch,
+              "rank " << args_.rank << ": " << algorithms::to_string(args_.collective) << " #"
+                      << op_number_ << ": rank " << peer << " " << what
+                      << ": every rank must issue the same collectives with the same "
+                         "counts, types, ops and roots, in the same order",
               peer);
 }
 
@@ -197,9 +230,12 @@ void FlatCollective::watch(int q) const {
     mismatch(q, "entered this collective with different arguments");
   // ...and one already past it did not run it as this flat collective: it publishes before it
   // announces the next one, so its input would be visible now.
-  if (announced > 0 && stage_ == Stage::combine && !reached(mesh_.segment_of(q).flat_slot(seq_).seq, seq_))
-    mismatch(q, "moved past this collective without publishing its input: it issued a different call");
-  if (announced > 0 && stage_ == Stage::take && !reached(mesh_.segment_of(q).flat_entry(seq_).seq, seq_))
+  if (announced > 0 && stage_ == Stage::combine &&
+      !reached(mesh_.segment_of(q).flat_slot(seq_).seq, seq_))
+    mismatch(q,
+             "moved past this collective without publishing its input: it issued a different call");
+  if (announced > 0 && stage_ == Stage::take &&
+      !reached(mesh_.segment_of(q).flat_entry(seq_).seq, seq_))
     mismatch(q, "moved past this broadcast without queuing its data: it issued a different call");
 }
 
@@ -244,7 +280,8 @@ bool FlatCollective::advance() {
     slot.signature = signature_;
     slot.bytes = bytes;
     if (direct_) {
-      const DirectAddresses where{reinterpret_cast<uintptr_t>(input_), reinterpret_cast<uintptr_t>(output_)};
+      const DirectAddresses where{reinterpret_cast<uintptr_t>(input_),
+                                  reinterpret_cast<uintptr_t>(output_)};
       std::memcpy(mine.flat_data(seq_), &where, sizeof where);
     } else if (bytes > 0) {
       std::memcpy(mine.flat_data(seq_), input_, bytes);
@@ -289,7 +326,8 @@ bool FlatCollective::room() {
   if (static_cast<int32_t>(known - room_for_) >= 0) return true;
   for (; step_ < args_.size; ++step_) {
     const int q = peer_at(step_);
-    if (q != args_.rank && !reached(mesh_.segment_of(q).header().flat_queued_done, room_for_)) return false;
+    if (q != args_.rank && !reached(mesh_.segment_of(q).header().flat_queued_done, room_for_))
+      return false;
   }
   known = room_for_;
   return true;
@@ -309,12 +347,15 @@ bool FlatCollective::take() {
 
 // (direct) Copies `len` bytes from `offset` into rank q's input, whose address q published, to
 // `to`; or (push) from `from` to `offset` into q's output.
-void FlatCollective::pull(int q, uint64_t offset, void* to, uint64_t len) const { copy_with(q, offset, to, nullptr, len); }
+void FlatCollective::pull(int q, uint64_t offset, void* to, uint64_t len) const {
+  copy_with(q, offset, to, nullptr, len);
+}
 void FlatCollective::push(int q, uint64_t offset, const void* from, uint64_t len) const {
   copy_with(q, offset, nullptr, from, len);
 }
 
-void FlatCollective::copy_with(int q, uint64_t offset, void* to, const void* from, uint64_t len) const {
+void FlatCollective::copy_with(int q, uint64_t offset, void* to, const void* from,
+                               uint64_t len) const {
   const auto& seg = mesh_.segment_of(q);
   DirectAddresses where{};
   std::memcpy(&where, seg.flat_data(seq_), sizeof where);
@@ -324,15 +365,18 @@ void FlatCollective::copy_with(int q, uint64_t offset, void* to, const void* fro
          : transport::shm::push_to(pid, where.output + offset, from, len, error))
     return;
   const std::string call = "rank " + std::to_string(args_.rank) + ": " +
-                           std::string(algorithms::to_string(args_.collective)) + " #" + std::to_string(op_number_);
+                           std::string(algorithms::to_string(args_.collective)) + " #" +
+                           std::to_string(op_number_);
   // A peer whose call failed leaves its note before it returns (and its user may free the
   // buffers): the note is the cause.
   if (const auto note = transport::shm::abort_note_of(seg.header()))
-    throw_error(note->code, call + ": rank " + std::to_string(q) + " failed and reported: " + note->message,
+    throw_error(note->code,
+                call + ": rank " + std::to_string(q) + " failed and reported: " + note->message,
                 note->culprit);
-  SHOAL_THROW(PeerFailure, call << ": cannot " << (to ? "read rank " : "write rank ") << q << "'s "
-                                << (to ? "input in" : "output into") << " its memory (" << error
-                                << "): it probably died",
+  SHOAL_THROW(PeerFailure,
+              call << ": cannot " << (to ? "read rank " : "write rank ") << q << "'s "
+                   << (to ? "input in" : "output into") << " its memory (" << error
+                   << "): it probably died",
               q);
 }
 
@@ -351,8 +395,10 @@ void FlatCollective::reduce_direct(uint64_t lo, uint64_t n, uint8_t* dst) const 
     uint8_t* to = dst + done * es_;
     for (int s = 1; s < p; ++s) {
       pull((me + s) % p, (lo + done) * es_, piece.data(), m * es_);
-      if (s == 1) kernels::reduce(to, own + done * es_, piece.data(), m, args_.dtype, args_.op);
-      else kernels::reduce_into(to, piece.data(), m, args_.dtype, args_.op);
+      if (s == 1)
+        kernels::reduce(to, own + done * es_, piece.data(), m, args_.dtype, args_.op);
+      else
+        kernels::reduce_into(to, piece.data(), m, args_.dtype, args_.op);
     }
     if (args_.op == ReduceOp::avg) kernels::finalize_avg(to, m, args_.dtype, p);
     if (args_.collective == Collective::all_reduce)
@@ -391,23 +437,30 @@ bool FlatCollective::combine() {
     const void* from = q == me ? input_ : data;
     if (c == Collective::broadcast) {
       if (q != args_.root || output_ == from) continue;
-      if (direct_ && q != me) pull(q, 0, output_, bytes);
-      else std::memcpy(output_, from, bytes);
+      if (direct_ && q != me)
+        pull(q, 0, output_, bytes);
+      else
+        std::memcpy(output_, from, bytes);
     } else if (c == Collective::all_gather) {
       uint8_t* to = static_cast<uint8_t*>(output_) + static_cast<uint64_t>(q) * bytes;
-      if (direct_ && q != me) pull(q, 0, to, bytes);
-      else if (to != from) std::memcpy(to, from, bytes);
+      if (direct_ && q != me)
+        pull(q, 0, to, bytes);
+      else if (to != from)
+        std::memcpy(to, from, bytes);
     } else if (direct_) {
       continue;  // reduced below, once every peer's buffers are known
     } else if (takes_data && hi > lo) {
-      if (q == 0) std::memcpy(dst, data, (hi - lo) * es_);
-      else kernels::reduce_into(dst, data, hi - lo, args_.dtype, args_.op);
+      if (q == 0)
+        std::memcpy(dst, data, (hi - lo) * es_);
+      else
+        kernels::reduce_into(dst, data, hi - lo, args_.dtype, args_.op);
     }
   }
   // Direct: only this rank reduces these elements, in the same order of peers in every call, so
   // every rank still gets the same bits; in place the own input's piece is the destination
   // itself, read before anything is reduced onto it.
-  if (direct_ && reduces_) reduce_direct(lo, hi - lo, dst);
+  if (direct_ && reduces_)
+    reduce_direct(lo, hi - lo, dst);
   else if (args_.op == ReduceOp::avg && reduces(c) && takes_data && hi > lo)
     kernels::finalize_avg(dst, hi - lo, args_.dtype, p);
   return true;
@@ -421,7 +474,9 @@ bool FlatCollective::gather() {
     if (q != args_.rank && !reached(seg.header().flat_done, seq_)) return false;
     const uint64_t b = algorithms::block_begin(args_.count, args_.size, q);
     const uint64_t e = algorithms::block_begin(args_.count, args_.size, q + 1);
-    if (e > b) std::memcpy(static_cast<uint8_t*>(output_) + b * es_, seg.flat_result(seq_) + b * es_, (e - b) * es_);
+    if (e > b)
+      std::memcpy(static_cast<uint8_t*>(output_) + b * es_, seg.flat_result(seq_) + b * es_,
+                  (e - b) * es_);
   }
   return true;
 }
@@ -451,7 +506,8 @@ void FlatCollective::run(const std::function<void(int)>& check) {
                  : stage_ == Stage::combine ? peer.flat_slot(seq_).seq
                  : stage_ == Stage::gather  ? peer.header().flat_done
                                             : peer.header().flat_read;
-    wait_for(peer.header(), word, stage_ == Stage::room ? room_for_ : seq_, q, mesh_.oversubscribed(), watch_and_check);
+    wait_for(peer.header(), word, stage_ == Stage::room ? room_for_ : seq_, q,
+             mesh_.oversubscribed(), watch_and_check);
   }
 }
 

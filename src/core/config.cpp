@@ -13,6 +13,8 @@
 namespace shoal::config {
 
 const std::vector<Setting>& settings() {
+  // One setting per entry, its doc line in whole phrases (clang-format would cut them anywhere).
+  // clang-format off
   static const std::vector<Setting> table = {
       {"SHOAL_TIMEOUT", "seconds", "300",
        "bound on every wait: rendezvous, connection set-up and each collective"},
@@ -134,6 +136,7 @@ const std::vector<Setting>& settings() {
       {"SHOAL_SWARM_TRACE", "int", "0",
        "1: stage servers log the timing of every averaging round (group formed, reduced, stepped)"},
   };
+  // clang-format on
   return table;
 }
 
@@ -191,7 +194,8 @@ std::optional<double> parse_number(const std::string& text) {
   char* end = nullptr;
   errno = 0;
   const double x = std::strtod(text.c_str(), &end);
-  if (text.empty() || !end || *end != '\0' || errno == ERANGE || !std::isfinite(x)) return std::nullopt;
+  if (text.empty() || !end || *end != '\0' || errno == ERANGE || !std::isfinite(x))
+    return std::nullopt;
   return x;
 }
 
@@ -202,11 +206,15 @@ uint64_t parse_bytes(const std::string& text, const char* what) {
               what << "='" << text << "' is not a size (examples: 4096, 512K, 16M, 2G)");
   uint64_t mult = 1;
   std::string suffix(end);
-  if (suffix == "K" || suffix == "k" || suffix == "KB" || suffix == "KiB") mult = 1ull << 10;
-  else if (suffix == "M" || suffix == "m" || suffix == "MB" || suffix == "MiB") mult = 1ull << 20;
-  else if (suffix == "G" || suffix == "g" || suffix == "GB" || suffix == "GiB") mult = 1ull << 30;
-  else SHOAL_CHECK(suffix.empty(), InvalidArgument,
-                   what << "='" << text << "' has an unknown suffix (use K, M or G)");
+  if (suffix == "K" || suffix == "k" || suffix == "KB" || suffix == "KiB")
+    mult = 1ull << 10;
+  else if (suffix == "M" || suffix == "m" || suffix == "MB" || suffix == "MiB")
+    mult = 1ull << 20;
+  else if (suffix == "G" || suffix == "g" || suffix == "GB" || suffix == "GiB")
+    mult = 1ull << 30;
+  else
+    SHOAL_CHECK(suffix.empty(), InvalidArgument,
+                what << "='" << text << "' has an unknown suffix (use K, M or G)");
   const double bytes = x * static_cast<double>(mult);
   SHOAL_CHECK(bytes < 0x1p63, InvalidArgument,
               what << "='" << text << "' is larger than any size shoal can use");

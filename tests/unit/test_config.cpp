@@ -19,7 +19,6 @@ using shoal::testing::TempFile;
 
 using namespace std::chrono_literals;
 
-
 // Expects an InvalidArgumentError whose message names `variable`.
 template <class F>
 void expect_invalid_naming(F&& f, const std::string& variable, const std::string& value) {
@@ -119,7 +118,8 @@ TEST(Config, BadBytesThrowNamingTheVariable) {
   expect_invalid_naming([] { config::parse_bytes("lots", "--max-bytes"); }, "--max-bytes", "lots");
   {
     ScopedEnv beat("SHOAL_HEARTBEAT", "soon");
-    expect_invalid_naming([] { config::get_duration_or_auto("SHOAL_HEARTBEAT"); }, "SHOAL_HEARTBEAT", "soon");
+    expect_invalid_naming([] { config::get_duration_or_auto("SHOAL_HEARTBEAT"); },
+                          "SHOAL_HEARTBEAT", "soon");
   }
   {
     ScopedEnv beat("SHOAL_HEARTBEAT", "2.5");
@@ -192,8 +192,10 @@ TEST(Config, IntegersParseAndBadOnesThrowNamingTheVariable) {
 TEST(Config, SettingsThatMustBeEqualOnAllRanksAreAgreed) {
   for (const auto& s : config::settings()) {
     const std::string doc = s.doc;
-    const bool says = doc.find("on all ranks") != std::string::npos;  // "Equal on all ranks", "Same contents on ..."
-    const bool secret = std::string(s.name).find("AUTH") != std::string::npos;  // proven by the handshake instead
+    const bool says = doc.find("on all ranks") !=
+                      std::string::npos;  // "Equal on all ranks", "Same contents on ..."
+    const bool secret =
+        std::string(s.name).find("AUTH") != std::string::npos;  // proven by the handshake instead
     EXPECT_EQ(s.agreed != config::Agreement::none, says && !secret) << s.name;
   }
   EXPECT_EQ(config::agreed_fingerprints().size(), config::agreed_settings().size());

@@ -34,7 +34,8 @@ struct alignas(64) SegmentHeader {
   uint32_t rings = 0;       // one per local rank (the slot of the owner itself is unused)
   uint32_t pad = 0;
   uint64_t flat_bytes = 0;  // data capacity of each flat slot and result area
-  uint64_t flat_direct_bytes = 0;  // the owner's direct threshold (ShmMesh; 0: never), checked equal
+  uint64_t flat_direct_bytes =
+      0;  // the owner's direct threshold (ShmMesh; 0: never), checked equal
   // Cross-memory attach (process_vm_readv): the owner's pid and the address, in the owner's
   // memory, of a known value that peers try to read; can_pull[i] = 1 when the owner could read
   // the probe of the local rank with index i (then i may send it frames by reference).
@@ -99,7 +100,9 @@ class Segment {
   /// The two slots (by operation parity) where the owner publishes flat-collective inputs:
   /// a FlatSlotHeader, then the data, whose first bytes share the header's cache line.
   FlatSlotHeader& flat_slot(uint32_t parity) const;
-  uint8_t* flat_data(uint32_t parity) const { return reinterpret_cast<uint8_t*>(&flat_slot(parity)) + kFlatSlotHeader; }
+  uint8_t* flat_data(uint32_t parity) const {
+    return reinterpret_cast<uint8_t*>(&flat_slot(parity)) + kFlatSlotHeader;
+  }
   /// The two areas (by parity) where the owner leaves the slice of a flat result it reduced.
   uint8_t* flat_result(uint32_t parity) const;
   /// The owner's queue of small broadcasts it roots: flat collective `seq` in entry
@@ -118,7 +121,8 @@ class Segment {
   static constexpr size_t kFlatSlotHeader = sizeof(FlatSlotHeader);
 
  private:
-  Segment(std::string name, uint8_t* base, size_t size) : name_(std::move(name)), base_(base), size_(size) {}
+  Segment(std::string name, uint8_t* base, size_t size)
+      : name_(std::move(name)), base_(base), size_(size) {}
   std::string name_;
   uint8_t* base_;
   size_t size_;
