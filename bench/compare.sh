@@ -140,8 +140,7 @@ mkdir -p "$logs"
 
 [[ "$load" =~ ^[0-9]+$ ]] || die "--load takes a count of busy processes"
 case "$bind" in
-  "") mpirun_base=(mpirun --oversubscribe --bind-to none -np "$ranks") ;;
-  none|core) mpirun_base=(mpirun --oversubscribe --bind-to "$bind" -np "$ranks") ;;
+  ""|none|core) mpirun_base=(mpirun --oversubscribe --bind-to "${bind:-none}" -np "$ranks") ;;
   launcher) mpirun_base=(mpirun -np "$ranks") ;;
   *) die "--bind takes none, core or launcher" ;;
 esac

@@ -14,8 +14,9 @@ static detail::WorkState& state_of(const std::shared_ptr<detail::WorkState>& s) 
 // Short operations finish within microseconds: poll for a while, giving the core to the
 // progress thread, before paying for a sleep and a wake-up.
 static void poll_briefly(detail::WorkState& s) {
+  if (s.finished.load(std::memory_order_acquire)) return;
   const auto budget = comm::spin_budget();
-  if (budget.count() <= 0 || s.finished.load(std::memory_order_acquire)) return;
+  if (budget.count() <= 0) return;
   const auto until = std::chrono::steady_clock::now() + budget;
   do {
     sched_yield();

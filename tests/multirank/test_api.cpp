@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "algorithms/registry.hpp"
+#include "support/processes.hpp"
 #include "support/ranks.hpp"
 
 namespace shoal::testing {
@@ -251,12 +252,6 @@ TEST(Api, SeveralCommunicatorsOverOneStoreStayApart) {
   EXPECT_EQ(ok.load(), 2);
 }
 
-double process_cpu_seconds() {
-  timespec ts{};
-  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
-  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
-}
-
 // Waiting respects the cores: a rank that waits a second for a late peer — in a small
 // all_reduce on its own thread (futex), and in a large one on the progress thread (epoll or
 // doorbell) — burns far less than a second of CPU.
@@ -374,19 +369,30 @@ TEST(Split, AMismatchedCallFailsInsteadOfHanging) {
   Options options;
   options.timeout = 20s;
   const auto start = std::chrono::steady_clock::now();
-  std::string err = run_ranks(2, [](Communicator& c) {
-    int32_t x[4] = {1, 2, 3, 4};
-    if (c.rank() == 0) EXPECT_THROW(c.split(0, 0), Error);
-    else EXPECT_THROW(c.all_reduce(x, 4, DataType::int32, ReduceOp::sum), Error);
-  }, options);
+  std::string err = run_ranks(
+      2,
+      [](Communicator& c) {
+        int32_t x[4] = {1, 2, 3, 4};
+        if (c.rank() == 0)
+          EXPECT_THROW(c.split(0, 0), Error);
+        else
+          EXPECT_THROW(c.all_reduce(x, 4, DataType::int32, ReduceOp::sum), Error);
+      },
+      options);
   EXPECT_EQ(err, "");
-  EXPECT_LT(std::chrono::steady_clock::now() - start, 15s) << "the mismatch was found by the timeout";
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 15s)
+      << "the mismatch was found by the timeout";
   // A rank that gathers four integers where its peer splits: the split names the difference.
-  err = run_ranks(2, [](Communicator& c) {
-    int32_t x[4] = {1, 2, 3, 4}, all[8];
-    if (c.rank() == 0) EXPECT_THROW(c.split(0, 0), MismatchError);
-    else c.all_gather(x, all, 4, DataType::int32);
-  }, options);
+  err = run_ranks(
+      2,
+      [](Communicator& c) {
+        int32_t x[4] = {1, 2, 3, 4}, all[8];
+        if (c.rank() == 0)
+          EXPECT_THROW(c.split(0, 0), MismatchError);
+        else
+          c.all_gather(x, all, 4, DataType::int32);
+      },
+      options);
   EXPECT_EQ(err, "");
 }
 
@@ -426,13 +432,14 @@ TEST(CallOptions, EveryNamedAlgorithmRunsTheCallCorrectly) {
       CallOptions call;
       call.algorithm = std::string(row.name);
       for (size_t n : {size_t{7}, size_t{50000}}) {
-        SCOPED_TRACE(std::string(algorithms::to_string(row.collective)) + ":" + call.algorithm + " n=" +
-                     std::to_string(n));
+        SCOPED_TRACE(std::string(algorithms::to_string(row.collective)) + ":" + call.algorithm +
+                     " n=" + std::to_string(n));
         if (row.collective == algorithms::Collective::all_reduce) {
           std::vector<int32_t> in(n), out(n);
           for (size_t i = 0; i < n; ++i) in[i] = static_cast<int32_t>(i) * (r + 1);
           c.all_reduce(in.data(), out.data(), n, DataType::int32, ReduceOp::sum, call);
-          for (size_t i = 0; i < n; i += 997) EXPECT_EQ(out[i], static_cast<int32_t>(i) * p * (p + 1) / 2);
+          for (size_t i = 0; i < n; i += 997)
+            EXPECT_EQ(out[i], static_cast<int32_t>(i) * p * (p + 1) / 2);
         } else if (row.collective == algorithms::Collective::all_gather) {
           std::vector<int32_t> in(n, r + 10), out(n * p);
           c.all_gather_async(in.data(), out.data(), n, DataType::int32, call).wait();
@@ -449,7 +456,8 @@ TEST(CallOptions, EveryNamedAlgorithmRunsTheCallCorrectly) {
         ++forced_calls;
       }
     }
-    EXPECT_GE(forced_calls, 2 * 10) << "ring, recursive, Rabenseifner, Bruck, Swing, binomial... for three collectives";
+    EXPECT_GE(forced_calls, 2 * 10)
+        << "ring, recursive, Rabenseifner, Bruck, Swing, binomial... for three collectives";
   });
   EXPECT_EQ(err, "");
 }
@@ -457,18 +465,25 @@ TEST(CallOptions, EveryNamedAlgorithmRunsTheCallCorrectly) {
 TEST(CallOptions, DifferentAlgorithmsOnTwoRanksAreAMismatchAndUnknownNamesAreRejected) {
   Options options;
   options.timeout = 20s;
-  std::string err = run_ranks(2, [](Communicator& c) {
-    std::vector<float> x(100000, 1.0f);
-    CallOptions bad;
-    bad.algorithm = "no_such_algorithm";
-    EXPECT_THROW(c.all_reduce(x.data(), x.data(), x.size(), DataType::float32, ReduceOp::sum, bad),
-                 InvalidArgumentError);
-    c.all_reduce(x.data(), x.data(), x.size(), DataType::float32, ReduceOp::sum);  // still usable
-    EXPECT_EQ(x[0], 2.0f);
-    CallOptions mine;
-    mine.algorithm = c.rank() == 0 ? "ring" : "rabenseifner";
-    EXPECT_THROW(c.all_reduce(x.data(), x.data(), x.size(), DataType::float32, ReduceOp::sum, mine), MismatchError);
-  }, options);
+  std::string err = run_ranks(
+      2,
+      [](Communicator& c) {
+        std::vector<float> x(100000, 1.0f);
+        CallOptions bad;
+        bad.algorithm = "no_such_algorithm";
+        EXPECT_THROW(
+            c.all_reduce(x.data(), x.data(), x.size(), DataType::float32, ReduceOp::sum, bad),
+            InvalidArgumentError);
+        c.all_reduce(x.data(), x.data(), x.size(), DataType::float32,
+                     ReduceOp::sum);  // still usable
+        EXPECT_EQ(x[0], 2.0f);
+        CallOptions mine;
+        mine.algorithm = c.rank() == 0 ? "ring" : "rabenseifner";
+        EXPECT_THROW(
+            c.all_reduce(x.data(), x.data(), x.size(), DataType::float32, ReduceOp::sum, mine),
+            MismatchError);
+      },
+      options);
   EXPECT_EQ(err, "");
 }
 

@@ -7,7 +7,6 @@
 #include <sched.h>
 #include <signal.h>
 #include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -53,12 +52,6 @@ void bind_to_core(int rank) {
   CPU_ZERO(&set);
   CPU_SET(rank % static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN)), &set);
   sched_setaffinity(0, sizeof set, &set);
-}
-
-double own_cpu_seconds() {  // this process's threads only
-  timespec ts{};
-  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
-  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
 }
 
 // 10,000 small all_reduces (through the shared slots, on the calling thread) and 50 of 1 MiB
@@ -126,12 +119,12 @@ TEST(UnderLoad, AWaitingRankUsesNoCpuAfterItsSpinBudget) {
               comm.all_reduce(std::span<float>(buf), ReduceOp::sum);
               continue;
             }
-            const double start = own_cpu_seconds();
+            const double start = process_cpu_seconds();
             if (async)
               comm.all_reduce_async(std::span<float>(buf), ReduceOp::sum).wait();
             else
               comm.all_reduce(std::span<float>(buf), ReduceOp::sum);
-            const double used = own_cpu_seconds() - start;
+            const double used = process_cpu_seconds() - start;
             if (buf.front() != 2.0f || buf.back() != 2.0f)
               out << count << " floats: wrong result; ";
             // 1 MiB costs some CPU to reduce and copy; the wait itself is what this bounds.

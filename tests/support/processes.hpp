@@ -9,6 +9,7 @@
 
 #include <chrono>
 #include <cstdlib>
+#include <ctime>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -21,8 +22,8 @@
 namespace shoal::testing {
 
 struct RankResult {
-  int exit_code = -1;   // or 128 + signal
-  std::string report;   // what the rank wrote with report()
+  int exit_code = -1;  // or 128 + signal
+  std::string report;  // what the rank wrote with report()
 };
 
 class ProcessJob {
@@ -97,6 +98,13 @@ class ProcessJob {
   int n_;
   std::string dir_;
 };
+
+/// CPU seconds used so far by this process's threads (all of them, and only this process's).
+inline double process_cpu_seconds() {
+  timespec ts{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
+}
 
 inline double monotonic_seconds() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
