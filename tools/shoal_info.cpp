@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "algorithms/registry.hpp"
+#include "comm/topology.hpp"
 #include "core/config.hpp"
 #include "shoal/shoal.hpp"
 #include "store/bootstrap.hpp"
@@ -43,11 +44,15 @@ static void print_dispatch(const tune::Context& ctx, const std::string& size_lis
     if (!item.empty()) sizes.push_back(config::parse_bytes(item, "--sizes"));
   const tune::Dispatcher d = tune::Dispatcher::from_environment(ctx);
   const auto& c = d.params();
-  std::printf("\n# the dispatcher's choice for %d ranks, %d per host, over %s (SHOAL_DISPATCH=%s, "
-              "SHOAL_TUNE_FILE=%s, read %s; cost model alpha %.3g s, beta %.3g s/B, gamma %.3g s/B, busy gamma %.3g s/B)\n",
-              ctx.world, ctx.ranks_per_host, std::string(tune::to_string(ctx.transport)).c_str(),
-              d.enabled() ? "on" : "off", config::get("SHOAL_TUNE_FILE").empty() ? "-" : config::get("SHOAL_TUNE_FILE").c_str(),
-              d.reading().describe().c_str(), c.alpha, c.beta, c.gamma, c.busy_gamma);
+  std::printf(
+      "\n# the dispatcher's choice for %d ranks, %d per host on %d cores, over %s "
+      "(SHOAL_DISPATCH=%s, "
+      "SHOAL_TUNE_FILE=%s, read %s; cost model alpha %.3g s, beta %.3g s/B, gamma %.3g s/B, busy "
+      "gamma %.3g s/B)\n",
+      ctx.world, ctx.ranks_per_host, ctx.cores_per_host,
+      std::string(tune::to_string(ctx.transport)).c_str(), d.enabled() ? "on" : "off",
+      config::get("SHOAL_TUNE_FILE").empty() ? "-" : config::get("SHOAL_TUNE_FILE").c_str(),
+      d.reading().describe().c_str(), c.alpha, c.beta, c.gamma, c.busy_gamma);
   std::printf("# bytes as the cost models count them: all_reduce the vector, all_gather the gathered output, "
               "reduce_scatter the input\n");
   // Whether SHOAL_HIERARCHICAL takes the two-level path (comm/hierarchical.cpp: several hosts of
@@ -128,8 +133,14 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(1, 1 << 20));
   app.add_option("--transport", transport, "with --algorithms: shm (one host) or tcp")->capture_default_str()
       ->check(CLI::IsMember({"shm", "tcp"}));
+  ctx.cores_per_host = -1;
+  app.add_option("--cores", ctx.cores_per_host,
+                 "with --algorithms: the CPUs a host gives its ranks (0: a core per rank; default: "
+                 "this process's)")
+      ->check(CLI::NonNegativeNumber);
   CLI11_PARSE(app, argc, argv);
   if (ctx.ranks_per_host == 0 || ctx.ranks_per_host > ctx.world) ctx.ranks_per_host = ctx.world;
+  if (ctx.cores_per_host < 0) ctx.cores_per_host = comm::cores_in_union({comm::affinity_mask()});
   ctx.transport = transport == "shm" ? tune::Transport::shm : tune::Transport::tcp;
   try {
     if (do_check) return check();

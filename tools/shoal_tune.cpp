@@ -2,7 +2,8 @@
 // sizes on the real job, and rank 0 writes a tuning file the dispatcher reads (SHOAL_TUNE_FILE).
 //
 //   shoal-run -n 4 shoal-tune -o tune.json [-b 1K -e 16M -f 2 | --sizes 1K,64K,4M] [-n 10] [-w 2]
-//   shoal-tune --report tune.json [--picks-from other.json]   # no job: tables, held-out accuracy
+//   shoal-tune --report tune.json [--picks-from other.json] [--cores N]   # no job: tables,
+//   accuracy
 //
 // Every rank forces the same algorithm in the same order (algorithms::detail::
 // set_algorithm_override, part of every frame's signature), so the sweep itself is a sequence of
@@ -95,6 +96,7 @@ void measure(Communicator& comm, const std::vector<uint64_t>& sizes, int iters, 
     m.world = p;
     m.ranks_per_host = ctx.ranks_per_host;
     m.transport = ctx.transport;
+    m.cores_per_host = ctx.cores_per_host;
     m.calibration = comm.impl().calibrated_params;
     std::vector<const AlgorithmInfo*> rows;
     for (const auto& row : algorithms::registry())
@@ -276,7 +278,8 @@ double time_of(const Columns& cols, const std::string& name, size_t i) {
 
 // `picks_path` (may be ""): a tuning file from another run, whose dispatcher (all of its sizes)
 // picks at every size of `path`: the picks as they would be in use, judged on fresh times.
-int report(const std::string& path, const std::string& picks_path) {
+// `cores` >= 0: the cores per host of the cost model's context instead of each table's.
+int report(const std::string& path, const std::string& picks_path, int cores) {
   tune::TuningFile file = tune::load_tuning_file(path);
   std::shared_ptr<const tune::TuningFile> other_run;
   if (!picks_path.empty()) other_run = std::make_shared<const tune::TuningFile>(tune::load_tuning_file(picks_path));
@@ -296,7 +299,8 @@ int report(const std::string& path, const std::string& picks_path) {
   std::string totals;                  // per table: the sweep's total time, held-out picks vs each row
   std::string excess;                  // per table: the mean excess over the best, picks vs each row
   for (const auto& m : file.tables) {
-    const tune::Context ctx{m.world, m.ranks_per_host, m.transport};
+    const tune::Context ctx{m.world, m.ranks_per_host, m.transport,
+                            cores >= 0 ? cores : m.cores_per_host};
     // As in use: the constants the communicator calibrated at creation, when the file has them.
     const auto params = tune::cost_params(m.transport, m.calibration ? &*m.calibration : nullptr);
     // Held out: the dispatcher built from the other half of the sizes predicts each size, with
@@ -442,11 +446,17 @@ int main(int argc, char** argv) {
   app.add_option("--rounds", rounds, "interleaved rounds per size; the fastest counts")->capture_default_str()->check(CLI::Range(1, 100));
   std::string picks_from;
   app.add_option("--report", report_path, "print a tuning file's tables and held-out accuracy (no job)");
+  int report_cores = -1;
+  app.add_option("--cores", report_cores,
+                 "with --report: the cores per host the cost model assumes (0: a core per rank; "
+                 "default: each "
+                 "table's cores_per_host)")
+      ->check(CLI::NonNegativeNumber);
   app.add_option("--picks-from", picks_from,
                  "with --report: also judge the picks of this tuning file (another run) on the report's times");
   CLI11_PARSE(app, argc, argv);
   try {
-    if (!report_path.empty()) return report(report_path, picks_from);
+    if (!report_path.empty()) return report(report_path, picks_from, report_cores);
     std::vector<uint64_t> sizes;
     if (!sizes_list.empty()) {
       sizes = parse_sizes(sizes_list);

@@ -85,7 +85,8 @@ void CommImpl::calibrate_cost_model() {
          ring_all_reduce)
       .wait();
   calibrated_params = tune::fit_cost_params(size, plan, {times[0], times[1], times[2], times[3]},
-                                            tune::default_cost_params(context.transport), context.ranks_per_host);
+                                            tune::default_cost_params(context.transport),
+                                            context.ranks_per_host, context.cores_per_host);
   SHOAL_INFO("cost model calibrated at creation: alpha " << calibrated_params->alpha * 1e6 << " us, beta "
                                                          << 1e-9 / calibrated_params->beta << " GB/s, gamma "
                                                          << 1e-9 / calibrated_params->gamma << " GB/s, busy gamma "

@@ -35,11 +35,12 @@ class CommImpl {
   const algorithms::AlgorithmInfo* forced_algorithm(algorithms::Collective collective,
                                                     const CallOptions* call) const;
 
-  /// What the dispatcher's choice depends on (equal on all ranks): world, ranks per host, and
-  /// shm when every rank shares one host's memory, else tcp.
+  /// What the dispatcher's choice depends on (equal on all ranks): world, ranks per host, shm
+  /// when every rank shares one host's memory, else tcp, and the cores the hosts give their ranks.
   tune::Context tune_context() const {
     return tune::make_context(topology.host_of,
-                              engine->shm() != nullptr && engine->shm()->all_ranks_share_memory());
+                              engine->shm() != nullptr && engine->shm()->all_ranks_share_memory(),
+                              topology.cores_of_host);
   }
 
   /// Flat collectives issued so far (comm/flat.hpp), direct ones included.

@@ -107,7 +107,7 @@ CommImpl::Transport CommImpl::set_up(const std::string& prefix, comm::Clock::tim
     comm_id = std::stoull(store->get_string(prefix + "/id"));
   }
   topology = comm::discover_topology(*store, prefix, r, n);
-  comm::note_ranks_on_host(topology.local_size);
+  comm::note_host(topology.local_size, topology.local_cores);
   const auto rails = transport::tcp::choose_rail_addresses(topology.num_hosts == 1, store->host());
   listen_address = rails.front().ip;
   for (size_t i = 1; i < rails.size(); ++i) listen_address += "," + rails[i].ip;
@@ -117,7 +117,8 @@ CommImpl::Transport CommImpl::set_up(const std::string& prefix, comm::Clock::tim
   auto fds = transport::tcp::connect_mesh(*store, prefix, r, n, comm_id, rails, deadline);
   std::unique_ptr<transport::shm::ShmMesh> shm;
   try {
-    shm = std::make_unique<transport::shm::ShmMesh>(*store, prefix, r, topology.host_of, comm_id);
+    shm = std::make_unique<transport::shm::ShmMesh>(*store, prefix, r, topology.host_of, comm_id,
+                                                    topology.local_cores);
   } catch (...) {
     for (auto& peer : fds)
       for (int fd : peer) close(fd);

@@ -23,14 +23,14 @@ int64_t fixed_budget_ns() {
 }
 
 const long cpus = sysconf(_SC_NPROCESSORS_ONLN);
-std::atomic<int> most_ranks_on_host{0};  // over this process's communicators (note_ranks_on_host)
+std::atomic<bool> ranks_share_cores{false};  // in any of this process's communicators (note_host)
 
-// Whether the host has more ranks than CPUs, or more tasks are runnable than it has CPUs (the
-// fourth field of /proc/loadavg, "running/total", read at most every 10 ms by whichever thread
-// asks first): then a thread that polls holds a core that another rank, or the process's own
-// compute, is waiting for.
+// Whether a communicator has more ranks on this host than cores for them, or more tasks are
+// runnable than it has CPUs (the fourth field of /proc/loadavg, "running/total", read at most every
+// 10 ms by whichever thread asks first): then a thread that polls holds a core that another rank,
+// or the process's own compute, is waiting for.
 bool cores_contended() {
-  if (most_ranks_on_host.load(std::memory_order_relaxed) > cpus) return true;
+  if (ranks_share_cores.load(std::memory_order_relaxed)) return true;
   static std::atomic<int64_t> next_read_ns{0};
   static std::atomic<bool> contended{false};
   const int64_t now = monotonic_ns();
@@ -53,11 +53,8 @@ std::atomic<int64_t> wake_cost_ns{0};
 
 }  // namespace
 
-void note_ranks_on_host(int ranks) {
-  int seen = most_ranks_on_host.load(std::memory_order_relaxed);
-  while (ranks > seen &&
-         !most_ranks_on_host.compare_exchange_weak(seen, ranks, std::memory_order_relaxed)) {
-  }
+void note_host(int ranks, int cores) {
+  if (ranks > cores) ranks_share_cores.store(true, std::memory_order_relaxed);
 }
 
 int64_t monotonic_ns() {

@@ -13,13 +13,13 @@ int64_t monotonic_ns();
 
 /// The current spin budget. A number in SHOAL_SPIN_US is used as it is (0: sleep at once); auto
 /// (the default) is twice the measured wake-up cost, between kMinSpin and kMaxSpin, and kMinSpin
-/// on a host of more ranks than CPUs or while more tasks are runnable than it has CPUs (polling
+/// where ranks share cores (note_host) or while more tasks are runnable than it has CPUs (polling
 /// longer would hold a core that another rank or the process's own compute threads wait for).
 std::chrono::nanoseconds spin_budget();
 
-/// A communicator of this process has `ranks` ranks on this host: with more than the host's
-/// CPUs (the most any communicator had), the auto budget stays kMinSpin.
-void note_ranks_on_host(int ranks);
+/// A communicator of this process has `ranks` ranks on this host and `cores` CPUs for them
+/// (Topology::local_cores): with more ranks than cores, the auto budget stays kMinSpin.
+void note_host(int ranks, int cores);
 
 /// A thread that slept until a peer woke it ran again `latency_ns` after the peer's wake call:
 /// one sample of the wake-up cost (smoothed; what the scheduler makes a sleeper pay here, on an

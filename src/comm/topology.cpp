@@ -1,8 +1,11 @@
 #include "comm/topology.hpp"
 
+#include <sched.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <bit>
 #include <fstream>
 #include <map>
 
@@ -27,10 +30,49 @@ std::string host_identity() {
   return std::string(host) + "/" + boot + "/" + netns;
 }
 
+std::string affinity_mask() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof set, &set) != 0) {
+    const long online = sysconf(_SC_NPROCESSORS_ONLN);
+    for (long c = 0; c < std::min<long>(online, CPU_SETSIZE); ++c) CPU_SET(c, &set);
+  }
+  static const char digits[] = "0123456789abcdef";
+  std::string hex;
+  for (int c = 0; c < CPU_SETSIZE; c += 4) {
+    int nibble = 0;
+    for (int b = 0; b < 4; ++b)
+      if (CPU_ISSET(c + b, &set)) nibble |= 1 << b;
+    hex += digits[nibble];
+  }
+  while (hex.size() > 1 && hex.back() == '0') hex.pop_back();
+  return hex;
+}
+
+int cores_in_union(const std::vector<std::string>& masks) {
+  std::string all;
+  for (const auto& m : masks) {
+    if (m.size() > all.size()) all.resize(m.size(), '0');
+    for (size_t i = 0; i < m.size(); ++i) {
+      auto value = [](char h) { return h >= 'a' ? h - 'a' + 10 : h - '0'; };
+      all[i] = "0123456789abcdef"[value(all[i]) | value(m[i])];
+    }
+  }
+  int n = 0;
+  for (char h : all) n += std::popcount(static_cast<unsigned>(h >= 'a' ? h - 'a' + 10 : h - '0'));
+  return n;
+}
+
 Topology discover_topology(Store& store, const std::string& prefix, int rank, int size) {
-  store.set(prefix + "/host/" + std::to_string(rank), host_identity());
-  std::vector<std::string> ids(size);
-  for (int r = 0; r < size; ++r) ids[r] = store.get_string(prefix + "/host/" + std::to_string(r));
+  // One value per rank, "<affinity mask> <host identity>": the identity may hold spaces.
+  store.set(prefix + "/host/" + std::to_string(rank), affinity_mask() + " " + host_identity());
+  std::vector<std::string> ids(size), masks(size);
+  for (int r = 0; r < size; ++r) {
+    const std::string v = store.get_string(prefix + "/host/" + std::to_string(r));
+    const size_t space = v.find(' ');
+    masks[r] = v.substr(0, space);
+    ids[r] = space == std::string::npos ? "" : v.substr(space + 1);
+  }
   Topology t;
   std::map<std::string, int> index;
   t.host_of.resize(size);
@@ -45,6 +87,10 @@ Topology discover_topology(Store& store, const std::string& prefix, int rank, in
     }
   }
   t.num_hosts = static_cast<int>(index.size());
+  std::vector<std::vector<std::string>> host_masks(t.num_hosts);
+  for (int r = 0; r < size; ++r) host_masks[t.host_of[r]].push_back(masks[r]);
+  for (const auto& m : host_masks) t.cores_of_host.push_back(std::max(1, cores_in_union(m)));
+  t.local_cores = t.cores_of_host[t.host_of[rank]];
   return t;
 }
 

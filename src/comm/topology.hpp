@@ -1,4 +1,5 @@
-// Which ranks share a host: every rank publishes its host identity through the store.
+// Which ranks share a host, and the cores each host gives them: every rank publishes its host
+// identity and CPU affinity through the store.
 #pragma once
 
 #include <string>
@@ -13,7 +14,16 @@ struct Topology {
   int local_rank = 0;
   int local_size = 1;
   int num_hosts = 1;
+  /// Per host: the CPUs its ranks may run on (the union of their affinity masks), so that a
+  /// host of more ranks than that shares cores (a launcher's binding counts, not the CPUs online).
+  std::vector<int> cores_of_host;
+  int local_cores = 0;  // this rank's host's
 };
+
+/// The CPUs this process may run on (sched_getaffinity), as hex digits, lowest CPUs first.
+std::string affinity_mask();
+/// How many CPUs the union of `masks` (affinity_mask's form) names.
+int cores_in_union(const std::vector<std::string>& masks);
 
 /// SHOAL_HOST_ID, else hostname + boot id + network namespace (ranks in different network
 /// namespaces count as different hosts, which is how the emulated cluster works).

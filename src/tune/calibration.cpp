@@ -27,14 +27,22 @@ CalibrationPlan calibration_plan(int world, Transport transport) {
 }
 
 CostParams fit_cost_params(int world, const CalibrationPlan& plan, const CalibrationTimes& times,
-                           const CostParams& floor, int ranks_per_host) {
+                           const CostParams& floor, int ranks_per_host, int cores_per_host) {
   const auto* ring = algorithms::find_algorithm(Collective::all_gather, "ring");
   SHOAL_CHECK(ring != nullptr, Internal, "the registry has no ring all_gather");
   const int p = std::max(world, 2);
-  // The ring's time is linear in its constants: t = a * alpha + b * beta.
+  // The ring's time is linear in its constants, t = a * alpha + b * beta, in the model the
+  // dispatcher reads it with: where ranks share cores, its host's work over them on top.
+  const int cores =
+      ranks_share_cores({p, ranks_per_host, Transport::shm, cores_per_host}) ? cores_per_host : 0;
+  const HostWork work = cores ? host_work(*ring, p, ranks_per_host) : HostWork{};
+  auto coefficient = [&](uint64_t n, const CostParams& unit) {
+    return ring->cost(p, n, unit) + shared_cores_cost(work, n, unit, cores);
+  };
   const uint64_t n_small = plan.small_block * p, n_large = plan.large_block * p;
-  const double a_small = ring->cost(p, n_small, {1, 0, 0}), b_small = ring->cost(p, n_small, {0, 1, 0});
-  const double a_large = ring->cost(p, n_large, {1, 0, 0}), b_large = ring->cost(p, n_large, {0, 1, 0});
+  const CostParams per_alpha{1, 0, 0, 0}, per_beta{0, 1, 0, 0};
+  const double a_small = coefficient(n_small, per_alpha), b_small = coefficient(n_small, per_beta);
+  const double a_large = coefficient(n_large, per_alpha), b_large = coefficient(n_large, per_beta);
   const double min_alpha = floor.alpha / 100, min_beta = floor.beta / 100, min_gamma = floor.gamma / 100;
   auto usable = [](double x) { return std::isfinite(x) && x > 0; };
 

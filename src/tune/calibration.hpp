@@ -47,9 +47,13 @@ struct CalibrationTimes {
 /// never below `floor.beta` / 100. busy_gamma, where `swing_s` was timed on hosts of
 /// `ranks_per_host` ranks, from what the Swing call took beyond its latency and its NIC bytes
 /// (dispatcher.hpp, host_traffic), per byte of its memory work: never below
-/// `floor.busy_gamma` / 100 (the wire hid it all), `floor.busy_gamma` where not timed. Every
-/// constant is finite and positive.
-algorithms::CostParams fit_cost_params(int world, const CalibrationPlan& plan, const CalibrationTimes& times,
-                                       const algorithms::CostParams& floor, int ranks_per_host = 1);
+/// `floor.busy_gamma` / 100 (the wire hid it all), `floor.busy_gamma` where not timed. Where
+/// the hosts' `cores_per_host` are fewer than their ranks, the ring's model includes its host's
+/// work over those cores (shared_cores_cost), as the dispatcher reads it. Every constant is
+/// finite and positive.
+algorithms::CostParams fit_cost_params(int world, const CalibrationPlan& plan,
+                                       const CalibrationTimes& times,
+                                       const algorithms::CostParams& floor, int ranks_per_host = 1,
+                                       int cores_per_host = 0);
 
 }  // namespace shoal::tune

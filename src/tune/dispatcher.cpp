@@ -33,14 +33,40 @@ double setting_or(const char* name, double fallback) {
 // beta x the bytes a host sends to other hosts (x `nic_factor`: ranks of a host running it at
 // once), and its memory work (reductions, host-local moves) costs busy_gamma per byte: hidden
 // behind the NICs by a pipelined row, added by the others, whose every step waits for the
-// whole of the previous one.
+// whole of the previous one. With `work` (ranks sharing `cores` cores), the host's work over
+// its cores comes on top (shared_cores_cost).
 double modelled_cost(const AlgorithmInfo& row, int world, uint64_t bytes, const CostParams& c,
-                     const HostTraffic* traffic, double nic_factor = 1) {
-  if (!traffic) return row.cost(world, bytes, c);
+                     const HostTraffic* traffic, double nic_factor = 1,
+                     const HostWork* work = nullptr, int cores = 0) {
+  const double queued = work ? shared_cores_cost(*work, bytes, c, cores) : 0;
+  if (!traffic) return row.cost(world, bytes, c) + queued;
   const double n = static_cast<double>(bytes);
   const double wire = c.beta * nic_factor * traffic->nic * n, memory = c.busy_gamma * traffic->memory * n;
   const double latency = row.cost(world, bytes, {c.alpha, 0, 0, 0});
-  return latency + (row.pipelined ? std::max(wire, memory) : wire + memory);
+  return latency + (row.pipelined ? std::max(wire, memory) : wire + memory) + queued;
+}
+
+// The schedules of host 0's ranks (ranks in blocks per host, the layout launchers give) for a
+// representative call of `row`: 4096 float32 per block, so that every split is even. Calls
+// `visit(steps)` with each of those ranks' steps, and returns the call's model_bytes.
+template <typename Visit>
+double visit_host_schedules(const AlgorithmInfo& row, int world, int ranks_per_host,
+                            Visit&& visit) {
+  algorithms::CollectiveArgs a;
+  a.collective = row.collective;
+  a.dtype = DataType::float32;
+  a.op = ReduceOp::sum;
+  a.size = world;
+  a.root = 0;
+  a.count =
+      row.collective == Collective::all_reduce ? 4096ull * static_cast<uint64_t>(world) : 4096;
+  a.algorithm = &row;
+  a.forced = true;
+  for (int r = 0; r < std::min(ranks_per_host, world); ++r) {
+    a.rank = r;
+    visit(algorithms::build_schedule(a).steps);
+  }
+  return static_cast<double>(algorithms::model_bytes(a));
 }
 
 }  // namespace
@@ -55,12 +81,15 @@ std::string_view to_string(Choice::Source s) {
   return "?";
 }
 
-Context make_context(const std::vector<int>& host_of, bool all_shared) {
+Context make_context(const std::vector<int>& host_of, bool all_shared,
+                     const std::vector<int>& cores_of_host) {
   Context c;
   c.world = std::max<int>(1, static_cast<int>(host_of.size()));
   std::map<int, int> per_host;
   for (int h : host_of) c.ranks_per_host = std::max(c.ranks_per_host, ++per_host[h]);
   c.transport = all_shared ? Transport::shm : Transport::tcp;
+  for (int cores : cores_of_host)
+    if (cores > 0) c.cores_per_host = c.cores_per_host ? std::min(c.cores_per_host, cores) : cores;
   return c;
 }
 
@@ -94,48 +123,66 @@ CostParams cost_params(Transport t, const CostParams* measured) {
 HostTraffic host_traffic(const AlgorithmInfo& row, int world, int ranks_per_host) {
   HostTraffic traffic;
   if (ranks_per_host >= world || world < 2) return traffic;
-  // A representative call: 4096 float32 per block, so that every split is even.
-  algorithms::CollectiveArgs a;
-  a.collective = row.collective;
-  a.dtype = DataType::float32;
-  a.op = ReduceOp::sum;
-  a.size = world;
-  a.root = 0;
-  a.count = row.collective == Collective::all_reduce ? 4096ull * static_cast<uint64_t>(world) : 4096;
-  a.algorithm = &row;
-  a.forced = true;
   double nic = 0, memory = 0;
-  for (int r = 0; r < ranks_per_host; ++r) {
-    a.rank = r;
+  const double n = visit_host_schedules(row, world, ranks_per_host, [&](const auto& steps) {
     double mine = 0;  // this rank's memory work
-    for (const auto& step : algorithms::build_schedule(a).steps) {
+    for (const auto& step : steps) {
       const auto moved = static_cast<double>(step.kind == algorithms::StepKind::send ? step.src.bytes : step.dst.bytes);
       switch (step.kind) {
-        case algorithms::StepKind::send: (step.peer >= ranks_per_host ? nic : mine) += moved; break;
+        case algorithms::StepKind::send:
+          (step.peer >= ranks_per_host ? nic : mine) += moved;
+          break;
         case algorithms::StepKind::reduce:
-        case algorithms::StepKind::copy: mine += moved; break;
-        default: break;
+        case algorithms::StepKind::copy:
+          mine += moved;
+          break;
+        default:
+          break;
       }
     }
     memory = std::max(memory, mine);
-  }
-  const auto n = static_cast<double>(algorithms::model_bytes(a));
+  });
   traffic.nic = nic / n;
   traffic.memory = memory / n;
   return traffic;
 }
 
-const AlgorithmInfo& cost_model_choice(Collective collective, uint64_t bytes, int world, const CostParams& params,
-                                       const std::function<const HostTraffic*(const AlgorithmInfo&)>& traffic) {
+HostWork host_work(const AlgorithmInfo& row, int world, int ranks_per_host) {
+  HostWork work;
+  if (world < 2) return work;
+  double sent = 0, reduced = 0;
+  const double n = visit_host_schedules(row, world, ranks_per_host, [&](const auto& steps) {
+    for (const auto& step : steps) {
+      if (step.kind == algorithms::StepKind::send) {
+        ++work.messages;
+        sent += static_cast<double>(step.src.bytes);
+      } else if (step.kind == algorithms::StepKind::reduce) {
+        reduced += static_cast<double>(step.dst.bytes);
+      }
+    }
+  });
+  work.sent = sent / n;
+  work.reduced = reduced / n;
+  return work;
+}
+
+double shared_cores_cost(const HostWork& work, uint64_t bytes, const CostParams& c, int cores) {
+  if (cores <= 0) return 0;
+  const double n = static_cast<double>(bytes);
+  return (c.alpha * work.messages + n * (c.beta * work.sent + c.gamma * work.reduced)) / cores;
+}
+
+const AlgorithmInfo& cost_model_choice(Collective collective,
+                                       const std::function<double(const AlgorithmInfo&)>& cost) {
   const AlgorithmInfo* best = nullptr;
   double best_cost = 0;
   for (const auto& row : algorithms::registry()) {
     if (row.collective != collective) continue;
-    const double cost = modelled_cost(row, world, bytes, params, traffic ? traffic(row) : nullptr);
+    const double t = cost(row);
     // Strictly less: ties go to the earlier row, on every rank alike.
-    if (!best || cost < best_cost) {
+    if (!best || t < best_cost) {
       best = &row;
-      best_cost = cost;
+      best_cost = t;
     }
   }
   SHOAL_CHECK(best != nullptr, Internal, "no algorithm serves " << algorithms::to_string(collective));
@@ -147,6 +194,18 @@ Dispatcher::Dispatcher(Context context, CostParams params, std::shared_ptr<const
     : context_(context), params_(params), file_(std::move(file)), enabled_(enabled), reading_(reading) {
   for (const auto& row : algorithms::registry()) ++rows_[static_cast<int>(row.collective)];
   if (file_) choose_tables();
+  constexpr Collective kModelled[] = {Collective::all_reduce, Collective::all_gather,
+                                      Collective::reduce_scatter};
+  // Ranks that share cores: what each row makes a host's ranks do in all (its schedules, built
+  // once here), which those cores work through in turn.
+  if (ranks_share_cores(context_)) {
+    work_.assign(algorithms::registry().size(), HostWork{});
+    for (Collective c : kModelled)
+      for (const auto& row : algorithms::registry())
+        if (row.collective == c)
+          work_[&row - algorithms::registry().data()] =
+              host_work(row, context_.world, context_.ranks_per_host);
+  }
   // Across hosts of several ranks: the bytes each row sends through a host's NICs and its
   // memory work, flat and in the hierarchy's inter-host phase (schedules built once here, not
   // per call). The flat pick follows them where no table decides.
@@ -154,7 +213,7 @@ Dispatcher::Dispatcher(Context context, CostParams params, std::shared_ptr<const
   const int hosts = context_.world / context_.ranks_per_host;
   traffic_.assign(algorithms::registry().size(), HostTraffic{});
   inter_traffic_.assign(algorithms::registry().size(), HostTraffic{});
-  for (Collective c : {Collective::all_reduce, Collective::all_gather, Collective::reduce_scatter}) {
+  for (Collective c : kModelled) {
     nic_aware_[static_cast<int>(c)] = enabled_ && !tables_[static_cast<int>(c)];
     for (const auto& row : algorithms::registry()) {
       if (row.collective != c) continue;
@@ -235,14 +294,20 @@ Choice Dispatcher::choose(Collective collective, uint64_t bytes) const {
     return choice;
   }
   // Nothing measured: the cost model.
-  std::function<const HostTraffic*(const AlgorithmInfo&)> traffic;
-  if (nic_aware_[static_cast<int>(collective)])
-    traffic = [this](const AlgorithmInfo& row) { return &traffic_[&row - algorithms::registry().data()]; };
-  choice.algorithm = &cost_model_choice(collective, bytes, context_.world, params_, traffic);
+  const auto cost = [&](const AlgorithmInfo& row) { return row_cost(row, bytes); };
+  choice.algorithm = &cost_model_choice(collective, cost);
   choice.source = Choice::Source::cost_model;
-  choice.predicted_s = modelled_cost(*choice.algorithm, context_.world, bytes, params_,
-                                     traffic ? traffic(*choice.algorithm) : nullptr);
+  choice.predicted_s = cost(*choice.algorithm);
   return choice;
+}
+
+double Dispatcher::row_cost(const AlgorithmInfo& row, uint64_t bytes) const {
+  const size_t i = &row - algorithms::registry().data();
+  const HostTraffic* traffic =
+      nic_aware_[static_cast<int>(row.collective)] ? &traffic_[i] : nullptr;
+  const HostWork* work = work_.empty() ? nullptr : &work_[i];
+  return modelled_cost(row, context_.world, bytes, params_, traffic, 1, work,
+                       context_.cores_per_host);
 }
 
 std::optional<bool> Dispatcher::hierarchical_is_faster(Collective collective, uint64_t bytes) const {

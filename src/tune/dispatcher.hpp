@@ -27,11 +27,20 @@ struct Context {
   int world = 1;
   int ranks_per_host = 1;  // the most ranks on one host
   Transport transport = Transport::shm;
+  int cores_per_host = 0;  // the fewest CPUs a host gives its ranks; 0: unknown (a core per rank)
 };
 
 /// The context of a communicator: `host_of` is every rank's host index; `all_shared` says
-/// whether every rank shares one host's memory (then the transport is shm).
-Context make_context(const std::vector<int>& host_of, bool all_shared);
+/// whether every rank shares one host's memory (then the transport is shm); `cores_of_host`:
+/// per host, the CPUs its ranks may run on (comm::Topology's).
+Context make_context(const std::vector<int>& host_of, bool all_shared,
+                     const std::vector<int>& cores_of_host = {});
+
+/// Whether a host has more ranks than cores for them: then the cost model adds what the host's
+/// ranks do in all, over its cores, to a row's time (HostWork).
+inline bool ranks_share_cores(const Context& c) {
+  return c.cores_per_host > 0 && c.ranks_per_host > c.cores_per_host;
+}
 
 /// Whether calls cross hosts of several ranks each: where the cost model counts the bytes
 /// through a host's NICs and the memory work the NICs do not hide (HostTraffic).
@@ -60,13 +69,29 @@ struct HostTraffic {
 };
 HostTraffic host_traffic(const algorithms::AlgorithmInfo& row, int world, int ranks_per_host);
 
-/// The row of `collective` with the least predicted time for `bytes` (model_bytes) on `world`
-/// ranks; ties go to the earlier row. `traffic`, when given, says each row's HostTraffic: its
-/// time is then alpha's term + beta x nic x bytes + busy_gamma x memory x bytes, or the larger
-/// of the last two for a pipelined row (its memory work overlaps the NICs).
+/// What one call of a row makes the ranks of one host do in all, counted from its schedules
+/// for host 0's ranks (the whole world on one host): messages sent, and bytes sent and reduced
+/// as fractions of the call's bytes (model_bytes). Where ranks share cores, a message costs its
+/// receiver a wake-up and every byte a core's time, whichever rank it is for: the cores work
+/// through all of it in turn. A binomial tree sends 2(p-1) messages where recursive doubling
+/// sends p log2 p and the ring 2p(p-1), which is why the tree wins small calls there.
+struct HostWork {
+  double messages = 0;
+  double sent = 0, reduced = 0;
+};
+HostWork host_work(const algorithms::AlgorithmInfo& row, int world, int ranks_per_host);
+
+/// The seconds `cores` cores take to work through `work` on a call of `bytes`: (alpha x
+/// messages + beta x sent x bytes + gamma x reduced x bytes) / cores, which the cost model adds
+/// to a row's critical path where ranks share cores (Brent's bound: time <= work / cores +
+/// span). 0 for `cores` 0.
+double shared_cores_cost(const HostWork& work, uint64_t bytes, const algorithms::CostParams& c,
+                         int cores);
+
+/// The row of `collective` with the least `cost`; ties go to the earlier row.
 const algorithms::AlgorithmInfo& cost_model_choice(
-    algorithms::Collective collective, uint64_t bytes, int world, const algorithms::CostParams& params,
-    const std::function<const HostTraffic*(const algorithms::AlgorithmInfo&)>& traffic = nullptr);
+    algorithms::Collective collective,
+    const std::function<double(const algorithms::AlgorithmInfo&)>& cost);
 
 struct Choice {
   enum class Source : uint8_t { first_row, cost_model, tuning_file, simulation };
@@ -152,7 +177,14 @@ class Dispatcher {
   std::vector<HostTraffic> traffic_, inter_traffic_;
   /// The collectives whose flat pick is the across-hosts model's (no table decides).
   std::array<bool, kCollectives> nic_aware_{};
+  /// Where ranks share cores, per registry row of all_reduce, all_gather and reduce_scatter:
+  /// host_work at this context. Empty otherwise.
+  std::vector<HostWork> work_;
   void choose_tables();
+  /// The cost model's time of `row` for `bytes`: its alpha-beta-gamma model, across hosts of
+  /// several ranks the across-hosts model (HostTraffic), plus shared_cores_cost where ranks
+  /// share cores.
+  double row_cost(const algorithms::AlgorithmInfo& row, uint64_t bytes) const;
 };
 
 }  // namespace shoal::tune

@@ -71,6 +71,8 @@ Measurements parse_table(const json& t, std::string_view source, const std::stri
   TUNE_CHECK(tr.is_string() && (tr.get<std::string>() == "shm" || tr.get<std::string>() == "tcp"), where + ".transport",
              "must be \"shm\" or \"tcp\", got " << tr.dump());
   m.transport = tr.get<std::string>() == "shm" ? Transport::shm : Transport::tcp;
+  if (t.contains("cores_per_host"))
+    m.cores_per_host = positive_int(t, "cores_per_host", source, where);
   if (t.contains("source")) {
     const json& src = t.at("source");
     TUNE_CHECK(src.is_string() && (src.get<std::string>() == "measured" || src.get<std::string>() == "simulated"),
@@ -196,6 +198,7 @@ std::string to_json(const TuningFile& file, std::string_view extra) {
     t["world"] = m.world;
     t["ranks_per_host"] = m.ranks_per_host;
     t["transport"] = std::string(to_string(m.transport));
+    if (m.cores_per_host > 0) t["cores_per_host"] = m.cores_per_host;
     if (m.simulated) t["source"] = "simulated";
     if (m.calibration)
       t["calibration"] = {{"alpha_us", m.calibration->alpha * 1e6},

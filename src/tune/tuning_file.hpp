@@ -13,7 +13,8 @@
 // constants its communicator calibrated at creation, "calibration": {"alpha_us": 5.1,
 // "beta_ns_per_byte": 0.4, "gamma_ns_per_byte": 0.02, "busy_gamma_ns_per_byte": 0.9} (the last
 // optional; shoal-tune --report judges the cost model with them; the dispatcher uses its own
-// communicator's). Other fields (host, command, date,
+// communicator's), and "cores_per_host": the fewest CPUs a host gave its ranks (optional; the
+// cost model's context in --report). Other fields (host, command, date,
 // iterations) are kept for people and ignored here.
 #pragma once
 
@@ -39,6 +40,7 @@ struct Measurements {
   int world = 1;
   int ranks_per_host = 1;
   Transport transport = Transport::shm;
+  int cores_per_host = 0;       // as tune::Context's; 0: not recorded
   bool simulated = false;       // predicted by shoal-sim, not measured
   std::optional<algorithms::CostParams> calibration;  // seconds, as calibrated at creation
   std::vector<uint64_t> sizes;  // strictly increasing, >= 1

@@ -16,7 +16,9 @@
 #include <thread>
 #include <vector>
 
+#include "comm/comm_impl.hpp"
 #include "comm/spin.hpp"
+#include "comm/topology.hpp"
 #include "support/processes.hpp"
 
 namespace shoal::testing {
@@ -46,6 +48,14 @@ class BusyProcesses {
  private:
   std::vector<pid_t> pids_;
 };
+
+// Every rank exited 0; each failure names its rank and what it reported.
+void expect_every_rank_passed(const std::vector<RankResult>& results) {
+  for (size_t r = 0; r < results.size(); ++r) {
+    SCOPED_TRACE("rank " + std::to_string(r) + ": " + results[r].report);
+    EXPECT_EQ(results[r].exit_code, 0);
+  }
+}
 
 void bind_to_core(int rank) {
   cpu_set_t set;
@@ -85,10 +95,7 @@ TEST(UnderLoad, TenThousandAllReducesFinishBesideBusyProcesses) {
         return errors.str().empty() ? 0 : 1;
       },
       120s);
-  for (int r = 0; r < 2; ++r) {
-    SCOPED_TRACE("rank " + std::to_string(r) + ": " + results[r].report);
-    EXPECT_EQ(results[r].exit_code, 0);
-  }
+  expect_every_rank_passed(results);
 }
 
 // After a loop under load has raised the measured wake-up cost (and so the budget, where the
@@ -138,9 +145,44 @@ TEST(UnderLoad, AWaitingRankUsesNoCpuAfterItsSpinBudget) {
       },
       120s);
   std::cout << "[   info   ] rank 0: " << results[0].report << "\n";
-  for (int r = 0; r < 2; ++r) {
-    SCOPED_TRACE("rank " + std::to_string(r) + ": " + results[r].report);
-    EXPECT_EQ(results[r].exit_code, 0);
+  expect_every_rank_passed(results);
+}
+
+// A host's cores are the union of its ranks' affinity masks, as a launcher's binding leaves
+// them: three ranks bound to one core share it (every rank says so alike, and the dispatcher's
+// context and the spin budget follow); unbound, they have every CPU this process may use.
+TEST(SharedCores, TheHostsCoresAreTheUnionOfItsRanksAffinity) {
+  EXPECT_EQ(comm::cores_in_union({"3", "c"}), 4);
+  EXPECT_EQ(comm::cores_in_union({"1", "1", "1"}), 1);
+  EXPECT_EQ(comm::cores_in_union({"f0", "01"}), 5);
+  cpu_set_t mine;
+  ASSERT_EQ(sched_getaffinity(0, sizeof mine, &mine), 0);
+  EXPECT_EQ(comm::cores_in_union({comm::affinity_mask()}), CPU_COUNT(&mine));
+  for (bool bound : {true, false}) {
+    SCOPED_TRACE(bound ? "bound to one core" : "unbound");
+    ProcessJob job(3);
+    auto results = job.run(
+        [&](int rank, const ProcessJob& j) {
+          if (bound) bind_to_core(0);
+          Communicator comm = Communicator::create(j.store(), rank, 3);
+          const auto ctx = comm.impl().tune_context();
+          std::ostringstream out;
+          const int want = bound ? 1 : CPU_COUNT(&mine);
+          if (ctx.cores_per_host != want)
+            out << "cores_per_host " << ctx.cores_per_host << ", not " << want << "; ";
+          if (comm.impl().topology.cores_of_host != std::vector<int>{want})
+            out << "cores_of_host wrong; ";
+          if (tune::ranks_share_cores(ctx) != (3 > want)) out << "ranks_share_cores wrong; ";
+          if (bound && comm::spin_budget() != comm::kMinSpin)
+            out << "spin budget not the minimum; ";
+          int64_t x = rank;
+          comm.all_reduce(&x, 1, DataType::int64, ReduceOp::sum);
+          if (x != 3) out << "all_reduce gave " << x << "; ";
+          j.report(rank, out.str());
+          return out.str().empty() ? 0 : 1;
+        },
+        60s);
+    expect_every_rank_passed(results);
   }
 }
 

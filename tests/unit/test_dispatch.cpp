@@ -145,6 +145,32 @@ TEST(Calibration, FitRecoversTheConstantsThatProducedTheTimes) {
   }
 }
 
+// With more ranks than cores the fit reads the ring through the shared-cores model too: times
+// written by hand from that model ((p-1) steps on the critical path, p(p-1) messages and
+// (p-1) x n bytes sent by the host's ranks, over its cores) give the constants back.
+TEST(Calibration, FitOnSharedCoresInvertsTheSharedCoresModel) {
+  const algorithms::CostParams truth{7.5e-6, 3.1e-10, 4.2e-11, 2e-10};
+  for (int p : {4, 8, 16}) {
+    const int cores = 2;
+    const tune::CalibrationPlan plan = tune::calibration_plan(p, Transport::shm);
+    auto ring_time = [&](uint64_t block) {
+      const double n = static_cast<double>(block * p), steps = p - 1.0;
+      return steps * truth.alpha + steps / p * n * truth.beta +
+             (p * steps * truth.alpha + steps * n * truth.beta) / cores;
+    };
+    const tune::CalibrationTimes times{ring_time(plan.small_block), ring_time(plan.large_block),
+                                       truth.gamma * static_cast<double>(plan.reduce_bytes), 0};
+    const auto c =
+        tune::fit_cost_params(p, plan, times, tune::default_cost_params(Transport::shm), p, cores);
+    EXPECT_NEAR(c.alpha / truth.alpha, 1.0, 1e-9) << p;
+    EXPECT_NEAR(c.beta / truth.beta, 1.0, 1e-9) << p;
+    // As many cores as ranks: the plain ring model, whose fit of these times is not the truth.
+    const auto flat =
+        tune::fit_cost_params(p, plan, times, tune::default_cost_params(Transport::shm), p, p);
+    EXPECT_GT(flat.alpha / truth.alpha, 1.5) << p;
+  }
+}
+
 // Noise can make the large call no slower per byte than the small one: the fit still gives
 // finite positive constants (alpha from the small call, beta at its floor), never a negative
 // or infinite one that would make every pick absurd.
@@ -278,6 +304,70 @@ TEST(Context, FromTopology) {
   EXPECT_EQ(c.ranks_per_host, 3);
   EXPECT_EQ(c.transport, Transport::tcp);
   EXPECT_EQ(tune::make_context({0, 0}, true).transport, Transport::shm);
+}
+
+TEST(Context, CoresPerHostIsTheFewestAnyHostGives) {
+  const Context c = tune::make_context({0, 0, 0, 1, 1, 1}, false, {4, 2});
+  EXPECT_EQ(c.cores_per_host, 2);
+  EXPECT_TRUE(tune::ranks_share_cores(c));
+  EXPECT_FALSE(tune::ranks_share_cores(tune::make_context({0, 0, 1, 1}, false, {4, 2})));
+  EXPECT_FALSE(
+      tune::ranks_share_cores(tune::make_context({0, 0, 0}, true)));  // unknown: a core per rank
+  EXPECT_EQ(tune::make_context({0, 0}, true, {0}).cores_per_host, 0);
+}
+
+// What a call makes a host's ranks do in all, against each schedule's closed form (bytes as
+// fractions of the call's, model_bytes): the tree sends 2(p-1) messages, recursive doubling
+// p log2 p, the ring all_reduce 2p(p-1), the ring all_gather p(p-1).
+TEST(SharedCores, HostWorkCountsEveryRanksMessagesAndBytes) {
+  auto row = [](Collective c, const char* name) { return *algorithms::find_algorithm(c, name); };
+  for (int p : {4, 8, 16}) {
+    const double lg = std::log2(p);
+    const auto tree = tune::host_work(row(Collective::all_reduce, "binomial"), p, p);
+    EXPECT_EQ(tree.messages, 2.0 * (p - 1)) << p;
+    EXPECT_NEAR(tree.sent, 2.0 * (p - 1), 1e-9) << p;  // the whole vector up and down each edge
+    EXPECT_NEAR(tree.reduced, p - 1.0, 1e-9) << p;     // one reduction per edge
+    const auto doubling = tune::host_work(row(Collective::all_reduce, "recursive_doubling"), p, p);
+    EXPECT_EQ(doubling.messages, p * lg) << p;
+    EXPECT_NEAR(doubling.sent, p * lg, 1e-9) << p;
+    const auto ring = tune::host_work(row(Collective::all_reduce, "ring"), p, p);
+    EXPECT_EQ(ring.messages, 2.0 * p * (p - 1)) << p;
+    EXPECT_NEAR(ring.sent, 2.0 * (p - 1), 1e-9) << p;
+    EXPECT_NEAR(ring.reduced, p - 1.0, 1e-9) << p;
+    EXPECT_EQ(tune::host_work(row(Collective::all_gather, "ring"), p, p).messages, p * (p - 1.0))
+        << p;
+    // Across hosts, host 0's ranks only.
+    EXPECT_EQ(tune::host_work(row(Collective::all_gather, "ring"), p, 2).messages, 2.0 * (p - 1))
+        << p;
+  }
+  const algorithms::CostParams c{1e-5, 1e-10, 1e-11, 0};
+  EXPECT_NEAR(tune::shared_cores_cost({10, 2, 1}, 1000, c, 2),
+              (10 * 1e-5 + 1000 * (2e-10 + 1e-11)) / 2, 1e-15);
+  EXPECT_EQ(tune::shared_cores_cost({10, 2, 1}, 1000, c, 0), 0.0);
+}
+
+// With 8 or 16 ranks on 2 cores small all_reduces go to the binomial tree, whose leaves wait
+// asleep (measured fastest there up to 128-512 KiB, docs/algorithms.md); with a core per rank
+// the model keeps its picks; large calls stay with the bandwidth-optimal rows either way.
+TEST(SharedCores, TheTreeTakesSmallAllReducesWhenRanksShareCores) {
+  const auto params = tune::default_cost_params(Transport::shm);
+  for (int p : {8, 16}) {
+    const Dispatcher shared(Context{p, p, Transport::shm, 2}, params, nullptr);
+    const Dispatcher own(Context{p, p, Transport::shm, p}, params, nullptr);
+    const Dispatcher unknown(Context{p, p, Transport::shm}, params, nullptr);
+    for (uint64_t bytes : {uint64_t{1} << 10, uint64_t{16} << 10}) {
+      EXPECT_EQ(pick(shared, Collective::all_reduce, bytes), "binomial") << p << " " << bytes;
+      EXPECT_NE(pick(own, Collective::all_reduce, bytes), "binomial") << p << " " << bytes;
+      EXPECT_EQ(pick(own, Collective::all_reduce, bytes),
+                pick(unknown, Collective::all_reduce, bytes));
+      // The predicted time counts the queue: more than the same row's on a core per rank.
+      EXPECT_GT(
+          shared.choose(Collective::all_reduce, bytes).predicted_s,
+          algorithms::find_algorithm(Collective::all_reduce, "binomial")->cost(p, bytes, params));
+    }
+    EXPECT_NE(pick(shared, Collective::all_reduce, 16u << 20), "binomial") << p;
+    EXPECT_NE(pick(shared, Collective::all_gather, 1u << 10), "ring") << p;  // p(p-1) messages
+  }
 }
 
 // ---- wiring: CollectiveArgs::algorithm, SHOAL_ALGO's priority, SHOAL_DISPATCH=off ----
@@ -677,6 +767,27 @@ TEST(TuningFile, RoundTripsThroughJson) {
         EXPECT_NEAR(a.tables[i].times[j].second[k], b.tables[i].times[j].second[k], 1e-12);
     }
   }
+}
+
+// The cores per host a table was measured on: read, written, optional (0), and positive.
+TEST(TuningFile, CoresPerHostIsReadAndWritten) {
+  const std::string table = R"({"format": "shoal-tune 1", "tables": [
+    {"collective": "all_reduce", "world": 8, "ranks_per_host": 8, "transport": "shm", CORES
+     "sizes": [1024], "times_us": {"ring": [5]}}]})";
+  auto with = [&](const std::string& cores) {
+    std::string t = table;
+    return t.replace(t.find("CORES"), 5, cores);
+  };
+  const tune::TuningFile a = tune::parse_tuning_file(with(R"("cores_per_host": 2,)"), "mem");
+  EXPECT_EQ(a.tables.at(0).cores_per_host, 2);
+  EXPECT_EQ(tune::parse_tuning_file(tune::to_json(a, ""), "mem2").tables.at(0).cores_per_host, 2);
+  const tune::TuningFile none = tune::parse_tuning_file(with(""), "mem");
+  EXPECT_EQ(none.tables.at(0).cores_per_host, 0);
+  EXPECT_EQ(tune::to_json(none, "").find("cores_per_host"), std::string::npos);
+  EXPECT_THROW(tune::parse_tuning_file(with(R"("cores_per_host": 0,)"), "mem"),
+               InvalidArgumentError);
+  EXPECT_THROW(tune::parse_tuning_file(with(R"("cores_per_host": "two",)"), "mem"),
+               InvalidArgumentError);
 }
 
 // Measured tables at 4 and 16 ranks over tcp (ring everywhere); simulated ones at 64 and 1,024

@@ -34,7 +34,7 @@ Mode transport_mode() {
 }
 
 ShmMesh::ShmMesh(Store& store, const std::string& prefix, int rank, const std::vector<int>& host_of,
-                 uint64_t comm_id)
+                 uint64_t comm_id, int host_cores)
     : rank_(rank) {
   const int size = static_cast<int>(host_of.size());
   use_.assign(size, false);
@@ -53,7 +53,7 @@ ShmMesh::ShmMesh(Store& store, const std::string& prefix, int rank, const std::v
   // copy they save is worth less than the wait for every reader, which forces every rank onto
   // a core before any returns: measured in docs/benchmarks.md).
   const uint64_t direct = config::get_bytes("SHOAL_FLAT_DIRECT_BYTES");
-  oversubscribed_ = nlocal > sysconf(_SC_NPROCESSORS_ONLN);
+  oversubscribed_ = nlocal > (host_cores > 0 ? host_cores : sysconf(_SC_NPROCESSORS_ONLN));
   direct_bytes_ = flat_bytes_ == 0 || direct == 0 ? 0 : oversubscribed_ ? std::max(direct, flat_bytes_ + 1) : direct;
   const size_t bytes = Segment::bytes_for(static_cast<uint32_t>(nlocal), ring_bytes_, flat_bytes_);
   sweep_orphans();

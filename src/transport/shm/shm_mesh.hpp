@@ -19,9 +19,11 @@ Mode transport_mode();
 
 class ShmMesh {
  public:
-  /// `host_of[r]` is rank r's host index. Returns a mesh even when no pair uses shared memory.
+  /// `host_of[r]` is rank r's host index; `host_cores`: the CPUs this host's ranks may run on,
+  /// equal on all of them (0: the CPUs online). Returns a mesh even when no pair uses shared
+  /// memory.
   ShmMesh(Store& store, const std::string& prefix, int rank, const std::vector<int>& host_of,
-          uint64_t comm_id);
+          uint64_t comm_id, int host_cores = 0);
   ~ShmMesh();
 
   bool uses_shm(int peer) const { return peer >= 0 && peer < static_cast<int>(use_.size()) && use_[peer]; }
