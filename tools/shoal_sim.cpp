@@ -235,10 +235,14 @@ int main(int argc, char** argv) {
   cal->add_option("-o,--output", cal_out, "write the fitted model here (JSON)");
   cal->add_option("--iterations", iterations, "Gauss-Newton iterations");
   int cal_cores = 0;
-  cal->add_option("--cores", cal_cores,
-                  "CPU cores the measured ranks shared (one machine; 0: a core per rank): a point of p ranks is "
-                  "simulated with its CPU and memory costs max(1, p/cores) times the model's (a real network's "
-                  "bandwidth, hosts > 1, excepted)")
+  cal->add_option(
+         "--cores", cal_cores,
+         "CPU cores the measured ranks shared (one machine; 0: a core per rank): on one host a "
+         "point of "
+         "p > cores ranks takes its time on a core per rank plus every rank's CPU work over the "
+         "cores; "
+         "across hosts its CPU and memory costs max(1, p/cores) times the model's (the network's "
+         "bandwidth excepted)")
       ->check(CLI::Range(0, 1 << 20));
 
   // ---- tune ----

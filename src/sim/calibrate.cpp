@@ -320,34 +320,57 @@ Programs compile_point(const Measurement& m) {
   return compile(a, algorithms::find_algorithm(m.collective, m.algorithm), 1);
 }
 
-// The model of a measured call whose ranks shared `cores` cores (calibrate()): latencies,
-// per-message overhead, reductions and copies max(1, p / cores) times longer (time-sharing
-// stretches a rank's work alike), and so are shared memory's transfers (a rank's own copies:
-// CMA by the receiver, the queues' by both; on one host or among a host's ranks across
-// hosts). Loopback TCP's are not: its one rate, which every transfer on the machine shares
-// (job_model), stands for the cores' copying as a whole (stretched as well, it fitted at 19%
-// instead of 14%: docs/scale.md). A real network's rate ("net": shaped links) is not the
-// cores' at all.
-ClusterModel on_shared_cores(ClusterModel j, const Measurement& m, int cores) {
-  const double s = cores > 0 ? std::max(1.0, static_cast<double>(m.ranks) / cores) : 1.0;
-  if (s == 1.0) return j;
-  j.intra_latency *= s;
-  j.nic_latency *= s;
-  j.overhead *= s;
-  j.reduce_cost *= s;
-  j.copy_cost *= s;
-  j.nic_burst_bw /= s;  // a bucket's burst is the host's copying
-  if (m.transport != "tcp") {  // shared memory, on one host or among a host's ranks
+// A measured call whose p ranks shared `cores` cores (calibrate()), on one host (shm, loopback
+// tcp): Brent's bound, the simulated time on a core per rank plus what every rank's CPU does
+// in the call, over the cores — the dispatcher's model (tune::shared_cores_cost). The work is
+// per message the latency and the overhead on both sides, per byte reduced the reduction cost,
+// per byte copied or finalized the copy cost, and per byte sent on shared memory a core's copy
+// rate (its transfers are the ranks' own copies). Loopback TCP's transfers are left out: their
+// one shared rate (job_model) is already the cores' total. Across hosts ("net") the ranks' CPU
+// costs and shared memory's transfers are stretched max(1, p / cores) instead (the emulated
+// cluster's fit, docs/scale.md); a real network's rate is not the cores'.
+double time_on_cores(const Programs& prog, const Measurement& m, ClusterModel j, int cores) {
+  if (cores <= 0 || m.ranks <= cores) return simulate(prog, j).time;
+  const double s = static_cast<double>(m.ranks) / cores;
+  if (m.transport == "net") {
+    j.intra_latency *= s;
+    j.nic_latency *= s;
+    j.overhead *= s;
+    j.reduce_cost *= s;
+    j.copy_cost *= s;
+    j.nic_burst_bw /= s;  // a bucket's burst is the host's copying
     j.intra_bw /= s;
     j.intra_flow_bw /= s;
+    return simulate(prog, j).time;
   }
-  return j;
+  const double per_byte_sent =
+      m.transport == "tcp" ? 0 : 1 / (j.intra_flow_bw > 0 ? j.intra_flow_bw : j.intra_bw);
+  double work = 0;
+  for (size_t i = 0; i < prog.steps(); ++i) {
+    const auto& r = prog.rec[i];
+    const double b = static_cast<double>(r.bytes);
+    switch (r.kind()) {
+      case algorithms::StepKind::send:
+        work += j.intra_latency + 2 * j.overhead + b * per_byte_sent;
+        break;
+      case algorithms::StepKind::reduce:
+        work += b * j.reduce_cost;
+        break;
+      case algorithms::StepKind::copy:
+      case algorithms::StepKind::finalize:
+        work += b * j.copy_cost;
+        break;
+      default:
+        break;
+    }
+  }
+  return simulate(prog, j).time + work / cores;
 }
 
 }  // namespace
 
 double predict(const Measurement& m, const ClusterModel& model, int cores) {
-  return simulate(compile_point(m), on_shared_cores(job_model(m, model), m, cores)).time;
+  return time_on_cores(compile_point(m), m, job_model(m, model), cores);
 }
 
 std::vector<Fit> calibrate(std::vector<Measurement>& points, ClusterModel& model, int iterations, int cores) {
@@ -367,7 +390,7 @@ std::vector<Fit> calibrate(std::vector<Measurement>& points, ClusterModel& model
     Theta theta = theta_of(model, transport);  // from the model given (its defaults otherwise)
     const Theta floor_step{1e-7, 1e-12, 1e-12, 1e-12};
     auto time_at = [&](const Point& p, const Theta& t) {
-      return simulate(p.prog, on_shared_cores(job_model(*p.m, with_theta(model, transport, t)), *p.m, cores)).time;
+      return time_on_cores(p.prog, *p.m, job_model(*p.m, with_theta(model, transport, t)), cores);
     };
     // Points far off the first fit (a loaded machine's stalls: 1 KiB taking milliseconds)
     // are left out of the second one, and counted.

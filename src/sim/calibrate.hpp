@@ -50,13 +50,14 @@ struct Fit {
 };
 
 /// Fits every transport present in `points` (predictions written back into them) and returns
-/// the fits; `model` gets intra_* from shm, nic_* from net (else tcp), reduce and copy cost from the
-/// last fit (shm preferred). `cores`: the CPU cores the measured ranks shared (all on one
-/// machine, as here, the emulated cluster included; 0: a core per rank). A point of p ranks is
-/// simulated with its CPU work (latencies, per-byte copy and reduction, shared memory's
-/// transfers: the ranks' own copies) max(1, p / cores) times longer: time-sharing stretches them
-/// alike. Loopback TCP's one rate, shared by every transfer (job_model), is already the cores'
-/// total and is not stretched, nor is the bandwidth of a real network ("net").
+/// the fits; `model` gets intra_* from shm, nic_* from net (else tcp), reduce and copy cost from
+/// the last fit (shm preferred). `cores`: the CPU cores the measured ranks shared (all on one
+/// machine, as here, the emulated cluster included; 0: a core per rank). On one host a point of
+/// p > cores ranks takes its time on a core per rank plus every rank's CPU work in the call
+/// (latencies, per-byte copy and reduction, shared memory's transfers: the ranks' own copies)
+/// over the cores, Brent's bound; loopback TCP's one rate, shared by every transfer (job_model),
+/// is already the cores' total and adds no work. Across hosts ("net") its CPU work is stretched
+/// max(1, p / cores) instead, the network's bandwidth excepted.
 std::vector<Fit> calibrate(std::vector<Measurement>& points, ClusterModel& model, int iterations = 8,
                            int cores = 0);
 

@@ -633,8 +633,9 @@ ClusterModel known_model(double intra_latency, double intra_bw, double reduce_co
 }
 
 TEST(Calibrate, SeparatesCopyFromReductionCountsSharedCoresAndKeepsTheBestRepeat) {
-  // Points of 2, 4 and 8 ranks measured on 2 shared cores (4 and 8 ranks: 2x and 4x slower),
-  // with copies cheaper than reductions; every point also once more, 30% slower (a noisy run).
+  // Points of 2, 4 and 8 ranks measured on 2 shared cores (4 and 8 ranks: every rank's work
+  // over the 2 cores on top), with copies cheaper than reductions; every point also once more,
+  // 30% slower (a noisy run).
   const ClusterModel truth = known_model(5e-6, 20e9, 2e-10, 0.5e-10);
   std::vector<sim::Measurement> pts;
   for (int p : {2, 4, 8})
@@ -648,7 +649,10 @@ TEST(Calibrate, SeparatesCopyFromReductionCountsSharedCoresAndKeepsTheBestRepeat
         x.ranks = p;
         x.size = size;
         x.seconds = sim::predict(x, truth, /*cores=*/2);
-        EXPECT_DOUBLE_EQ(x.seconds, sim::predict(x, truth) * std::max(1, p / 2));
+        if (p <= 2)
+          EXPECT_DOUBLE_EQ(x.seconds, sim::predict(x, truth));  // a core per rank
+        else
+          EXPECT_GT(x.seconds, sim::predict(x, truth) * 1.2) << p << " " << size;
         pts.push_back(x);
         x.seconds *= 1.3;
         pts.push_back(x);
@@ -668,6 +672,26 @@ TEST(Calibrate, SeparatesCopyFromReductionCountsSharedCoresAndKeepsTheBestRepeat
   EXPECT_GT(sim::calibrate(again, naive)[0].median_error, 0.05);
 }
 
+TEST(Calibrate, OnSharedCoresTheTreeBeatsRecursiveDoublingAtSmallSizes) {
+  // 8 ranks, 1 KiB, latency-bound: on a core per rank recursive doubling's 3 latencies beat the
+  // tree's 6 (reduce up, broadcast down); on 2 cores each adds its messages over them, 8 x 3 = 24
+  // against 2 x 7 = 14, and the tree wins, as measured (docs/algorithms.md).
+  const ClusterModel m = known_model(5e-6, 1e15, 0, 0);
+  auto time = [&](const char* algo, int cores) {
+    sim::Measurement x;
+    x.collective = Collective::all_reduce;
+    x.algorithm = algo;
+    x.transport = "shm";
+    x.ranks = 8;
+    x.size = 1024;
+    return sim::predict(x, m, cores);
+  };
+  EXPECT_LT(time("recursive_doubling", 0), time("binomial", 0));
+  EXPECT_NEAR(time("recursive_doubling", 2), 3 * 5e-6 + 24 * 5e-6 / 2, 1e-7);
+  EXPECT_NEAR(time("binomial", 2), 6 * 5e-6 + 14 * 5e-6 / 2, 1e-7);
+  EXPECT_LT(time("binomial", 2), time("recursive_doubling", 2));
+}
+
 TEST(Calibrate, LoopbackTcpIsOneHostWhoseTransfersShareOneRate) {
   // Loopback has no wire: every transfer is the kernel's copying on the same machine, so the
   // ranks' transfers share the tcp rate (nic_bw) instead of each rank having a NIC of its own.
@@ -684,11 +708,14 @@ TEST(Calibrate, LoopbackTcpIsOneHostWhoseTransfersShareOneRate) {
   x.size = 4 << 20;
   EXPECT_EQ(sim::job_model(x, m).ranks_per_host, 4);
   EXPECT_NEAR(sim::predict(x, m), 3.0 * x.size / m.nic_bw, 1e-6 * 3.0 * x.size / m.nic_bw);
-  EXPECT_DOUBLE_EQ(sim::predict(x, m, /*cores=*/2), sim::predict(x, m));  // not stretched
-  m.nic_latency = 10e-6;  // the latency is the tcp one, and time-sharing stretches it
+  // On 2 cores the transfers add no work: their one rate is already the cores' total.
+  EXPECT_DOUBLE_EQ(sim::predict(x, m, /*cores=*/2), sim::predict(x, m));
+  m.nic_latency = 10e-6;  // the latency is the tcp one
   x.size = 16;  // one float per rank: 3 latencies, and 4 bytes at a time to move
   EXPECT_NEAR(sim::predict(x, m), 3 * 10e-6, 1e-7);
-  EXPECT_NEAR(sim::predict(x, m, /*cores=*/2), 2 * 3 * 10e-6, 1e-7);
+  // On 2 cores, Brent's bound: the 3 latencies of the critical path, plus the 4 x 3 messages of
+  // all the ranks, a latency each, over the 2 cores.
+  EXPECT_NEAR(sim::predict(x, m, /*cores=*/2), 3 * 10e-6 + 4 * 3 * 10e-6 / 2, 1e-7);
 }
 
 TEST(Calibrate, ANetworksBandwidthIsNotStretchedBySharedCores) {
