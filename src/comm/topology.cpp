@@ -30,6 +30,14 @@ std::string host_identity() {
   return std::string(host) + "/" + boot + "/" + netns;
 }
 
+namespace {
+constexpr char kHexDigits[] = "0123456789abcdef";
+int hex_value(char h) {  // 0 for anything else: a malformed mask names no CPU
+  if (h >= '0' && h <= '9') return h - '0';
+  return h >= 'a' && h <= 'f' ? h - 'a' + 10 : 0;
+}
+}  // namespace
+
 std::string affinity_mask() {
   cpu_set_t set;
   CPU_ZERO(&set);
@@ -37,29 +45,25 @@ std::string affinity_mask() {
     const long online = sysconf(_SC_NPROCESSORS_ONLN);
     for (long c = 0; c < std::min<long>(online, CPU_SETSIZE); ++c) CPU_SET(c, &set);
   }
-  static const char digits[] = "0123456789abcdef";
   std::string hex;
   for (int c = 0; c < CPU_SETSIZE; c += 4) {
     int nibble = 0;
     for (int b = 0; b < 4; ++b)
       if (CPU_ISSET(c + b, &set)) nibble |= 1 << b;
-    hex += digits[nibble];
+    hex += kHexDigits[nibble];
   }
   while (hex.size() > 1 && hex.back() == '0') hex.pop_back();
   return hex;
 }
 
 int cores_in_union(const std::vector<std::string>& masks) {
-  std::string all;
+  std::vector<int> all;  // one nibble per hex digit
   for (const auto& m : masks) {
-    if (m.size() > all.size()) all.resize(m.size(), '0');
-    for (size_t i = 0; i < m.size(); ++i) {
-      auto value = [](char h) { return h >= 'a' ? h - 'a' + 10 : h - '0'; };
-      all[i] = "0123456789abcdef"[value(all[i]) | value(m[i])];
-    }
+    if (m.size() > all.size()) all.resize(m.size(), 0);
+    for (size_t i = 0; i < m.size(); ++i) all[i] |= hex_value(m[i]);
   }
   int n = 0;
-  for (char h : all) n += std::popcount(static_cast<unsigned>(h >= 'a' ? h - 'a' + 10 : h - '0'));
+  for (int nibble : all) n += std::popcount(static_cast<unsigned>(nibble));
   return n;
 }
 
