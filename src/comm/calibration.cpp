@@ -1,5 +1,7 @@
 // Calibration at creation (SHOAL_TUNE_CALIBRATE): the cost model's alpha, beta and gamma
 // measured on this communicator's own links, agreed by every rank (tune/calibration.hpp).
+#include "tune/calibration.hpp"
+
 #include <algorithm>
 #include <chrono>
 #include <limits>
@@ -9,7 +11,6 @@
 #include "core/check.hpp"
 #include "core/config.hpp"
 #include "core/reduce.hpp"
-#include "tune/calibration.hpp"
 
 namespace shoal::detail {
 
@@ -34,7 +35,8 @@ double fastest_of(int calls, F&& run) {
 
 bool CommImpl::calibration_wanted() const {
   const std::string mode = config::get("SHOAL_TUNE_CALIBRATE");
-  SHOAL_CHECK(mode == "on" || mode == "off", InvalidArgument, "SHOAL_TUNE_CALIBRATE='" << mode << "' is not on or off");
+  SHOAL_CHECK(mode == "on" || mode == "off", InvalidArgument,
+              "SHOAL_TUNE_CALIBRATE='" << mode << "' is not on or off");
   return mode == "on" && size >= 2 && config::get("SHOAL_DISPATCH") != "off";
 }
 
@@ -48,7 +50,8 @@ void CommImpl::calibrate_cost_model() {
   std::vector<uint8_t> block(plan.large_block, static_cast<uint8_t>(rank));
   std::vector<uint8_t> gathered(plan.large_block * static_cast<uint64_t>(size));
   auto all_gather = [&](uint64_t bytes) {
-    submit(Collective::all_gather, block.data(), gathered.data(), bytes, DataType::uint8, ReduceOp::sum, -1, -1, 0,
+    submit(Collective::all_gather, block.data(), gathered.data(), bytes, DataType::uint8,
+           ReduceOp::sum, -1, -1, 0,
            /*blocking=*/true, ring_all_gather)
         .wait();
   };
@@ -56,7 +59,11 @@ void CommImpl::calibrate_cost_model() {
   double times[4] = {
       fastest_of(plan.small_calls, [&] { all_gather(plan.small_block); }),
       fastest_of(plan.large_calls, [&] { all_gather(plan.large_block); }),
-      fastest_of(plan.reduce_calls, [&] { kernels::reduce_into(acc.data(), in.data(), acc.size(), DataType::float32, ReduceOp::sum); }),
+      fastest_of(plan.reduce_calls,
+                 [&] {
+                   kernels::reduce_into(acc.data(), in.data(), acc.size(), DataType::float32,
+                                        ReduceOp::sum);
+                 }),
       0,
   };
   // Across hosts of several ranks: a step-synchronous call, whose memory work (for Swing's
@@ -66,10 +73,11 @@ void CommImpl::calibrate_cost_model() {
   if (tune::across_hosts_of_several(context)) {
     const auto* swing = algorithms::find_algorithm(Collective::all_gather, "swing");
     SHOAL_CHECK(swing, Internal, "the registry has no swing all_gather");
-    std::vector<uint8_t> mine(plan.swing_block, static_cast<uint8_t>(rank)), all(plan.swing_block * size);
+    std::vector<uint8_t> mine(plan.swing_block, static_cast<uint8_t>(rank)),
+        all(plan.swing_block * size);
     auto swing_all_gather = [&] {
-      submit(Collective::all_gather, mine.data(), all.data(), plan.swing_block, DataType::uint8, ReduceOp::sum, -1,
-             -1, 0, /*blocking=*/true, swing)
+      submit(Collective::all_gather, mine.data(), all.data(), plan.swing_block, DataType::uint8,
+             ReduceOp::sum, -1, -1, 0, /*blocking=*/true, swing)
           .wait();
     };
     // Back to back from a common start, the mean: a rank that leaves one call early waits
@@ -78,21 +86,21 @@ void CommImpl::calibrate_cost_model() {
     all_gather(plan.small_block);
     const auto t0 = std::chrono::steady_clock::now();
     for (int i = 0; i < plan.swing_calls; ++i) swing_all_gather();
-    times[3] = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / plan.swing_calls;
+    times[3] = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() /
+               plan.swing_calls;
   }
   // The slowest rank's times, the same bits everywhere: so is the fit, and so are the picks.
-  submit(Collective::all_reduce, times, times, 4, DataType::float64, ReduceOp::max, -1, -1, 0, /*blocking=*/true,
-         ring_all_reduce)
+  submit(Collective::all_reduce, times, times, 4, DataType::float64, ReduceOp::max, -1, -1, 0,
+         /*blocking=*/true, ring_all_reduce)
       .wait();
   calibrated_params = tune::fit_cost_params(size, plan, {times[0], times[1], times[2], times[3]},
                                             tune::default_cost_params(context.transport),
                                             context.ranks_per_host, context.cores_per_host);
-  SHOAL_INFO("cost model calibrated at creation: alpha " << calibrated_params->alpha * 1e6 << " us, beta "
-                                                         << 1e-9 / calibrated_params->beta << " GB/s, gamma "
-                                                         << 1e-9 / calibrated_params->gamma << " GB/s, busy gamma "
-                                                         << 1e-9 / calibrated_params->busy_gamma << " GB/s (times: "
-                                                         << times[0] * 1e6 << ", " << times[1] * 1e6 << ", "
-                                                         << times[2] * 1e6 << ", " << times[3] * 1e6 << " us)");
+  SHOAL_INFO("cost model calibrated at creation: alpha "
+             << calibrated_params->alpha * 1e6 << " us, beta " << 1e-9 / calibrated_params->beta
+             << " GB/s, gamma " << 1e-9 / calibrated_params->gamma << " GB/s, busy gamma "
+             << 1e-9 / calibrated_params->busy_gamma << " GB/s (times: " << times[0] * 1e6 << ", "
+             << times[1] * 1e6 << ", " << times[2] * 1e6 << ", " << times[3] * 1e6 << " us)");
 }
 
 }  // namespace shoal::detail

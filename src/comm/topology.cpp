@@ -25,7 +25,7 @@ std::string host_identity() {
   gethostname(host, sizeof host - 1);
   std::string boot;
   std::ifstream("/proc/sys/kernel/random/boot_id") >> boot;
-  struct stat st{};
+  struct stat st {};
   std::string netns = stat("/proc/self/ns/net", &st) == 0 ? std::to_string(st.st_ino) : "";
   return std::string(host) + "/" + boot + "/" + netns;
 }

@@ -6,9 +6,9 @@
 #include <fstream>
 #include <functional>
 #include <map>
-#include <tuple>
 #include <nlohmann/json.hpp>
 #include <sstream>
+#include <tuple>
 
 #include "algorithms/registry.hpp"
 #include "core/check.hpp"
@@ -22,15 +22,20 @@ namespace {
 
 Collective collective_named(const std::string& name, const std::string& where) {
   for (int c = 0; c <= static_cast<int>(Collective::recv); ++c)
-    if (algorithms::to_string(static_cast<Collective>(c)) == name) return static_cast<Collective>(c);
+    if (algorithms::to_string(static_cast<Collective>(c)) == name)
+      return static_cast<Collective>(c);
   SHOAL_THROW(InvalidArgument, where << ": unknown collective '" << name << "'");
 }
 
 // "... transport shm with 3 peer(s) ..., chunk 524288 B" -> transport, chunk.
 void read_communicator(const std::string& text, Measurement& m) {
   if (auto pos = text.find("transport "); pos != std::string::npos)
-    m.transport = text.compare(pos + 10, 3, "shm") == 0 && text.find("tcp with", pos) == std::string::npos ? "shm" : "tcp";
-  if (auto pos = text.find(", chunk "); pos != std::string::npos) m.chunk_bytes = std::stoull(text.substr(pos + 8));
+    m.transport =
+        text.compare(pos + 10, 3, "shm") == 0 && text.find("tcp with", pos) == std::string::npos
+            ? "shm"
+            : "tcp";
+  if (auto pos = text.find(", chunk "); pos != std::string::npos)
+    m.chunk_bytes = std::stoull(text.substr(pos + 8));
 }
 
 }  // namespace
@@ -67,7 +72,8 @@ std::vector<Measurement> read_bench_file(const std::string& path, const std::str
         out.push_back(m);
       }
     } catch (const nlohmann::json::exception& e) {
-      SHOAL_THROW(InvalidArgument, "calibrate: " << path << ": not a shoal-bench --json file: " << e.what());
+      SHOAL_THROW(InvalidArgument,
+                  "calibrate: " << path << ": not a shoal-bench --json file: " << e.what());
     }
   } else {
     std::istringstream in(text);
@@ -75,14 +81,16 @@ std::vector<Measurement> read_bench_file(const std::string& path, const std::str
     int lineno = 0;
     while (std::getline(in, line)) {
       ++lineno;
-      if (line.rfind("# shoal-bench ", 0) == 0) {  // "# shoal-bench all_reduce: 4 ranks (1 hosts), dtype float32, ..."
+      if (line.rfind("# shoal-bench ", 0) ==
+          0) {  // "# shoal-bench all_reduce: 4 ranks (1 hosts), dtype float32, ..."
         std::istringstream h(line.substr(14));
         std::string coll;
         h >> coll;
         if (!coll.empty() && coll.back() == ':') coll.pop_back();
         proto.collective = collective_named(coll, path + ":" + std::to_string(lineno));
         h >> proto.ranks;
-        if (auto pos = line.find(" ranks ("); pos != std::string::npos) proto.hosts = std::stoi(line.substr(pos + 8));
+        if (auto pos = line.find(" ranks ("); pos != std::string::npos)
+          proto.hosts = std::stoi(line.substr(pos + 8));
         if (auto pos = line.find("dtype "); pos != std::string::npos) {
           std::string d = line.substr(pos + 6, line.find(',', pos) - pos - 6);
           if (auto t = parse_data_type(d)) proto.dtype = *t;
@@ -94,15 +102,18 @@ std::vector<Measurement> read_bench_file(const std::string& path, const std::str
         std::vector<std::string> tok;
         for (std::string t; row >> t;) tok.push_back(t);
         if (tok.size() < 8) continue;
-        SHOAL_CHECK(proto.ranks > 0, InvalidArgument,
-                    "calibrate: " << path << ":" << lineno << ": a row before the '# shoal-bench' header");
+        SHOAL_CHECK(
+            proto.ranks > 0, InvalidArgument,
+            "calibrate: " << path << ":" << lineno << ": a row before the '# shoal-bench' header");
         Measurement m = proto;
         try {
           m.size = std::stoull(tok[0]);
           m.seconds = std::stod(tok[5]) * 1e-6;
-          if (tok.size() >= 10 && tok[9] != "N/A") m.seconds = std::min(m.seconds, std::stod(tok[9]) * 1e-6);
+          if (tok.size() >= 10 && tok[9] != "N/A")
+            m.seconds = std::min(m.seconds, std::stod(tok[9]) * 1e-6);
         } catch (const std::exception&) {
-          SHOAL_THROW(InvalidArgument, "calibrate: " << path << ":" << lineno << ": not a shoal-bench row");
+          SHOAL_THROW(InvalidArgument,
+                      "calibrate: " << path << ":" << lineno << ": not a shoal-bench row");
         }
         out.push_back(m);
       }
@@ -112,11 +123,14 @@ std::vector<Measurement> read_bench_file(const std::string& path, const std::str
   for (auto& m : out) {
     // Across hosts the network is a real one (the emulated cluster's shaped links, or a
     // cluster's): its own fit, apart from loopback TCP on one host.
-    if (m.hosts > 1) m.transport = "net";
-    else if (m.transport.empty()) m.transport = "shm";
-    SHOAL_CHECK(m.algorithm.empty() || algorithms::find_algorithm(m.collective, m.algorithm), InvalidArgument,
-                "calibrate: " << path << ": " << algorithms::to_string(m.collective) << " has no algorithm '"
-                              << m.algorithm << "'");
+    if (m.hosts > 1)
+      m.transport = "net";
+    else if (m.transport.empty())
+      m.transport = "shm";
+    SHOAL_CHECK(m.algorithm.empty() || algorithms::find_algorithm(m.collective, m.algorithm),
+                InvalidArgument,
+                "calibrate: " << path << ": " << algorithms::to_string(m.collective)
+                              << " has no algorithm '" << m.algorithm << "'");
     if (m.algorithm.empty()) m.algorithm = std::string(algorithms::first_row(m.collective).name);
   }
   return out;
@@ -138,20 +152,26 @@ ClusterModel job_model(const Measurement& m, const ClusterModel& base) {
     j.ranks_per_host = m.hosts > 1 ? std::max(1, m.ranks / m.hosts) : 1;
     j.nics = 1;
   }
-  if (m.transport != "net") j.nic_burst_bytes = 0;  // loopback has no shaper
-  else j.stripe = 1;                                // the runtime stripes over every NIC
+  if (m.transport != "net")
+    j.nic_burst_bytes = 0;  // loopback has no shaper
+  else
+    j.stripe = 1;  // the runtime stripes over every NIC
   return j;
 }
 
 std::vector<Measurement> best_of_repeats(const std::vector<Measurement>& points) {
   std::vector<Measurement> out;
-  std::map<std::tuple<int, std::string, std::string, int, int, uint64_t, int, uint64_t>, size_t> index;
+  std::map<std::tuple<int, std::string, std::string, int, int, uint64_t, int, uint64_t>, size_t>
+      index;
   for (const auto& m : points) {
-    const auto key = std::make_tuple(static_cast<int>(m.collective), m.algorithm, m.transport, m.ranks, m.hosts,
-                                     m.chunk_bytes, static_cast<int>(m.dtype), m.size);
+    const auto key =
+        std::make_tuple(static_cast<int>(m.collective), m.algorithm, m.transport, m.ranks, m.hosts,
+                        m.chunk_bytes, static_cast<int>(m.dtype), m.size);
     auto [it, fresh] = index.try_emplace(key, out.size());
-    if (fresh) out.push_back(m);
-    else if (m.seconds < out[it->second].seconds) out[it->second] = m;
+    if (fresh)
+      out.push_back(m);
+    else if (m.seconds < out[it->second].seconds)
+      out[it->second] = m;
   }
   return out;
 }
@@ -215,7 +235,8 @@ Theta nnls(const std::vector<Theta>& raw, const std::vector<double>& rhs) {
       int piv = c;
       for (int r = c + 1; r < k; ++r)
         if (std::fabs(a[r][c]) > std::fabs(a[piv][c])) piv = r;
-      if (std::fabs(a[piv][c]) < 1e-300) ok = false;
+      if (std::fabs(a[piv][c]) < 1e-300)
+        ok = false;
       else {
         std::swap(a[c], a[piv]);
         for (int r = 0; r < k; ++r)
@@ -251,8 +272,8 @@ Theta nnls(const std::vector<Theta>& raw, const std::vector<double>& rhs) {
 // most `rounds` rounds; returns the best point seen. Used after the Gauss-Newton fit to lower
 // the mean absolute relative error, which follows the median (what calibration is judged by)
 // more closely than the squared error a few far points dominate.
-Theta nelder_mead_log(const Theta& start, const Theta& floor, const std::function<double(const Theta&)>& loss,
-                      int rounds) {
+Theta nelder_mead_log(const Theta& start, const Theta& floor,
+                      const std::function<double(const Theta&)>& loss, int rounds) {
   using V = std::array<double, kParams>;
   auto theta_of = [](const V& v) {
     Theta t;
@@ -373,7 +394,8 @@ double predict(const Measurement& m, const ClusterModel& model, int cores) {
   return time_on_cores(compile_point(m), m, job_model(m, model), cores);
 }
 
-std::vector<Fit> calibrate(std::vector<Measurement>& points, ClusterModel& model, int iterations, int cores) {
+std::vector<Fit> calibrate(std::vector<Measurement>& points, ClusterModel& model, int iterations,
+                           int cores) {
   std::map<std::string, std::vector<Point>> by_transport;
   for (auto& m : points) by_transport[m.transport].push_back({&m, compile_point(m)});
   std::vector<Fit> fits;
@@ -422,7 +444,8 @@ std::vector<Fit> calibrate(std::vector<Measurement>& points, ClusterModel& model
           }
           const double w = 1.0 / p.m->seconds;  // relative error
           Theta row;
-          double fixed = base;  // the part of the time no constant of theta scales (a bucket's burst)
+          double fixed =
+              base;  // the part of the time no constant of theta scales (a bucket's burst)
           for (int j = 0; j < kParams; ++j) {
             row[j] = g[j] * w;
             fixed -= g[j] * theta[j];
@@ -433,14 +456,16 @@ std::vector<Fit> calibrate(std::vector<Measurement>& points, ClusterModel& model
         const Theta next = nnls(rows, rhs);
         double change = 0;
         for (int j = 0; j < kParams; ++j)
-          change = std::max(change, std::fabs(next[j] - theta[j]) / std::max(theta[j], floor_step[j]));
+          change =
+              std::max(change, std::fabs(next[j] - theta[j]) / std::max(theta[j], floor_step[j]));
         theta = next;
         if (change < 1e-3) break;
       }
     };
     auto errors = [&] {
       std::vector<double> e;
-      for (const auto& p : pts) e.push_back(std::fabs(time_at(p, theta) - p.m->seconds) / p.m->seconds);
+      for (const auto& p : pts)
+        e.push_back(std::fabs(time_at(p, theta) - p.m->seconds) / p.m->seconds);
       return e;
     };
     // Gauss-Newton finds the nearest optimum: it starts from the best of the model's constants
@@ -485,7 +510,8 @@ std::vector<Fit> calibrate(std::vector<Measurement>& points, ClusterModel& model
     std::sort(errs.begin(), errs.end());
     fit.points = static_cast<int>(errs.size());
     fit.outliers = static_cast<int>(std::count(use.begin(), use.end(), 0));
-    fit.median_error = errs.size() % 2 ? errs[errs.size() / 2] : (errs[errs.size() / 2 - 1] + errs[errs.size() / 2]) / 2;
+    fit.median_error = errs.size() % 2 ? errs[errs.size() / 2]
+                                       : (errs[errs.size() / 2 - 1] + errs[errs.size() / 2]) / 2;
     fit.max_error = errs.back();
     model = with_theta(model, transport, theta);
     fits.push_back(fit);

@@ -16,14 +16,14 @@ namespace shoal::sim {
 struct Measurement {
   std::string file;
   algorithms::Collective collective = algorithms::Collective::all_reduce;
-  std::string algorithm;   // a registry row of the collective
-  std::string transport;   // "shm" (one host, shared memory), "tcp" (loopback) or "net" (hosts > 1)
+  std::string algorithm;  // a registry row of the collective
+  std::string transport;  // "shm" (one host, shared memory), "tcp" (loopback) or "net" (hosts > 1)
   int ranks = 0, hosts = 1;
-  uint64_t size = 0;       // nccl-tests size (bytes)
+  uint64_t size = 0;  // nccl-tests size (bytes)
   uint64_t chunk_bytes = 512 << 10;
   DataType dtype = DataType::float32;
-  double seconds = 0;      // measured: the lesser of out of place and in place
-  double predicted = 0;    // filled by calibrate()
+  double seconds = 0;    // measured: the lesser of out of place and in place
+  double predicted = 0;  // filled by calibrate()
 };
 
 /// Reads a shoal-bench table or --json file. `algorithm` names the row that ran (shoal-bench
@@ -58,8 +58,8 @@ struct Fit {
 /// over the cores, Brent's bound; loopback TCP's one rate, shared by every transfer (job_model),
 /// is already the cores' total and adds no work. Across hosts ("net") its CPU work is stretched
 /// max(1, p / cores) instead, the network's bandwidth excepted.
-std::vector<Fit> calibrate(std::vector<Measurement>& points, ClusterModel& model, int iterations = 8,
-                           int cores = 0);
+std::vector<Fit> calibrate(std::vector<Measurement>& points, ClusterModel& model,
+                           int iterations = 8, int cores = 0);
 
 /// Predicted seconds of one measurement's call on `model` (through job_model), on `cores`
 /// shared cores as calibrate() counts them.

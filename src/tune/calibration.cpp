@@ -15,8 +15,9 @@ CalibrationPlan calibration_plan(int world, Transport transport) {
   CalibrationPlan plan;
   const uint64_t p = static_cast<uint64_t>(std::max(world, 1));
   plan.small_block = 8;
-  plan.large_block =
-      transport == Transport::tcp ? 512u << 10 : std::clamp<uint64_t>((2u << 20) / p, 16u << 10, 256u << 10);
+  plan.large_block = transport == Transport::tcp
+                         ? 512u << 10
+                         : std::clamp<uint64_t>((2u << 20) / p, 16u << 10, 256u << 10);
   plan.reduce_bytes = 256u << 10;
   plan.small_calls = 8;
   plan.large_calls = 3;
@@ -43,7 +44,8 @@ CostParams fit_cost_params(int world, const CalibrationPlan& plan, const Calibra
   const CostParams per_alpha{1, 0, 0, 0}, per_beta{0, 1, 0, 0};
   const double a_small = coefficient(n_small, per_alpha), b_small = coefficient(n_small, per_beta);
   const double a_large = coefficient(n_large, per_alpha), b_large = coefficient(n_large, per_beta);
-  const double min_alpha = floor.alpha / 100, min_beta = floor.beta / 100, min_gamma = floor.gamma / 100;
+  const double min_alpha = floor.alpha / 100, min_beta = floor.beta / 100,
+               min_gamma = floor.gamma / 100;
   auto usable = [](double x) { return std::isfinite(x) && x > 0; };
 
   CostParams c;
@@ -56,15 +58,18 @@ CostParams fit_cost_params(int world, const CalibrationPlan& plan, const Calibra
   }
   c.alpha = usable(c.alpha) ? std::max(c.alpha, min_alpha) : floor.alpha;
   c.beta = usable(c.beta) ? std::max(c.beta, min_beta) : min_beta;
-  const double gamma = times.reduce_s / static_cast<double>(std::max<uint64_t>(plan.reduce_bytes, 1));
+  const double gamma =
+      times.reduce_s / static_cast<double>(std::max<uint64_t>(plan.reduce_bytes, 1));
   c.gamma = usable(gamma) ? std::max(gamma, min_gamma) : floor.gamma;
   c.busy_gamma = floor.busy_gamma;
   const auto* swing = algorithms::find_algorithm(Collective::all_gather, "swing");
-  if (times.swing_s > 0 && swing && across_hosts_of_several({world, ranks_per_host, Transport::tcp})) {
+  if (times.swing_s > 0 && swing &&
+      across_hosts_of_several({world, ranks_per_host, Transport::tcp})) {
     const HostTraffic traffic = host_traffic(*swing, world, ranks_per_host);
     const uint64_t bytes = plan.swing_block * static_cast<uint64_t>(world);
     const double n = static_cast<double>(bytes);
-    const double beyond = times.swing_s - swing->cost(world, bytes, {c.alpha, 0, 0, 0}) - c.beta * traffic.nic * n;
+    const double beyond =
+        times.swing_s - swing->cost(world, bytes, {c.alpha, 0, 0, 0}) - c.beta * traffic.nic * n;
     const double busy = beyond / (traffic.memory * n);
     c.busy_gamma = usable(busy) ? std::max(busy, floor.busy_gamma / 100) : floor.busy_gamma / 100;
   }

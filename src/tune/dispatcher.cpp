@@ -17,7 +17,9 @@ using algorithms::CostParams;
 
 namespace {
 
-double distance_log2(int a, int b) { return std::abs(std::log2(static_cast<double>(a)) - std::log2(static_cast<double>(b))); }
+double distance_log2(int a, int b) {
+  return std::abs(std::log2(static_cast<double>(a)) - std::log2(static_cast<double>(b)));
+}
 
 // A SHOAL_TUNE_* constant: "" keeps the default.
 double setting_or(const char* name, double fallback) {
@@ -41,7 +43,8 @@ double modelled_cost(const AlgorithmInfo& row, int world, uint64_t bytes, const 
   const double queued = work ? shared_cores_cost(*work, bytes, c, cores) : 0;
   if (!traffic) return row.cost(world, bytes, c) + queued;
   const double n = static_cast<double>(bytes);
-  const double wire = c.beta * nic_factor * traffic->nic * n, memory = c.busy_gamma * traffic->memory * n;
+  const double wire = c.beta * nic_factor * traffic->nic * n,
+               memory = c.busy_gamma * traffic->memory * n;
   const double latency = row.cost(world, bytes, {c.alpha, 0, 0, 0});
   return latency + (row.pipelined ? std::max(wire, memory) : wire + memory) + queued;
 }
@@ -73,10 +76,14 @@ double visit_host_schedules(const AlgorithmInfo& row, int world, int ranks_per_h
 
 std::string_view to_string(Choice::Source s) {
   switch (s) {
-    case Choice::Source::first_row: return "first row";
-    case Choice::Source::cost_model: return "cost model";
-    case Choice::Source::tuning_file: return "tuning file";
-    case Choice::Source::simulation: return "simulation";
+    case Choice::Source::first_row:
+      return "first row";
+    case Choice::Source::cost_model:
+      return "cost model";
+    case Choice::Source::tuning_file:
+      return "tuning file";
+    case Choice::Source::simulation:
+      return "simulation";
   }
   return "?";
 }
@@ -127,7 +134,8 @@ HostTraffic host_traffic(const AlgorithmInfo& row, int world, int ranks_per_host
   const double n = visit_host_schedules(row, world, ranks_per_host, [&](const auto& steps) {
     double mine = 0;  // this rank's memory work
     for (const auto& step : steps) {
-      const auto moved = static_cast<double>(step.kind == algorithms::StepKind::send ? step.src.bytes : step.dst.bytes);
+      const auto moved = static_cast<double>(
+          step.kind == algorithms::StepKind::send ? step.src.bytes : step.dst.bytes);
       switch (step.kind) {
         case algorithms::StepKind::send:
           (step.peer >= ranks_per_host ? nic : mine) += moved;
@@ -185,13 +193,18 @@ const AlgorithmInfo& cost_model_choice(Collective collective,
       best_cost = t;
     }
   }
-  SHOAL_CHECK(best != nullptr, Internal, "no algorithm serves " << algorithms::to_string(collective));
+  SHOAL_CHECK(best != nullptr, Internal,
+              "no algorithm serves " << algorithms::to_string(collective));
   return *best;
 }
 
 Dispatcher::Dispatcher(Context context, CostParams params, std::shared_ptr<const TuningFile> file,
                        bool enabled, Reading reading)
-    : context_(context), params_(params), file_(std::move(file)), enabled_(enabled), reading_(reading) {
+    : context_(context),
+      params_(params),
+      file_(std::move(file)),
+      enabled_(enabled),
+      reading_(reading) {
   for (const auto& row : algorithms::registry()) ++rows_[static_cast<int>(row.collective)];
   if (file_) choose_tables();
   constexpr Collective kModelled[] = {Collective::all_reduce, Collective::all_gather,
@@ -231,7 +244,8 @@ void Dispatcher::choose_tables() {
   // host (log distance; an exact match is 0); the first in the file on a tie. Measured tables
   // first; for a world beyond every measured one, the simulated tables of such worlds.
   auto key = [&](const Measurements& t) {
-    return std::pair(distance_log2(t.world, context_.world), distance_log2(t.ranks_per_host, context_.ranks_per_host));
+    return std::pair(distance_log2(t.world, context_.world),
+                     distance_log2(t.ranks_per_host, context_.ranks_per_host));
   };
   std::array<int, kCollectives> largest_measured{};
   for (const auto& m : file_->tables) {
@@ -243,7 +257,8 @@ void Dispatcher::choose_tables() {
   std::array<const Measurements*, kCollectives> simulated{};
   for (const auto& m : file_->tables) {
     const int c = static_cast<int>(m.collective);
-    if (m.transport != context_.transport || !m.simulated || m.world <= largest_measured[c]) continue;
+    if (m.transport != context_.transport || !m.simulated || m.world <= largest_measured[c])
+      continue;
     if (!simulated[c] || key(m) < key(*simulated[c])) simulated[c] = &m;
   }
   for (int c = 0; c < kCollectives; ++c) {
@@ -259,11 +274,14 @@ Dispatcher Dispatcher::from_environment(const Context& context, const CostParams
   std::shared_ptr<const TuningFile> file;
   const std::string path = config::get("SHOAL_TUNE_FILE");
   const std::string sim = config::get("SHOAL_TUNE_SIM");
-  SHOAL_CHECK(sim == "on" || sim == "off", InvalidArgument, "SHOAL_TUNE_SIM='" << sim << "' is not on or off");
+  SHOAL_CHECK(sim == "on" || sim == "off", InvalidArgument,
+              "SHOAL_TUNE_SIM='" << sim << "' is not on or off");
   const Reading reading = Reading::from_environment();
   if (mode == "on" && !path.empty())
-    file = std::make_shared<const TuningFile>(load_tuning_file(path, /*keep_simulated=*/sim == "on"));
-  return Dispatcher(context, cost_params(context.transport, measured), std::move(file), mode == "on", reading);
+    file =
+        std::make_shared<const TuningFile>(load_tuning_file(path, /*keep_simulated=*/sim == "on"));
+  return Dispatcher(context, cost_params(context.transport, measured), std::move(file),
+                    mode == "on", reading);
 }
 
 const Measurements* Dispatcher::table_for(Collective collective) const {
@@ -289,7 +307,8 @@ Choice Dispatcher::choose(Collective collective, uint64_t bytes) const {
         choice.predicted_s = t;
       }
     }
-    if (bytes > m->sizes.back()) choice.predicted_s *= static_cast<double>(bytes) / static_cast<double>(m->sizes.back());
+    if (bytes > m->sizes.back())
+      choice.predicted_s *= static_cast<double>(bytes) / static_cast<double>(m->sizes.back());
     choice.source = m->simulated ? Choice::Source::simulation : Choice::Source::tuning_file;
     return choice;
   }
@@ -310,7 +329,8 @@ double Dispatcher::row_cost(const AlgorithmInfo& row, uint64_t bytes) const {
                        context_.cores_per_host);
 }
 
-std::optional<bool> Dispatcher::hierarchical_is_faster(Collective collective, uint64_t bytes) const {
+std::optional<bool> Dispatcher::hierarchical_is_faster(Collective collective,
+                                                       uint64_t bytes) const {
   const Measurements* m = enabled_ ? tables_[static_cast<int>(collective)] : nullptr;
   if (!m || m->hierarchical.empty()) return std::nullopt;
   // Outside the measured sizes, the verdict at the nearest one (every column's time grows
@@ -326,14 +346,16 @@ std::optional<bool> Dispatcher::hierarchical_is_faster(Collective collective, ui
 std::optional<double> Dispatcher::flat_cost(Collective collective, uint64_t bytes) const {
   if (traffic_.empty()) return std::nullopt;
   const AlgorithmInfo& row = *choose(collective, bytes).algorithm;
-  return modelled_cost(row, context_.world, bytes, params_, &traffic_[&row - algorithms::registry().data()]);
+  return modelled_cost(row, context_.world, bytes, params_,
+                       &traffic_[&row - algorithms::registry().data()]);
 }
 
 std::optional<double> Dispatcher::hierarchy_cost(Collective collective, uint64_t bytes) const {
   const int local = context_.ranks_per_host;
   if (traffic_.empty() || context_.world % local != 0) return std::nullopt;
   const int hosts = context_.world / local;
-  const double n = static_cast<double>(bytes), share = (local - 1.0) / local;  // of n, to the host's others
+  const double n = static_cast<double>(bytes),
+               share = (local - 1.0) / local;  // of n, to the host's others
   // Host-local steps (local - 1 per phase) at the communicator's alpha: calibration does not
   // measure them apart, and on hosts of more ranks than cores a step's cost is the wake-ups,
   // wherever the bytes go.
@@ -343,8 +365,9 @@ std::optional<double> Dispatcher::hierarchy_cost(Collective collective, uint64_t
     double best = std::numeric_limits<double>::infinity();
     for (const auto& row : algorithms::registry())
       if (row.collective == c)
-        best = std::min(best, modelled_cost(row, hosts, b, params_,
-                                            &inter_traffic_[&row - algorithms::registry().data()], local));
+        best = std::min(
+            best, modelled_cost(row, hosts, b, params_,
+                                &inter_traffic_[&row - algorithms::registry().data()], local));
     return best;
   };
   const uint64_t slice = bytes / static_cast<uint64_t>(local);
@@ -352,11 +375,13 @@ std::optional<double> Dispatcher::hierarchy_cost(Collective collective, uint64_t
     case Collective::all_reduce:
       // reduce_scatter in the host (reduce and pass on `share`), all_reduce of the slice across
       // hosts, all_gather in the host (pass on `share`).
-      return 2 * steps_local * alpha + params_.busy_gamma * 3 * share * n + inter(Collective::all_reduce, slice);
+      return 2 * steps_local * alpha + params_.busy_gamma * 3 * share * n +
+             inter(Collective::all_reduce, slice);
     case Collective::reduce_scatter:
       // The host's blocks of every host reduced in the host, then a reduce_scatter of those
       // across hosts.
-      return steps_local * alpha + params_.busy_gamma * 2 * share * n + inter(Collective::reduce_scatter, slice);
+      return steps_local * alpha + params_.busy_gamma * 2 * share * n +
+             inter(Collective::reduce_scatter, slice);
     case Collective::all_gather:
       // Each rank's block straight to its peer on every other host, each arrival passed on to
       // the host's other ranks.
@@ -368,7 +393,8 @@ std::optional<double> Dispatcher::hierarchy_cost(Collective collective, uint64_t
 }
 
 Dispatcher::SizeRange Dispatcher::hierarchy_sizes_from_environment() {
-  return {config::get_bytes("SHOAL_HIERARCHICAL_MIN_BYTES"), config::get_bytes("SHOAL_HIERARCHICAL_MAX_BYTES")};
+  return {config::get_bytes("SHOAL_HIERARCHICAL_MIN_BYTES"),
+          config::get_bytes("SHOAL_HIERARCHICAL_MAX_BYTES")};
 }
 
 Dispatcher::AutoHierarchy Dispatcher::auto_hierarchy(Collective collective, uint64_t bytes,

@@ -20,7 +20,8 @@ bool can_read_probe(const SegmentHeader& peer) {
   uint64_t value = 0;
   iovec local{&value, sizeof value};
   iovec remote{reinterpret_cast<void*>(peer.probe_address), sizeof value};
-  return process_vm_readv(peer.pid, &local, 1, &remote, 1, 0) == static_cast<ssize_t>(sizeof value) &&
+  return process_vm_readv(peer.pid, &local, 1, &remote, 1, 0) ==
+             static_cast<ssize_t>(sizeof value) &&
          value == kProbe;
 }
 }  // namespace
@@ -54,7 +55,9 @@ ShmMesh::ShmMesh(Store& store, const std::string& prefix, int rank, const std::v
   // a core before any returns: measured in docs/benchmarks.md).
   const uint64_t direct = config::get_bytes("SHOAL_FLAT_DIRECT_BYTES");
   oversubscribed_ = nlocal > (host_cores > 0 ? host_cores : sysconf(_SC_NPROCESSORS_ONLN));
-  direct_bytes_ = flat_bytes_ == 0 || direct == 0 ? 0 : oversubscribed_ ? std::max(direct, flat_bytes_ + 1) : direct;
+  direct_bytes_ = flat_bytes_ == 0 || direct == 0 ? 0
+                  : oversubscribed_               ? std::max(direct, flat_bytes_ + 1)
+                                                  : direct;
   const size_t bytes = Segment::bytes_for(static_cast<uint32_t>(nlocal), ring_bytes_, flat_bytes_);
   sweep_orphans();
   try {
@@ -71,7 +74,8 @@ ShmMesh::ShmMesh(Store& store, const std::string& prefix, int rank, const std::v
       h->pid = getpid();
       h->pid_namespace = own_pid_namespace();
       h->probe_address = reinterpret_cast<uint64_t>(&kProbe);
-      for (uint32_t s = 0; s < static_cast<uint32_t>(nlocal); ++s) new (&mine_->ring(s)) RingHeader();
+      for (uint32_t s = 0; s < static_cast<uint32_t>(nlocal); ++s)
+        new (&mine_->ring(s)) RingHeader();
       my_name = mine_->name();
     } catch (const Error& e) {
       if (mode == Mode::shm_only) throw;
@@ -86,12 +90,17 @@ ShmMesh::ShmMesh(Store& store, const std::string& prefix, int rank, const std::v
       try {
         auto seg = Segment::open(name, bytes);
         const auto& h = seg->header();
-        if (h.magic != kSegmentMagic || h.comm_id != comm_id || h.rank != q || h.ring_bytes != ring_bytes_)
-          SHOAL_THROW(Internal, "shared memory " << name << " does not belong to rank " << q
-                                                 << " (or SHOAL_SHM_RING_BYTES differs between ranks)");
+        if (h.magic != kSegmentMagic || h.comm_id != comm_id || h.rank != q ||
+            h.ring_bytes != ring_bytes_)
+          SHOAL_THROW(Internal, "shared memory "
+                                    << name << " does not belong to rank " << q
+                                    << " (or SHOAL_SHM_RING_BYTES differs between ranks)");
         if (h.flat_bytes != flat_bytes_ || h.flat_direct_bytes != direct_bytes_)
-          SHOAL_THROW(Internal, "SHOAL_FLAT_MAX_BYTES or SHOAL_FLAT_DIRECT_BYTES (or the number of cores) differs "
-                                "between this rank and rank " << q);
+          SHOAL_THROW(
+              Internal,
+              "SHOAL_FLAT_MAX_BYTES or SHOAL_FLAT_DIRECT_BYTES (or the number of cores) differs "
+              "between this rank and rank "
+                  << q);
         // Before our map is published: a peer reads can_pull only after it sees the map.
         if (local_index_[q] < 256 && can_read_probe(seg->header()))
           mine_->header().can_pull[local_index_[q]] = 1;
@@ -107,7 +116,8 @@ ShmMesh::ShmMesh(Store& store, const std::string& prefix, int rank, const std::v
     std::vector<std::string> maps(size);
     maps[rank] = mapped;
     for (int q = 0; q < size; ++q)
-      if (q != rank && local_index_[q] >= 0) maps[q] = store.get_string(prefix + "/shmmap/" + std::to_string(q));
+      if (q != rank && local_index_[q] >= 0)
+        maps[q] = store.get_string(prefix + "/shmmap/" + std::to_string(q));
     // Every rank sees the same maps, so every rank reaches the same all_shared_.
     for (int i = 0; i < size && all_shared_; ++i)
       for (int j = 0; j < size && all_shared_; ++j)
@@ -123,8 +133,8 @@ ShmMesh::ShmMesh(Store& store, const std::string& prefix, int rank, const std::v
       use_[q] = mapped[q] == '1' && static_cast<int>(theirs.size()) > rank && theirs[rank] == '1';
       if (!use_[q]) peers_[q].reset();
       if (!use_[q] && mode == Mode::shm_only)
-        SHOAL_THROW(InvalidArgument, "SHOAL_TRANSPORT=shm, but ranks " << rank << " and " << q
-                                                                       << " share no working mapping");
+        SHOAL_THROW(InvalidArgument, "SHOAL_TRANSPORT=shm, but ranks "
+                                         << rank << " and " << q << " share no working mapping");
     }
     // Every local peer has mapped our segment (it published its map after mapping): the name
     // can go, and nothing is left behind whatever happens to this process later.
@@ -157,7 +167,8 @@ std::unique_ptr<RingStream> ShmMesh::stream_to(int peer, int socket_fd) {
   RingView in = view(*peers_[peer], static_cast<uint32_t>(local_index_[rank_]));
   // By reference only where the peer can pull from us (it probed us at set-up).
   const uint64_t threshold = config::get_bytes("SHOAL_SHM_DIRECT_BYTES");
-  const bool peer_pulls = local_index_[rank_] < 256 && peers_[peer]->header().can_pull[local_index_[rank_]] != 0;
+  const bool peer_pulls =
+      local_index_[rank_] < 256 && peers_[peer]->header().can_pull[local_index_[rank_]] != 0;
   return std::make_unique<RingStream>(out, in, &mine_->header(), &peers_[peer]->header(), socket_fd,
                                       threshold > 0 && peer_pulls ? threshold : UINT64_MAX);
 }

@@ -26,7 +26,9 @@ class ShmMesh {
           uint64_t comm_id, int host_cores = 0);
   ~ShmMesh();
 
-  bool uses_shm(int peer) const { return peer >= 0 && peer < static_cast<int>(use_.size()) && use_[peer]; }
+  bool uses_shm(int peer) const {
+    return peer >= 0 && peer < static_cast<int>(use_.size()) && use_[peer];
+  }
   int shm_peers() const;
   /// The stream to `peer` over shared memory, taking ownership of its TCP socket.
   std::unique_ptr<RingStream> stream_to(int peer, int socket_fd);
@@ -50,7 +52,9 @@ class ShmMesh {
   /// saw in their flat_queued_done). Flat collectives of this communicator run one at a time.
   uint32_t& flat_known_done() const { return flat_known_done_; }
   /// This rank's "my progress thread sleeps" flag (null without shared memory).
-  std::atomic<uint32_t>* sleeping_flag() const { return mine_ ? &mine_->header().sleeping : nullptr; }
+  std::atomic<uint32_t>* sleeping_flag() const {
+    return mine_ ? &mine_->header().sleeping : nullptr;
+  }
 
  private:
   RingView view(const Segment& seg, uint32_t slot) const;
