@@ -20,14 +20,16 @@ static void print_settings() {
   std::printf("%-24s %-10s %-12s %s\n", "name", "value", "default", "meaning");
   for (const auto& s : config::settings()) {
     const char* v = std::getenv(s.name);
-    std::printf("%-24s %-10s %-12s %s\n", s.name, v ? v : "-", *s.default_value ? s.default_value : "\"\"", s.doc);
+    std::printf("%-24s %-10s %-12s %s\n", s.name, v ? v : "-",
+                *s.default_value ? s.default_value : "\"\"", s.doc);
   }
 }
 
 static void print_algorithms() {
   std::printf("# algorithms\n");
-  std::printf("# SHOAL_ALGO=collective:name forces a row; else the dispatcher picks (below); "
-              "SHOAL_DISPATCH=off: the first row\n");
+  std::printf(
+      "# SHOAL_ALGO=collective:name forces a row; else the dispatcher picks (below); "
+      "SHOAL_DISPATCH=off: the first row\n");
   std::printf("%-15s %-19s %-50s %s\n", "collective", "algorithm", "constraints", "description");
   for (const auto& a : algorithms::registry())
     std::printf("%-15s %-19s %-50s %s\n", std::string(algorithms::to_string(a.collective)).c_str(),
@@ -53,13 +55,16 @@ static void print_dispatch(const tune::Context& ctx, const std::string& size_lis
       std::string(tune::to_string(ctx.transport)).c_str(), d.enabled() ? "on" : "off",
       config::get("SHOAL_TUNE_FILE").empty() ? "-" : config::get("SHOAL_TUNE_FILE").c_str(),
       d.reading().describe().c_str(), c.alpha, c.beta, c.gamma, c.busy_gamma);
-  std::printf("# bytes as the cost models count them: all_reduce the vector, all_gather the gathered output, "
-              "reduce_scatter the input\n");
+  std::printf(
+      "# bytes as the cost models count them: all_reduce the vector, all_gather the gathered "
+      "output, "
+      "reduce_scatter the input\n");
   // Whether SHOAL_HIERARCHICAL takes the two-level path (comm/hierarchical.cpp: several hosts of
   // the same number >1 of ranks), and why; "-" where the layout has no hierarchy.
   const std::string mode = config::get("SHOAL_HIERARCHICAL");
   const auto hierarchy_sizes = tune::Dispatcher::hierarchy_sizes_from_environment();
-  const bool layout = ctx.ranks_per_host > 1 && ctx.world > ctx.ranks_per_host && ctx.world % ctx.ranks_per_host == 0;
+  const bool layout = ctx.ranks_per_host > 1 && ctx.world > ctx.ranks_per_host &&
+                      ctx.world % ctx.ranks_per_host == 0;
   auto hierarchy = [&](algorithms::Collective coll, uint64_t bytes) -> std::string {
     if (!layout) return "-";
     if (mode != "auto") return mode == "on" ? "yes (on)" : "no (off)";
@@ -74,27 +79,32 @@ static void print_dispatch(const tune::Context& ctx, const std::string& size_lis
     }
     return (verdict.take ? "yes (" : "no (") + why + ")";
   };
-  std::printf("%-15s %12s %-19s %-19s %-12s %s\n", "collective", "bytes", "algorithm", "from", "predicted", "hierarchy");
+  std::printf("%-15s %12s %-19s %-19s %-12s %s\n", "collective", "bytes", "algorithm", "from",
+              "predicted", "hierarchy");
   for (auto coll : {algorithms::Collective::all_reduce, algorithms::Collective::all_gather,
                     algorithms::Collective::reduce_scatter}) {
     for (uint64_t bytes : sizes) {
       const tune::Choice ch = d.choose(coll, bytes);
       // SHOAL_ALGO ranges count count x element size; all_gather and reduce_scatter's per rank
-      const uint64_t rule_bytes = coll == algorithms::Collective::all_reduce ? bytes : bytes / ctx.world;
+      const uint64_t rule_bytes =
+          coll == algorithms::Collective::all_reduce ? bytes : bytes / ctx.world;
       const algorithms::AlgorithmInfo* forced = algorithms::override_for(coll, rule_bytes);
       char predicted[32] = "-";
-      if (ch.predicted_s > 0) std::snprintf(predicted, sizeof predicted, "%.1f us", ch.predicted_s * 1e6);
+      if (ch.predicted_s > 0)
+        std::snprintf(predicted, sizeof predicted, "%.1f us", ch.predicted_s * 1e6);
       // A table of another world (the nearest the file has) is named: its picks transfer worse
       // than a table of this world (docs/algorithms.md, "Worlds the file does not have").
       std::string from = forced ? "SHOAL_ALGO" : std::string(tune::to_string(ch.source));
       const tune::Measurements* table = d.table_for(coll);
       if (!forced && ch.source == tune::Choice::Source::tuning_file && table &&
           (table->world != ctx.world || table->ranks_per_host != ctx.ranks_per_host))
-        from += " (" + std::to_string(table->world) + "x" + std::to_string(table->ranks_per_host) + ")";
-      std::printf("%-15s %12llu %-19s %-19s %-12s %s\n", std::string(algorithms::to_string(coll)).c_str(),
+        from +=
+            " (" + std::to_string(table->world) + "x" + std::to_string(table->ranks_per_host) + ")";
+      std::printf("%-15s %12llu %-19s %-19s %-12s %s\n",
+                  std::string(algorithms::to_string(coll)).c_str(),
                   static_cast<unsigned long long>(bytes),
-                  std::string(forced ? forced->name : ch.algorithm->name).c_str(), from.c_str(), forced ? "-" : predicted,
-                  hierarchy(coll, bytes).c_str());
+                  std::string(forced ? forced->name : ch.algorithm->name).c_str(), from.c_str(),
+                  forced ? "-" : predicted, hierarchy(coll, bytes).c_str());
     }
   }
 }
@@ -126,12 +136,16 @@ int main(int argc, char** argv) {
   tune::Context ctx;
   ctx.world = 8;
   ctx.ranks_per_host = 0;
-  app.add_option("--sizes", sizes, "with --algorithms: sizes for the dispatcher's choice")->capture_default_str();
-  app.add_option("--world", ctx.world, "with --algorithms: world size of the choice")->capture_default_str()
+  app.add_option("--sizes", sizes, "with --algorithms: sizes for the dispatcher's choice")
+      ->capture_default_str();
+  app.add_option("--world", ctx.world, "with --algorithms: world size of the choice")
+      ->capture_default_str()
       ->check(CLI::Range(1, 1 << 20));
-  app.add_option("--ranks-per-host", ctx.ranks_per_host, "with --algorithms: ranks per host (default: the world)")
+  app.add_option("--ranks-per-host", ctx.ranks_per_host,
+                 "with --algorithms: ranks per host (default: the world)")
       ->check(CLI::Range(1, 1 << 20));
-  app.add_option("--transport", transport, "with --algorithms: shm (one host) or tcp")->capture_default_str()
+  app.add_option("--transport", transport, "with --algorithms: shm (one host) or tcp")
+      ->capture_default_str()
       ->check(CLI::IsMember({"shm", "tcp"}));
   ctx.cores_per_host = -1;
   app.add_option("--cores", ctx.cores_per_host,
@@ -145,8 +159,10 @@ int main(int argc, char** argv) {
   try {
     if (do_check) return check();
     std::printf("shoal %s: collectives for distributed deep learning\n", "0.1.0");
-    std::printf("transports: shm (rings, CMA single copy, flat collectives: shared slots, or direct by CMA) on one host, tcp "
-                "(striped over every NIC) between hosts; --check shows what a job uses\n\n");
+    std::printf(
+        "transports: shm (rings, CMA single copy, flat collectives: shared slots, or direct by "
+        "CMA) on one host, tcp "
+        "(striped over every NIC) between hosts; --check shows what a job uses\n\n");
     if (settings || !algos) print_settings();
     if (algos || !settings) {
       std::printf("\n");
@@ -154,7 +170,8 @@ int main(int argc, char** argv) {
       if (algos) print_dispatch(ctx, sizes);
     }
   } catch (const Error& e) {
-    std::fprintf(stderr, "shoal-info: %s error: %s\n", std::string(to_string(e.code())).c_str(), e.what());
+    std::fprintf(stderr, "shoal-info: %s error: %s\n", std::string(to_string(e.code())).c_str(),
+                 e.what());
     return 1;
   }
   return 0;

@@ -2,7 +2,8 @@
 //   shoal-sim run --collective all_reduce --algo all --world 4096 --ranks-per-host 8 --nics 4
 //       --nic-gbps 200 --latency-us 2 --sizes 1M:1G:4 [--taper 2 --hosts-per-leaf 16]
 //   shoal-sim calibrate [--algo NAME] [-o model.json] FILE[@ALGO]...
-//   shoal-sim tune [model flags] --worlds 64,256,1024 --sizes 1K:256M:4 [--merge measured.json] -o FILE
+//   shoal-sim tune [model flags] --worlds 64,256,1024 --sizes 1K:256M:4 [--merge measured.json] -o
+//   FILE
 // The model starts from built-in defaults, then SHOAL_SIM_MODEL or --model (JSON, as calibrate
 // writes it), then the flags given on the command line.
 // GCC 12's -Wrestrict misfires in CLI11's formatter when it is inlined here (GCC bug 105329).
@@ -47,10 +48,13 @@ std::vector<uint64_t> parse_sizes(const std::string& text) {
   std::vector<uint64_t> out;
   if (text.find(':') != std::string::npos) {
     const std::vector<std::string> parts = split(text, ':');
-    if (parts.size() != 3) throw InvalidArgumentError("--sizes: expected MIN:MAX:FACTOR, e.g. 1M:1G:4");
-    const uint64_t lo = config::parse_bytes(parts[0], "--sizes"), hi = config::parse_bytes(parts[1], "--sizes");
+    if (parts.size() != 3)
+      throw InvalidArgumentError("--sizes: expected MIN:MAX:FACTOR, e.g. 1M:1G:4");
+    const uint64_t lo = config::parse_bytes(parts[0], "--sizes"),
+                   hi = config::parse_bytes(parts[1], "--sizes");
     const uint64_t f = std::stoull(parts[2]);
-    if (lo == 0 || f < 2 || lo > hi) throw InvalidArgumentError("--sizes: need 0 < MIN <= MAX and FACTOR >= 2");
+    if (lo == 0 || f < 2 || lo > hi)
+      throw InvalidArgumentError("--sizes: need 0 < MIN <= MAX and FACTOR >= 2");
     for (uint64_t s = lo; s <= hi; s *= f) out.push_back(s);
   } else {
     for (const std::string& item : split(text, ','))
@@ -61,7 +65,8 @@ std::vector<uint64_t> parse_sizes(const std::string& text) {
 
 Collective parse_collective(const std::string& name) {
   for (int c = 0; c <= static_cast<int>(Collective::all_to_all); ++c)
-    if (algorithms::to_string(static_cast<Collective>(c)) == name) return static_cast<Collective>(c);
+    if (algorithms::to_string(static_cast<Collective>(c)) == name)
+      return static_cast<Collective>(c);
   throw InvalidArgumentError("--collective: unknown '" + name + "'");
 }
 
@@ -72,33 +77,44 @@ struct ModelFlags {
   bool frontier = false;
   int rph = 0, nics = 0, hosts_per_leaf = -1, stripe = -1;
   uint64_t nic_burst_bytes = 0;
-  double nic_gbps = 0, nic_burst_gbps = 0, latency_us = 0, intra_gbps = 0, intra_flow_gbps = 0, intra_latency_us = 0, reduce_gbps = 0,
-         copy_gbps = 0, overhead_us = 0, taper = 0;
+  double nic_gbps = 0, nic_burst_gbps = 0, latency_us = 0, intra_gbps = 0, intra_flow_gbps = 0,
+         intra_latency_us = 0, reduce_gbps = 0, copy_gbps = 0, overhead_us = 0, taper = 0;
   CLI::App* app = nullptr;
 
   void add_to(CLI::App* sub) {
     app = sub;
-    sub->add_option("--model", path, "model JSON (default: SHOAL_SIM_MODEL); flags below override it");
-    sub->add_flag("--frontier", frontier, "start from the Frontier-like model (8 ranks, 4 NICs of 25 GB/s per node)");
+    sub->add_option("--model", path,
+                    "model JSON (default: SHOAL_SIM_MODEL); flags below override it");
+    sub->add_flag("--frontier", frontier,
+                  "start from the Frontier-like model (8 ranks, 4 NICs of 25 GB/s per node)");
     sub->add_option("--ranks-per-host", rph, "ranks per host");
-    sub->add_option("--nics", nics, "NICs per host (local rank i uses NIC i mod nics, unless --stripe 1)");
-    sub->add_option("--stripe", stripe,
-                    "1: a flow between hosts uses every NIC of both (shoal's multi-rail TCP); 0: the local "
-                    "rank's NIC only (NCCL's and PCCL's rails)")
+    sub->add_option("--nics", nics,
+                    "NICs per host (local rank i uses NIC i mod nics, unless --stripe 1)");
+    sub->add_option(
+           "--stripe", stripe,
+           "1: a flow between hosts uses every NIC of both (shoal's multi-rail TCP); 0: the local "
+           "rank's NIC only (NCCL's and PCCL's rails)")
         ->check(CLI::Range(0, 1));
     sub->add_option("--nic-gbps", nic_gbps, "Gbit/s per NIC and direction");
     sub->add_option("--nic-burst-bytes", nic_burst_bytes,
-                    "token bucket per NIC and direction, refilled at --nic-gbps (tc tbf; a cloud VM's burst): bytes");
-    sub->add_option("--nic-burst-gbps", nic_burst_gbps, "Gbit/s of a NIC while its bucket holds tokens");
+                    "token bucket per NIC and direction, refilled at --nic-gbps (tc tbf; a cloud "
+                    "VM's burst): bytes");
+    sub->add_option("--nic-burst-gbps", nic_burst_gbps,
+                    "Gbit/s of a NIC while its bucket holds tokens");
     sub->add_option("--latency-us", latency_us, "latency between hosts (us)");
-    sub->add_option("--intra-gbps", intra_gbps, "GB/s (bytes) of a host's memory bus, shared by its local transfers");
-    sub->add_option("--intra-flow-gbps", intra_flow_gbps, "GB/s cap of one local transfer (0: none)");
+    sub->add_option("--intra-gbps", intra_gbps,
+                    "GB/s (bytes) of a host's memory bus, shared by its local transfers");
+    sub->add_option("--intra-flow-gbps", intra_flow_gbps,
+                    "GB/s cap of one local transfer (0: none)");
     sub->add_option("--intra-latency-us", intra_latency_us, "latency inside a host (us)");
-    sub->add_option("--overhead-us", overhead_us, "CPU time per message on sender and receiver (us)");
+    sub->add_option("--overhead-us", overhead_us,
+                    "CPU time per message on sender and receiver (us)");
     sub->add_option("--reduce-gbps", reduce_gbps, "GB/s of reduction on one rank");
     sub->add_option("--copy-gbps", copy_gbps, "GB/s of local copies on one rank");
-    sub->add_option("--hosts-per-leaf", hosts_per_leaf, "hosts under a leaf switch (0: full bisection)");
-    sub->add_option("--taper", taper, "core taper of the fat tree (needs --hosts-per-leaf; default 16 hosts)");
+    sub->add_option("--hosts-per-leaf", hosts_per_leaf,
+                    "hosts under a leaf switch (0: full bisection)");
+    sub->add_option("--taper", taper,
+                    "core taper of the fat tree (needs --hosts-per-leaf; default 16 hosts)");
   }
 
   sim::ClusterModel build() const {
@@ -137,8 +153,8 @@ std::vector<const algorithms::AlgorithmInfo*> rows_of(Collective coll, const std
   for (const auto& row : algorithms::registry())
     if (row.collective == coll && (algo == "all" || row.name == algo)) rows.push_back(&row);
   if (rows.empty())
-    throw InvalidArgumentError("--algo: " + std::string(algorithms::to_string(coll)) + " has no algorithm '" + algo +
-                               "'");
+    throw InvalidArgumentError("--algo: " + std::string(algorithms::to_string(coll)) +
+                               " has no algorithm '" + algo + "'");
   return rows;
 }
 
@@ -149,7 +165,9 @@ struct Candidate {
 };
 
 sim::Builder hierarchical_builder(const algorithms::HierarchyPlan& plan) {
-  return [plan](algorithms::Schedule& s, const algorithms::CollectiveArgs& a) { algorithms::hierarchical(s, a, plan); };
+  return [plan](algorithms::Schedule& s, const algorithms::CollectiveArgs& a) {
+    algorithms::hierarchical(s, a, plan);
+  };
 }
 
 // Whether `coll` on `world` ranks of `ranks_per_host` per host has a hierarchical composition.
@@ -161,24 +179,30 @@ bool hierarchy_fits(Collective coll, int world, int ranks_per_host) {
 
 // `algo`: a row, "hier(LOCAL+INTER)", or "all" — every row and, when the world spans several
 // hosts of ranks_per_host ranks, hier(ring+X) for every row X of the collective.
-std::vector<Candidate> candidates_of(Collective coll, const std::string& algo, int world, int ranks_per_host) {
+std::vector<Candidate> candidates_of(Collective coll, const std::string& algo, int world,
+                                     int ranks_per_host) {
   std::vector<Candidate> out;
   if (algo.starts_with("hier(") && algo.ends_with(")")) {
     const std::string inner = algo.substr(5, algo.size() - 6);
     const auto plus = inner.find('+');
-    if (plus == std::string::npos) throw InvalidArgumentError("--algo: expected hier(LOCAL+INTER), got " + algo);
+    if (plus == std::string::npos)
+      throw InvalidArgumentError("--algo: expected hier(LOCAL+INTER), got " + algo);
     // The names must outlive the plan (it keeps views): take them from the registry.
     const auto* local = algorithms::find_algorithm(Collective::all_gather, inner.substr(0, plus));
     const auto* inter = algorithms::find_algorithm(coll, inner.substr(plus + 1));
     if (!local || !algorithms::find_algorithm(Collective::reduce_scatter, local->name))
-      throw InvalidArgumentError("--algo " + algo + ": the local phase needs a row of all_gather and reduce_scatter");
-    if (!inter) throw InvalidArgumentError("--algo " + algo + ": " + std::string(algorithms::to_string(coll)) +
-                                           " has no algorithm '" + inner.substr(plus + 1) + "'");
+      throw InvalidArgumentError("--algo " + algo +
+                                 ": the local phase needs a row of all_gather and reduce_scatter");
+    if (!inter)
+      throw InvalidArgumentError("--algo " + algo + ": " +
+                                 std::string(algorithms::to_string(coll)) + " has no algorithm '" +
+                                 inner.substr(plus + 1) + "'");
     const algorithms::HierarchyPlan plan{ranks_per_host, local->name, inter->name};
     out.push_back({algorithms::hierarchy_name(plan), hierarchical_builder(plan)});
     return out;
   }
-  for (const auto* row : rows_of(coll, algo)) out.push_back({std::string(row->name), sim::Builder(row->build)});
+  for (const auto* row : rows_of(coll, algo))
+    out.push_back({std::string(row->name), sim::Builder(row->build)});
   if (algo == "all" && hierarchy_fits(coll, world, ranks_per_host))
     for (const auto* row : rows_of(coll, "all")) {
       const algorithms::HierarchyPlan plan{ranks_per_host, "ring", row->name};
@@ -188,7 +212,9 @@ std::vector<Candidate> candidates_of(Collective coll, const std::string& algo, i
 }
 
 // GB/s of a seconds-per-byte constant (0 for none).
-double gbps(double seconds_per_byte) { return seconds_per_byte > 0 ? 1e-9 / seconds_per_byte : 0.0; }
+double gbps(double seconds_per_byte) {
+  return seconds_per_byte > 0 ? 1e-9 / seconds_per_byte : 0.0;
+}
 
 std::string human_bytes(uint64_t b) {
   const char* units[] = {"B", "K", "M", "G", "T"};
@@ -203,20 +229,24 @@ std::string human_bytes(uint64_t b) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"shoal-sim: shoal's schedules in virtual time on a modelled cluster (docs/scale.md)"};
+  CLI::App app{
+      "shoal-sim: shoal's schedules in virtual time on a modelled cluster (docs/scale.md)"};
   app.require_subcommand(1);
 
   // ---- run ----
   auto* run = app.add_subcommand("run", "predict the time of a collective per algorithm and size");
-  std::string coll_name = "all_reduce", algo = "all", sizes_text = "1M:1G:4", dtype_name = "float32", json_out;
+  std::string coll_name = "all_reduce", algo = "all", sizes_text = "1M:1G:4",
+              dtype_name = "float32", json_out;
   int world = 8, threads = 0;
   uint64_t chunk = 512 << 10;
   ModelFlags run_model;
-  run->add_option("--collective,-c", coll_name, "all_reduce, all_gather, reduce_scatter, broadcast, reduce, ...");
+  run->add_option("--collective,-c", coll_name,
+                  "all_reduce, all_gather, reduce_scatter, broadcast, reduce, ...");
   run->add_option("--algo,-a", algo, "a registry row, or 'all' (every row of the collective)");
   run->add_option("--world,-p", world, "number of ranks")->check(CLI::Range(1, 1 << 20));
-  run->add_option("--sizes,-s", sizes_text, "MIN:MAX:FACTOR or a list (nccl-tests sizes: bytes of the vector, "
-                                            "the all_gather output, the reduce_scatter input)");
+  run->add_option("--sizes,-s", sizes_text,
+                  "MIN:MAX:FACTOR or a list (nccl-tests sizes: bytes of the vector, "
+                  "the all_gather output, the reduce_scatter input)");
   run->add_option("--dtype", dtype_name, "element type (its size sets element alignment)");
   run->add_option("--chunk", chunk, "pipeline chunk in bytes (SHOAL_CHUNK_BYTES)");
   run_model.add_to(run);
@@ -224,13 +254,16 @@ int main(int argc, char** argv) {
   run->add_option("--json", json_out, "also write every line to this JSON file");
 
   // ---- calibrate ----
-  auto* cal = app.add_subcommand("calibrate", "fit latency, bandwidth and reduction cost to shoal-bench files");
+  auto* cal = app.add_subcommand("calibrate",
+                                 "fit latency, bandwidth and reduction cost to shoal-bench files");
   std::vector<std::string> files;
   std::string cal_algo, cal_out, cal_base;
   int iterations = 8;
-  cal->add_option("files", files, "shoal-bench output (table or --json); FILE@ALGO names the --algo it ran")
+  cal->add_option("files", files,
+                  "shoal-bench output (table or --json); FILE@ALGO names the --algo it ran")
       ->required();
-  cal->add_option("--algo", cal_algo, "the algorithm of files without @ALGO (default: the first row)");
+  cal->add_option("--algo", cal_algo,
+                  "the algorithm of files without @ALGO (default: the first row)");
   cal->add_option("--model", cal_base, "model to start from (its other fields are kept)");
   cal->add_option("-o,--output", cal_out, "write the fitted model here (JSON)");
   cal->add_option("--iterations", iterations, "Gauss-Newton iterations");
@@ -247,23 +280,29 @@ int main(int argc, char** argv) {
 
   // ---- tune ----
   auto* tune_cmd = app.add_subcommand(
-      "tune", "write the simulator's predictions as tuning-file tables for worlds larger than measured");
-  std::string tune_colls = "all_reduce,all_gather,reduce_scatter", tune_worlds = "32,64,128,256,512,1024",
-              tune_sizes = "1K:256M:4", tune_out, tune_merge;
+      "tune",
+      "write the simulator's predictions as tuning-file tables for worlds larger than measured");
+  std::string tune_colls = "all_reduce,all_gather,reduce_scatter",
+              tune_worlds = "32,64,128,256,512,1024", tune_sizes = "1K:256M:4", tune_out,
+              tune_merge;
   int tune_threads = 0;
   uint64_t tune_chunk = 512 << 10;
   ModelFlags tune_model;
   tune_cmd->add_option("--collectives", tune_colls, "comma-separated collectives");
   tune_cmd->add_option("--worlds", tune_worlds, "comma-separated world sizes");
-  tune_cmd->add_option("--sizes,-s", tune_sizes, "MIN:MAX:FACTOR or a list (as shoal-tune's sizes)");
+  tune_cmd->add_option("--sizes,-s", tune_sizes,
+                       "MIN:MAX:FACTOR or a list (as shoal-tune's sizes)");
   tune_cmd->add_option("--chunk", tune_chunk, "pipeline chunk in bytes (SHOAL_CHUNK_BYTES)");
-  tune_cmd->add_option("--merge", tune_merge, "a measured tuning file (shoal-tune) to add the tables to");
-  tune_cmd->add_option("-o,--output", tune_out, "the tuning file to write (SHOAL_TUNE_FILE)")->required();
+  tune_cmd->add_option("--merge", tune_merge,
+                       "a measured tuning file (shoal-tune) to add the tables to");
+  tune_cmd->add_option("-o,--output", tune_out, "the tuning file to write (SHOAL_TUNE_FILE)")
+      ->required();
   tune_cmd->add_option("--threads", tune_threads, "schedule builders at once (0: every core)");
   bool tune_flat_only = false;
-  tune_cmd->add_flag("--no-hierarchical", tune_flat_only,
-                     "do not predict the hierarchy across hosts (the 'hierarchical' column, the best "
-                     "hier(ring+X)): about half the time");
+  tune_cmd->add_flag(
+      "--no-hierarchical", tune_flat_only,
+      "do not predict the hierarchy across hosts (the 'hierarchical' column, the best "
+      "hier(ring+X)): about half the time");
   tune_model.add_to(tune_cmd);
 
   CLI11_PARSE(app, argc, argv);
@@ -283,44 +322,56 @@ int main(int argc, char** argv) {
       const size_t read = points.size();
       points = sim::best_of_repeats(points);
       if (points.size() < read)
-        std::printf("# %zu measurements, %zu points: repeated runs give their least time\n", read, points.size());
+        std::printf("# %zu measurements, %zu points: repeated runs give their least time\n", read,
+                    points.size());
       auto fits = sim::calibrate(points, model, iterations, cal_cores);
       nlohmann::ordered_json doc;
       doc["model"] = nlohmann::json::parse(sim::to_json(model));
       doc["fits"] = nlohmann::json::array();
       for (const auto& fit : fits)
-        doc["fits"].push_back({{"transport", fit.transport}, {"latency_us", fit.latency * 1e6},
-                               {"bandwidth_GBps", gbps(fit.seconds_per_byte)}, {"reduce_GBps", gbps(fit.reduce_cost)},
+        doc["fits"].push_back({{"transport", fit.transport},
+                               {"latency_us", fit.latency * 1e6},
+                               {"bandwidth_GBps", gbps(fit.seconds_per_byte)},
+                               {"reduce_GBps", gbps(fit.reduce_cost)},
                                {"copy_GBps", gbps(fit.copy_cost)},
-                               {"points", fit.points}, {"outliers", fit.outliers},
+                               {"points", fit.points},
+                               {"outliers", fit.outliers},
                                {"median_error", fit.median_error},
                                {"max_error", fit.max_error}});
       doc["points"] = nlohmann::json::array();
-      std::printf("# %-14s %-18s %-9s %5s %12s %12s %12s %7s\n", "collective", "algorithm", "transport", "ranks",
-                  "size", "measured_us", "predicted_us", "error");
+      std::printf("# %-14s %-18s %-9s %5s %12s %12s %12s %7s\n", "collective", "algorithm",
+                  "transport", "ranks", "size", "measured_us", "predicted_us", "error");
       for (const auto& m : points) {
         const double err = (m.predicted - m.seconds) / m.seconds;
         std::printf("  %-14s %-18s %-9s %5d %12llu %12.2f %12.2f %+6.1f%%\n",
                     std::string(algorithms::to_string(m.collective)).c_str(), m.algorithm.c_str(),
-                    m.transport.c_str(), m.ranks, static_cast<unsigned long long>(m.size), m.seconds * 1e6,
-                    m.predicted * 1e6, err * 100);
-        doc["points"].push_back({{"file", m.file}, {"collective", std::string(algorithms::to_string(m.collective))},
-                                 {"algorithm", m.algorithm}, {"transport", m.transport}, {"ranks", m.ranks},
-                                 {"size", m.size}, {"measured_us", m.seconds * 1e6},
-                                 {"predicted_us", m.predicted * 1e6}, {"error", err}});
+                    m.transport.c_str(), m.ranks, static_cast<unsigned long long>(m.size),
+                    m.seconds * 1e6, m.predicted * 1e6, err * 100);
+        doc["points"].push_back({{"file", m.file},
+                                 {"collective", std::string(algorithms::to_string(m.collective))},
+                                 {"algorithm", m.algorithm},
+                                 {"transport", m.transport},
+                                 {"ranks", m.ranks},
+                                 {"size", m.size},
+                                 {"measured_us", m.seconds * 1e6},
+                                 {"predicted_us", m.predicted * 1e6},
+                                 {"error", err}});
       }
       for (const auto& fit : fits)
-        std::printf("# %s: latency %.2f us, bandwidth %.3f GB/s, reduction %.3f GB/s, copy %.3f GB/s; %d points (%d "
-                    "left out of the fit), median error %.1f%%, max %.1f%% (over all points)\n",
-                    fit.transport.c_str(), fit.latency * 1e6, gbps(fit.seconds_per_byte), gbps(fit.reduce_cost),
-                    gbps(fit.copy_cost), fit.points, fit.outliers,
-                    fit.median_error * 100, fit.max_error * 100);
+        std::printf(
+            "# %s: latency %.2f us, bandwidth %.3f GB/s, reduction %.3f GB/s, copy %.3f GB/s; %d "
+            "points (%d "
+            "left out of the fit), median error %.1f%%, max %.1f%% (over all points)\n",
+            fit.transport.c_str(), fit.latency * 1e6, gbps(fit.seconds_per_byte),
+            gbps(fit.reduce_cost), gbps(fit.copy_cost), fit.points, fit.outliers,
+            fit.median_error * 100, fit.max_error * 100);
       const std::string text = doc.dump(2);
       if (!cal_out.empty()) {
         std::ofstream f(cal_out);
         f << text << "\n";
         if (!f) throw InvalidArgumentError("cannot write " + cal_out);
-        std::printf("# model written to %s (use: --model %s or SHOAL_SIM_MODEL)\n", cal_out.c_str(), cal_out.c_str());
+        std::printf("# model written to %s (use: --model %s or SHOAL_SIM_MODEL)\n", cal_out.c_str(),
+                    cal_out.c_str());
       } else {
         std::printf("%s\n", text.c_str());
       }
@@ -336,8 +387,10 @@ int main(int argc, char** argv) {
       nlohmann::json extra = nlohmann::json::object();
       if (!tune_merge.empty()) {
         std::ifstream in(tune_merge, std::ios::binary);
-        if (!in) throw InvalidArgumentError("--merge: tuning file '" + tune_merge + "' cannot be read");
-        const std::string text{std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+        if (!in)
+          throw InvalidArgumentError("--merge: tuning file '" + tune_merge + "' cannot be read");
+        const std::string text{std::istreambuf_iterator<char>(in),
+                               std::istreambuf_iterator<char>()};
         file = tune::parse_tuning_file(text, tune_merge);  // checks it
         extra = nlohmann::json::parse(text);
         extra.erase("tables");
@@ -349,10 +402,12 @@ int main(int argc, char** argv) {
       std::vector<int> worlds;
       for (const std::string& w : split(tune_worlds, ','))
         if (!w.empty()) worlds.push_back(std::stoi(w));
-      std::printf("# shoal-sim tune: %zu collectives x %zu worlds x %zu sizes, %d ranks and %d NICs of %.2f GB/s per "
-                  "host, %.2f us\n",
-                  colls.size(), worlds.size(), sizes.size(), model.ranks_per_host, model.nics, model.nic_bw * 1e-9,
-                  model.nic_latency * 1e6);
+      std::printf(
+          "# shoal-sim tune: %zu collectives x %zu worlds x %zu sizes, %d ranks and %d NICs of "
+          "%.2f GB/s per "
+          "host, %.2f us\n",
+          colls.size(), worlds.size(), sizes.size(), model.ranks_per_host, model.nics,
+          model.nic_bw * 1e-9, model.nic_latency * 1e6);
       for (Collective coll : colls)
         for (int w : worlds) {
           if (w < 2) throw InvalidArgumentError("--worlds: every world needs at least 2 ranks");
@@ -363,10 +418,11 @@ int main(int argc, char** argv) {
           m.transport = w <= model.ranks_per_host ? tune::Transport::shm : tune::Transport::tcp;
           m.simulated = true;
           m.sizes = sizes;
-          const bool taken = std::any_of(file.tables.begin(), file.tables.end(), [&](const tune::Measurements& t) {
-            return t.collective == m.collective && t.world == m.world && t.ranks_per_host == m.ranks_per_host &&
-                   t.transport == m.transport;
-          });
+          const bool taken =
+              std::any_of(file.tables.begin(), file.tables.end(), [&](const tune::Measurements& t) {
+                return t.collective == m.collective && t.world == m.world &&
+                       t.ranks_per_host == m.ranks_per_host && t.transport == m.transport;
+              });
           if (taken) {
             std::printf("# %s world %d: measured in %s, not simulated\n",
                         std::string(algorithms::to_string(coll)).c_str(), w, tune_merge.c_str());
@@ -379,8 +435,8 @@ int main(int argc, char** argv) {
               a.chunk_bytes = tune_chunk;
               const auto res = sim::simulate(sim::compile(a, row, tune_threads), model);
               if (!res.error.empty())
-                throw InternalError(std::string(row->name) + " at " + std::to_string(w) + " ranks, " +
-                                    std::to_string(size) + " B: " + res.error);
+                throw InternalError(std::string(row->name) + " at " + std::to_string(w) +
+                                    " ranks, " + std::to_string(size) + " B: " + res.error);
               times.push_back(std::max(res.time, 1e-9));
             }
             m.times.emplace_back(row, std::move(times));
@@ -394,14 +450,17 @@ int main(int argc, char** argv) {
                 const algorithms::HierarchyPlan plan{model.ranks_per_host, "ring", row->name};
                 auto a = sim::args_for(coll, sizes[i], w, DataType::float32);
                 a.chunk_bytes = tune_chunk;
-                const auto res = sim::simulate(sim::compile(a, hierarchical_builder(plan), tune_threads), model);
+                const auto res =
+                    sim::simulate(sim::compile(a, hierarchical_builder(plan), tune_threads), model);
                 if (!res.error.empty())
-                  throw InternalError(algorithms::hierarchy_name(plan) + " at " + std::to_string(w) + " ranks: " + res.error);
+                  throw InternalError(algorithms::hierarchy_name(plan) + " at " +
+                                      std::to_string(w) + " ranks: " + res.error);
                 if (best == 0 || res.time < best) best = std::max(res.time, 1e-9);
               }
               m.hierarchical.push_back(best);
             }
-          // Where the choice changes: the fastest row (or the hierarchy) per size, as runs of sizes.
+          // Where the choice changes: the fastest row (or the hierarchy) per size, as runs of
+          // sizes.
           std::string line, prev;
           for (size_t i = 0; i < sizes.size(); ++i) {
             std::string best;
@@ -420,7 +479,8 @@ int main(int argc, char** argv) {
             }
             prev = best;
           }
-          std::printf("  %-14s %6d ranks  %s\n", std::string(algorithms::to_string(coll)).c_str(), w, line.c_str());
+          std::printf("  %-14s %6d ranks  %s\n", std::string(algorithms::to_string(coll)).c_str(),
+                      w, line.c_str());
           std::fflush(stdout);
           file.tables.push_back(std::move(m));
         }
@@ -428,7 +488,8 @@ int main(int argc, char** argv) {
       std::ofstream f(tune_out);
       f << tune::to_json(file, extra.dump()) << "\n";
       if (!f) throw InvalidArgumentError("cannot write " + tune_out);
-      std::printf("# tuning file written to %s (use: SHOAL_TUNE_FILE=%s)\n", tune_out.c_str(), tune_out.c_str());
+      std::printf("# tuning file written to %s (use: SHOAL_TUNE_FILE=%s)\n", tune_out.c_str(),
+                  tune_out.c_str());
       return 0;
     }
 
@@ -440,13 +501,17 @@ int main(int argc, char** argv) {
     const auto candidates = candidates_of(coll, algo, world, model.ranks_per_host);
     const auto sizes = parse_sizes(sizes_text);
     const int hosts = (world + model.ranks_per_host - 1) / model.ranks_per_host;
-    std::printf("# shoal-sim %s: %d ranks (%d hosts x %d, %d NICs x %.1f GB/s, %.2f us; local %.0f GB/s, %.2f us",
-                coll_name.c_str(), world, hosts, model.ranks_per_host, model.nics, model.nic_bw * 1e-9,
-                model.nic_latency * 1e6, model.intra_bw * 1e-9, model.intra_latency * 1e6);
-    if (model.hosts_per_leaf > 0) std::printf("; fat tree %d hosts/leaf, taper %.2f", model.hosts_per_leaf, model.taper);
-    std::printf("), dtype %s, chunk %llu B\n", dtype_name.c_str(), static_cast<unsigned long long>(chunk));
-    std::printf("# %-29s %12s %12s %8s %6s %12s %8s %8s %10s %8s\n", "algorithm", "size", "count", "type", "redop",
-                "time(us)", "algbw", "busbw", "steps", "wall(s)");
+    std::printf(
+        "# shoal-sim %s: %d ranks (%d hosts x %d, %d NICs x %.1f GB/s, %.2f us; local %.0f GB/s, "
+        "%.2f us",
+        coll_name.c_str(), world, hosts, model.ranks_per_host, model.nics, model.nic_bw * 1e-9,
+        model.nic_latency * 1e6, model.intra_bw * 1e-9, model.intra_latency * 1e6);
+    if (model.hosts_per_leaf > 0)
+      std::printf("; fat tree %d hosts/leaf, taper %.2f", model.hosts_per_leaf, model.taper);
+    std::printf("), dtype %s, chunk %llu B\n", dtype_name.c_str(),
+                static_cast<unsigned long long>(chunk));
+    std::printf("# %-29s %12s %12s %8s %6s %12s %8s %8s %10s %8s\n", "algorithm", "size", "count",
+                "type", "redop", "time(us)", "algbw", "busbw", "steps", "wall(s)");
     nlohmann::json lines = nlohmann::json::array();
     int rc = 0;
     for (const auto& cand : candidates)
@@ -463,20 +528,29 @@ int main(int argc, char** argv) {
         }
         const double wall = prog.build_seconds + res.run_seconds;
         if (!res.error.empty()) {
-          std::printf("  %-29s %12llu  error: %s\n", cand.name.c_str(), static_cast<unsigned long long>(size),
-                      res.error.c_str());
+          std::printf("  %-29s %12llu  error: %s\n", cand.name.c_str(),
+                      static_cast<unsigned long long>(size), res.error.c_str());
           rc = 1;
           continue;
         }
-        const double algbw = res.time > 0 ? size / res.time * 1e-9 : 0, busbw = algbw * sim::bus_factor(coll, world);
-        std::printf("  %-29s %12llu %12llu %8s %6s %12.2f %8.2f %8.2f %10zu %8.2f\n", cand.name.c_str(),
-                    static_cast<unsigned long long>(size), static_cast<unsigned long long>(a.count),
-                    dtype_name.c_str(), coll == Collective::all_gather ? "none" : "sum", res.time * 1e6, algbw, busbw,
+        const double algbw = res.time > 0 ? size / res.time * 1e-9 : 0,
+                     busbw = algbw * sim::bus_factor(coll, world);
+        std::printf("  %-29s %12llu %12llu %8s %6s %12.2f %8.2f %8.2f %10zu %8.2f\n",
+                    cand.name.c_str(), static_cast<unsigned long long>(size),
+                    static_cast<unsigned long long>(a.count), dtype_name.c_str(),
+                    coll == Collective::all_gather ? "none" : "sum", res.time * 1e6, algbw, busbw,
                     prog.steps(), wall);
         std::fflush(stdout);
-        lines.push_back({{"algorithm", cand.name}, {"size", size}, {"count", a.count}, {"time_us", res.time * 1e6},
-                         {"algbw", algbw}, {"busbw", busbw}, {"steps", prog.steps()}, {"messages", res.messages},
-                         {"build_s", prog.build_seconds}, {"sim_s", res.run_seconds}});
+        lines.push_back({{"algorithm", cand.name},
+                         {"size", size},
+                         {"count", a.count},
+                         {"time_us", res.time * 1e6},
+                         {"algbw", algbw},
+                         {"busbw", busbw},
+                         {"steps", prog.steps()},
+                         {"messages", res.messages},
+                         {"build_s", prog.build_seconds},
+                         {"sim_s", res.run_seconds}});
       }
     if (!json_out.empty()) {
       nlohmann::ordered_json doc;

@@ -9,9 +9,9 @@
 // set_algorithm_override, part of every frame's signature), so the sweep itself is a sequence of
 // ordinary collectives. Each point is the mean time per call of the slowest rank; the algorithms
 // of a size run interleaved, --rounds times, and the fastest round counts (shared machines drift).
-#include <CLI/CLI.hpp>
 #include <unistd.h>
 
+#include <CLI/CLI.hpp>
 #include <algorithm>
 #include <array>
 #include <chrono>
@@ -20,14 +20,13 @@
 #include <cstdlib>
 #include <fstream>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <sstream>
 #include <string>
 #include <thread>
 #include <tuple>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "algorithms/registry.hpp"
 #include "comm/comm_impl.hpp"
@@ -44,7 +43,8 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-constexpr Collective kTuned[] = {Collective::all_reduce, Collective::all_gather, Collective::reduce_scatter};
+constexpr Collective kTuned[] = {Collective::all_reduce, Collective::all_gather,
+                                 Collective::reduce_scatter};
 
 std::vector<uint64_t> parse_sizes(const std::string& list) {
   std::vector<uint64_t> out;
@@ -58,9 +58,12 @@ std::vector<uint64_t> parse_sizes(const std::string& list) {
 
 std::string human(uint64_t b) {
   char buf[32];
-  if (b >= (1u << 20) && b % (1u << 20) == 0) std::snprintf(buf, sizeof buf, "%lluM", static_cast<unsigned long long>(b >> 20));
-  else if (b >= 1024 && b % 1024 == 0) std::snprintf(buf, sizeof buf, "%lluK", static_cast<unsigned long long>(b >> 10));
-  else std::snprintf(buf, sizeof buf, "%llu", static_cast<unsigned long long>(b));
+  if (b >= (1u << 20) && b % (1u << 20) == 0)
+    std::snprintf(buf, sizeof buf, "%lluM", static_cast<unsigned long long>(b >> 20));
+  else if (b >= 1024 && b % 1024 == 0)
+    std::snprintf(buf, sizeof buf, "%lluK", static_cast<unsigned long long>(b >> 10));
+  else
+    std::snprintf(buf, sizeof buf, "%llu", static_cast<unsigned long long>(b));
   return buf;
 }
 
@@ -75,16 +78,22 @@ uint64_t bytes_for(Collective c, uint64_t count, int p) {
 
 void run_once(Communicator& comm, Collective c, const float* in, float* out, uint64_t count) {
   switch (c) {
-    case Collective::all_reduce: comm.all_reduce(in, out, count, DataType::float32, ReduceOp::sum); break;
-    case Collective::all_gather: comm.all_gather(in, out, count, DataType::float32); break;
-    default: comm.reduce_scatter(in, out, count, DataType::float32, ReduceOp::sum); break;
+    case Collective::all_reduce:
+      comm.all_reduce(in, out, count, DataType::float32, ReduceOp::sum);
+      break;
+    case Collective::all_gather:
+      comm.all_gather(in, out, count, DataType::float32);
+      break;
+    default:
+      comm.reduce_scatter(in, out, count, DataType::float32, ReduceOp::sum);
+      break;
   }
 }
 
 // Times every algorithm of every tuned collective on `comm` at `sizes`; appends one table per
 // collective (keyed by comm's world, ranks per host and transport) to `file`.
-void measure(Communicator& comm, const std::vector<uint64_t>& sizes, int iters, int warmup, int rounds,
-             tune::TuningFile& file) {
+void measure(Communicator& comm, const std::vector<uint64_t>& sizes, int iters, int warmup,
+             int rounds, tune::TuningFile& file) {
   const int p = comm.size();
   const tune::Context ctx = comm.impl().tune_context();
   uint64_t max_elems = 1;
@@ -111,8 +120,10 @@ void measure(Communicator& comm, const std::vector<uint64_t>& sizes, int iters, 
       if (count == 0 || (!m.sizes.empty() && bytes_for(c, count, p) <= m.sizes.back())) continue;
       m.sizes.push_back(bytes_for(c, count, p));
       // Fewer iterations for large calls: the sweep must stay short; each is long enough.
-      const uint64_t scaled = static_cast<uint64_t>(iters) * (256u << 10) / std::max<uint64_t>(s, 1);
-      const int n = static_cast<int>(std::min<uint64_t>(static_cast<uint64_t>(iters), std::max<uint64_t>(4, scaled)));
+      const uint64_t scaled =
+          static_cast<uint64_t>(iters) * (256u << 10) / std::max<uint64_t>(s, 1);
+      const int n = static_cast<int>(
+          std::min<uint64_t>(static_cast<uint64_t>(iters), std::max<uint64_t>(4, scaled)));
       std::vector<double> best(rows.size(), 1e30);
       for (int round = 0; round < rounds; ++round)
         for (size_t a = 0; a < rows.size(); ++a) {
@@ -133,16 +144,20 @@ void measure(Communicator& comm, const std::vector<uint64_t>& sizes, int iters, 
         }
       for (size_t a = 0; a < rows.size(); ++a) times[a].push_back(best[a]);
       if (comm.rank() == 0) {
-        std::printf("%-15s %8s", std::string(algorithms::to_string(c)).c_str(), human(m.sizes.back()).c_str());
+        std::printf("%-15s %8s", std::string(algorithms::to_string(c)).c_str(),
+                    human(m.sizes.back()).c_str());
         for (size_t a = 0; a < rows.size(); ++a)
-          std::printf("  %s %.1fus", rows[a] ? std::string(rows[a]->name).c_str() : "hierarchical", best[a] * 1e6);
+          std::printf("  %s %.1fus", rows[a] ? std::string(rows[a]->name).c_str() : "hierarchical",
+                      best[a] * 1e6);
         std::printf("\n");
         std::fflush(stdout);
       }
     }
     for (size_t a = 0; a < rows.size(); ++a) {
-      if (rows[a]) m.times.emplace_back(rows[a], std::move(times[a]));
-      else m.hierarchical = std::move(times[a]);
+      if (rows[a])
+        m.times.emplace_back(rows[a], std::move(times[a]));
+      else
+        m.hierarchical = std::move(times[a]);
     }
     if (!m.sizes.empty()) file.tables.push_back(std::move(m));
   }
@@ -150,8 +165,8 @@ void measure(Communicator& comm, const std::vector<uint64_t>& sizes, int iters, 
 
 // `worlds` (empty: the job's size): each world w is measured on the job's first w ranks, split
 // off (the others wait), so one launch tunes every world a job will run at.
-int sweep(const std::string& out_path, const std::vector<uint64_t>& sizes, std::vector<int> worlds, int iters,
-          int warmup, int rounds, bool append, const std::string& command) {
+int sweep(const std::string& out_path, const std::vector<uint64_t>& sizes, std::vector<int> worlds,
+          int iters, int warmup, int rounds, bool append, const std::string& command) {
   // The dispatcher decides schedules; the flat shared-slot path would hide them at small sizes.
   setenv("SHOAL_FLAT_MAX_BYTES", "0", 1);
   Communicator comm = Communicator::from_environment();
@@ -177,8 +192,8 @@ int sweep(const std::string& out_path, const std::vector<uint64_t>& sizes, std::
       if (comm.rank() == 0) store.set(done, "1");
     } else {
       while (!store.check({done})) {
-        SHOAL_CHECK(!comm.impl().engine->peer_closed(0) && !comm.impl().engine->peer_failed(0), PeerFailure,
-                    "rank 0 left while measuring " << w << " ranks");
+        SHOAL_CHECK(!comm.impl().engine->peer_closed(0) && !comm.impl().engine->peer_failed(0),
+                    PeerFailure, "rank 0 left while measuring " << w << " ranks");
         std::this_thread::sleep_for(std::chrono::milliseconds(20));
       }
     }
@@ -189,24 +204,26 @@ int sweep(const std::string& out_path, const std::vector<uint64_t>& sizes, std::
   std::string keys;  // what this run measured, before --append adds the file's other tables
   for (const auto& t : file.tables)
     if (t.collective == kTuned[0])
-      keys += (keys.empty() ? "" : "; ") + std::to_string(t.world) + " ranks, " + std::to_string(t.ranks_per_host) +
-              " per host, " + std::string(tune::to_string(t.transport));
+      keys += (keys.empty() ? "" : "; ") + std::to_string(t.world) + " ranks, " +
+              std::to_string(t.ranks_per_host) + " per host, " +
+              std::string(tune::to_string(t.transport));
   // --append keeps the other (collective, world, ranks per host, transport) tables of the file.
   if (append && access(out_path.c_str(), F_OK) == 0) {
     tune::TuningFile old = tune::load_tuning_file(out_path);
     for (auto& t : old.tables) {
       bool replaced = false;
       for (const auto& n : file.tables)
-        replaced |= n.collective == t.collective && n.world == t.world && n.ranks_per_host == t.ranks_per_host &&
-                    n.transport == t.transport;
+        replaced |= n.collective == t.collective && n.world == t.world &&
+                    n.ranks_per_host == t.ranks_per_host && n.transport == t.transport;
       if (!replaced) file.tables.push_back(std::move(t));
     }
   }
   // One order whatever the runs' order: by collective, world, ranks per host, transport.
-  std::sort(file.tables.begin(), file.tables.end(), [](const tune::Measurements& a, const tune::Measurements& b) {
-    return std::tuple(a.collective, a.world, a.ranks_per_host, a.transport) <
-           std::tuple(b.collective, b.world, b.ranks_per_host, b.transport);
-  });
+  std::sort(file.tables.begin(), file.tables.end(),
+            [](const tune::Measurements& a, const tune::Measurements& b) {
+              return std::tuple(a.collective, a.world, a.ranks_per_host, a.transport) <
+                     std::tuple(b.collective, b.world, b.ranks_per_host, b.transport);
+            });
   char host[256] = "?";
   gethostname(host, sizeof host - 1);
   nlohmann::json extra = {{"host", host},
@@ -282,10 +299,12 @@ double time_of(const Columns& cols, const std::string& name, size_t i) {
 int report(const std::string& path, const std::string& picks_path, int cores) {
   tune::TuningFile file = tune::load_tuning_file(path);
   std::shared_ptr<const tune::TuningFile> other_run;
-  if (!picks_path.empty()) other_run = std::make_shared<const tune::TuningFile>(tune::load_tuning_file(picks_path));
-  std::stable_sort(file.tables.begin(), file.tables.end(), [](const tune::Measurements& a, const tune::Measurements& b) {
-    return std::tuple(a.collective, a.world) < std::tuple(b.collective, b.world);
-  });
+  if (!picks_path.empty())
+    other_run = std::make_shared<const tune::TuningFile>(tune::load_tuning_file(picks_path));
+  std::stable_sort(file.tables.begin(), file.tables.end(),
+                   [](const tune::Measurements& a, const tune::Measurements& b) {
+                     return std::tuple(a.collective, a.world) < std::tuple(b.collective, b.world);
+                   });
   struct Tally {
     int hits = 0, total = 0;
   };
@@ -296,8 +315,8 @@ int report(const std::string& path, const std::string& picks_path, int cores) {
                                 tune::Reading{tune::Interpolation::nearest, 0}})
     if (r != readings[0]) readings.push_back(r);
   std::map<std::string, Tally> tally;  // model -> picks within 10% of the best
-  std::string totals;                  // per table: the sweep's total time, held-out picks vs each row
-  std::string excess;                  // per table: the mean excess over the best, picks vs each row
+  std::string totals;  // per table: the sweep's total time, held-out picks vs each row
+  std::string excess;  // per table: the mean excess over the best, picks vs each row
   for (const auto& m : file.tables) {
     const tune::Context ctx{m.world, m.ranks_per_host, m.transport,
                             cores >= 0 ? cores : m.cores_per_host};
@@ -311,9 +330,11 @@ int report(const std::string& path, const std::string& picks_path, int cores) {
                         tune::Dispatcher(ctx, params, half_of(m, 0), true, r)});
     const tune::Dispatcher model(ctx, tune::cost_params(m.transport), nullptr);
     const std::optional<tune::Dispatcher> calibrated =
-        m.calibration ? std::optional<tune::Dispatcher>(std::in_place, ctx, params, nullptr) : std::nullopt;
+        m.calibration ? std::optional<tune::Dispatcher>(std::in_place, ctx, params, nullptr)
+                      : std::nullopt;
     const std::optional<tune::Dispatcher> from_other_run =
-        other_run ? std::optional<tune::Dispatcher>(std::in_place, ctx, params, other_run, true, readings[0])
+        other_run ? std::optional<tune::Dispatcher>(std::in_place, ctx, params, other_run, true,
+                                                    readings[0])
                   : std::nullopt;
     const auto cols = columns_of(m);
     double picked_total = 0, other_total = 0;
@@ -321,11 +342,13 @@ int report(const std::string& path, const std::string& picks_path, int cores) {
     // Sum over sizes of log(time / best time at that size): the mean excess, each size alike.
     double picked_log = 0, other_log = 0;
     std::vector<double> row_log(cols.size(), 0.0);
-    std::printf("\n### %s, %d ranks (%d per host, %s)\n\n", std::string(algorithms::to_string(m.collective)).c_str(),
-                m.world, m.ranks_per_host, std::string(tune::to_string(m.transport)).c_str());
+    std::printf("\n### %s, %d ranks (%d per host, %s)\n\n",
+                std::string(algorithms::to_string(m.collective)).c_str(), m.world, m.ranks_per_host,
+                std::string(tune::to_string(m.transport)).c_str());
     std::printf("| bytes |");
     for (const auto& [name, t] : cols) std::printf(" %s |", name.c_str());
-    std::printf(" best | held-out pick | cost-model pick |%s\n|---:|", other_run ? " pick from the other run |" : "");
+    std::printf(" best | held-out pick | cost-model pick |%s\n|---:|",
+                other_run ? " pick from the other run |" : "");
     for (size_t a = 0; a < cols.size(); ++a) std::printf("---:|");
     std::printf("---|---|---|%s\n", other_run ? "---|" : "");
     for (size_t i = 0; i < m.sizes.size(); ++i) {
@@ -339,7 +362,8 @@ int report(const std::string& path, const std::string& picks_path, int cores) {
         row_total[a] += t;
       }
       const double best_t = (*cols[best].second)[i];
-      for (size_t a = 0; a < cols.size(); ++a) row_log[a] += std::log((*cols[a].second)[i] / best_t);
+      for (size_t a = 0; a < cols.size(); ++a)
+        row_log[a] += std::log((*cols[a].second)[i] / best_t);
       auto within = [&](const Pick& p) { return time_of(cols, p.name, i) <= 1.1 * best_t; };
       auto mark = [&](const Pick& p) {
         char buf[96];
@@ -351,7 +375,8 @@ int report(const std::string& path, const std::string& picks_path, int cores) {
       const Pick cm = pick_of(calibrated ? *calibrated : model, m, s, hierarchy_sizes);
       picked_total += time_of(cols, held.name, i);
       picked_log += std::log(time_of(cols, held.name, i) / best_t);
-      std::printf(" %s | %s | %s |", cols[best].first.c_str(), mark(held).c_str(), mark(cm).c_str());
+      std::printf(" %s | %s | %s |", cols[best].first.c_str(), mark(held).c_str(),
+                  mark(cm).c_str());
       auto count = [&](const std::string& name, const Pick& p) {
         tally[name].total++;
         tally[name].hits += within(p);
@@ -369,12 +394,14 @@ int report(const std::string& path, const std::string& picks_path, int cores) {
               r == 0 ? held : pick_of(halves[r][i % 2], m, s, hierarchy_sizes));
       count("cost model alone (default constants)", pick_of(model, m, s, hierarchy_sizes));
       if (calibrated) count("cost model alone (calibrated at creation)", cm);
-      count("first row (ring), no dispatcher", {std::string(algorithms::first_row(m.collective).name)});
+      count("first row (ring), no dispatcher",
+            {std::string(algorithms::first_row(m.collective).name)});
     }
     // The sweep's total time: the held-out picks against every single algorithm.
     char line[160];
-    std::snprintf(line, sizeof line, "| %s | %d | %.0f |", std::string(algorithms::to_string(m.collective)).c_str(),
-                  m.world, picked_total * 1e6);
+    std::snprintf(line, sizeof line, "| %s | %d | %.0f |",
+                  std::string(algorithms::to_string(m.collective)).c_str(), m.world,
+                  picked_total * 1e6);
     totals += line;
     if (other_run) {
       std::snprintf(line, sizeof line, " %.0f |", other_total * 1e6);
@@ -394,10 +421,12 @@ int report(const std::string& path, const std::string& picks_path, int cores) {
     totals += "\n";
     // The mean excess over the best, per size alike (geometric): picks against the best single row.
     const double k = static_cast<double>(m.sizes.size());
-    const size_t steadiest = static_cast<size_t>(std::min_element(row_log.begin(), row_log.end()) - row_log.begin());
+    const size_t steadiest =
+        static_cast<size_t>(std::min_element(row_log.begin(), row_log.end()) - row_log.begin());
     auto pct = [&](double sum_log) { return (std::exp(sum_log / k) - 1) * 100; };
-    std::snprintf(line, sizeof line, "| %s | %d | %+.1f%% |", std::string(algorithms::to_string(m.collective)).c_str(),
-                  m.world, pct(picked_log));
+    std::snprintf(line, sizeof line, "| %s | %d | %+.1f%% |",
+                  std::string(algorithms::to_string(m.collective)).c_str(), m.world,
+                  pct(picked_log));
     excess += line;
     if (other_run) {
       std::snprintf(line, sizeof line, " %+.1f%% |", pct(other_log));
@@ -407,45 +436,66 @@ int report(const std::string& path, const std::string& picks_path, int cores) {
                   pct(row_log[steadiest]));
     excess += line;
   }
-  std::printf("\n* = outside the sizes of the dispatcher's table: the nearest size's ranking (no table: the cost "
-              "model).\n\nHeld-out accuracy (pick within 10%% of "
-              "the best measured time at that size):\n\n| model | within 10%% |\n|---|---:|\n");
+  std::printf(
+      "\n* = outside the sizes of the dispatcher's table: the nearest size's ranking (no table: "
+      "the cost "
+      "model).\n\nHeld-out accuracy (pick within 10%% of "
+      "the best measured time at that size):\n\n| model | within 10%% |\n|---|---:|\n");
   for (const auto& [name, t] : tally)
-    std::printf("| %s | %d / %d (%.0f%%) |\n", name.c_str(), t.hits, t.total, t.total ? 100.0 * t.hits / t.total : 0.0);
-  std::printf("\nTotal time over each table's sizes (microseconds): the picks against the best single algorithm "
-              "(>1x: the picks are faster):\n\n| collective | world | held-out picks |%s best single algorithm | "
-              "its total / held-out picks' |%s\n|---|---:|---:|%s---|---:|%s\n%s",
-              other_run ? " other run's picks |" : "", other_run ? " its total / other run's picks' |" : "",
-              other_run ? "---:|" : "", other_run ? "---:|" : "", totals.c_str());
-  std::printf("\nMean excess over the best time at each size (geometric mean of time / best, every size "
-              "weighing alike):\n\n| collective | world | held-out picks |%s best single algorithm |\n"
-              "|---|---:|---:|%s---|\n%s",
-              other_run ? " other run's picks |" : "", other_run ? "---:|" : "", excess.c_str());
+    std::printf("| %s | %d / %d (%.0f%%) |\n", name.c_str(), t.hits, t.total,
+                t.total ? 100.0 * t.hits / t.total : 0.0);
+  std::printf(
+      "\nTotal time over each table's sizes (microseconds): the picks against the best single "
+      "algorithm "
+      "(>1x: the picks are faster):\n\n| collective | world | held-out picks |%s best single "
+      "algorithm | "
+      "its total / held-out picks' |%s\n|---|---:|---:|%s---|---:|%s\n%s",
+      other_run ? " other run's picks |" : "", other_run ? " its total / other run's picks' |" : "",
+      other_run ? "---:|" : "", other_run ? "---:|" : "", totals.c_str());
+  std::printf(
+      "\nMean excess over the best time at each size (geometric mean of time / best, every size "
+      "weighing alike):\n\n| collective | world | held-out picks |%s best single algorithm |\n"
+      "|---|---:|---:|%s---|\n%s",
+      other_run ? " other run's picks |" : "", other_run ? "---:|" : "", excess.c_str());
   return 0;
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"shoal-tune: measure every algorithm per collective and size; write a tuning file (SHOAL_TUNE_FILE)"};
+  CLI::App app{
+      "shoal-tune: measure every algorithm per collective and size; write a tuning file "
+      "(SHOAL_TUNE_FILE)"};
   std::string out = "shoal-tune.json", sizes_list, report_path, min_size = "1K", max_size = "16M";
   int factor = 2, iters = 10, warmup = 2, rounds = 2;
   bool append = false;
   app.add_option("-o,--output", out, "tuning file rank 0 writes")->capture_default_str();
-  app.add_flag("--append", append, "keep the file's tables for other worlds, ranks per host or transports");
-  app.add_option("-b,--min-bytes", min_size, "smallest size (bytes as the cost models count them)")->capture_default_str();
+  app.add_flag("--append", append,
+               "keep the file's tables for other worlds, ranks per host or transports");
+  app.add_option("-b,--min-bytes", min_size, "smallest size (bytes as the cost models count them)")
+      ->capture_default_str();
   app.add_option("-e,--max-bytes", max_size, "largest size")->capture_default_str();
-  app.add_option("-f,--factor", factor, "multiplication factor between sizes")->capture_default_str()->check(CLI::Range(2, 1024));
+  app.add_option("-f,--factor", factor, "multiplication factor between sizes")
+      ->capture_default_str()
+      ->check(CLI::Range(2, 1024));
   app.add_option("--sizes", sizes_list, "explicit sizes instead of -b/-e/-f (8,1K,1M,...)");
   std::vector<int> worlds;
-  app.add_option("--worlds", worlds,
-                 "worlds to tune, each on the job's first ranks (2,3,4,6,...; default: the job's size)")
+  app.add_option(
+         "--worlds", worlds,
+         "worlds to tune, each on the job's first ranks (2,3,4,6,...; default: the job's size)")
       ->delimiter(',');
-  app.add_option("-n,--iters", iters, "timed calls per point (fewer above 256K)")->capture_default_str()->check(CLI::Range(1, 100000));
-  app.add_option("-w,--warmup", warmup, "untimed calls per point")->capture_default_str()->check(CLI::Range(0, 1000));
-  app.add_option("--rounds", rounds, "interleaved rounds per size; the fastest counts")->capture_default_str()->check(CLI::Range(1, 100));
+  app.add_option("-n,--iters", iters, "timed calls per point (fewer above 256K)")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 100000));
+  app.add_option("-w,--warmup", warmup, "untimed calls per point")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 1000));
+  app.add_option("--rounds", rounds, "interleaved rounds per size; the fastest counts")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 100));
   std::string picks_from;
-  app.add_option("--report", report_path, "print a tuning file's tables and held-out accuracy (no job)");
+  app.add_option("--report", report_path,
+                 "print a tuning file's tables and held-out accuracy (no job)");
   int report_cores = -1;
   app.add_option("--cores", report_cores,
                  "with --report: the cores per host the cost model assumes (0: a core per rank; "
@@ -453,7 +503,8 @@ int main(int argc, char** argv) {
                  "table's cores_per_host)")
       ->check(CLI::NonNegativeNumber);
   app.add_option("--picks-from", picks_from,
-                 "with --report: also judge the picks of this tuning file (another run) on the report's times");
+                 "with --report: also judge the picks of this tuning file (another run) on the "
+                 "report's times");
   CLI11_PARSE(app, argc, argv);
   try {
     if (!report_path.empty()) return report(report_path, picks_from, report_cores);
@@ -461,8 +512,10 @@ int main(int argc, char** argv) {
     if (!sizes_list.empty()) {
       sizes = parse_sizes(sizes_list);
     } else {
-      const uint64_t lo = config::parse_bytes(min_size, "--min-bytes"), hi = config::parse_bytes(max_size, "--max-bytes");
-      for (uint64_t s = std::max<uint64_t>(lo, 1); s <= hi; s *= static_cast<uint64_t>(factor)) sizes.push_back(s);
+      const uint64_t lo = config::parse_bytes(min_size, "--min-bytes"),
+                     hi = config::parse_bytes(max_size, "--max-bytes");
+      for (uint64_t s = std::max<uint64_t>(lo, 1); s <= hi; s *= static_cast<uint64_t>(factor))
+        sizes.push_back(s);
     }
     if (sizes.empty()) {
       std::fprintf(stderr, "shoal-tune: no sizes\n");
@@ -473,7 +526,8 @@ int main(int argc, char** argv) {
     return sweep(out, sizes, worlds, iters, warmup, rounds, append, command);
   } catch (const Error& e) {
     std::fflush(stdout);
-    std::fprintf(stderr, "shoal-tune: %s error: %s\n", std::string(to_string(e.code())).c_str(), e.what());
+    std::fprintf(stderr, "shoal-tune: %s error: %s\n", std::string(to_string(e.code())).c_str(),
+                 e.what());
     std::fflush(stderr);
     std::_Exit(1);  // the peers see this rank go and fail in turn
   }

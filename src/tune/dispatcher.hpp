@@ -111,7 +111,8 @@ class Dispatcher {
   /// From SHOAL_DISPATCH, SHOAL_TUNE_FILE (read and checked here), SHOAL_TUNE_SIM,
   /// SHOAL_TUNE_SMOOTHING and SHOAL_TUNE_ALPHA/BETA/GAMMA/BUSY_GAMMA; `measured`: the constants
   /// calibrated at creation.
-  static Dispatcher from_environment(const Context& context, const algorithms::CostParams* measured = nullptr);
+  static Dispatcher from_environment(const Context& context,
+                                     const algorithms::CostParams* measured = nullptr);
 
   /// The row for a call of `collective` moving `bytes` (algorithms::model_bytes). Does not look
   /// at SHOAL_ALGO: algorithms::choose gives that priority.
@@ -120,7 +121,8 @@ class Dispatcher {
   /// Whether the hierarchical composition (comm/hierarchical.hpp) is faster than every row for
   /// a call of `bytes`, by the table's "hierarchical" times (outside its sizes: at the nearest
   /// one); nullopt when the table has none (the cost model decides then). A tie stays flat.
-  std::optional<bool> hierarchical_is_faster(algorithms::Collective collective, uint64_t bytes) const;
+  std::optional<bool> hierarchical_is_faster(algorithms::Collective collective,
+                                             uint64_t bytes) const;
 
   /// The modelled time of the hierarchical composition for a call of `bytes` across hosts of
   /// several ranks (the same number on each), in the across-hosts model of the rows: its
@@ -149,7 +151,8 @@ class Dispatcher {
     bool take = false;
     std::string_view from;
   };
-  AutoHierarchy auto_hierarchy(algorithms::Collective collective, uint64_t bytes, const SizeRange& sizes) const;
+  AutoHierarchy auto_hierarchy(algorithms::Collective collective, uint64_t bytes,
+                               const SizeRange& sizes) const;
 
   /// The table this dispatcher reads for `collective`, or nullptr: of the same transport, the
   /// measured one nearest in world size, then ranks per host; but when the world is larger than
@@ -170,7 +173,7 @@ class Dispatcher {
   Reading reading_;
   std::array<const Measurements*, kCollectives> tables_{};
   std::array<Curves, kCollectives> curves_{};  // tables_ as read
-  std::array<int, kCollectives> rows_{};  // how many rows serve each collective
+  std::array<int, kCollectives> rows_{};       // how many rows serve each collective
   /// Across hosts of several ranks, per registry row of all_reduce, all_gather and
   /// reduce_scatter: host_traffic at this context, and on one rank per host of as many hosts
   /// (the hierarchy's inter-host phase). Empty for other layouts.

@@ -40,10 +40,10 @@ struct Measurements {
   int world = 1;
   int ranks_per_host = 1;
   Transport transport = Transport::shm;
-  int cores_per_host = 0;       // as tune::Context's; 0: not recorded
-  bool simulated = false;       // predicted by shoal-sim, not measured
+  int cores_per_host = 0;                             // as tune::Context's; 0: not recorded
+  bool simulated = false;                             // predicted by shoal-sim, not measured
   std::optional<algorithms::CostParams> calibration;  // seconds, as calibrated at creation
-  std::vector<uint64_t> sizes;  // strictly increasing, >= 1
+  std::vector<uint64_t> sizes;                        // strictly increasing, >= 1
   /// Seconds per call of each measured algorithm at each size, in registry order.
   std::vector<std::pair<const algorithms::AlgorithmInfo*, std::vector<double>>> times;
   /// Seconds per call of the hierarchical composition at each size; empty when not measured.

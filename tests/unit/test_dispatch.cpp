@@ -15,10 +15,10 @@
 
 #include "algorithms/registry.hpp"
 #include "shoal/error.hpp"
-#include "tune/calibration.hpp"
-#include "tune/dispatcher.hpp"
 #include "support/env.hpp"
 #include "support/temp_file.hpp"
+#include "tune/calibration.hpp"
+#include "tune/dispatcher.hpp"
 
 namespace shoal {
 namespace {
@@ -31,7 +31,6 @@ using tune::Choice;
 using tune::Context;
 using tune::Dispatcher;
 using tune::Transport;
-
 
 std::string pick(const Dispatcher& d, Collective c, uint64_t bytes) {
   return std::string(d.choose(c, bytes).algorithm->name);
@@ -76,8 +75,12 @@ TEST(CostModel, LargeMessagesTakeBandwidthOptimalAlgorithms) {
       }
   // Without a power of two the butterflies pay the fold (the whole vector twice more): ring.
   for (int p : {3, 24, 100}) {
-    EXPECT_EQ(pick(model_only(p, Transport::tcp), Collective::all_reduce, uint64_t{1} << 30), "ring") << p;
-    EXPECT_EQ(pick(model_only(p, Transport::tcp), Collective::reduce_scatter, uint64_t{1} << 30), "ring") << p;
+    EXPECT_EQ(pick(model_only(p, Transport::tcp), Collective::all_reduce, uint64_t{1} << 30),
+              "ring")
+        << p;
+    EXPECT_EQ(pick(model_only(p, Transport::tcp), Collective::reduce_scatter, uint64_t{1} << 30),
+              "ring")
+        << p;
   }
 }
 
@@ -91,8 +94,8 @@ TEST(CostModel, SingleRowCollectivesAndOneRankGiveTheirRow) {
 
 TEST(CostModel, SettingsOverrideTheConstants) {
   {
-    ScopedEnv a("SHOAL_TUNE_ALPHA", "1e-3"), b("SHOAL_TUNE_BETA", std::nullopt), g("SHOAL_TUNE_GAMMA", "0"),
-        bg("SHOAL_TUNE_BUSY_GAMMA", "3e-9");
+    ScopedEnv a("SHOAL_TUNE_ALPHA", "1e-3"), b("SHOAL_TUNE_BETA", std::nullopt),
+        g("SHOAL_TUNE_GAMMA", "0"), bg("SHOAL_TUNE_BUSY_GAMMA", "3e-9");
     const auto c = tune::cost_params(Transport::shm);
     EXPECT_EQ(c.alpha, 1e-3);
     EXPECT_EQ(c.beta, tune::default_cost_params(Transport::shm).beta);
@@ -115,9 +118,11 @@ TEST(Calibration, FitRecoversTheConstantsThatProducedTheTimes) {
   ASSERT_NE(ring, nullptr);
   const algorithms::CostParams truth{7.5e-6, 3.1e-10, 4.2e-11, 9.7e-10};
   for (int p : {2, 3, 4, 7, 8, 16, 100}) {
-    EXPECT_LE(tune::calibration_plan(p, Transport::shm).large_block * p, uint64_t{4} << 20) << "creation must stay cheap";
+    EXPECT_LE(tune::calibration_plan(p, Transport::shm).large_block * p, uint64_t{4} << 20)
+        << "creation must stay cheap";
     // Over TCP a step carries a whole chunk of the ring, enough to stripe over every NIC.
-    EXPECT_GE(tune::calibration_plan(p, Transport::tcp).large_block, algorithms::CollectiveArgs{}.chunk_bytes);
+    EXPECT_GE(tune::calibration_plan(p, Transport::tcp).large_block,
+              algorithms::CollectiveArgs{}.chunk_bytes);
     for (Transport t : {Transport::shm, Transport::tcp}) {
       const tune::CalibrationPlan plan = tune::calibration_plan(p, t);
       EXPECT_GT(plan.large_block, plan.small_block);
@@ -129,12 +134,12 @@ TEST(Calibration, FitRecoversTheConstantsThatProducedTheTimes) {
         const auto* swing = algorithms::find_algorithm(Collective::all_gather, "swing");
         const auto traffic = tune::host_traffic(*swing, p, 2);
         const double n = static_cast<double>(plan.swing_block * p);
-        swing_s = swing->cost(p, plan.swing_block * p, {truth.alpha, 0, 0, 0}) + truth.beta * traffic.nic * n +
-                  truth.busy_gamma * traffic.memory * n;
+        swing_s = swing->cost(p, plan.swing_block * p, {truth.alpha, 0, 0, 0}) +
+                  truth.beta * traffic.nic * n + truth.busy_gamma * traffic.memory * n;
       }
-      const tune::CalibrationTimes times{ring->cost(p, plan.small_block * p, truth),
-                                         ring->cost(p, plan.large_block * p, truth),
-                                         truth.gamma * static_cast<double>(plan.reduce_bytes), swing_s};
+      const tune::CalibrationTimes times{
+          ring->cost(p, plan.small_block * p, truth), ring->cost(p, plan.large_block * p, truth),
+          truth.gamma * static_cast<double>(plan.reduce_bytes), swing_s};
       const auto floor = tune::default_cost_params(t);
       const auto c = tune::fit_cost_params(p, plan, times, floor, across ? 2 : 1);
       EXPECT_NEAR(c.alpha / truth.alpha, 1.0, 1e-9) << p;
@@ -177,9 +182,11 @@ TEST(Calibration, FitOnSharedCoresInvertsTheSharedCoresModel) {
 TEST(Calibration, NoisyOrZeroTimesGiveFinitePositiveConstants) {
   const auto floor = tune::default_cost_params(Transport::tcp);
   const tune::CalibrationPlan plan = tune::calibration_plan(4, Transport::tcp);
-  const auto noisy = tune::fit_cost_params(4, plan, {1e-3, 1e-4, 1e-5, 1e-3}, floor);  // large faster than small
+  const auto noisy =
+      tune::fit_cost_params(4, plan, {1e-3, 1e-4, 1e-5, 1e-3}, floor);  // large faster than small
   // A Swing call faster than its wire alone: the memory work was hidden, busy_gamma at its floor.
-  EXPECT_EQ(tune::fit_cost_params(4, plan, {1e-5, 1e-2, 1e-5, 1e-6}, floor, 2).busy_gamma, floor.busy_gamma / 100);
+  EXPECT_EQ(tune::fit_cost_params(4, plan, {1e-5, 1e-2, 1e-5, 1e-6}, floor, 2).busy_gamma,
+            floor.busy_gamma / 100);
   EXPECT_NEAR(noisy.alpha, 1e-3 / 3, 1e-12);  // 3 ring steps
   EXPECT_EQ(noisy.beta, floor.beta / 100);
   const auto zero = tune::fit_cost_params(4, plan, {0, 0, 0, 0}, floor);
@@ -188,13 +195,15 @@ TEST(Calibration, NoisyOrZeroTimesGiveFinitePositiveConstants) {
   EXPECT_EQ(zero.gamma, floor.gamma);
   EXPECT_EQ(zero.busy_gamma, floor.busy_gamma);
   for (const auto& c : {noisy, zero})
-    for (double x : {c.alpha, c.beta, c.gamma, c.busy_gamma}) EXPECT_TRUE(std::isfinite(x) && x > 0);
+    for (double x : {c.alpha, c.beta, c.gamma, c.busy_gamma})
+      EXPECT_TRUE(std::isfinite(x) && x > 0);
 }
 
 // The measured constants replace the defaults; SHOAL_TUNE_* still replaces each of them.
 TEST(Calibration, MeasuredConstantsFeedTheCostModelAndSettingsStillWin) {
   const algorithms::CostParams measured{1e-6, 1e-9, 1e-10};
-  ScopedEnv a("SHOAL_TUNE_ALPHA", std::nullopt), b("SHOAL_TUNE_BETA", "2e-9"), g("SHOAL_TUNE_GAMMA", std::nullopt);
+  ScopedEnv a("SHOAL_TUNE_ALPHA", std::nullopt), b("SHOAL_TUNE_BETA", "2e-9"),
+      g("SHOAL_TUNE_GAMMA", std::nullopt);
   const auto c = tune::cost_params(Transport::shm, &measured);
   EXPECT_EQ(c.alpha, 1e-6);
   EXPECT_EQ(c.beta, 2e-9);
@@ -213,11 +222,20 @@ TEST(Calibration, MeasuredConstantsFeedTheCostModelAndSettingsStillWin) {
 TEST(CostModel, AcrossHostsTheBandwidthTermIsWhatAHostSendsToOthers) {
   auto row = [](Collective c, const char* name) { return *algorithms::find_algorithm(c, name); };
   for (int p : {8, 16}) {
-    EXPECT_NEAR(tune::host_traffic(row(Collective::all_gather, "ring"), p, 2).nic, (p - 1.0) / p, 1e-9) << p;
-    EXPECT_NEAR(tune::host_traffic(row(Collective::reduce_scatter, "ring"), p, 2).nic, (p - 1.0) / p, 1e-9) << p;
-    EXPECT_NEAR(tune::host_traffic(row(Collective::all_reduce, "ring"), p, 2).nic, 2 * (p - 1.0) / p, 1e-9) << p;
-    EXPECT_GT(tune::host_traffic(row(Collective::all_gather, "recursive_doubling"), p, 2).nic, 1.4) << p;
-    EXPECT_GT(tune::host_traffic(row(Collective::reduce_scatter, "recursive_halving"), p, 2).nic, 1.4) << p;
+    EXPECT_NEAR(tune::host_traffic(row(Collective::all_gather, "ring"), p, 2).nic, (p - 1.0) / p,
+                1e-9)
+        << p;
+    EXPECT_NEAR(tune::host_traffic(row(Collective::reduce_scatter, "ring"), p, 2).nic,
+                (p - 1.0) / p, 1e-9)
+        << p;
+    EXPECT_NEAR(tune::host_traffic(row(Collective::all_reduce, "ring"), p, 2).nic,
+                2 * (p - 1.0) / p, 1e-9)
+        << p;
+    EXPECT_GT(tune::host_traffic(row(Collective::all_gather, "recursive_doubling"), p, 2).nic, 1.4)
+        << p;
+    EXPECT_GT(tune::host_traffic(row(Collective::reduce_scatter, "recursive_halving"), p, 2).nic,
+              1.4)
+        << p;
   }
   EXPECT_EQ(tune::host_traffic(row(Collective::all_gather, "ring"), 8, 8).nic, 0.0);
   // The flat model picks recursive halving for a large reduce_scatter at 8 ranks (same bytes as
@@ -225,8 +243,10 @@ TEST(CostModel, AcrossHostsTheBandwidthTermIsWhatAHostSendsToOthers) {
   const algorithms::CostParams tcp{3.5e-5, 8e-9, 2e-11, 2e-11};
   const Dispatcher one_host(Context{8, 8, Transport::tcp}, tcp, nullptr);
   const Dispatcher four_hosts(Context{8, 2, Transport::tcp}, tcp, nullptr);
-  EXPECT_EQ(one_host.choose(Collective::reduce_scatter, 16 << 20).algorithm->name, "recursive_halving");
-  EXPECT_NE(four_hosts.choose(Collective::reduce_scatter, 16 << 20).algorithm->name, "recursive_halving");
+  EXPECT_EQ(one_host.choose(Collective::reduce_scatter, 16 << 20).algorithm->name,
+            "recursive_halving");
+  EXPECT_NE(four_hosts.choose(Collective::reduce_scatter, 16 << 20).algorithm->name,
+            "recursive_halving");
 }
 
 // The memory work a row does besides its NIC bytes, counted from its schedule at 4 hosts of 2:
@@ -258,7 +278,8 @@ TEST(CostModel, HostTrafficCountsEachRowsMemoryWork) {
 // measured times: docs/algorithms.md); with memory work that costs nothing, Swing wins.
 TEST(CostModel, APipelinedRowHidesItsMemoryWorkBehindTheNicsAndOthersAddIt) {
   const Context cluster{8, 2, Transport::tcp};
-  const algorithms::CostParams busy{6.5e-5, 4.3e-9, 2e-11, 1e-9}, idle{6.5e-5, 4.3e-9, 2e-11, 1e-13};
+  const algorithms::CostParams busy{6.5e-5, 4.3e-9, 2e-11, 1e-9},
+      idle{6.5e-5, 4.3e-9, 2e-11, 1e-13};
   const auto* ring = algorithms::find_algorithm(Collective::reduce_scatter, "ring");
   const auto* swing = algorithms::find_algorithm(Collective::reduce_scatter, "swing");
   ASSERT_TRUE(ring && swing && ring->pipelined && !swing->pipelined);
@@ -291,11 +312,16 @@ TEST(CostModel, APipelinedRowHidesItsMemoryWorkBehindTheNicsAndOthersAddIt) {
   // With these constants the reduce_scatter takes, busy: 63.58 ms (ring: its NIC term hides its
   // memory work) against 79.47 ms (swing: 54.11 + 25.17 + 0.2); idle: 63.58 against 54.30.
   for (Collective c : {Collective::reduce_scatter, Collective::all_reduce}) {
-    EXPECT_EQ(Dispatcher(cluster, busy, nullptr).choose(c, n).algorithm->name, "ring") << algorithms::to_string(c);
-    EXPECT_EQ(Dispatcher(cluster, idle, nullptr).choose(c, n).algorithm->name, "swing") << algorithms::to_string(c);
+    EXPECT_EQ(Dispatcher(cluster, busy, nullptr).choose(c, n).algorithm->name, "ring")
+        << algorithms::to_string(c);
+    EXPECT_EQ(Dispatcher(cluster, idle, nullptr).choose(c, n).algorithm->name, "swing")
+        << algorithms::to_string(c);
   }
   // Small messages stay with the fewer steps.
-  EXPECT_NE(Dispatcher(cluster, busy, nullptr).choose(Collective::reduce_scatter, 64 << 10).algorithm->name, "ring");
+  EXPECT_NE(Dispatcher(cluster, busy, nullptr)
+                .choose(Collective::reduce_scatter, 64 << 10)
+                .algorithm->name,
+            "ring");
 }
 
 TEST(Context, FromTopology) {
@@ -478,7 +504,8 @@ TEST(TuningFile, InterpolatesInLogSize) {
   // Between 4K and 64K (16K is the log-midpoint): recursive_doubling 20 -> 400 (210 at 16K),
   // rabenseifner 45 -> 80 (62.5 at 16K): rabenseifner. Just above 4K recursive_doubling still wins.
   EXPECT_EQ(pick(d, Collective::all_reduce, 16384), "rabenseifner");
-  EXPECT_EQ(pick(d, Collective::all_reduce, 4200), "recursive_doubling");  // w = 0.0088: 23.3 < 45.3
+  EXPECT_EQ(pick(d, Collective::all_reduce, 4200),
+            "recursive_doubling");  // w = 0.0088: 23.3 < 45.3
   const Choice mid = d.choose(Collective::all_reduce, 16384);
   EXPECT_NEAR(mid.predicted_s, 62.5e-6, 1e-9);
   // the nearest measured size (in log) instead: 5000 reads 4K's times, 30000 64K's
@@ -492,8 +519,8 @@ TEST(TuningFile, InterpolatesInLogSize) {
 // ---- the smoothed reading (the default) ----
 
 // A table of two rows at 15 sizes, 1 KiB to 16 MiB by x2, from `time_of(row, bytes)` seconds.
-std::shared_ptr<const tune::TuningFile> two_row_table(const std::function<double(int, double)>& time_of,
-                                                      bool simulated = false) {
+std::shared_ptr<const tune::TuningFile> two_row_table(
+    const std::function<double(int, double)>& time_of, bool simulated = false) {
   auto file = std::make_shared<tune::TuningFile>();
   tune::Measurements m;
   m.collective = Collective::all_reduce;
@@ -503,7 +530,8 @@ std::shared_ptr<const tune::TuningFile> two_row_table(const std::function<double
   for (uint64_t s = 1024; s <= (16u << 20); s *= 2) m.sizes.push_back(s);
   for (const char* name : {"ring", "rabenseifner"}) {
     std::vector<double> t;
-    for (uint64_t s : m.sizes) t.push_back(time_of(static_cast<int>(m.times.size()), static_cast<double>(s)));
+    for (uint64_t s : m.sizes)
+      t.push_back(time_of(static_cast<int>(m.times.size()), static_cast<double>(s)));
     m.times.emplace_back(algorithms::find_algorithm(Collective::all_reduce, name), t);
   }
   file->tables.push_back(m);
@@ -512,7 +540,8 @@ std::shared_ptr<const tune::TuningFile> two_row_table(const std::function<double
 
 // The reference, written apart from src/tune/curves.cpp: the weighted least-squares line of
 // log(time) over log2(size) in centred form (slope from the weighted covariance), read at x.
-double reference_fit(const std::vector<uint64_t>& sizes, const std::vector<double>& seconds, double x, double h) {
+double reference_fit(const std::vector<uint64_t>& sizes, const std::vector<double>& seconds,
+                     double x, double h) {
   double sw = 0, mean_d = 0, mean_y = 0;
   std::vector<double> w, d, y;
   for (size_t i = 0; i < sizes.size(); ++i) {
@@ -542,8 +571,8 @@ TEST(TuningFile, SmoothedReadingMatchesAWeightedFitThroughEveryMeasuredSize) {
   const auto file = two_row_table(noisy);
   const tune::Measurements& m = file->tables[0];
   for (double h : {0.5, 1.0, 2.0, 3.0}) {
-    const Dispatcher d(Context{4, 4, Transport::shm}, tune::default_cost_params(Transport::shm), file, true,
-                       tune::Reading{tune::Interpolation::smoothed, h});
+    const Dispatcher d(Context{4, 4, Transport::shm}, tune::default_cost_params(Transport::shm),
+                       file, true, tune::Reading{tune::Interpolation::smoothed, h});
     // measured sizes, sizes between them and off the 1/8-octave grid the curves are kept at
     for (double x = 10; x <= 24; x += 0.37) {
       const auto bytes = static_cast<uint64_t>(std::llround(std::exp2(x)));
@@ -554,7 +583,8 @@ TEST(TuningFile, SmoothedReadingMatchesAWeightedFitThroughEveryMeasuredSize) {
       // between two points 1/8 octave apart the curve is read linearly in log(time)
       EXPECT_NEAR(c.predicted_s / std::min(ring, rab), 1, 2e-3) << "h=" << h << " bytes=" << bytes;
       if (std::abs(ring / rab - 1) > 0.01) {
-        EXPECT_EQ(c.algorithm->name, ring < rab ? "ring" : "rabenseifner") << "h=" << h << " bytes=" << bytes;
+        EXPECT_EQ(c.algorithm->name, ring < rab ? "ring" : "rabenseifner")
+            << "h=" << h << " bytes=" << bytes;
       }
     }
   }
@@ -562,9 +592,12 @@ TEST(TuningFile, SmoothedReadingMatchesAWeightedFitThroughEveryMeasuredSize) {
 
 TEST(TuningFile, SmoothedReadingIsExactForPowerLaws) {
   // time = a x size^b, per row: the local-linear fit in log-log reproduces it at every size
-  const auto file = two_row_table([](int row, double s) { return row ? 2e-9 * std::pow(s, 0.8) : 3e-8 * std::pow(s, 0.5); });
-  const Dispatcher d(Context{4, 4, Transport::shm}, tune::default_cost_params(Transport::shm), file);
-  for (uint64_t bytes : {uint64_t{1024}, uint64_t{3000}, uint64_t{65536}, uint64_t{1234567}, uint64_t{16} << 20}) {
+  const auto file = two_row_table(
+      [](int row, double s) { return row ? 2e-9 * std::pow(s, 0.8) : 3e-8 * std::pow(s, 0.5); });
+  const Dispatcher d(Context{4, 4, Transport::shm}, tune::default_cost_params(Transport::shm),
+                     file);
+  for (uint64_t bytes :
+       {uint64_t{1024}, uint64_t{3000}, uint64_t{65536}, uint64_t{1234567}, uint64_t{16} << 20}) {
     const double b = static_cast<double>(bytes);
     const double expect = std::min(3e-8 * std::pow(b, 0.5), 2e-9 * std::pow(b, 0.8));
     EXPECT_NEAR(d.choose(Collective::all_reduce, bytes).predicted_s / expect, 1, 1e-9) << bytes;
@@ -582,8 +615,10 @@ TEST(TuningFile, OneNoisyPointDoesNotFlipTheSmoothedPick) {
     if (!row) return ring;
     return ring * (s == static_cast<double>(noisy_size) ? 0.9 : 1.05);
   });
-  const Dispatcher raw(Context{4, 4, Transport::shm}, tune::default_cost_params(Transport::shm), file, true, kLogLinear);
-  const Dispatcher smoothed(Context{4, 4, Transport::shm}, tune::default_cost_params(Transport::shm), file);
+  const Dispatcher raw(Context{4, 4, Transport::shm}, tune::default_cost_params(Transport::shm),
+                       file, true, kLogLinear);
+  const Dispatcher smoothed(Context{4, 4, Transport::shm},
+                            tune::default_cost_params(Transport::shm), file);
   EXPECT_EQ(pick(raw, Collective::all_reduce, noisy_size), "rabenseifner");
   EXPECT_EQ(pick(raw, Collective::all_reduce, noisy_size + noisy_size / 4), "rabenseifner");
   for (uint64_t bytes = 1024; bytes <= (16u << 20); bytes = bytes * 3 / 2)
@@ -592,11 +627,15 @@ TEST(TuningFile, OneNoisyPointDoesNotFlipTheSmoothedPick) {
 
 TEST(TuningFile, SimulatedTablesAreNotSmoothed) {
   // The simulator has no noise: its times are read as they are, between neighbours.
-  const auto file = two_row_table([](int row, double s) { return (row + 1) * (1e-6 + s * s * 1e-18); }, true);
-  const Dispatcher d(Context{64, 4, Transport::shm}, tune::default_cost_params(Transport::shm), file);
+  const auto file =
+      two_row_table([](int row, double s) { return (row + 1) * (1e-6 + s * s * 1e-18); }, true);
+  const Dispatcher d(Context{64, 4, Transport::shm}, tune::default_cost_params(Transport::shm),
+                     file);
   ASSERT_TRUE(d.table_for(Collective::all_reduce)->simulated);
   for (uint64_t s : d.table_for(Collective::all_reduce)->sizes)
-    EXPECT_DOUBLE_EQ(d.choose(Collective::all_reduce, s).predicted_s, 1e-6 + static_cast<double>(s) * s * 1e-18) << s;
+    EXPECT_DOUBLE_EQ(d.choose(Collective::all_reduce, s).predicted_s,
+                     1e-6 + static_cast<double>(s) * s * 1e-18)
+        << s;
 }
 
 TEST(TuningFile, SmoothingSetting) {
@@ -615,10 +654,12 @@ TEST(TuningFile, SmoothingSetting) {
   for (uint64_t bytes : {uint64_t{2000}, uint64_t{16384}, uint64_t{1} << 22}) {
     ScopedEnv zero("SHOAL_TUNE_SMOOTHING", "0");
     EXPECT_EQ(Dispatcher::from_environment(ctx).choose(Collective::all_reduce, bytes).predicted_s,
-              raw.choose(Collective::all_reduce, bytes).predicted_s) << bytes;
+              raw.choose(Collective::all_reduce, bytes).predicted_s)
+        << bytes;
     ScopedEnv three("SHOAL_TUNE_SMOOTHING", "3");
     EXPECT_EQ(Dispatcher::from_environment(ctx).choose(Collective::all_reduce, bytes).predicted_s,
-              wide.choose(Collective::all_reduce, bytes).predicted_s) << bytes;
+              wide.choose(Collective::all_reduce, bytes).predicted_s)
+        << bytes;
   }
   for (const char* bad : {"-1", "two", "2x", "65", "nan", "inf"}) {
     ScopedEnv reading("SHOAL_TUNE_SMOOTHING", bad);
@@ -640,13 +681,18 @@ TEST(TuningFile, OutsideTheMeasuredSizesTheNearestMeasuredSizeDecides) {
   const tune::Measurements& m = *d.table_for(Collective::all_reduce);
   for (uint64_t bytes : {uint64_t{0}, uint64_t{8}, uint64_t{1023}}) {
     EXPECT_EQ(d.choose(Collective::all_reduce, bytes).source, Choice::Source::tuning_file) << bytes;
-    EXPECT_EQ(pick(d, Collective::all_reduce, bytes), pick(d, Collective::all_reduce, m.sizes.front())) << bytes;
+    EXPECT_EQ(pick(d, Collective::all_reduce, bytes),
+              pick(d, Collective::all_reduce, m.sizes.front()))
+        << bytes;
   }
   for (uint64_t bytes : {m.sizes.back() + 1, uint64_t{1} << 34}) {
     EXPECT_EQ(d.choose(Collective::all_reduce, bytes).source, Choice::Source::tuning_file) << bytes;
-    EXPECT_EQ(pick(d, Collective::all_reduce, bytes), pick(d, Collective::all_reduce, m.sizes.back())) << bytes;
+    EXPECT_EQ(pick(d, Collective::all_reduce, bytes),
+              pick(d, Collective::all_reduce, m.sizes.back()))
+        << bytes;
   }
-  EXPECT_EQ(d.choose(Collective::reduce_scatter, 1 << 20).source, Choice::Source::cost_model);  // no table
+  EXPECT_EQ(d.choose(Collective::reduce_scatter, 1 << 20).source,
+            Choice::Source::cost_model);  // no table
 }
 
 TEST(TuningFile, NearestWorldOnTheSameTransport) {
@@ -706,15 +752,17 @@ TEST(TuningFile, HierarchicalTimesDecideWhereTheyCoverTheCall) {
   const tune::TuningFile again = tune::parse_tuning_file(tune::to_json(*file), "mem2");
   EXPECT_EQ(again.tables[0].hierarchical, file->tables[0].hierarchical);
 
-  const Dispatcher d(Context{8, 2, Transport::tcp}, tune::default_cost_params(Transport::tcp), file, true, kLogLinear);
-  EXPECT_EQ(d.hierarchical_is_faster(Collective::all_gather, 1024), false);       // bruck 20 < 60
-  EXPECT_EQ(d.hierarchical_is_faster(Collective::all_gather, 1048576), true);     // 300 < 500
-  EXPECT_EQ(d.hierarchical_is_faster(Collective::all_gather, 4194304), true);     // interpolated
-  EXPECT_EQ(d.hierarchical_is_faster(Collective::all_gather, 16777216), false);   // tie with ring
-  EXPECT_EQ(d.hierarchical_is_faster(Collective::all_gather, 512), false);        // as at 1024
-  EXPECT_EQ(d.hierarchical_is_faster(Collective::all_gather, 1ull << 30), false);  // as at 16M
+  const Dispatcher d(Context{8, 2, Transport::tcp}, tune::default_cost_params(Transport::tcp), file,
+                     true, kLogLinear);
+  EXPECT_EQ(d.hierarchical_is_faster(Collective::all_gather, 1024), false);         // bruck 20 < 60
+  EXPECT_EQ(d.hierarchical_is_faster(Collective::all_gather, 1048576), true);       // 300 < 500
+  EXPECT_EQ(d.hierarchical_is_faster(Collective::all_gather, 4194304), true);       // interpolated
+  EXPECT_EQ(d.hierarchical_is_faster(Collective::all_gather, 16777216), false);     // tie with ring
+  EXPECT_EQ(d.hierarchical_is_faster(Collective::all_gather, 512), false);          // as at 1024
+  EXPECT_EQ(d.hierarchical_is_faster(Collective::all_gather, 1ull << 30), false);   // as at 16M
   EXPECT_EQ(d.hierarchical_is_faster(Collective::all_reduce, 1024), std::nullopt);  // not timed
-  const Dispatcher off(Context{8, 2, Transport::tcp}, tune::default_cost_params(Transport::tcp), file, false);
+  const Dispatcher off(Context{8, 2, Transport::tcp}, tune::default_cost_params(Transport::tcp),
+                       file, false);
   EXPECT_EQ(off.hierarchical_is_faster(Collective::all_gather, 1048576), std::nullopt);
   // The flat pick ignores the hierarchical column.
   EXPECT_EQ(d.choose(Collective::all_gather, 1048576).algorithm->name, "ring");
@@ -728,30 +776,38 @@ TEST(TuningFile, HierarchicalTimesDecideWhereTheyCoverTheCall) {
 // flat; outside SHOAL_HIERARCHICAL_MIN/MAX_BYTES it stays flat; on one host there is none.
 TEST(HierarchyModel, TheCostModelDecidesWhereNoTableTimesTheHierarchy) {
   const Context four_hosts{16, 4, Transport::tcp};
-  const algorithms::CostParams slow_nics{1e-9, 1e-6, 1e-12, 1e-12}, costly_messages{1e-3, 1e-12, 1e-12, 1e-12};
+  const algorithms::CostParams slow_nics{1e-9, 1e-6, 1e-12, 1e-12},
+      costly_messages{1e-3, 1e-12, 1e-12, 1e-12};
   const uint64_t n = 4 << 20;
   const Dispatcher slow(four_hosts, slow_nics, nullptr);
   ASSERT_TRUE(slow.hierarchy_cost(Collective::all_reduce, n).has_value());
-  EXPECT_NEAR(*slow.hierarchy_cost(Collective::all_reduce, n), 1e-6 * 1.5 * n, 1e-6 * 1.5 * n * 1e-3);
-  EXPECT_NEAR(*slow.flat_cost(Collective::all_reduce, n), 1e-6 * 1.875 * n, 1e-6 * 1.875 * n * 1e-3);  // the ring
+  EXPECT_NEAR(*slow.hierarchy_cost(Collective::all_reduce, n), 1e-6 * 1.5 * n,
+              1e-6 * 1.5 * n * 1e-3);
+  EXPECT_NEAR(*slow.flat_cost(Collective::all_reduce, n), 1e-6 * 1.875 * n,
+              1e-6 * 1.875 * n * 1e-3);  // the ring
   const Dispatcher::SizeRange any{};
-  for (Collective c : {Collective::all_reduce, Collective::all_gather, Collective::reduce_scatter}) {
+  for (Collective c :
+       {Collective::all_reduce, Collective::all_gather, Collective::reduce_scatter}) {
     const auto verdict = slow.auto_hierarchy(c, n, any);
     EXPECT_TRUE(verdict.take) << algorithms::to_string(c);
     EXPECT_EQ(verdict.from, "cost model");
-    EXPECT_FALSE(slow.auto_hierarchy(c, n, {0, 1 << 20}).take) << "beyond SHOAL_HIERARCHICAL_MAX_BYTES";
+    EXPECT_FALSE(slow.auto_hierarchy(c, n, {0, 1 << 20}).take)
+        << "beyond SHOAL_HIERARCHICAL_MAX_BYTES";
     EXPECT_EQ(slow.auto_hierarchy(c, n, {0, 1 << 20}).from, "size range");
-    EXPECT_FALSE(slow.auto_hierarchy(c, n, {8 << 20, 0}).take) << "below SHOAL_HIERARCHICAL_MIN_BYTES";
+    EXPECT_FALSE(slow.auto_hierarchy(c, n, {8 << 20, 0}).take)
+        << "below SHOAL_HIERARCHICAL_MIN_BYTES";
   }
   const Dispatcher costly(four_hosts, costly_messages, nullptr);
   EXPECT_FALSE(costly.auto_hierarchy(Collective::all_reduce, 4096, any).take);
-  EXPECT_GT(*costly.hierarchy_cost(Collective::all_reduce, 4096), *costly.flat_cost(Collective::all_reduce, 4096));
+  EXPECT_GT(*costly.hierarchy_cost(Collective::all_reduce, 4096),
+            *costly.flat_cost(Collective::all_reduce, 4096));
   // One host: no hierarchy to cost.
   const Dispatcher one_host(Context{16, 16, Transport::shm}, slow_nics, nullptr);
   EXPECT_FALSE(one_host.hierarchy_cost(Collective::all_reduce, n).has_value());
   EXPECT_FALSE(one_host.auto_hierarchy(Collective::all_reduce, n, any).take);
   // Uneven hosts (no hierarchy runs there): no cost either.
-  EXPECT_FALSE(Dispatcher(Context{10, 4, Transport::tcp}, slow_nics, nullptr).hierarchy_cost(Collective::all_reduce, n));
+  EXPECT_FALSE(Dispatcher(Context{10, 4, Transport::tcp}, slow_nics, nullptr)
+                   .hierarchy_cost(Collective::all_reduce, n));
 }
 
 TEST(TuningFile, RoundTripsThroughJson) {
@@ -821,8 +877,9 @@ TEST(TuningFile, SimulatedTablesServeOnlyWorldsLargerThanAnyMeasured) {
     EXPECT_EQ(d.choose(Collective::all_reduce, 4096).source, Choice::Source::tuning_file) << p;
   }
   // beyond it, the nearest simulated world
-  for (auto [p, algo] : {std::pair{17, "recursive_doubling"}, std::pair{64, "recursive_doubling"},
-                         std::pair{200, "recursive_doubling"}, std::pair{300, "swing"}, std::pair{4096, "swing"}}) {
+  for (auto [p, algo] :
+       {std::pair{17, "recursive_doubling"}, std::pair{64, "recursive_doubling"},
+        std::pair{200, "recursive_doubling"}, std::pair{300, "swing"}, std::pair{4096, "swing"}}) {
     const Dispatcher d = Dispatcher::from_environment(Context{p, 2, Transport::tcp});
     ASSERT_NE(d.table_for(Collective::all_reduce), nullptr) << p;
     EXPECT_TRUE(d.table_for(Collective::all_reduce)->simulated) << p;
@@ -833,10 +890,13 @@ TEST(TuningFile, SimulatedTablesServeOnlyWorldsLargerThanAnyMeasured) {
   }
   // outside the simulated sizes: the nearest simulated size's ranking
   const Dispatcher big = Dispatcher::from_environment(Context{1024, 2, Transport::tcp});
-  EXPECT_EQ(big.choose(Collective::all_reduce, uint64_t{1} << 30).source, Choice::Source::simulation);
-  EXPECT_EQ(pick(big, Collective::all_reduce, uint64_t{1} << 30), pick(big, Collective::all_reduce, 1048576));
+  EXPECT_EQ(big.choose(Collective::all_reduce, uint64_t{1} << 30).source,
+            Choice::Source::simulation);
+  EXPECT_EQ(pick(big, Collective::all_reduce, uint64_t{1} << 30),
+            pick(big, Collective::all_reduce, 1048576));
   // another transport sees none of them
-  EXPECT_EQ(Dispatcher::from_environment(Context{1024, 1024, Transport::shm}).table_for(Collective::all_reduce),
+  EXPECT_EQ(Dispatcher::from_environment(Context{1024, 1024, Transport::shm})
+                .table_for(Collective::all_reduce),
             nullptr);
 }
 
@@ -850,7 +910,8 @@ TEST(TuningFile, SimulatedTablesHaveAnOffSwitch) {
   EXPECT_EQ(pick(d, Collective::all_reduce, 4096), "ring");
   EXPECT_EQ(d.choose(Collective::all_reduce, 4096).source, Choice::Source::tuning_file);
   ScopedEnv bad("SHOAL_TUNE_SIM", "sometimes");
-  EXPECT_THROW(Dispatcher::from_environment(Context{1024, 2, Transport::tcp}), InvalidArgumentError);
+  EXPECT_THROW(Dispatcher::from_environment(Context{1024, 2, Transport::tcp}),
+               InvalidArgumentError);
 }
 
 TEST(TuningFile, OnlySimulatedTablesServeEveryWorld) {
@@ -893,61 +954,78 @@ TEST(TuningFile, MalformedFilesAreRejectedWithTheProblem) {
   expect_rejected(R"({"tables": []})", "missing field 'format'");
   expect_rejected(R"({"format": "shoal-tune 9", "tables": []})", "expected \"shoal-tune 1\"");
   expect_rejected(R"({"format": "shoal-tune 1"})", "missing field 'tables'");
-  expect_rejected(table(R"({"collective": "all_reduce", "world": 4, "ranks_per_host": 4, "transport": "shm",
+  expect_rejected(
+      table(R"({"collective": "all_reduce", "world": 4, "ranks_per_host": 4, "transport": "shm",
                             "times_us": {"ring": [1]}})"),
-                  "tables[0]: missing field 'sizes'");
+      "tables[0]: missing field 'sizes'");
   expect_rejected(table(R"({"world": 4, "ranks_per_host": 4, "transport": "shm", "sizes": [8],
                             "times_us": {"ring": [1]}})"),
                   "missing field 'collective'");
-  expect_rejected(table(R"({"collective": "all_smash", "world": 4, "ranks_per_host": 4, "transport": "shm",
+  expect_rejected(
+      table(R"({"collective": "all_smash", "world": 4, "ranks_per_host": 4, "transport": "shm",
                             "sizes": [8], "times_us": {"ring": [1]}})"),
-                  "unknown collective 'all_smash'");
-  expect_rejected(table(R"({"collective": "all_reduce", "world": 4, "ranks_per_host": 4, "transport": "shm",
+      "unknown collective 'all_smash'");
+  expect_rejected(
+      table(R"({"collective": "all_reduce", "world": 4, "ranks_per_host": 4, "transport": "shm",
                             "sizes": [8], "times_us": {"ringg": [1]}})"),
-                  "unknown algorithm 'ringg' for all_reduce (it has: ring, rabenseifner");
-  expect_rejected(table(R"({"collective": "all_gather", "world": 4, "ranks_per_host": 4, "transport": "shm",
+      "unknown algorithm 'ringg' for all_reduce (it has: ring, rabenseifner");
+  expect_rejected(
+      table(R"({"collective": "all_gather", "world": 4, "ranks_per_host": 4, "transport": "shm",
                             "sizes": [8], "times_us": {"rabenseifner": [1]}})"),
-                  "unknown algorithm 'rabenseifner' for all_gather");
-  expect_rejected(table(R"({"collective": "all_reduce", "world": 4, "ranks_per_host": 4, "transport": "shm",
+      "unknown algorithm 'rabenseifner' for all_gather");
+  expect_rejected(
+      table(R"({"collective": "all_reduce", "world": 4, "ranks_per_host": 4, "transport": "shm",
                             "sizes": [8, 16], "times_us": {"ring": [1]}})"),
-                  "times_us.ring: must be an array of 2 times");
-  expect_rejected(table(R"({"collective": "all_reduce", "world": 4, "ranks_per_host": 4, "transport": "shm",
+      "times_us.ring: must be an array of 2 times");
+  expect_rejected(
+      table(R"({"collective": "all_reduce", "world": 4, "ranks_per_host": 4, "transport": "shm",
                             "sizes": [16, 8], "times_us": {"ring": [1, 2]}})"),
-                  "sizes must increase strictly");
-  expect_rejected(table(R"({"collective": "all_reduce", "world": 4, "ranks_per_host": 4, "transport": "shm",
+      "sizes must increase strictly");
+  expect_rejected(
+      table(R"({"collective": "all_reduce", "world": 4, "ranks_per_host": 4, "transport": "shm",
                             "sizes": [8], "times_us": {"ring": [-1]}})"),
-                  "must be a positive number of microseconds");
-  expect_rejected(table(R"({"collective": "all_reduce", "world": 0, "ranks_per_host": 4, "transport": "shm",
+      "must be a positive number of microseconds");
+  expect_rejected(
+      table(R"({"collective": "all_reduce", "world": 0, "ranks_per_host": 4, "transport": "shm",
                             "sizes": [8], "times_us": {"ring": [1]}})"),
-                  "world: must be a positive integer");
-  expect_rejected(table(R"({"collective": "all_reduce", "world": 4, "ranks_per_host": 8, "transport": "shm",
+      "world: must be a positive integer");
+  expect_rejected(
+      table(R"({"collective": "all_reduce", "world": 4, "ranks_per_host": 8, "transport": "shm",
                             "sizes": [8], "times_us": {"ring": [1]}})"),
-                  "more than the world size");
-  expect_rejected(table(R"({"collective": "all_reduce", "world": 4, "ranks_per_host": 4, "transport": "ib",
+      "more than the world size");
+  expect_rejected(
+      table(R"({"collective": "all_reduce", "world": 4, "ranks_per_host": 4, "transport": "ib",
                             "sizes": [8], "times_us": {"ring": [1]}})"),
-                  "must be \"shm\" or \"tcp\"");
-  const std::string t = R"({"collective": "all_reduce", "world": 4, "ranks_per_host": 4, "transport": "shm",
+      "must be \"shm\" or \"tcp\"");
+  const std::string t =
+      R"({"collective": "all_reduce", "world": 4, "ranks_per_host": 4, "transport": "shm",
                             "sizes": [8], "times_us": {"ring": [1]}})";
   expect_rejected(table(t + "," + t), "tables[1]: a second table for all_reduce world 4");
-  expect_rejected(table(R"({"collective": "all_reduce", "world": 4, "ranks_per_host": 4, "transport": "shm",
+  expect_rejected(
+      table(R"({"collective": "all_reduce", "world": 4, "ranks_per_host": 4, "transport": "shm",
                             "source": "guessed", "sizes": [8], "times_us": {"ring": [1]}})"),
-                  "source: must be \"measured\" or \"simulated\"");
-  expect_rejected(table(R"({"collective": "all_reduce", "world": 4, "ranks_per_host": 4, "transport": "shm",
+      "source: must be \"measured\" or \"simulated\"");
+  expect_rejected(
+      table(R"({"collective": "all_reduce", "world": 4, "ranks_per_host": 4, "transport": "shm",
                             "calibration": {"alpha_us": 5, "beta_ns_per_byte": -1, "gamma_ns_per_byte": 1},
                             "sizes": [8], "times_us": {"ring": [1]}})"),
-                  "calibration.beta_ns_per_byte: must be a positive number");
-  expect_rejected(table(R"({"collective": "all_reduce", "world": 4, "ranks_per_host": 4, "transport": "shm",
+      "calibration.beta_ns_per_byte: must be a positive number");
+  expect_rejected(
+      table(R"({"collective": "all_reduce", "world": 4, "ranks_per_host": 4, "transport": "shm",
                             "calibration": {"alpha_us": 5}, "sizes": [8], "times_us": {"ring": [1]}})"),
-                  "calibration: missing field 'beta_ns_per_byte'");
-  expect_rejected(table(R"({"collective": "all_reduce", "world": 4, "ranks_per_host": 4, "transport": "shm",
+      "calibration: missing field 'beta_ns_per_byte'");
+  expect_rejected(
+      table(R"({"collective": "all_reduce", "world": 4, "ranks_per_host": 4, "transport": "shm",
                             "sizes": [8], "times_us": {"ring": [1], "hierarchical": [1]}})"),
-                  "times_us.hierarchical: needs several hosts of several ranks");
-  expect_rejected(table(R"({"collective": "broadcast", "world": 4, "ranks_per_host": 2, "transport": "tcp",
+      "times_us.hierarchical: needs several hosts of several ranks");
+  expect_rejected(
+      table(R"({"collective": "broadcast", "world": 4, "ranks_per_host": 2, "transport": "tcp",
                             "sizes": [8], "times_us": {"hierarchical": [1]}})"),
-                  "only all_reduce, all_gather and reduce_scatter have a hierarchical composition");
-  expect_rejected(table(R"({"collective": "all_gather", "world": 4, "ranks_per_host": 2, "transport": "tcp",
+      "only all_reduce, all_gather and reduce_scatter have a hierarchical composition");
+  expect_rejected(
+      table(R"({"collective": "all_gather", "world": 4, "ranks_per_host": 2, "transport": "tcp",
                             "sizes": [8], "times_us": {"hierarchical": [1]}})"),
-                  "must time at least one algorithm besides hierarchical");
+      "must time at least one algorithm besides hierarchical");
 }
 
 TEST(TuningFile, AMissingFileIsNamed) {
@@ -956,7 +1034,9 @@ TEST(TuningFile, AMissingFileIsNamed) {
     Dispatcher::from_environment(Context{4, 4, Transport::shm});
     FAIL() << "no error";
   } catch (const InvalidArgumentError& e) {
-    EXPECT_NE(std::string(e.what()).find("/nonexistent/tune.json' cannot be read"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("/nonexistent/tune.json' cannot be read"),
+              std::string::npos)
+        << e.what();
   }
 }
 

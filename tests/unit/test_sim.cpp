@@ -23,8 +23,8 @@
 #include <thread>
 
 #include "algorithms/hierarchy.hpp"
-#include "shoal/error.hpp"
 #include "algorithms/registry.hpp"
+#include "shoal/error.hpp"
 #include "sim/calibrate.hpp"
 #include "sim/executor.hpp"
 #include "support/temp_file.hpp"
@@ -109,7 +109,8 @@ class Space {
     while (it != map_.end() && it->first <= hi) {
       auto next = std::next(it);
       if (next == map_.end()) break;
-      if (it->second.hi == next->first && it->second.origin + (it->second.hi - it->first) == next->second.origin &&
+      if (it->second.hi == next->first &&
+          it->second.origin + (it->second.hi - it->first) == next->second.origin &&
           same_set(it->second.set, next->second.set)) {
         it->second.hi = next->second.hi;
         map_.erase(next);
@@ -127,11 +128,15 @@ RankSet unite(const Intervals& a, const Intervals& b) {
   size_t i = 0, j = 0;
   while (i < a.size() || j < b.size()) {
     std::pair<int, int> x;
-    if (j == b.size() || (i < a.size() && a[i].first < b[j].first)) x = a[i++];
-    else x = b[j++];
+    if (j == b.size() || (i < a.size() && a[i].first < b[j].first))
+      x = a[i++];
+    else
+      x = b[j++];
     if (!out->empty() && x.first < out->back().second) return nullptr;
-    if (!out->empty() && x.first == out->back().second) out->back().second = x.second;
-    else out->push_back(x);
+    if (!out->empty() && x.first == out->back().second)
+      out->back().second = x.second;
+    else
+      out->push_back(x);
   }
   return out;
 }
@@ -148,8 +153,10 @@ std::pair<Space*, uint64_t> locate(SymRank& m, const Slice& s) {
   const uint64_t r = static_cast<uint64_t>(m.args.rank);
   if (s.buffer == Buffer::scratch) return {&m.scratch, s.offset};
   const Collective c = m.args.collective;
-  if (s.buffer == Buffer::input && c == Collective::all_gather) return {&m.user, r * m.block + s.offset};
-  if (s.buffer == Buffer::output && c == Collective::reduce_scatter) return {&m.user, r * m.block + s.offset};
+  if (s.buffer == Buffer::input && c == Collective::all_gather)
+    return {&m.user, r * m.block + s.offset};
+  if (s.buffer == Buffer::output && c == Collective::reduce_scatter)
+    return {&m.user, r * m.block + s.offset};
   return {&m.user, s.offset};
 }
 
@@ -163,13 +170,14 @@ void write(SymRank& m, const Slice& s, const std::vector<Piece>& v) {
 }
 
 // Executes the schedules of all ranks symbolically (in place); "" on success.
-std::string symbolic_run(Collective c, const sim::Builder& build, int p, uint64_t count, uint64_t chunk,
-                         double* seconds) {
+std::string symbolic_run(Collective c, const sim::Builder& build, int p, uint64_t count,
+                         uint64_t chunk, double* seconds) {
   const auto t0 = std::chrono::steady_clock::now();
   const uint64_t es = 4, block = count * es;
   std::vector<SymRank> ranks(p);
   std::vector<Schedule> sch(p);
-  auto gathered = std::make_shared<const Intervals>(Intervals{{-1, 0}});  // all_gather bytes: origin only
+  auto gathered =
+      std::make_shared<const Intervals>(Intervals{{-1, 0}});  // all_gather bytes: origin only
   for (int r = 0; r < p; ++r) {
     CollectiveArgs& a = ranks[r].args;
     a.collective = c;
@@ -181,9 +189,12 @@ std::string symbolic_run(Collective c, const sim::Builder& build, int p, uint64_
     a.chunk_bytes = chunk;
     ranks[r].block = block;
     const RankSet own = std::make_shared<const Intervals>(Intervals{{r, r + 1}});
-    if (c == Collective::all_gather) ranks[r].user.write(r * block, {{block, r * block, gathered}});
-    else if (c == Collective::reduce_scatter) ranks[r].user.write(0, {{block * p, 0, own}});
-    else ranks[r].user.write(0, {{block, 0, own}});
+    if (c == Collective::all_gather)
+      ranks[r].user.write(r * block, {{block, r * block, gathered}});
+    else if (c == Collective::reduce_scatter)
+      ranks[r].user.write(0, {{block * p, 0, own}});
+    else
+      ranks[r].user.write(0, {{block, 0, own}});
   }
   {  // Building dominates for Swing (Tracked's scan): use the cores.
     const int n = static_cast<int>(std::max(1u, std::min(4u, std::thread::hardware_concurrency())));
@@ -231,7 +242,8 @@ std::string symbolic_run(Collective c, const sim::Builder& build, int p, uint64_
     auto& recvs = y.recvs[a];
     size_t& sh = x.send_head[b];
     size_t& rh = y.recv_head[a];
-    while (sh < sends.size() && rh < recvs.size() && x.remaining[sends[sh]] == 0 && y.remaining[recvs[rh]] == 0) {
+    while (sh < sends.size() && rh < recvs.size() && x.remaining[sends[sh]] == 0 &&
+           y.remaining[recvs[rh]] == 0) {
       const Step &s = sch[a].steps[sends[sh]], &d = sch[b].steps[recvs[rh]];
       if (s.src.bytes != d.dst.bytes) {
         error = "frame length mismatch from " + std::to_string(a) + " to " + std::to_string(b);
@@ -250,10 +262,19 @@ std::string symbolic_run(Collective c, const sim::Builder& build, int p, uint64_
     ready.pop_back();
     const Step& s = sch[r].steps[i];
     switch (s.kind) {
-      case StepKind::send: try_pair(r, s.peer); break;
-      case StepKind::recv: try_pair(s.peer, r); break;
-      case StepKind::copy: write(ranks[r], s.dst, read(ranks[r], s.src)); complete(r, i); break;
-      case StepKind::finalize: complete(r, i); break;
+      case StepKind::send:
+        try_pair(r, s.peer);
+        break;
+      case StepKind::recv:
+        try_pair(s.peer, r);
+        break;
+      case StepKind::copy:
+        write(ranks[r], s.dst, read(ranks[r], s.src));
+        complete(r, i);
+        break;
+      case StepKind::finalize:
+        complete(r, i);
+        break;
       case StepKind::reduce: {
         auto x = read(ranks[r], s.src), y = read(ranks[r], s.src2);
         std::vector<Piece> out;
@@ -263,22 +284,27 @@ std::string symbolic_run(Collective c, const sim::Builder& build, int p, uint64_
           const uint64_t len = std::min(x[ix].len - ox, y[iy].len - oy);
           const Piece &px = x[ix], &py = y[iy];
           if (!px.set || !py.set) {
-            error = "rank " + std::to_string(r) + " step " + std::to_string(i) + " reduces bytes never written";
+            error = "rank " + std::to_string(r) + " step " + std::to_string(i) +
+                    " reduces bytes never written";
             break;
           }
           if (px.origin + ox != py.origin + oy) {
-            error = "rank " + std::to_string(r) + " step " + std::to_string(i) + " reduces logical bytes " +
-                    std::to_string(px.origin + ox) + " and " + std::to_string(py.origin + oy);
+            error = "rank " + std::to_string(r) + " step " + std::to_string(i) +
+                    " reduces logical bytes " + std::to_string(px.origin + ox) + " and " +
+                    std::to_string(py.origin + oy);
             break;
           }
           RankSet u = unite(*px.set, *py.set);
           if (!u) {
-            error = "rank " + std::to_string(r) + " step " + std::to_string(i) + " adds a contribution twice";
+            error = "rank " + std::to_string(r) + " step " + std::to_string(i) +
+                    " adds a contribution twice";
             break;
           }
-          if (!out.empty() && same_set(out.back().set, u) && out.back().origin + out.back().len == px.origin + ox)
+          if (!out.empty() && same_set(out.back().set, u) &&
+              out.back().origin + out.back().len == px.origin + ox)
             out.back().len += len;
-          else out.push_back({len, px.origin + ox, u});
+          else
+            out.push_back({len, px.origin + ox, u});
           ox += len;
           oy += len;
           if (ox == px.len) ++ix, ox = 0;
@@ -306,9 +332,11 @@ std::string symbolic_run(Collective c, const sim::Builder& build, int p, uint64_
       const bool ok = x.set && x.origin == at &&
                       (c == Collective::all_gather ? x.set == gathered : *x.set == everyone);
       if (!ok) {
-        std::string what = !x.set ? "garbage" : x.origin != at ? "logical byte " + std::to_string(x.origin)
-                                                               : std::to_string(x.set->size()) + " rank intervals";
-        return "rank " + std::to_string(r) + " output byte " + std::to_string(at - origin) + " holds " + what;
+        std::string what = !x.set           ? "garbage"
+                           : x.origin != at ? "logical byte " + std::to_string(x.origin)
+                                            : std::to_string(x.set->size()) + " rank intervals";
+        return "rank " + std::to_string(r) + " output byte " + std::to_string(at - origin) +
+               " holds " + what;
       }
       at += x.len;
     }
@@ -317,7 +345,8 @@ std::string symbolic_run(Collective c, const sim::Builder& build, int p, uint64_
   return "";
 }
 
-std::string symbolic_run(const AlgorithmInfo& row, int p, uint64_t count, uint64_t chunk, double* seconds) {
+std::string symbolic_run(const AlgorithmInfo& row, int p, uint64_t count, uint64_t chunk,
+                         double* seconds) {
   return symbolic_run(row.collective, sim::Builder(row.build), p, count, chunk, seconds);
 }
 
@@ -360,7 +389,8 @@ TEST(Symbolic, SmallWorldsWithChunking) {
     for (int p : {1, 2, 3, 5, 8, 13, 16, 24, 33}) {
       double secs = 0;
       // Uneven blocks and several chunks per block.
-      const std::string e = symbolic_run(*row, p, row->collective == Collective::all_reduce ? 7 * p + 3 : 7, 8, &secs);
+      const std::string e = symbolic_run(
+          *row, p, row->collective == Collective::all_reduce ? 7 * p + 3 : 7, 8, &secs);
       EXPECT_EQ(e, "") << to_string(row->collective) << ":" << row->name << " p=" << p;
     }
 }
@@ -371,11 +401,13 @@ TEST(Symbolic, EveryRankRightAtScale) {
       const bool heavy = p == 4096 && (row->name == "ring" || row->name == "swing");
       if (heavy && !long_tests()) continue;  // ~20k steps per rank: SHOAL_SIM_LONG=1
       double secs = 0;
-      const uint64_t count = row->collective == Collective::all_reduce ? 3 * static_cast<uint64_t>(p) + 1 : 2;
+      const uint64_t count =
+          row->collective == Collective::all_reduce ? 3 * static_cast<uint64_t>(p) + 1 : 2;
       const std::string e = symbolic_run(*row, p, count, 512 << 10, &secs);
       EXPECT_EQ(e, "") << to_string(row->collective) << ":" << row->name << " p=" << p;
-      std::printf("  symbolic %s:%s p=%d: %.2f s\n", std::string(to_string(row->collective)).c_str(),
-                  std::string(row->name).c_str(), p, secs);
+      std::printf("  symbolic %s:%s p=%d: %.2f s\n",
+                  std::string(to_string(row->collective)).c_str(), std::string(row->name).c_str(),
+                  p, secs);
     }
 }
 
@@ -383,14 +415,25 @@ TEST(Symbolic, EveryRankRightAtScale) {
 // Swing local phase, hosts of 1 to 8 ranks, uneven blocks, several chunks per block.
 TEST(Symbolic, HierarchicalSchedulesSmallWorlds) {
   for (Collective c : {Collective::all_reduce, Collective::all_gather, Collective::reduce_scatter})
-    for (auto [p, L] : {std::pair{2, 1}, {4, 2}, {6, 2}, {6, 3}, {9, 3}, {8, 4}, {12, 4}, {10, 5}, {16, 8}, {8, 8}})
+    for (auto [p, L] : {std::pair{2, 1},
+                        {4, 2},
+                        {6, 2},
+                        {6, 3},
+                        {9, 3},
+                        {8, 4},
+                        {12, 4},
+                        {10, 5},
+                        {16, 8},
+                        {8, 8}})
       for (std::string_view local : {"ring", "swing"})
         for (const auto& row : registry()) {
           if (row.collective != c) continue;
           double secs = 0;
-          const uint64_t count = c == Collective::all_reduce ? static_cast<uint64_t>(L) * (2 * p / L + 3) : 7;
+          const uint64_t count =
+              c == Collective::all_reduce ? static_cast<uint64_t>(L) * (2 * p / L + 3) : 7;
           const std::string e = symbolic_run(c, hierarchy(L, local, row.name), p, count, 8, &secs);
-          EXPECT_EQ(e, "") << to_string(c) << " hier(" << local << "+" << row.name << ") p=" << p << " L=" << L;
+          EXPECT_EQ(e, "") << to_string(c) << " hier(" << local << "+" << row.name << ") p=" << p
+                           << " L=" << L;
         }
 }
 
@@ -398,14 +441,17 @@ TEST(Symbolic, HierarchicalSchedulesAtScale) {
   // 1,000, 1,024 and 4,096 ranks in hosts of 8; at 4,096 the recursive inter-host rows (all
   // the others, ~10-20 s each: SHOAL_SIM_LONG=1).
   for (int p : {1000, 1024, 4096})
-    for (Collective c : {Collective::all_reduce, Collective::all_gather, Collective::reduce_scatter})
+    for (Collective c :
+         {Collective::all_reduce, Collective::all_gather, Collective::reduce_scatter})
       for (const auto& row : registry()) {
         if (row.collective != c || row.name == "binomial" || row.name == "bruck") continue;
         const bool recursive = row.name.starts_with("recursive") || row.name == "rabenseifner";
         if (p == 4096 && !recursive && !long_tests()) continue;
         double secs = 0;
-        const uint64_t count = c == Collective::all_reduce ? 8 * static_cast<uint64_t>(p / 8 + 1) : 2;
-        const std::string e = symbolic_run(c, hierarchy(8, "ring", row.name), p, count, 512 << 10, &secs);
+        const uint64_t count =
+            c == Collective::all_reduce ? 8 * static_cast<uint64_t>(p / 8 + 1) : 2;
+        const std::string e =
+            symbolic_run(c, hierarchy(8, "ring", row.name), p, count, 512 << 10, &secs);
         EXPECT_EQ(e, "") << to_string(c) << " hier(ring+" << row.name << ") p=" << p;
         std::printf("  symbolic %s:hier(ring+%s) p=%d: %.2f s\n", std::string(to_string(c)).c_str(),
                     std::string(row.name).c_str(), p, secs);
@@ -418,12 +464,15 @@ TEST(Symbolic, HierarchicalScheduleRejectsLayoutsItCannotServe) {
   a.collective = Collective::all_reduce;
   a.size = 6;
   a.count = 8;
-  EXPECT_THROW(hierarchical(s, a, HierarchyPlan{4, "ring", "ring"}), InvalidArgumentError);  // 4 does not divide 6
+  EXPECT_THROW(hierarchical(s, a, HierarchyPlan{4, "ring", "ring"}),
+               InvalidArgumentError);  // 4 does not divide 6
   a.size = 8;
   a.count = 6;
-  EXPECT_THROW(hierarchical(s, a, HierarchyPlan{4, "ring", "ring"}), InvalidArgumentError);  // 6 elements over 4
+  EXPECT_THROW(hierarchical(s, a, HierarchyPlan{4, "ring", "ring"}),
+               InvalidArgumentError);  // 6 elements over 4
   a.count = 8;
-  EXPECT_THROW(hierarchical(s, a, HierarchyPlan{4, "ring", "bruck"}), InvalidArgumentError);  // no such all_reduce
+  EXPECT_THROW(hierarchical(s, a, HierarchyPlan{4, "ring", "bruck"}),
+               InvalidArgumentError);  // no such all_reduce
   a.collective = Collective::broadcast;
   EXPECT_THROW(hierarchical(s, a, HierarchyPlan{4, "ring", "ring"}), InvalidArgumentError);
 }
@@ -474,8 +523,8 @@ TEST(Sim, BytesConservedNoDeadlockAndBandwidthBound) {
         const auto a = sim::args_for(row->collective, size, p);
         const double n = static_cast<double>(model_bytes(a));
         const double bound = sim::bus_factor(row->collective, p) * n / m.nic_bw + m.nic_latency;
-        EXPECT_GE(r.time, bound * (1 - 1e-9)) << to_string(row->collective) << ":" << row->name << " p=" << p
-                                              << " size=" << size;
+        EXPECT_GE(r.time, bound * (1 - 1e-9))
+            << to_string(row->collective) << ":" << row->name << " p=" << p << " size=" << size;
       }
 }
 
@@ -509,9 +558,15 @@ TEST(Sim, AllGatherAndReduceScatterLatencyGrowsWithLog2P) {
     EXPECT_NEAR(steps(Collective::all_gather, "ring", p), p - 1, 0.01 * p) << p;
     EXPECT_NEAR(steps(Collective::reduce_scatter, "ring", p), p - 1, 0.01 * p) << p;
     EXPECT_NEAR(steps(Collective::all_gather, "bruck", p), log_p, 0.01) << p;
-    EXPECT_LE(steps(Collective::all_gather, "recursive_doubling", p), std::floor(std::log2(p)) + fold + 0.01) << p;
-    EXPECT_LE(steps(Collective::reduce_scatter, "recursive_halving", p), std::floor(std::log2(p)) + fold + 0.01) << p;
-    EXPECT_GE(steps(Collective::reduce_scatter, "recursive_halving", p), std::floor(std::log2(p)) - 0.01) << p;
+    EXPECT_LE(steps(Collective::all_gather, "recursive_doubling", p),
+              std::floor(std::log2(p)) + fold + 0.01)
+        << p;
+    EXPECT_LE(steps(Collective::reduce_scatter, "recursive_halving", p),
+              std::floor(std::log2(p)) + fold + 0.01)
+        << p;
+    EXPECT_GE(steps(Collective::reduce_scatter, "recursive_halving", p),
+              std::floor(std::log2(p)) - 0.01)
+        << p;
   }
 }
 
@@ -534,18 +589,22 @@ TEST(Sim, TokenBucketLendsIdleLinksNeverMoreThanTheShapedRate) {
   const double t_small = sim_row(*ring, 8 << 10, p, bucket).time;
   EXPECT_NEAR(t_small, 7 * 100e-6, 7 * 1e-6);
   EXPECT_NEAR(sim_row(*ring, 8 << 10, p, shaped).time, 7 * (100e-6 + 1024 / 125e6), 1e-9);
-  EXPECT_DOUBLE_EQ(sim_row(*ring, 8 << 10, p, no_burst).time, sim_row(*ring, 8 << 10, p, shaped).time);
+  EXPECT_DOUBLE_EQ(sim_row(*ring, 8 << 10, p, no_burst).time,
+                   sim_row(*ring, 8 << 10, p, shaped).time);
   for (const auto* row : {ring, swing})
     for (uint64_t size = 8 << 10; size <= (64u << 20); size *= 8) {
-      const double with = sim_row(*row, size, p, bucket).time, without = sim_row(*row, size, p, shaped).time;
+      const double with = sim_row(*row, size, p, bucket).time,
+                   without = sim_row(*row, size, p, shaped).time;
       const auto a = sim::args_for(row->collective, size, p);
       // What one NIC sends per call, at least (the bus bandwidth's bytes), at the shaped rate.
-      const double wire = sim::bus_factor(row->collective, p) * static_cast<double>(model_bytes(a)) / 125e6;
+      const double wire =
+          sim::bus_factor(row->collective, p) * static_cast<double>(model_bytes(a)) / 125e6;
       EXPECT_LE(with, without * (1 + 1e-9)) << row->name << " " << size;
       EXPECT_GE(with, wire * 0.999) << row->name << " " << size;
     }
   // 64 MiB moves 55 MiB per NIC: 220x the bucket; back to back it is as shaped.
-  EXPECT_NEAR(sim_row(*ring, 64 << 20, p, bucket).time / sim_row(*ring, 64 << 20, p, shaped).time, 1.0, 0.01);
+  EXPECT_NEAR(sim_row(*ring, 64 << 20, p, bucket).time / sim_row(*ring, 64 << 20, p, shaped).time,
+              1.0, 0.01);
   // The model file keeps the bucket.
   const ClusterModel back = sim::model_from_json(sim::to_json(bucket));
   EXPECT_EQ(back.nic_burst_bytes, 250000u);
@@ -583,7 +642,8 @@ TEST(Sim, HierarchicalSchedulesUseEveryNic) {
     EXPECT_EQ(r.bytes_sent, r.bytes_received);
     return r.time;
   };
-  const double ring1 = time_of(sim::Builder(ring->build), 1), ring4 = time_of(sim::Builder(ring->build), 4);
+  const double ring1 = time_of(sim::Builder(ring->build), 1),
+               ring4 = time_of(sim::Builder(ring->build), 4);
   const double hier1 = time_of(hier, 1), hier4 = time_of(hier, 4);
   EXPECT_NEAR(ring4 / ring1, 1.0, 0.01);
   EXPECT_GT(hier1 / hier4, 1.5);
@@ -596,7 +656,8 @@ TEST(Sim, HierarchicalSchedulesUseEveryNic) {
   // all four too, up to the next bottleneck: the ring's steps inside a host, 50 GB/s each
   // (intra_flow_bw), twice one NIC's 25 GB/s. It still stays above the same bound.
   m.stripe = 1;
-  const double striped1 = time_of(sim::Builder(ring->build), 1), striped4 = time_of(sim::Builder(ring->build), 4);
+  const double striped1 = time_of(sim::Builder(ring->build), 1),
+               striped4 = time_of(sim::Builder(ring->build), 4);
   EXPECT_NEAR(striped1, ring1, 1e-9 * ring1);  // one NIC: nothing to stripe over
   EXPECT_NEAR(ring4 / striped4, m.intra_flow_bw / m.nic_bw, 0.05);
   EXPECT_GT(striped4, nic_bound);
@@ -621,7 +682,8 @@ TEST(Sim, ForcedRowsAtScaleRunQuickly) {
 
 // Constants a calibration test must find back (no per-message overhead, no per-flow cap: the
 // fit sets both to 0).
-ClusterModel known_model(double intra_latency, double intra_bw, double reduce_cost, double copy_cost) {
+ClusterModel known_model(double intra_latency, double intra_bw, double reduce_cost,
+                         double copy_cost) {
   ClusterModel m;
   m.intra_latency = intra_latency;
   m.intra_bw = intra_bw;
@@ -639,8 +701,10 @@ TEST(Calibrate, SeparatesCopyFromReductionCountsSharedCoresAndKeepsTheBestRepeat
   const ClusterModel truth = known_model(5e-6, 20e9, 2e-10, 0.5e-10);
   std::vector<sim::Measurement> pts;
   for (int p : {2, 4, 8})
-    for (auto [coll, algo] : {std::pair{Collective::all_reduce, "rabenseifner"}, {Collective::all_gather, "bruck"},
-                              {Collective::all_gather, "ring"}, {Collective::reduce_scatter, "recursive_halving"}})
+    for (auto [coll, algo] : {std::pair{Collective::all_reduce, "rabenseifner"},
+                              {Collective::all_gather, "bruck"},
+                              {Collective::all_gather, "ring"},
+                              {Collective::reduce_scatter, "recursive_halving"}})
       for (uint64_t size = 1024 * 8; size <= (16u << 20); size *= 4) {
         sim::Measurement x;
         x.collective = coll;
@@ -711,7 +775,7 @@ TEST(Calibrate, LoopbackTcpIsOneHostWhoseTransfersShareOneRate) {
   // On 2 cores the transfers add no work: their one rate is already the cores' total.
   EXPECT_DOUBLE_EQ(sim::predict(x, m, /*cores=*/2), sim::predict(x, m));
   m.nic_latency = 10e-6;  // the latency is the tcp one
-  x.size = 16;  // one float per rank: 3 latencies, and 4 bytes at a time to move
+  x.size = 16;            // one float per rank: 3 latencies, and 4 bytes at a time to move
   EXPECT_NEAR(sim::predict(x, m), 3 * 10e-6, 1e-7);
   // On 2 cores, Brent's bound: the 3 latencies of the critical path, plus the 4 x 3 messages of
   // all the ranks, a latency each, over the 2 cores.
@@ -739,15 +803,18 @@ TEST(Calibrate, ANetworksBandwidthIsNotStretchedBySharedCores) {
     return x;
   };
   const auto big = point("ring", Collective::all_gather, 8, 1, 16u << 20);
-  EXPECT_NEAR(sim::predict(big, truth, 2), sim::predict(big, truth), 0.02 * sim::predict(big, truth));
+  EXPECT_NEAR(sim::predict(big, truth, 2), sim::predict(big, truth),
+              0.02 * sim::predict(big, truth));
   const auto small = point("ring", Collective::all_gather, 8, 1, 1024);
   const double stretch = sim::predict(small, truth, 2) / sim::predict(small, truth);
   EXPECT_GT(stretch, 3.5);  // 8 ranks on 2 cores: 4x, less the unstretched wire time
   EXPECT_LE(stretch, 4.0 + 1e-9);
   std::vector<sim::Measurement> pts;
   for (auto [hosts, per_host] : {std::pair{2, 1}, {4, 1}, {8, 1}, {8, 2}})
-    for (auto [coll, algo] : {std::pair{Collective::all_reduce, "ring"}, {Collective::all_reduce, "rabenseifner"},
-                              {Collective::all_gather, "bruck"}, {Collective::reduce_scatter, "recursive_halving"}})
+    for (auto [coll, algo] : {std::pair{Collective::all_reduce, "ring"},
+                              {Collective::all_reduce, "rabenseifner"},
+                              {Collective::all_gather, "bruck"},
+                              {Collective::reduce_scatter, "recursive_halving"}})
       for (uint64_t size = 1024; size <= (16u << 20); size *= 16) {
         auto x = point(algo, coll, hosts, per_host, size);
         x.seconds = sim::predict(x, truth, /*cores=*/2);
@@ -790,15 +857,18 @@ TEST(Calibrate, RecoversTheModelItWasGivenAndReadsBenchTables) {
   // shoal-bench's table: its header, its communicator line, then rows.
   auto bench_table = [](const std::string& coll, int ranks, int hosts, const std::string& transport,
                         const std::string& rows) {
-    const std::string n = std::to_string(ranks), h = std::to_string(hosts), local = std::to_string(ranks / hosts);
-    return "# shoal-bench " + coll + ": " + n + " ranks (" + h + " hosts), dtype float32, op sum, iters 20, warmup 5\n" +
-           "# rank 0 of " + n + " (local 0 of " + local + ", " + h + " host(s)), transport " + transport +
+    const std::string n = std::to_string(ranks), h = std::to_string(hosts),
+                      local = std::to_string(ranks / hosts);
+    return "# shoal-bench " + coll + ": " + n + " ranks (" + h +
+           " hosts), dtype float32, op sum, iters 20, warmup 5\n" + "# rank 0 of " + n +
+           " (local 0 of " + local + ", " + h + " host(s)), transport " + transport +
            ", timeout 300 s, chunk 524288 B\n" + rows;
   };
-  const TempFile table(bench_table(
-      "all_reduce", 4, 1, "shm with 3 peer(s)",
-      "        1024           256     float     sum      -1    20.50    0.05    0.07      0    21.00    0.05    0.07      0\n"
-      "     1048576        262144     float     sum      -1   900.00    1.17    1.75      0   910.00    1.15    1.73      0\n"));
+  const TempFile table(bench_table("all_reduce", 4, 1, "shm with 3 peer(s)",
+                                   "        1024           256     float     sum      -1    20.50  "
+                                   "  0.05    0.07      0    21.00    0.05    0.07      0\n"
+                                   "     1048576        262144     float     sum      -1   900.00  "
+                                   "  1.17    1.75      0   910.00    1.15    1.73      0\n"));
   const auto read = sim::read_bench_file(table.path, "rabenseifner");
   ASSERT_EQ(read.size(), 2u);
   EXPECT_EQ(read[1].size, 1048576u);
@@ -809,9 +879,10 @@ TEST(Calibrate, RecoversTheModelItWasGivenAndReadsBenchTables) {
   EXPECT_EQ(read[0].algorithm, "rabenseifner");
 
   // A job across hosts is measured on a network of its own: "net", apart from loopback "tcp".
-  const TempFile across_hosts(bench_table(
-      "all_gather", 4, 4, "tcp with 3 peer(s) on 198.18.0.1",
-      "        1024           64     float     none      -1    80.00    0.01    0.01      0    81.00    0.01    0.01      0\n"));
+  const TempFile across_hosts(
+      bench_table("all_gather", 4, 4, "tcp with 3 peer(s) on 198.18.0.1",
+                  "        1024           64     float     none      -1    80.00    0.01    0.01   "
+                  "   0    81.00    0.01    0.01      0\n"));
   const auto across = sim::read_bench_file(across_hosts.path, "bruck");
   ASSERT_EQ(across.size(), 1u);
   EXPECT_EQ(across[0].transport, "net");
