@@ -35,18 +35,15 @@ double setting_or(const char* name, double fallback) {
 // beta x the bytes a host sends to other hosts (x `nic_factor`: ranks of a host running it at
 // once), and its memory work (reductions, host-local moves) costs busy_gamma per byte: hidden
 // behind the NICs by a pipelined row, added by the others, whose every step waits for the
-// whole of the previous one. With `work` (ranks sharing `cores` cores), the host's work over
-// its cores comes on top (shared_cores_cost).
+// whole of the previous one.
 double modelled_cost(const AlgorithmInfo& row, int world, uint64_t bytes, const CostParams& c,
-                     const HostTraffic* traffic, double nic_factor = 1,
-                     const HostWork* work = nullptr, int cores = 0) {
-  const double queued = work ? shared_cores_cost(*work, bytes, c, cores) : 0;
-  if (!traffic) return row.cost(world, bytes, c) + queued;
+                     const HostTraffic* traffic, double nic_factor = 1) {
+  if (!traffic) return row.cost(world, bytes, c);
   const double n = static_cast<double>(bytes);
   const double wire = c.beta * nic_factor * traffic->nic * n,
                memory = c.busy_gamma * traffic->memory * n;
   const double latency = row.cost(world, bytes, {c.alpha, 0, 0, 0});
-  return latency + (row.pipelined ? std::max(wire, memory) : wire + memory) + queued;
+  return latency + (row.pipelined ? std::max(wire, memory) : wire + memory);
 }
 
 // The schedules of host 0's ranks (ranks in blocks per host, the layout launchers give) for a
@@ -324,9 +321,9 @@ double Dispatcher::row_cost(const AlgorithmInfo& row, uint64_t bytes) const {
   const size_t i = &row - algorithms::registry().data();
   const HostTraffic* traffic =
       nic_aware_[static_cast<int>(row.collective)] ? &traffic_[i] : nullptr;
-  const HostWork* work = work_.empty() ? nullptr : &work_[i];
-  return modelled_cost(row, context_.world, bytes, params_, traffic, 1, work,
-                       context_.cores_per_host);
+  const double queued =
+      work_.empty() ? 0 : shared_cores_cost(work_[i], bytes, params_, context_.cores_per_host);
+  return modelled_cost(row, context_.world, bytes, params_, traffic) + queued;
 }
 
 std::optional<bool> Dispatcher::hierarchical_is_faster(Collective collective,
