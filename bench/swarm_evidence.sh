@@ -1,12 +1,15 @@
 #!/usr/bin/env bash
-# The five SWARM experiments of docs/swarm.md, one `shoal-swarm local` run each, into OUT
+# The six SWARM experiments of docs/swarm.md, one `shoal-swarm local` run each, into OUT
 # (default swarm-evidence/); then bench/swarm_report.py prints the tables and draws the figures
-# into docs/img/. About 12 minutes on the 2-core machine; run it on a quiet machine.
-#   bench/swarm_evidence.sh [OUT]          (BIN=build/bin by default)
+# into docs/img/. About 16 minutes on the 2-core machine; run it on a quiet machine. Names after
+# OUT run only the experiments whose run names start with one of them (e.g. `rounds`).
+#   bench/swarm_evidence.sh [OUT [NAME...]]          (BIN=build/bin by default)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 BIN=${BIN:-build/bin}
 OUT=${1:-swarm-evidence}
+shift $(($# > 0 ? 1 : 0))
+ONLY=("$@")
 mkdir -p "$OUT"
 MODEL=(--d-model 64 --layers 3 --seq-len 32 --micro-batch 4)
 # 9 peers over 3 stages, every stage with one peer of each speed (1x, 2x, 4x slower), a 20 ms
@@ -15,6 +18,11 @@ SWARM9=(--stages 3 --peers 9 --trainers 2 --inflight 8 --device-ms 20 --slowdown
 run() {
   local name=$1
   shift
+  if ((${#ONLY[@]})); then
+    local wanted=0 prefix
+    for prefix in "${ONLY[@]}"; do [[ $name == "$prefix"* ]] && wanted=1; done
+    ((wanted)) || return 0
+  fi
   echo "== $name: shoal-swarm local ${MODEL[*]} $*"
   "$BIN/shoal-swarm" local "${MODEL[@]}" --out "$OUT/$name" "$@" | tail -2
 }
@@ -32,5 +40,11 @@ run rebalance --stages 3 --peers 9 --trainers 2 --inflight 8 --device-ms 20 --gl
 # 5. compression of activations and gradients between stages
 for codec in none fp16 int8; do
   run codec-$codec --stages 3 --peers 3 --trainers 1 --inflight 4 --global-batch 16 --rounds 40 --codec $codec
+done
+# 6. asynchronous rounds: delayed parameter updates against synchronous rounds, same batches (each
+# against single-process training on its own schedule)
+for gb in 24 48; do
+  run rounds-sync-$gb "${SWARM9[@]}" --global-batch $gb --rounds $((1440 / gb)) --check-reference
+  run rounds-delayed-$gb "${SWARM9[@]}" --global-batch $gb --rounds $((1440 / gb)) --delayed-updates --check-reference
 done
 /usr/bin/python3 bench/swarm_report.py "$OUT"

@@ -209,6 +209,38 @@ def main(base, img):
                        f"{max(abs(a - b) for a, b in zip(s['round_loss'], base_loss)):.4f} |")
         plot_losses([(c, r["summary"]["round_loss"], "-") for c, r in codecs],
                     os.path.join(img, "swarm-compression.png"))
+    # 6. asynchronous rounds
+    pairs = [(gb, load(base, f"rounds-sync-{gb}"), load(base, f"rounds-delayed-{gb}")) for gb in (24, 48)]
+    pairs = [p for p in pairs if p[1] and p[2]]
+    if pairs:
+        out.append("### 6. Asynchronous rounds (delayed parameter updates)\n")
+        out.append("| global batch (micro-batches) | rounds | schedule | time (s) | steady samples/s | fraction of ideal | "
+                   "final loss | largest per-round difference from single-process training on its schedule |")
+        out.append("|---|---|---|---|---|---|---|---|")
+        fig, ax = plt.subplots(figsize=(6, 4))
+        for color, (gb, sync, delayed) in enumerate(pairs):
+            for name, r in (("synchronous", sync), ("delayed updates", delayed)):
+                s = r["summary"]
+                ref = s.get("reference_loss", [])
+                diff = max((abs(a - b) for a, b in zip(ref, s["round_loss"])), default=float("nan"))
+                frac = s.get("fraction_of_ideal", float("nan"))
+                out.append(f"| {gb} | {s['rounds_done']} | {name} | {s['elapsed_s']:.1f} | "
+                           f"{s.get('steady_samples_per_s', float('nan')):.1f} | "
+                           f"{('**%.2f**' % frac) if name != 'synchronous' else '%.2f' % frac} | "
+                           f"{s['round_loss'][-1]:.4f} | {diff:.1e} |")
+                ax.plot([float(x["time_s"]) for x in r["rounds"]], [float(x["loss"]) for x in r["rounds"]],
+                        linestyle="-" if name == "synchronous" else "--", color=f"C{color}",
+                        label=f"{name}, {gb} micro-batches")
+            ratio = delayed["summary"].get("steady_samples_per_s", 0) / max(
+                1e-9, sync["summary"].get("steady_samples_per_s", 1e-9))
+            out.append(f"| {gb} | | delayed / synchronous | | **{ratio:.2f}x** | | | |")
+        ax.set_xlabel("time (s)")
+        ax.set_ylabel("loss")
+        ax.legend()
+        ax.grid(alpha=0.3)
+        fig.tight_layout()
+        fig.savefig(os.path.join(img, "swarm-delayed-updates.png"), dpi=100)
+        plt.close(fig)
     print("\n".join(out))
 
 

@@ -53,6 +53,7 @@ struct Common {
   int micro_batch = 8;
   int global_batch = 8;  // micro-batches per optimizer round
   std::string codec = "none";
+  bool delayed_updates = false;  // round r computed on round r-1's parameters
   std::string corpus = kDefaultCorpus;
   uint64_t data_seed = 0;
   int threads = 1;  // torch intra-op threads per process
@@ -71,18 +72,30 @@ void add_common(CLI::App* app, Common& c) {
   app->add_option("--global-batch", c.global_batch, "micro-batches per optimizer step (whole swarm)");
   app->add_option("--codec", c.codec, "activations and gradients between stages: none|fp16|int8")
       ->check(CLI::IsMember({"none", "fp16", "int8"}));
+  app->add_flag("--delayed-updates", c.delayed_updates,
+                "asynchronous rounds: round r runs on round r-1's parameters while r-1 averages");
   app->add_option("--corpus", c.corpus, "text file or directory (Debian: fortunes)");
   app->add_option("--data-seed", c.data_seed, "micro-batch sampling seed");
   app->add_option("--threads", c.threads, "torch threads per process");
 }
 
 std::vector<std::string> common_args(const Common& c) {
-  return {"--registry", c.registry, "--stages", std::to_string(c.model.stages), "--d-model",
-          std::to_string(c.model.d_model), "--layers", std::to_string(c.model.n_layers), "--heads",
-          std::to_string(c.model.n_heads), "--seq-len", std::to_string(c.model.seq_len), "--model-seed",
-          std::to_string(c.model.seed), "--lr", std::to_string(c.optim.lr), "--micro-batch",
-          std::to_string(c.micro_batch), "--global-batch", std::to_string(c.global_batch), "--codec", c.codec,
-          "--corpus", c.corpus, "--data-seed", std::to_string(c.data_seed), "--threads", std::to_string(c.threads)};
+  std::vector<std::string> args{"--registry",     c.registry,
+                                "--stages",       std::to_string(c.model.stages),
+                                "--d-model",      std::to_string(c.model.d_model),
+                                "--layers",       std::to_string(c.model.n_layers),
+                                "--heads",        std::to_string(c.model.n_heads),
+                                "--seq-len",      std::to_string(c.model.seq_len),
+                                "--model-seed",   std::to_string(c.model.seed),
+                                "--lr",           std::to_string(c.optim.lr),
+                                "--micro-batch",  std::to_string(c.micro_batch),
+                                "--global-batch", std::to_string(c.global_batch),
+                                "--codec",        c.codec,
+                                "--corpus",       c.corpus,
+                                "--data-seed",    std::to_string(c.data_seed),
+                                "--threads",      std::to_string(c.threads)};
+  if (c.delayed_updates) args.push_back("--delayed-updates");
+  return args;
 }
 
 std::shared_ptr<Registry> open_registry(const Common& c, bool may_host) {
@@ -108,6 +121,7 @@ int run_serve(Common& c, ServerOptions& s, bool rebalance, double period_s) {
   s.optim = c.optim;
   s.round_microbatches = c.global_batch;
   s.codec = parse_codec(c.codec);
+  s.delayed_updates = c.delayed_updates;
   s.rebalance = rebalance;
   s.rebalance_period = std::chrono::milliseconds(static_cast<int64_t>(period_s * 1000));
   StageServer server(s, open_registry(c, true));
@@ -127,6 +141,7 @@ int run_train(Common& c, TrainerOptions& t) {
   t.round_microbatches = c.global_batch;
   t.data_seed = c.data_seed;
   t.codec = parse_codec(c.codec);
+  t.delayed_updates = c.delayed_updates;
   Trainer trainer(t, open_registry(c, true));
   trainer.run(g_stop);
   auto st = trainer.stats();
@@ -138,7 +153,8 @@ int run_train(Common& c, TrainerOptions& t) {
 int run_reference(Common& c, int rounds) {
   torch::set_num_threads(c.threads);
   ByteCorpus corpus(c.corpus);
-  auto losses = train_reference(c.model, c.optim, corpus, rounds, c.global_batch, c.micro_batch, c.data_seed);
+  auto losses = train_reference(c.model, c.optim, corpus, rounds, c.global_batch, c.micro_batch,
+                                c.data_seed, c.delayed_updates);
   for (size_t r = 0; r < losses.size(); ++r) std::printf("%zu %.9f\n", r, losses[r]);
   return 0;
 }
@@ -254,9 +270,12 @@ int run_local(Common& c, LocalOptions& o) {
     ch.pid = spawn(args, (fs::path(o.out) / "logs" / (ch.name + ".log")).string());
     children.push_back(ch);
   }
-  std::printf("swarm: %s, %d peers, %d trainers, global batch %d x %d samples, codec %s, routing %s -> %s/\n",
-              c.model.describe().c_str(), o.peers, o.trainers, c.global_batch, c.micro_batch, c.codec.c_str(),
-              o.routing.c_str(), o.out.c_str());
+  std::printf(
+      "swarm: %s, %d peers, %d trainers, global batch %d x %d samples, codec %s, routing %s%s -> "
+      "%s/\n",
+      c.model.describe().c_str(), o.peers, o.trainers, c.global_batch, c.micro_batch,
+      c.codec.c_str(), o.routing.c_str(), c.delayed_updates ? ", delayed updates" : "",
+      o.out.c_str());
   std::fflush(stdout);
 
   std::ofstream csv(fs::path(o.out) / "progress.csv");
@@ -387,6 +406,7 @@ int run_local(Common& c, LocalOptions& o) {
   summary["trainers"] = o.trainers;
   summary["routing"] = o.routing;
   summary["codec"] = c.codec;
+  summary["delayed_updates"] = c.delayed_updates;
   summary["slowdown"] = o.slowdown;
   summary["rounds_done"] = round_loss.size();
   summary["rounds"] = o.rounds;
@@ -420,8 +440,8 @@ int run_local(Common& c, LocalOptions& o) {
   int rc = summary["completed"] ? 0 : 1;
   if (o.check_reference) {
     ByteCorpus corpus(c.corpus);
-    auto ref = train_reference(c.model, c.optim, corpus, static_cast<int>(round_loss.size()), c.global_batch,
-                               c.micro_batch, c.data_seed);
+    auto ref = train_reference(c.model, c.optim, corpus, static_cast<int>(round_loss.size()),
+                               c.global_batch, c.micro_batch, c.data_seed, c.delayed_updates);
     double worst = 0;
     for (size_t r = 0; r < ref.size(); ++r) worst = std::max(worst, std::fabs(ref[r] - round_loss[r]));
     summary["reference_loss"] = ref;

@@ -3,6 +3,7 @@
 // as processes in tests/tools/test_swarm.sh.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <thread>
 
 #include "shoal/error.hpp"
@@ -31,7 +32,8 @@ GptConfig tiny_model(int stages) {
 /// A swarm in this process: servers run on threads until the fixture ends.
 class Swarm {
  public:
-  explicit Swarm(GptConfig model, int round_microbatches = 3) : model_(model), m_(round_microbatches) {
+  explicit Swarm(GptConfig model, int round_microbatches = 3, bool delayed_updates = false)
+      : model_(model), m_(round_microbatches), delayed_(delayed_updates) {
     TcpStore::Options o;
     o.is_server = true;
     o.timeout = 60s;
@@ -54,6 +56,7 @@ class Swarm {
     s.id = id;
     s.round_microbatches = m_;
     s.codec = codec;
+    s.delayed_updates = delayed_;
     s.join_window = 500ms;
     servers_.push_back(std::make_unique<StageServer>(s, registry()));
     StageServer* server = servers_.back().get();
@@ -68,6 +71,7 @@ class Swarm {
     t.rounds = rounds;
     t.inflight = inflight;
     t.codec = codec;
+    t.delayed_updates = delayed_;
     t.request_timeout = 10s;
     t.give_up = 60s;
     return t;
@@ -79,7 +83,8 @@ class Swarm {
     return out;
   }
   /// The stage's parameters as a server would hand them to a joining peer (replicas that took
-  /// the same averaged steps from the same start also agree on Adam's moments).
+  /// the same averaged steps from the same start also agree on Adam's moments); with delayed
+  /// updates followed by the parameters before the last step, flattened.
   std::vector<torch::Tensor> state_of(const StageServer& server, int stage) {
     RpcClient client("127.0.0.1", server.port(), 5s);
     Message request;
@@ -87,8 +92,12 @@ class Swarm {
     request.stage = static_cast<uint32_t>(stage);
     StageModule module(model_, stage);
     auto optimizer = make_optimizer(module, OptimConfig{});
-    load_stage_state(module, *optimizer, wire_to_bytes(client.call(request, 10s).tensors.at(0)));
-    return module->parameters();
+    auto reply = client.call(request, 10s);
+    EXPECT_EQ(reply.tensors.size(), delayed_ ? 2u : 1u);
+    load_stage_state(module, *optimizer, wire_to_bytes(reply.tensors.at(0)));
+    auto state = module->parameters();
+    if (delayed_) state.push_back(from_wire(reply.tensors.at(1)).clone());
+    return state;
   }
   static bool same(const std::vector<torch::Tensor>& a, const std::vector<torch::Tensor>& b) {
     if (a.size() != b.size()) return false;
@@ -101,6 +110,7 @@ class Swarm {
  private:
   GptConfig model_;
   int m_;
+  bool delayed_;
   std::shared_ptr<TcpStore> store_;
   std::atomic<bool> stop_{false};
   std::vector<std::unique_ptr<StageServer>> servers_;
@@ -128,11 +138,38 @@ TEST(Swarm, OneReplicaPerStageEqualsSingleProcessTraining) {
   EXPECT_LT(losses.back(), losses.front());
 }
 
+// Delayed updates: round r runs on the parameters of round r-1 while r-1 averages, so every
+// round's loss is that of single-process training that applies each round's gradient one round
+// late, and not that of synchronous training. Two micro-batches in flight, so that round r+1's
+// requests reach a server before and after it steps round r.
+TEST(Swarm, DelayedUpdatesEqualSingleProcessTrainingOneStepLate) {
+  auto model = tiny_model(2);
+  constexpr int kRounds = 6;
+  Swarm swarm(model, 3, /*delayed_updates=*/true);
+  swarm.add_server(0, "a0");
+  swarm.add_server(1, "a1");
+  auto options = swarm.trainer_options(kRounds, 2);
+  Trainer trainer(options, swarm.registry());
+  std::atomic<bool> stop{false};
+  trainer.run(stop);
+  auto losses = swarm.round_losses(kRounds);
+  ByteCorpus corpus;
+  auto delayed =
+      train_reference(model, OptimConfig{}, corpus, kRounds, 3, options.micro_batch, 0, true);
+  auto synchronous = train_reference(model, OptimConfig{}, corpus, kRounds, 3, options.micro_batch);
+  for (int r = 0; r < kRounds; ++r) EXPECT_NEAR(losses[r], delayed[r], 1e-5) << "round " << r;
+  // Round 0 runs on the initial parameters in both schedules; round 1 on them again only with
+  // delayed updates, so from round 1 on the two must part.
+  for (int r = 1; r < kRounds; ++r)
+    EXPECT_GT(std::fabs(delayed[r] - synchronous[r]), 1e-4) << "round " << r;
+  EXPECT_LT(losses.back(), losses.front());
+}
+
 // Two replicas per stage, two trainers, several micro-batches in flight: the trainers split
 // each global batch exactly, and after every round the replicas of a stage hold identical
 // parameters and optimizer state (they averaged and stepped together).
-TEST(Swarm, ReplicasAverageToIdenticalStateAndTrainersShareTheBatch) {
-  Swarm swarm(tiny_model(2), 4);
+void expect_replicas_agree(bool delayed_updates) {
+  Swarm swarm(tiny_model(2), 4, delayed_updates);
   auto& a0 = swarm.add_server(0, "a0");
   auto& b0 = swarm.add_server(0, "b0");
   auto& a1 = swarm.add_server(1, "a1");
@@ -155,11 +192,16 @@ TEST(Swarm, ReplicasAverageToIdenticalStateAndTrainersShareTheBatch) {
   EXPECT_GT(a1.stats().backwards, 0u);
   EXPECT_GT(b1.stats().backwards, 0u);
 }
+TEST(Swarm, ReplicasAverageToIdenticalStateAndTrainersShareTheBatch) {
+  expect_replicas_agree(false);
+}
+TEST(Swarm, ReplicasWithDelayedUpdatesAverageToIdenticalState) { expect_replicas_agree(true); }
 
 // A replica that joins mid-training downloads the stage's parameters and optimizer state from a
-// live replica before serving, and is then routed to and averaged with.
-TEST(Swarm, JoiningReplicaTakesTheStageStateFromALiveOne) {
-  Swarm swarm(tiny_model(2));
+// live replica before serving (with delayed updates also the parameters the next round runs
+// on), and is then routed to and averaged with.
+void expect_joiner_takes_state(bool delayed_updates) {
+  Swarm swarm(tiny_model(2), 3, delayed_updates);
   auto& a0 = swarm.add_server(0, "a0");
   auto& a1 = swarm.add_server(1, "a1");
   std::atomic<bool> stop{false};
@@ -175,6 +217,8 @@ TEST(Swarm, JoiningReplicaTakesTheStageStateFromALiveOne) {
   EXPECT_TRUE(Swarm::same(swarm.state_of(late, 1), swarm.state_of(a1, 1)));
   EXPECT_EQ(a0.stats().round, 4u);
 }
+TEST(Swarm, JoiningReplicaTakesTheStageStateFromALiveOne) { expect_joiner_takes_state(false); }
+TEST(Swarm, JoiningReplicaWithDelayedUpdatesTakesBothVersions) { expect_joiner_takes_state(true); }
 
 // A replica that leaves mid-training (its connections close under in-flight requests) is
 // routed around: the trainer retries elsewhere and training completes.

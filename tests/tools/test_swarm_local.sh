@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # End-to-end SWARM runs as real processes (shoal-swarm local): a peer killed with SIGKILL is
-# routed around while the static pipeline baseline stops; rebalancing moves peers off a
-# crowded stage; bad invocations fail with clear messages. No process is left behind.
+# routed around (also with delayed updates) while the static pipeline baseline stops;
+# rebalancing moves peers off a crowded stage; bad invocations fail with clear messages. No process is left behind.
 # Usage: bash test_swarm_local.sh BIN_DIR     (ctest passes the build's bin directory)
 set -u
 BIN=${1:?usage: test_swarm_local.sh BIN_DIR}
@@ -47,6 +47,18 @@ if timeout -s KILL 120 "$SWARM" local "${SMALL[@]}" --peers 4 --trainers 1 --inf
   pass "a replica dying mid-averaging: the survivor shrank the group and training finished"
 else
   fail "replica dying mid-averaging: $(tail -3 "$D/avgkill.log"); $(grep -h "averag\|shrink" "$out"/logs/server*.log 2>/dev/null | head -5)"
+fi
+
+# 1c. Asynchronous rounds: with delayed updates, a peer killed and peers moving (each mover takes
+# both parameter versions from a live replica), the swarm still finishes every round.
+out=$D/delayed
+if timeout -s KILL 120 "$SWARM" local "${SMALL[@]}" --peers 4 --trainers 1 --inflight 4 --global-batch 8 \
+  --rounds 15 --delayed-updates --placement 0,0,0,1 --rebalance-period 1 --kill-at 3 --out "$out" \
+  >"$D/delayed.log" 2>&1 && [[ $(field "$out/summary.json" completed) == True ]] &&
+  [[ $(field "$out/summary.json" delayed_updates) == True ]] && grep -q "killed server" "$D/delayed.log"; then
+  pass "delayed updates through a kill and $(field "$out/summary.json" moves) move(s) ($(grep -o 'loss [0-9.]* -> [0-9.]*' "$D/delayed.log"))"
+else
+  fail "delayed updates with a kill and moves: $(tail -3 "$D/delayed.log")"
 fi
 
 # 2. The static pipeline over the same peers stops at the kill, with a message naming the peer.

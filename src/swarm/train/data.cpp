@@ -104,7 +104,7 @@ MicroBatch ByteCorpus::holdout_batch(int batch, int seq_len, uint64_t seed) cons
 
 std::vector<double> train_reference(const GptConfig& model, const OptimConfig& optim,
                                     const ByteCorpus& corpus, int steps, int micro_batches,
-                                    int batch, uint64_t data_seed) {
+                                    int batch, uint64_t data_seed, bool delayed_updates) {
   const int n = model.stages;
   std::vector<StageModule> stages;
   std::vector<std::unique_ptr<torch::optim::Optimizer>> optimizers;
@@ -115,6 +115,14 @@ std::vector<double> train_reference(const GptConfig& model, const OptimConfig& o
     params[s] = stages.back()->parameters();
   }
   std::vector<double> losses;
+  // Delayed updates: round r's mean gradient is applied after round r+1's is computed.
+  std::vector<std::vector<torch::Tensor>> pending;
+  auto apply = [&](std::vector<std::vector<torch::Tensor>>& mean) {
+    for (int s = 0; s < n; ++s) {
+      for (size_t i = 0; i < params[s].size(); ++i) params[s][i].mutable_grad() = mean[s][i];
+      optimizers[s]->step();
+    }
+  };
   for (int step = 0; step < steps; ++step) {
     std::vector<std::vector<torch::Tensor>> sums(n);
     double loss_sum = 0;
@@ -147,11 +155,13 @@ std::vector<double> train_reference(const GptConfig& model, const OptimConfig& o
         }
       }
     }
-    for (int s = 0; s < n; ++s) {
-      for (size_t i = 0; i < params[s].size(); ++i) {
-        params[s][i].mutable_grad() = sums[s][i] / double(micro_batches);
-      }
-      optimizers[s]->step();
+    for (auto& stage_sums : sums)
+      for (auto& sum : stage_sums) sum = sum / double(micro_batches);
+    if (!delayed_updates) {
+      apply(sums);
+    } else {
+      if (!pending.empty()) apply(pending);
+      pending = std::move(sums);
     }
     losses.push_back(loss_sum / micro_batches);
   }

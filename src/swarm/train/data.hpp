@@ -44,8 +44,12 @@ class ByteCorpus {
 /// Single-process reference: trains the S stages chained in one process on the same
 /// micro-batches (`micro_batches` per optimizer step, indices step*micro_batches + j), summing
 /// the per-micro-batch gradients and dividing by micro_batches before each step, exactly as the
-/// swarm's replicas do. Returns the mean micro-batch loss of each step.
-std::vector<double> train_reference(const GptConfig& model, const OptimConfig& optim, const ByteCorpus& corpus,
-                                    int steps, int micro_batches, int batch, uint64_t data_seed = 0);
+/// swarm's replicas do. With delayed_updates, each step applies the previous round's mean
+/// gradient (round r is computed on the parameters of round r-1). Returns the mean micro-batch
+/// loss of each step.
+std::vector<double> train_reference(const GptConfig& model, const OptimConfig& optim,
+                                    const ByteCorpus& corpus, int steps, int micro_batches,
+                                    int batch, uint64_t data_seed = 0,
+                                    bool delayed_updates = false);
 
 }  // namespace shoal::swarm

@@ -41,12 +41,34 @@ struct StageServer::Impl {
   std::string address;
 
   // The stage: module, optimizer, gradient accumulators. model_mu serialises compute (one
-  // request at a time, like one device) and the step.
+  // request at a time, like one device) and the step. `round` counts the steps taken; with
+  // delayed updates `previous` holds the parameters before the last step, and two rounds
+  // accumulate at once, each in the slot of its parity.
   mutable std::mutex model_mu;
-  StageModule module{nullptr};
+  StageModule module{nullptr}, previous{nullptr};
   std::unique_ptr<torch::optim::Optimizer> optimizer;
-  std::vector<torch::Tensor> params, accum;
-  int64_t accum_count = 0;
+  std::vector<torch::Tensor> params;
+  struct Accumulator {
+    std::vector<torch::Tensor> sums;
+    int64_t count = 0;
+    void zero() {
+      for (auto& a : sums) a.zero_();
+      count = 0;
+    }
+  };
+  Accumulator accum[2];
+  Accumulator& accum_of(uint32_t r) { return accum[r & 1]; }
+  uint32_t staleness() const { return opt.delayed_updates ? 1 : 0; }
+  /// The steps round r's micro-batches are computed after.
+  uint32_t version_of(uint32_t r) const { return r > staleness() ? r - staleness() : 0; }
+  /// Rounds whose gradients this replica still adds up: the next to step and, with delayed
+  /// updates, the one after it.
+  bool accumulates(uint32_t r) const { return r >= round && r <= round + staleness(); }
+  /// The module that serves round r: the newest parameters, or the ones before the last step.
+  /// A round older than both (a retry after its step) gets the oldest kept; it counts nothing.
+  StageModule& module_of(uint32_t r) {
+    return opt.delayed_updates && version_of(r) < round ? previous : module;
+  }
 
   // The averaging group's communicator, kept while the group's members stay the same: forming
   // one costs a rendezvous (~0.1 s here), an all_reduce of a stage's gradients far less.
@@ -113,9 +135,12 @@ struct StageServer::Impl {
     module = StageModule(opt.model, k);
     optimizer = make_optimizer(module, opt.optim);
     params = module->parameters();
-    accum.clear();
-    for (auto& p : params) accum.push_back(torch::zeros_like(p));
-    accum_count = 0;
+    if (opt.delayed_updates) previous = StageModule(opt.model, k);  // the same initial parameters
+    for (auto& a : accum) {
+      a.sums.clear();
+      for (auto& p : params) a.sums.push_back(torch::zeros_like(p));
+      a.count = 0;
+    }
     stage = k;
   }
 
@@ -132,12 +157,21 @@ struct StageServer::Impl {
           request.type = MsgType::GetState;
           request.stage = static_cast<uint32_t>(k);
           Message reply = client.call(request, opt.averaging_timeout);
-          if (reply.tensors.size() != 1 || reply.stage != static_cast<uint32_t>(k)) continue;
+          if (reply.tensors.size() != 1u + opt.delayed_updates ||
+              reply.stage != static_cast<uint32_t>(k)) {
+            log(opt.id, "state from " + peer.id + ": " + std::to_string(reply.tensors.size()) +
+                            " tensors, does it run the same --delayed-updates?");
+            continue;
+          }
           std::lock_guard<std::mutex> lock(model_mu);
           load_stage_state(module, *optimizer, wire_to_bytes(reply.tensors[0]));
-          for (auto& a : accum) a.zero_();
-          accum_count = 0;
+          if (opt.delayed_updates) unflatten_into(previous, from_wire(reply.tensors[1]));
+          // Gradients of rounds the peer has stepped are dropped; with delayed updates the next
+          // round's, computed on the parameters just taken as `previous`, still count.
+          uint32_t before = round;
           round = reply.round;
+          for (uint32_t r : {before, before + 1})
+            if (!accumulates(r)) accum_of(r).zero();
           ++counters.state_loads;
           log(opt.id, "stage " + std::to_string(k) + ": took state of round " + std::to_string(reply.round) +
                           " from " + peer.id);
@@ -178,11 +212,34 @@ struct StageServer::Impl {
                                  ", not stage " + std::to_string(request.stage) + " (it moved): ask the registry again");
   }
 
+  /// Blocks until this replica holds the parameters round `wanted` is computed on.
   void wait_for_round(uint32_t wanted) {
     std::unique_lock<std::mutex> lock(round_mu);
-    if (!round_cv.wait_for(lock, opt.averaging_timeout, [&] { return round >= wanted || stopping; }))
+    uint32_t steps = version_of(wanted);
+    if (!round_cv.wait_for(lock, opt.averaging_timeout, [&] { return round >= steps || stopping; }))
       throw TimeoutError("peer " + opt.id + " is still at round " + std::to_string(round.load()) + ", asked for " +
                          std::to_string(wanted));
+  }
+
+  static torch::Tensor flatten(StageModule& m) {
+    std::vector<torch::Tensor> pieces;
+    for (auto& p : m->parameters()) pieces.push_back(p.detach().flatten());
+    return torch::cat(pieces);
+  }
+  static void unflatten_into(StageModule& m, const torch::Tensor& flat) {
+    torch::NoGradGuard no_grad;
+    int64_t offset = 0;
+    for (auto& p : m->parameters()) {
+      if (offset + p.numel() > flat.numel())
+        throw InvalidArgumentError("swarm: a stage's parameters of " +
+                                   std::to_string(flat.numel()) +
+                                   " values, fewer than the model has");
+      p.copy_(flat.narrow(0, offset, p.numel()).view_as(p));
+      offset += p.numel();
+    }
+    if (offset != flat.numel())
+      throw InvalidArgumentError("swarm: a stage's parameters of " + std::to_string(flat.numel()) +
+                                 " values, more than the model has");
   }
 
   torch::Tensor input_of(const Message& request, size_t index) {
@@ -199,7 +256,7 @@ struct StageServer::Impl {
     check_stage(request);
     auto start = Clock::now();
     torch::NoGradGuard no_grad;
-    auto y = module->forward(x);
+    auto y = module_of(request.round)->forward(x);
     emulate_device(seconds_since(start), 1);
     add_busy(seconds_since(start), 0);
     ++counters.forwards;
@@ -216,9 +273,11 @@ struct StageServer::Impl {
     check_stage(request);
     auto start = Clock::now();
     bool last = module->is_last();
+    auto& serving = module_of(request.round);
     if (x.is_floating_point()) x = x.detach().requires_grad_(true);
-    auto out = module->forward(x);
-    std::vector<torch::Tensor> inputs = params;
+    auto out = serving->forward(x);
+    std::vector<torch::Tensor> inputs = serving->parameters();
+    size_t n_params = inputs.size();
     if (x.requires_grad()) inputs.push_back(x);
     std::vector<torch::Tensor> grads;
     if (last) {
@@ -238,11 +297,12 @@ struct StageServer::Impl {
     emulate_device(seconds_since(start), 2);
     // Only the first replica to finish a micro-batch counts it: a retry after a lost reply must
     // not add its gradient twice. A round that already stepped counts nothing.
-    bool first = request.round == round &&
+    bool first = accumulates(request.round) &&
                  store->add(keys::claim(stage, request.round, request.microbatch), 1) == 1;
     if (first) {
-      for (size_t i = 0; i < params.size(); ++i) accum[i].add_(grads[i]);
-      ++accum_count;
+      auto& a = accum_of(request.round);
+      for (size_t i = 0; i < n_params; ++i) a.sums[i].add_(grads[i]);
+      ++a.count;
       if (store->add(keys::done_count(stage, request.round), 1) == opt.round_microbatches)
         store->set(keys::full(stage, request.round), "1");
     } else {
@@ -263,6 +323,7 @@ struct StageServer::Impl {
     reply.stage = static_cast<uint32_t>(stage.load());
     reply.round = round;
     reply.tensors.push_back(bytes_to_wire(bytes));
+    if (opt.delayed_updates) reply.tensors.push_back(to_wire(flatten(previous), Codec::None));
     return reply;
   }
 
@@ -352,7 +413,7 @@ struct StageServer::Impl {
     double formed_ms = seconds_since(started) * 1e3, t_group = 0, t_reduce = 0;
     bool stepped = false;
     if (rank < size) {
-      auto mine = flat_accumulators();
+      auto mine = flat_accumulators(r);
       auto sum = mine.clone();
       try {
         auto members = group_members(k, r, size);
@@ -396,7 +457,8 @@ struct StageServer::Impl {
     }
     if (!stepped) {
       // Late or failed: take the stepped state from a replica that made it, else step alone.
-      if (!load_state_from_peer(k, r + 1, opt.averaging_timeout)) step_with(flat_accumulators(), r);
+      if (!load_state_from_peer(k, r + 1, opt.averaging_timeout))
+        step_with(flat_accumulators(r), r);
     }
     store->set(keys::stepped(k, r), "1");
     store->set(keys::stage_round(k), std::to_string(round.load()));
@@ -409,19 +471,25 @@ struct StageServer::Impl {
     announce();
   }
 
-  /// The gradient sums, flattened, followed by the number of micro-batches they cover: the
-  /// buffer the replicas of a stage all_reduce.
-  torch::Tensor flat_accumulators() {
+  /// Round r's gradient sums, flattened, followed by the number of micro-batches they cover:
+  /// the buffer the replicas of a stage all_reduce.
+  torch::Tensor flat_accumulators(uint32_t r) {
     std::vector<torch::Tensor> pieces;
     std::lock_guard<std::mutex> lock(model_mu);
-    for (auto& a : accum) pieces.push_back(a.flatten());
-    pieces.push_back(torch::full({1}, static_cast<float>(accum_count)));
+    auto& a = accum_of(r);
+    for (auto& sum : a.sums) pieces.push_back(sum.flatten());
+    pieces.push_back(torch::full({1}, static_cast<float>(a.count)));
     return torch::cat(pieces);
   }
 
   /// Gradients = summed accumulators / summed micro-batch count, then one optimizer step.
   void step_with(const torch::Tensor& sum, uint32_t r) {
     std::lock_guard<std::mutex> lock(model_mu);
+    if (opt.delayed_updates) {
+      torch::NoGradGuard no_grad;
+      auto before = previous->parameters();
+      for (size_t i = 0; i < params.size(); ++i) before[i].copy_(params[i]);
+    }
     double count = sum[sum.numel() - 1].item<double>();
     if (count > 0) {
       int64_t offset = 0;
@@ -433,8 +501,7 @@ struct StageServer::Impl {
       optimizer->step();
       optimizer->zero_grad();
     }
-    for (auto& a : accum) a.zero_();
-    accum_count = 0;
+    accum_of(r).zero();
     ++counters.rounds_averaged;
     round = r + 1;
   }

@@ -29,6 +29,10 @@ struct ServerOptions {
   uint16_t port = 0;
   int round_microbatches = 8;     // the global batch, in micro-batches
   Codec codec = Codec::None;      // for activations and gradients this server sends
+  // Delayed parameter updates: round r's micro-batches are computed on the parameters of round
+  // r-1 (every step up to round r-2's), so they can flow while round r-1 averages and steps.
+  // The server keeps that version beside the newest one. Every peer and trainer must agree.
+  bool delayed_updates = false;
   // Heterogeneity emulation: every request's service time becomes slowdown * (compute +
   // device_ms per request), the extra spent asleep while holding the stage (a slower device).
   double slowdown = 1.0;

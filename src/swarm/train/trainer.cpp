@@ -262,7 +262,8 @@ struct Trainer::Impl {
           ++round;
           continue;
         }
-        if (round > 0) wait_for_step(round - 1, stop, w);
+        uint32_t staleness = opt.delayed_updates ? 1 : 0;
+        if (round > staleness) wait_for_step(round - 1 - staleness, stop, w);
         if (stop || failed) break;
         process(w, static_cast<uint64_t>(round) * opt.round_microbatches + j, round);
       }
@@ -289,10 +290,13 @@ void Trainer::run(const std::atomic<bool>& stop) {
   for (auto& t : workers) t.join();
   im.store->add(keys::kBytesSent, static_cast<int64_t>(im.counters.bytes_sent + im.counters.bytes_received));
   if (im.failed) throw_error(im.error_code, im.error_text);
-  // The swarm is done once the last round is stepped everywhere.
+  // The swarm is done once the last round is stepped everywhere. With delayed updates the
+  // round before it may still be unstepped: waiting on it first lets a stall there be redone.
   if (!stop && !im.failed) {
     Impl::Worker w;
-    im.wait_for_step(static_cast<uint32_t>(im.opt.rounds - 1), stop, w);
+    int last = im.opt.rounds - 1;
+    for (int r = std::max(0, last - (im.opt.delayed_updates ? 1 : 0)); r <= last; ++r)
+      im.wait_for_step(static_cast<uint32_t>(r), stop, w);
   }
 }
 

@@ -1,10 +1,11 @@
 // A trainer: draws micro-batches (claimed from a per-round counter every trainer shares, so
-// trainers split each global batch between them), drives each through the stages — forward to a replica
-// of every stage but the last, then backward from the last stage (which computes the loss) to
-// the first — keeping each stage's input so any replica can serve its backward. Replicas are
+// trainers split each global batch between them), drives each through the stages — forward to a
+// replica of every stage but the last, then backward from the last stage (which computes the loss)
+// to the first — keeping each stage's input so any replica can serve its backward. Replicas are
 // chosen by stochastic wiring (router.hpp), per stage and direction; a failed or timed-out
-// request is retried on another replica and the failing one banned. Optimizer rounds are
-// synchronous: micro-batches of round r+1 start once every stage has stepped round r.
+// request is retried on another replica and the failing one banned. Micro-batches of round r+1
+// start once every stage has stepped round r, or round r-1 with delayed updates (so that the
+// pipeline keeps flowing while a round averages).
 //
 // Routing::static_pipeline is the baseline the evidence compares against: fixed pipelines
 // (replica i of every stage forms pipeline i, GPipe-style, micro-batches dealt round-robin),
@@ -36,6 +37,7 @@ struct TrainerOptions {
   uint64_t data_seed = 0;
   Codec codec = Codec::None;    // for activations and gradients this trainer sends
   Routing routing = Routing::swarm;
+  bool delayed_updates = false;  // as the servers' (ServerOptions::delayed_updates)
   std::chrono::milliseconds request_timeout{20000};
   std::chrono::milliseconds give_up{180000};  // a micro-batch no replica could serve for this long
   std::chrono::milliseconds stall_timeout{20000};  // a round without progress: redo its lost micro-batches
