@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# The six SWARM experiments of docs/swarm.md, one `shoal-swarm local` run each, into OUT
+# The seven SWARM experiments of docs/swarm.md, one `shoal-swarm local` run each, into OUT
 # (default swarm-evidence/); then bench/swarm_report.py prints the tables and draws the figures
-# into docs/img/. About 16 minutes on the 2-core machine; run it on a quiet machine. Names after
+# into docs/img/. About 21 minutes on the 2-core machine; run it on a quiet machine. Names after
 # OUT run only the experiments whose run names start with one of them (e.g. `rounds`).
 #   bench/swarm_evidence.sh [OUT [NAME...]]          (BIN=build/bin by default)
 set -uo pipefail
@@ -46,5 +46,9 @@ done
 for gb in 24 48; do
   run rounds-sync-$gb "${SWARM9[@]}" --global-batch $gb --rounds $((1440 / gb)) --check-reference
   run rounds-delayed-$gb "${SWARM9[@]}" --global-batch $gb --rounds $((1440 / gb)) --delayed-updates --check-reference
+done
+# 7. compressed averaging inside the stages (3 replicas each), against float32 averaging
+for codec in none fp16 int8; do
+  run averaging-$codec "${SWARM9[@]}" --global-batch 48 --rounds 30 --averaging-codec $codec
 done
 /usr/bin/python3 bench/swarm_report.py "$OUT"

@@ -241,6 +241,27 @@ def main(base, img):
         fig.tight_layout()
         fig.savefig(os.path.join(img, "swarm-delayed-updates.png"), dpi=100)
         plt.close(fig)
+    # 7. compressed averaging
+    runs = [(c, load(base, f"averaging-{c}")) for c in ("none", "fp16", "int8")]
+    runs = [(c, r) for c, r in runs if r]
+    if runs:
+        out.append("### 7. Compressed averaging inside a stage\n")
+        out.append("| averaging | bytes per member and round | vs none | steady samples/s | final loss | "
+                   "mean loss, last 10 rounds | per-round loss difference from none: median, largest (round) |")
+        out.append("|---|---|---|---|---|---|---|")
+        base_run = runs[0][1]["summary"]
+        for c, r in runs:
+            s = r["summary"]
+            tail = s["round_loss"][-10:]
+            per = s.get("averaging_bytes_per_member_round", float("nan"))
+            diffs = [abs(a - b) for a, b in zip(s["round_loss"], base_run["round_loss"])]
+            worst = max(range(len(diffs)), key=lambda i: diffs[i])
+            out.append(f"| {c} | {per:.0f} | {per / base_run.get('averaging_bytes_per_member_round', float('nan')):.2f} | "
+                       f"{s.get('steady_samples_per_s', float('nan')):.1f} | {s['round_loss'][-1]:.4f} | "
+                       f"{sum(tail) / len(tail):.4f} | "
+                       f"{sorted(diffs)[len(diffs) // 2]:.4f}, {diffs[worst]:.4f} ({worst}) |")
+        plot_losses([(c, r["summary"]["round_loss"], "-") for c, r in runs],
+                    os.path.join(img, "swarm-averaging.png"))
     print("\n".join(out))
 
 

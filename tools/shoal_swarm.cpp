@@ -54,6 +54,7 @@ struct Common {
   int global_batch = 8;  // micro-batches per optimizer round
   std::string codec = "none";
   bool delayed_updates = false;  // round r computed on round r-1's parameters
+  std::string averaging_codec = "none";
   std::string corpus = kDefaultCorpus;
   uint64_t data_seed = 0;
   int threads = 1;  // torch intra-op threads per process
@@ -71,6 +72,10 @@ void add_common(CLI::App* app, Common& c) {
   app->add_option("--micro-batch", c.micro_batch, "samples per micro-batch");
   app->add_option("--global-batch", c.global_batch, "micro-batches per optimizer step (whole swarm)");
   app->add_option("--codec", c.codec, "activations and gradients between stages: none|fp16|int8")
+      ->check(CLI::IsMember({"none", "fp16", "int8"}));
+  app->add_option("--averaging-codec", c.averaging_codec,
+                  "averaging inside a stage: none (float32 all_reduce) | fp16 | int8 "
+                  "(compressed butterfly with error feedback)")
       ->check(CLI::IsMember({"none", "fp16", "int8"}));
   app->add_flag("--delayed-updates", c.delayed_updates,
                 "asynchronous rounds: round r runs on round r-1's parameters while r-1 averages");
@@ -95,6 +100,7 @@ std::vector<std::string> common_args(const Common& c) {
                                 "--data-seed",    std::to_string(c.data_seed),
                                 "--threads",      std::to_string(c.threads)};
   if (c.delayed_updates) args.push_back("--delayed-updates");
+  args.insert(args.end(), {"--averaging-codec", c.averaging_codec});
   return args;
 }
 
@@ -122,6 +128,7 @@ int run_serve(Common& c, ServerOptions& s, bool rebalance, double period_s) {
   s.round_microbatches = c.global_batch;
   s.codec = parse_codec(c.codec);
   s.delayed_updates = c.delayed_updates;
+  s.averaging_codec = parse_codec(c.averaging_codec);
   s.rebalance = rebalance;
   s.rebalance_period = std::chrono::milliseconds(static_cast<int64_t>(period_s * 1000));
   StageServer server(s, open_registry(c, true));
@@ -407,6 +414,10 @@ int run_local(Common& c, LocalOptions& o) {
   summary["routing"] = o.routing;
   summary["codec"] = c.codec;
   summary["delayed_updates"] = c.delayed_updates;
+  summary["averaging_codec"] = c.averaging_codec;
+  if (int64_t member_rounds = store->add(keys::kAveragingMemberRounds, 0))
+    summary["averaging_bytes_per_member_round"] =
+        static_cast<double>(store->add(keys::kAveragingBytes, 0)) / member_rounds;
   summary["slowdown"] = o.slowdown;
   summary["rounds_done"] = round_loss.size();
   summary["rounds"] = o.rounds;
@@ -495,6 +506,9 @@ int main(int argc, char** argv) {
   serve->add_option("--host", s.host, "address to listen on and announce");
   serve->add_option("--port", s.port, "port (0: any)");
   serve->add_option("--slowdown", s.slowdown, "emulated device slowdown (1 = full speed)");
+  serve->add_option(
+      "--bandwidth", s.bandwidth,
+      "MB/s this peer's link carries: its share of a compressed averaging (0: equal)");
   serve->add_option("--device-ms", s.device_ms, "emulated accelerator time per forward, ms (backward: 2x)");
   auto* rp = serve->add_option("--rebalance-period", period, "seconds between rebalancing checks (enables it)");
   serve->add_option("--rebalance-threshold", s.rebalance_threshold, "relative bottleneck gain a move needs");

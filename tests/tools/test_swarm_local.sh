@@ -49,14 +49,16 @@ else
   fail "replica dying mid-averaging: $(tail -3 "$D/avgkill.log"); $(grep -h "averag\|shrink" "$out"/logs/server*.log 2>/dev/null | head -5)"
 fi
 
-# 1c. Asynchronous rounds: with delayed updates, a peer killed and peers moving (each mover takes
-# both parameter versions from a live replica), the swarm still finishes every round.
+# 1c. Asynchronous rounds and int8 averaging: with delayed updates, a peer killed and peers moving
+# (each mover takes both parameter versions from a live replica), the swarm still finishes
+# every round.
 out=$D/delayed
 if timeout -s KILL 120 "$SWARM" local "${SMALL[@]}" --peers 4 --trainers 1 --inflight 4 --global-batch 8 \
-  --rounds 15 --delayed-updates --placement 0,0,0,1 --rebalance-period 1 --kill-at 3 --out "$out" \
+  --rounds 15 --delayed-updates --averaging-codec int8 --placement 0,0,0,1 --rebalance-period 1 --kill-at 3 --out "$out" \
   >"$D/delayed.log" 2>&1 && [[ $(field "$out/summary.json" completed) == True ]] &&
-  [[ $(field "$out/summary.json" delayed_updates) == True ]] && grep -q "killed server" "$D/delayed.log"; then
-  pass "delayed updates through a kill and $(field "$out/summary.json" moves) move(s) ($(grep -o 'loss [0-9.]* -> [0-9.]*' "$D/delayed.log"))"
+  [[ $(field "$out/summary.json" delayed_updates) == True ]] && grep -q "killed server" "$D/delayed.log" &&
+  [[ $(field "$out/summary.json" averaging_codec) == int8 ]]; then
+  pass "delayed updates and int8 averaging through a kill and $(field "$out/summary.json" moves) move(s) ($(grep -o 'loss [0-9.]* -> [0-9.]*' "$D/delayed.log"))"
 else
   fail "delayed updates with a kill and moves: $(tail -3 "$D/delayed.log")"
 fi

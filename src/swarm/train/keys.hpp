@@ -37,6 +37,9 @@ inline std::string reclaim(uint32_t round, uint64_t mb, int epoch) {
 inline std::string loss_sum(uint32_t round) { return "swarm/loss/r" + std::to_string(round) + "/sum_micro"; }
 inline std::string loss_count(uint32_t round) { return "swarm/loss/r" + std::to_string(round) + "/n"; }
 inline const char* kBytesSent = "swarm/bytes_between_stages";
+/// Averaging: bytes every member sent to the others, and the member-rounds they cover.
+inline const char* kAveragingBytes = "swarm/averaging_bytes";
+inline const char* kAveragingMemberRounds = "swarm/averaging_member_rounds";
 /// Rebalancing: moves made so far, and the claim on acting on a given placement.
 inline const char* kMovesDone = "swarm/moves_done";
 inline std::string move_claim(int64_t moves_done) { return "swarm/move_claim/" + std::to_string(moves_done); }

@@ -10,9 +10,10 @@
 #include <random>
 #include <thread>
 
-#include "shoal/communicator.hpp"
 #include "core/config.hpp"
+#include "shoal/communicator.hpp"
 #include "shoal/error.hpp"
+#include "swarm/net/averaging.hpp"
 #include "swarm/net/rebalance.hpp"
 #include "swarm/net/rpc.hpp"
 #include "swarm/train/keys.hpp"
@@ -74,6 +75,7 @@ struct StageServer::Impl {
   // one costs a rendezvous (~0.1 s here), an all_reduce of a stage's gradients far less.
   std::string group_key;
   std::unique_ptr<Communicator> group;
+  std::unique_ptr<CompressedAverager> averager;  // with a compressing averaging codec
 
   std::atomic<int> stage{-1};
   std::atomic<uint32_t> round{0};
@@ -189,6 +191,7 @@ struct StageServer::Impl {
   void adopt_stage(int k) {
     group.reset();  // another stage, other peers
     group_key.clear();
+    if (averager) averager->reset();  // errors carried for another stage's parameters
     {
       std::lock_guard<std::mutex> lock(model_mu);
       build_stage(k);
@@ -382,6 +385,8 @@ struct StageServer::Impl {
         std::this_thread::sleep_for(Milliseconds(2));
       }
     }
+    // Before the member key: whoever sees every member also finds every bandwidth.
+    store->set(base + "/bandwidth/" + opt.id, std::to_string(opt.bandwidth));
     store->set(base + "/member/" + std::to_string(idx), opt.id);
     return {idx, std::stoi(store->get_string(size_key))};
   }
@@ -403,6 +408,33 @@ struct StageServer::Impl {
     for (auto& key : keys_) ids.push_back(store->get_string(key));
     std::sort(ids.begin(), ids.end());
     return ids;
+  }
+
+  /// The members' bandwidths in rank order, or none (equal parts) if one did not say.
+  std::vector<double> group_bandwidths(int k, uint32_t r, const std::vector<std::string>& members) {
+    std::vector<double> out;
+    for (auto& id : members) {
+      double b = std::stod(store->get_string(keys::averaging(k, r) + "/bandwidth/" + id));
+      if (!(b > 0)) return {};
+      out.push_back(b);
+    }
+    return out;
+  }
+
+  /// Sums the flattened accumulators (and their micro-batch count, the last value) over the
+  /// group; returns the bytes this member sent.
+  uint64_t reduce(Communicator& comm, torch::Tensor& buffer, std::span<const double> weights) {
+    float* data = buffer.data_ptr<float>();
+    auto n = static_cast<size_t>(buffer.numel());
+    if (!averager) {
+      comm.all_reduce(data, n, DataType::float32, ReduceOp::sum);
+      // What a bandwidth-optimal all_reduce sends (the communicator picks its algorithm).
+      return comm.size() > 1 ? 2 * (comm.size() - 1) * n * 4 / comm.size() : 0;
+    }
+    uint64_t before = averager->bytes_sent();
+    averager->all_reduce(comm, data, n - 1, weights);
+    comm.all_reduce(data + n - 1, 1, DataType::float32, ReduceOp::sum);  // the count, exact
+    return averager->bytes_sent() - before;
   }
 
   void average() {
@@ -428,13 +460,15 @@ struct StageServer::Impl {
           group = std::make_unique<Communicator>(Communicator::create(group_store, my_rank, size, copts));
           group_key = key;
         }
+        auto weights = averager ? group_bandwidths(k, r, members) : std::vector<double>{};
         t_group = seconds_since(started) * 1e3;
         if (opt.exit_in_averaging == static_cast<int>(r)) {
           log(opt.id, "fault injection: dying inside the averaging of round " + std::to_string(r));
           std::_Exit(3);
         }
+        uint64_t sent = 0;
         try {
-          group->all_reduce(sum.data_ptr<float>(), sum.numel(), DataType::float32, ReduceOp::sum);
+          sent = reduce(*group, sum, weights);
           t_reduce = seconds_since(started) * 1e3;
         } catch (const Error& e) {
           // A member died mid-round: the survivors shrink and average what they hold.
@@ -444,8 +478,11 @@ struct StageServer::Impl {
           auto survivors = std::make_unique<Communicator>(group->shrink());
           group = std::move(survivors);
           sum.copy_(mine);
-          group->all_reduce(sum.data_ptr<float>(), sum.numel(), DataType::float32, ReduceOp::sum);
+          sent = reduce(*group, sum, {});  // the survivors' ranks: equal parts
         }
+        counters.averaging_bytes += sent;
+        store->add(keys::kAveragingBytes, static_cast<int64_t>(sent));
+        store->add(keys::kAveragingMemberRounds, 1);
         step_with(sum, r);
         stepped = true;
       } catch (const Error& e) {
@@ -568,6 +605,8 @@ StageServer::StageServer(ServerOptions options, std::shared_ptr<Registry> regist
   if (im.opt.stage < 0 || im.opt.stage >= im.opt.model.stages)
     throw InvalidArgumentError("swarm: stage " + std::to_string(im.opt.stage) + " of a " +
                                std::to_string(im.opt.model.stages) + "-stage model");
+  if (im.opt.averaging_codec != Codec::None)
+    im.averager = std::make_unique<CompressedAverager>(im.opt.averaging_codec);
   im.rpc = std::make_unique<RpcServer>(im.opt.host, im.opt.port,
                                        [&im](Message&& request) { return im.handle(std::move(request)); });
   im.address = im.opt.host + ":" + std::to_string(im.rpc->port());

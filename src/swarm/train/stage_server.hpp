@@ -33,6 +33,11 @@ struct ServerOptions {
   // r-1 (every step up to round r-2's), so they can flow while round r-1 averages and steps.
   // The server keeps that version beside the newest one. Every peer and trainer must agree.
   bool delayed_updates = false;
+  // Averaging inside the stage: Codec::None sums the float32 gradients with the communicator's
+  // all_reduce; fp16 or int8 run net/averaging.hpp's butterfly with error feedback. Every
+  // replica of a swarm takes the same codec.
+  Codec averaging_codec = Codec::None;
+  double bandwidth = 0;  // MB/s this peer tells its group: its part of the butterfly (0: equal)
   // Heterogeneity emulation: every request's service time becomes slowdown * (compute +
   // device_ms per request), the extra spent asleep while holding the stage (a slower device).
   double slowdown = 1.0;
@@ -53,6 +58,7 @@ struct ServerStats {
   uint32_t round = 0;
   uint64_t forwards = 0, backwards = 0, duplicates = 0;
   uint64_t rounds_averaged = 0, group_failures = 0, state_loads = 0, moves = 0;
+  uint64_t averaging_bytes = 0;  // sent to the group's other members
   double throughput = 0;  // samples per busy second
 };
 
