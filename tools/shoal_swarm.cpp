@@ -214,6 +214,7 @@ struct LocalOptions {
   double device_ms = 0, rebalance_period = 0, threshold = 0.1, time_limit = 1800, request_timeout = 20;
   bool check_reference = false;
   std::string exit_in_averaging;  // "server3:2"
+  std::string exit_after_claim;   // "server1:5"
 };
 
 int run_local(Common& c, LocalOptions& o) {
@@ -247,11 +248,14 @@ int run_local(Common& c, LocalOptions& o) {
     for (const std::string& a : std::vector<std::string>{"--stage", std::to_string(ch.stage), "--id", ch.name, "--slowdown",
                           std::to_string(ch.slowdown), "--device-ms", std::to_string(o.device_ms)})
       args.push_back(a);
-    if (auto colon = o.exit_in_averaging.find(':');
-        colon != std::string::npos && o.exit_in_averaging.substr(0, colon) == ch.name) {
-      args.push_back("--exit-in-averaging");
-      args.push_back(o.exit_in_averaging.substr(colon + 1));
-    }
+    // Fault injection "PEER:N" goes to that peer only, as its own option.
+    for (auto [flag, spec] : {std::pair{"--exit-in-averaging", &o.exit_in_averaging},
+                              std::pair{"--exit-after-claim", &o.exit_after_claim}})
+      if (auto colon = spec->find(':');
+          colon != std::string::npos && spec->substr(0, colon) == ch.name) {
+        args.push_back(flag);
+        args.push_back(spec->substr(colon + 1));
+      }
     if (o.rebalance_period > 0)
       for (const std::string& a : std::vector<std::string>{"--rebalance-period", std::to_string(o.rebalance_period), "--rebalance-threshold",
                             std::to_string(o.threshold)})
@@ -512,6 +516,9 @@ int main(int argc, char** argv) {
   serve->add_option("--device-ms", s.device_ms, "emulated accelerator time per forward, ms (backward: 2x)");
   auto* rp = serve->add_option("--rebalance-period", period, "seconds between rebalancing checks (enables it)");
   serve->add_option("--rebalance-threshold", s.rebalance_threshold, "relative bottleneck gain a move needs");
+  serve->add_option("--exit-after-claim", s.exit_after_claim,
+                    "fault injection for tests: die between claiming a micro-batch from this one "
+                    "on and counting it");
   serve->add_option("--exit-in-averaging", s.exit_in_averaging,
                     "fault injection for tests: die inside the averaging of this round");
 
@@ -550,6 +557,10 @@ int main(int argc, char** argv) {
   local->add_option("--time-limit", o.time_limit, "seconds before the run is cut short");
   local->add_option("--exit-in-averaging", o.exit_in_averaging,
                     "fault injection for tests, PEER:ROUND: that server dies inside that round's averaging");
+  local->add_option(
+      "--exit-after-claim", o.exit_after_claim,
+      "fault injection for tests, PEER:MB: that server dies between claiming a micro-batch "
+      "from MB on and counting it");
   local->add_option("--out", o.out, "directory for progress.csv, rounds.csv, summary.json, swarm.png, logs/");
   local->add_flag("--check-reference", o.check_reference,
                   "compare the loss of every round with single-process training (1 replica per stage, codec none)");

@@ -49,6 +49,17 @@ else
   fail "replica dying mid-averaging: $(tail -3 "$D/avgkill.log"); $(grep -h "averag\|shrink" "$out"/logs/server*.log 2>/dev/null | head -5)"
 fi
 
+# 1b'. A replica dies between claiming a micro-batch and counting it: the round is full by its
+# claims, so it still steps (the count alone would stay one short and stall training).
+out=$D/claimkill
+if timeout -s KILL 120 "$SWARM" local "${SMALL[@]}" --peers 4 --trainers 1 --inflight 3 --global-batch 8 \
+  --rounds 5 --exit-after-claim server1:0 --out "$out" >"$D/claimkill.log" 2>&1 &&
+  [[ $(field "$out/summary.json" rounds_done) == 5 ]] && grep -q "dying between claiming" "$out"/logs/server1.log; then
+  pass "a replica dying between claim and count: the round filled by its claims"
+else
+  fail "replica dying between claim and count: $(tail -3 "$D/claimkill.log"); $(grep -h "fault\|full" "$out"/logs/server*.log 2>/dev/null | head -3)"
+fi
+
 # 1c. Asynchronous rounds and int8 averaging: with delayed updates, a peer killed and peers moving
 # (each mover takes both parameter versions from a live replica), the swarm still finishes
 # every round.

@@ -302,6 +302,12 @@ struct StageServer::Impl {
     // not add its gradient twice. A round that already stepped counts nothing.
     bool first = accumulates(request.round) &&
                  store->add(keys::claim(stage, request.round, request.microbatch), 1) == 1;
+    if (first && opt.exit_after_claim >= 0 &&
+        request.microbatch >= static_cast<uint64_t>(opt.exit_after_claim)) {
+      log(opt.id, "fault injection: dying between claiming micro-batch " +
+                      std::to_string(request.microbatch) + " and counting it");
+      std::_Exit(3);
+    }
     if (first) {
       auto& a = accum_of(request.round);
       for (size_t i = 0; i < n_params; ++i) a.sums[i].add_(grads[i]);
@@ -583,6 +589,22 @@ struct StageServer::Impl {
     store->add(keys::kMovesDone, 1);
   }
 
+  /// Round r of stage k is full once its flag is set, or once every micro-batch of it is
+  /// claimed: a replica can die between claiming a micro-batch and counting it, and the count
+  /// would then never reach the global batch. The claims are read every 100 ms.
+  Clock::time_point next_claims_check{};
+  bool round_full(int k, uint32_t r) {
+    if (store->check({keys::full(k, r)})) return true;
+    if (Clock::now() < next_claims_check) return false;
+    next_claims_check = Clock::now() + Milliseconds(100);
+    std::vector<std::string> claims;
+    uint64_t first = static_cast<uint64_t>(r) * opt.round_microbatches;
+    for (int j = 0; j < opt.round_microbatches; ++j) claims.push_back(keys::claim(k, r, first + j));
+    if (!store->check(claims)) return false;
+    store->set(keys::full(k, r), "1");
+    return true;
+  }
+
   void run(const std::atomic<bool>& stop) {
     auto next_announce = Clock::now();
     schedule_rebalance();
@@ -591,7 +613,7 @@ struct StageServer::Impl {
         announce();
         next_announce = Clock::now() + opt.announce_every;
       }
-      if (!moving && store->check({keys::full(stage, round)})) average();
+      if (!moving && round_full(stage, round)) average();
       if (opt.rebalance && !moving && Clock::now() >= next_rebalance) plan_rebalance();
       if (pending_move >= 0) finish_move();
       std::this_thread::sleep_for(Milliseconds(2));

@@ -50,6 +50,8 @@ struct ServerOptions {
   Milliseconds rebalance_period{10000};   // jittered by +-25 % per peer
   double rebalance_threshold = 0.10;
   int exit_in_averaging = -1;  // fault injection (tests): the process dies inside this round's averaging
+  int64_t exit_after_claim =
+      -1;  // fault injection (tests): dies after claiming one from this micro-batch on
 };
 
 /// What a server has done, for logs and tests.
