@@ -30,6 +30,12 @@ def load(base, name):
     return {"summary": summary, "progress": progress, "rounds": rounds, "peers": peers}
 
 
+def load_all(base, prefix, names):
+    """(name, run) for each of prefix-name that exists."""
+    runs = [(n, load(base, f"{prefix}-{n}")) for n in names]
+    return [(n, r) for n, r in runs if r]
+
+
 def survivors_best_at(peers, t, stages):
     """Best bottleneck the peers live at time t could deliver, from their latest measured speed."""
     times = sorted({float(p["time_s"]) for p in peers if float(p["time_s"]) <= t})
@@ -191,8 +197,7 @@ def main(base, img):
         fig.savefig(os.path.join(img, "swarm-rebalance.png"), dpi=100)
         plt.close(fig)
     # 5. compression
-    codecs = [(c, load(base, f"codec-{c}")) for c in ("none", "fp16", "int8")]
-    codecs = [(c, r) for c, r in codecs if r]
+    codecs = load_all(base, "codec", ("none", "fp16", "int8"))
     if codecs:
         out.append("### 5. Compression between stages\n")
         out.append("| codec | bytes per sample between stages | vs none | final loss | mean loss, last 10 rounds | "
@@ -242,8 +247,7 @@ def main(base, img):
         fig.savefig(os.path.join(img, "swarm-delayed-updates.png"), dpi=100)
         plt.close(fig)
     # 7. compressed averaging
-    runs = [(c, load(base, f"averaging-{c}")) for c in ("none", "fp16", "int8")]
-    runs = [(c, r) for c, r in runs if r]
+    runs = load_all(base, "averaging", ("none", "fp16", "int8"))
     if runs:
         out.append("### 7. Compressed averaging inside a stage\n")
         out.append("| averaging | bytes per member and round | vs none | steady samples/s | final loss | "
