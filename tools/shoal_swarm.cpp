@@ -4,11 +4,12 @@
 //   shoal-swarm train --registry H:P          one trainer
 //   shoal-swarm reference                     single-process training of the same model and batches
 //   shoal-swarm local --stages S --peers P --trainers T   a whole swarm on this host, with
-//       progress, fault injection (--kill-at), heterogeneity (--slowdown), a CSV, a summary and a plot
+//       progress, fault injection (--kill-at), heterogeneity (--slowdown), a CSV, a summary and a
+//       plot
+#include <fcntl.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
-#include <fcntl.h>
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
@@ -16,8 +17,8 @@
 #include <atomic>
 #include <chrono>
 #include <cmath>
-#include <deque>
 #include <cstdio>
+#include <deque>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -70,7 +71,8 @@ void add_common(CLI::App* app, Common& c) {
   app->add_option("--model-seed", c.model.seed, "parameter initialisation seed");
   app->add_option("--lr", c.optim.lr, "Adam learning rate");
   app->add_option("--micro-batch", c.micro_batch, "samples per micro-batch");
-  app->add_option("--global-batch", c.global_batch, "micro-batches per optimizer step (whole swarm)");
+  app->add_option("--global-batch", c.global_batch,
+                  "micro-batches per optimizer step (whole swarm)");
   app->add_option("--codec", c.codec, "activations and gradients between stages: none|fp16|int8")
       ->check(CLI::IsMember({"none", "fp16", "int8"}));
   app->add_option("--averaging-codec", c.averaging_codec,
@@ -134,9 +136,11 @@ int run_serve(Common& c, ServerOptions& s, bool rebalance, double period_s) {
   StageServer server(s, open_registry(c, true));
   server.run(g_stop);
   auto st = server.stats();
-  std::fprintf(stderr, "server done: stage %d round %u forwards %lu backwards %lu duplicates %lu moves %lu\n",
-               st.stage, st.round, (unsigned long)st.forwards, (unsigned long)st.backwards,
-               (unsigned long)st.duplicates, (unsigned long)st.moves);
+  std::fprintf(
+      stderr,
+      "server done: stage %d round %u forwards %lu backwards %lu duplicates %lu moves %lu\n",
+      st.stage, st.round, (unsigned long)st.forwards, (unsigned long)st.backwards,
+      (unsigned long)st.duplicates, (unsigned long)st.moves);
   return 0;
 }
 
@@ -153,7 +157,8 @@ int run_train(Common& c, TrainerOptions& t) {
   trainer.run(g_stop);
   auto st = trainer.stats();
   std::fprintf(stderr, "trainer done: %lu micro-batches, %lu requests, %lu retries\n",
-               (unsigned long)st.microbatches, (unsigned long)st.requests, (unsigned long)st.retries);
+               (unsigned long)st.microbatches, (unsigned long)st.requests,
+               (unsigned long)st.retries);
   return 0;
 }
 
@@ -211,7 +216,8 @@ pid_t spawn(const std::vector<std::string>& args, const std::string& log_path) {
 struct LocalOptions {
   int peers = 4, trainers = 1, rounds = 30, inflight = 4;
   std::string slowdown = "1", placement, kill_at, routing = "swarm", out = "swarm-run";
-  double device_ms = 0, rebalance_period = 0, threshold = 0.1, time_limit = 1800, request_timeout = 20;
+  double device_ms = 0, rebalance_period = 0, threshold = 0.1, time_limit = 1800,
+         request_timeout = 20;
   bool check_reference = false;
   std::string exit_in_averaging;  // "server3:2"
   std::string exit_after_claim;   // "server1:5"
@@ -221,8 +227,9 @@ int run_local(Common& c, LocalOptions& o) {
   namespace fs = std::filesystem;
   fs::create_directories(fs::path(o.out) / "logs");
   int S = c.model.stages;
-  if (o.peers < S) throw InvalidArgumentError("--peers " + std::to_string(o.peers) + " cannot cover " +
-                                              std::to_string(S) + " stages");
+  if (o.peers < S)
+    throw InvalidArgumentError("--peers " + std::to_string(o.peers) + " cannot cover " +
+                               std::to_string(S) + " stages");
   // The registry lives in this process for the whole run.
   TcpStore::Options so;
   so.is_server = true;
@@ -245,8 +252,9 @@ int run_local(Common& c, LocalOptions& o) {
     ch.slowdown = slowdowns.empty() ? 1.0 : slowdowns[i % slowdowns.size()];
     auto args = base;
     args.insert(args.begin(), {"shoal-swarm", "serve"});
-    for (const std::string& a : std::vector<std::string>{"--stage", std::to_string(ch.stage), "--id", ch.name, "--slowdown",
-                          std::to_string(ch.slowdown), "--device-ms", std::to_string(o.device_ms)})
+    for (const std::string& a : std::vector<std::string>{
+             "--stage", std::to_string(ch.stage), "--id", ch.name, "--slowdown",
+             std::to_string(ch.slowdown), "--device-ms", std::to_string(o.device_ms)})
       args.push_back(a);
     // Fault injection "PEER:N" goes to that peer only, as its own option.
     for (auto [flag, spec] : {std::pair{"--exit-in-averaging", &o.exit_in_averaging},
@@ -257,8 +265,9 @@ int run_local(Common& c, LocalOptions& o) {
         args.push_back(spec->substr(colon + 1));
       }
     if (o.rebalance_period > 0)
-      for (const std::string& a : std::vector<std::string>{"--rebalance-period", std::to_string(o.rebalance_period), "--rebalance-threshold",
-                            std::to_string(o.threshold)})
+      for (const std::string& a :
+           std::vector<std::string>{"--rebalance-period", std::to_string(o.rebalance_period),
+                                    "--rebalance-threshold", std::to_string(o.threshold)})
         args.push_back(a);
     ch.pid = spawn(args, (fs::path(o.out) / "logs" / (ch.name + ".log")).string());
     children.push_back(ch);
@@ -266,7 +275,8 @@ int run_local(Common& c, LocalOptions& o) {
   // Trainers start once every server is registered, so the static baseline sees them all.
   auto registered_by = Clock::now() + std::chrono::seconds(120);
   while (registry.peers().size() < static_cast<size_t>(o.peers)) {
-    if (Clock::now() > registered_by) throw TimeoutError("shoal-swarm local: servers did not all register");
+    if (Clock::now() > registered_by)
+      throw TimeoutError("shoal-swarm local: servers did not all register");
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
   for (int i = 0; i < o.trainers; ++i) {
@@ -275,8 +285,10 @@ int run_local(Common& c, LocalOptions& o) {
     ch.trainer = true;
     auto args = base;
     args.insert(args.begin(), {"shoal-swarm", "train"});
-    for (const std::string& a : std::vector<std::string>{"--rounds", std::to_string(o.rounds), "--inflight", std::to_string(o.inflight), "--id",
-                          ch.name, "--routing", o.routing, "--request-timeout", std::to_string(o.request_timeout)})
+    for (const std::string& a : std::vector<std::string>{
+             "--rounds", std::to_string(o.rounds), "--inflight", std::to_string(o.inflight), "--id",
+             ch.name, "--routing", o.routing, "--request-timeout",
+             std::to_string(o.request_timeout)})
       args.push_back(a);
     ch.pid = spawn(args, (fs::path(o.out) / "logs" / (ch.name + ".log")).string());
     children.push_back(ch);
@@ -290,7 +302,8 @@ int run_local(Common& c, LocalOptions& o) {
   std::fflush(stdout);
 
   std::ofstream csv(fs::path(o.out) / "progress.csv");
-  csv << "time_s,samples,samples_per_s,rounds_done,loss,live_peers,replicas_per_stage,capacity_per_stage,"
+  csv << "time_s,samples,samples_per_s,rounds_done,loss,live_peers,replicas_per_stage,capacity_per_"
+         "stage,"
          "ideal_samples_per_s\n";
   std::ofstream peers_csv(fs::path(o.out) / "peers.csv");  // every live peer, every second
   peers_csv << "time_s,peer,stage,throughput,round\n";
@@ -308,7 +321,8 @@ int run_local(Common& c, LocalOptions& o) {
   std::map<uint32_t, double> stepped_at;
 
   auto trainers_running = [&] {
-    return std::any_of(children.begin(), children.end(), [](auto& ch) { return ch.trainer && !ch.exited; });
+    return std::any_of(children.begin(), children.end(),
+                       [](auto& ch) { return ch.trainer && !ch.exited; });
   };
   while (trainers_running() && !g_stop) {
     std::this_thread::sleep_for(std::chrono::milliseconds(250));
@@ -357,10 +371,14 @@ int run_local(Common& c, LocalOptions& o) {
       constexpr double kRateWindow = 5.0;
       history.emplace_back(t, samples);
       while (history.size() > 2 && t - history[1].first >= kRateWindow) history.pop_front();
-      double rate = history.size() > 1 ? (samples - history.front().second) / (t - history.front().first) : 0.0;
+      double rate = history.size() > 1
+                        ? (samples - history.front().second) / (t - history.front().first)
+                        : 0.0;
       last_t = t;
       auto peers = registry.peers();
-      for (auto& p : peers) peers_csv << t << ',' << p.id << ',' << p.stage << ',' << p.throughput << ',' << p.round << '\n';
+      for (auto& p : peers)
+        peers_csv << t << ',' << p.id << ',' << p.stage << ',' << p.throughput << ',' << p.round
+                  << '\n';
       std::vector<int> replicas(S, 0);
       for (auto& p : peers)
         if (p.stage >= 0 && p.stage < S) ++replicas[p.stage];
@@ -375,13 +393,15 @@ int run_local(Common& c, LocalOptions& o) {
         caps += buf;
       }
       double loss = round_loss.empty() ? NAN : round_loss.back();
-      csv << t << ',' << samples << ',' << rate << ',' << round_loss.size() << ',' << loss << ',' << peers.size()
-          << ',' << reps << ',' << caps << ',' << ideal << '\n';
+      csv << t << ',' << samples << ',' << rate << ',' << round_loss.size() << ',' << loss << ','
+          << peers.size() << ',' << reps << ',' << caps << ',' << ideal << '\n';
       csv.flush();
       if (t - last_print >= 2.0) {
         last_print = t;
-        std::printf("t=%6.1fs  samples %7ld  %7.1f samples/s  round %3zu/%d  loss %.4f  replicas %s  (capacity %s)\n",
-                    t, (long)samples, rate, round_loss.size(), o.rounds, loss, reps.c_str(), caps.c_str());
+        std::printf(
+            "t=%6.1fs  samples %7ld  %7.1f samples/s  round %3zu/%d  loss %.4f  replicas %s  "
+            "(capacity %s)\n",
+            t, (long)samples, rate, round_loss.size(), o.rounds, loss, reps.c_str(), caps.c_str());
         std::fflush(stdout);
       }
     }
@@ -393,7 +413,8 @@ int run_local(Common& c, LocalOptions& o) {
   double elapsed = std::chrono::duration<double>(Clock::now() - start).count();
   nlohmann::json final_peers = nlohmann::json::array();
   for (auto& p : registry.peers())
-    final_peers.push_back({{"id", p.id}, {"stage", p.stage}, {"throughput", p.throughput}, {"round", p.round}});
+    final_peers.push_back(
+        {{"id", p.id}, {"stage", p.stage}, {"throughput", p.throughput}, {"round", p.round}});
   // Stop the servers (and any trainer left), then reap everyone.
   for (auto& ch : children)
     if (!ch.exited) ::kill(ch.pid, SIGTERM);
@@ -432,7 +453,8 @@ int run_local(Common& c, LocalOptions& o) {
   // Steady state: from the end of the first round (start-up, first connections) to the last.
   if (round_time.size() >= 3) {
     double t0 = round_time.front(), t1 = round_time.back();
-    double steady = (round_time.size() - 1) * static_cast<double>(c.global_batch) * c.micro_batch / (t1 - t0);
+    double steady =
+        (round_time.size() - 1) * static_cast<double>(c.global_batch) * c.micro_batch / (t1 - t0);
     double ideal_sum = 0;
     int ideal_n = 0;
     for (auto& [t, ideal] : ideal_series)
@@ -458,25 +480,31 @@ int run_local(Common& c, LocalOptions& o) {
     auto ref = train_reference(c.model, c.optim, corpus, static_cast<int>(round_loss.size()),
                                c.global_batch, c.micro_batch, c.data_seed, c.delayed_updates);
     double worst = 0;
-    for (size_t r = 0; r < ref.size(); ++r) worst = std::max(worst, std::fabs(ref[r] - round_loss[r]));
+    for (size_t r = 0; r < ref.size(); ++r)
+      worst = std::max(worst, std::fabs(ref[r] - round_loss[r]));
     summary["reference_loss"] = ref;
     summary["reference_max_abs_diff"] = worst;
-    std::printf("single-process reference: max |loss difference| over %zu rounds = %.3g\n", ref.size(), worst);
+    std::printf("single-process reference: max |loss difference| over %zu rounds = %.3g\n",
+                ref.size(), worst);
     if (worst > 1e-4) rc = 1;
   }
   std::ofstream(fs::path(o.out) / "summary.json") << summary.dump(2) << '\n';
   csv.close();
   rounds_csv.close();
   peers_csv.close();
-  std::printf("done: %zu/%d rounds, %ld samples in %.1f s (%.1f samples/s), %.0f bytes/sample between stages, "
-              "loss %.4f -> %.4f%s\n",
-              round_loss.size(), o.rounds, (long)samples, elapsed, samples / elapsed,
-              samples ? static_cast<double>(bytes) / samples : 0.0, round_loss.empty() ? NAN : round_loss.front(),
-              round_loss.empty() ? NAN : round_loss.back(), trainer_failures ? "  (a trainer failed)" : "");
+  std::printf(
+      "done: %zu/%d rounds, %ld samples in %.1f s (%.1f samples/s), %.0f bytes/sample between "
+      "stages, "
+      "loss %.4f -> %.4f%s\n",
+      round_loss.size(), o.rounds, (long)samples, elapsed, samples / elapsed,
+      samples ? static_cast<double>(bytes) / samples : 0.0,
+      round_loss.empty() ? NAN : round_loss.front(), round_loss.empty() ? NAN : round_loss.back(),
+      trainer_failures ? "  (a trainer failed)" : "");
   // The plot (matplotlib through Debian's python3); a missing matplotlib only costs the PNG.
   std::string plot = (fs::path(o.out) / "swarm.png").string();
   auto self = fs::read_symlink("/proc/self/exe").parent_path();
-  for (auto script : {self / "../../bench/swarm_plot.py", fs::path(SHOAL_SOURCE_DIR) / "bench/swarm_plot.py"})
+  for (auto script :
+       {self / "../../bench/swarm_plot.py", fs::path(SHOAL_SOURCE_DIR) / "bench/swarm_plot.py"})
     if (fs::exists(script)) {
       std::string cmd = "/usr/bin/python3 " + script.string() + " " + o.out + " >/dev/null 2>&1";
       if (std::system(cmd.c_str()) == 0) std::printf("plot: %s\n", plot.c_str());
@@ -488,7 +516,8 @@ int run_local(Common& c, LocalOptions& o) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"shoal-swarm: SWARM pipeline training over unreliable, heterogeneous peers (docs/swarm.md)"};
+  CLI::App app{
+      "shoal-swarm: SWARM pipeline training over unreliable, heterogeneous peers (docs/swarm.md)"};
   app.require_subcommand(1);
   ::signal(SIGTERM, on_signal);
   ::signal(SIGINT, on_signal);
@@ -513,9 +542,12 @@ int main(int argc, char** argv) {
   serve->add_option(
       "--bandwidth", s.bandwidth,
       "MB/s this peer's link carries: its share of a compressed averaging (0: equal)");
-  serve->add_option("--device-ms", s.device_ms, "emulated accelerator time per forward, ms (backward: 2x)");
-  auto* rp = serve->add_option("--rebalance-period", period, "seconds between rebalancing checks (enables it)");
-  serve->add_option("--rebalance-threshold", s.rebalance_threshold, "relative bottleneck gain a move needs");
+  serve->add_option("--device-ms", s.device_ms,
+                    "emulated accelerator time per forward, ms (backward: 2x)");
+  auto* rp = serve->add_option("--rebalance-period", period,
+                               "seconds between rebalancing checks (enables it)");
+  serve->add_option("--rebalance-threshold", s.rebalance_threshold,
+                    "relative bottleneck gain a move needs");
   serve->add_option("--exit-after-claim", s.exit_after_claim,
                     "fault injection for tests: die between claiming a micro-batch from this one "
                     "on and counting it");
@@ -532,10 +564,12 @@ int main(int argc, char** argv) {
   train->add_option("--id", t.id, "trainer id");
   train->add_option("--routing", routing, "swarm (stochastic wiring) or static (fixed pipelines)")
       ->check(CLI::IsMember({"swarm", "static"}));
-  train->add_option("--request-timeout", request_timeout, "seconds before a request is retried elsewhere");
+  train->add_option("--request-timeout", request_timeout,
+                    "seconds before a request is retried elsewhere");
 
   int ref_rounds = 20;
-  auto* ref = app.add_subcommand("reference", "train the same model on the same batches in one process");
+  auto* ref =
+      app.add_subcommand("reference", "train the same model on the same batches in one process");
   add_common(ref, c);
   ref->add_option("--rounds", ref_rounds, "optimizer steps");
 
@@ -546,24 +580,33 @@ int main(int argc, char** argv) {
   local->add_option("--trainers", o.trainers, "trainers");
   local->add_option("--rounds", o.rounds, "optimizer steps");
   local->add_option("--inflight", o.inflight, "micro-batches in flight per trainer");
-  local->add_option("--slowdown", o.slowdown, "comma list of slowdowns dealt to peers in turn, e.g. 1,2,4");
-  local->add_option("--placement", o.placement, "comma list: stage of each peer (default round-robin)");
-  local->add_option("--kill-at", o.kill_at, "comma list of seconds: at each, kill one random server");
+  local->add_option("--slowdown", o.slowdown,
+                    "comma list of slowdowns dealt to peers in turn, e.g. 1,2,4");
+  local->add_option("--placement", o.placement,
+                    "comma list: stage of each peer (default round-robin)");
+  local->add_option("--kill-at", o.kill_at,
+                    "comma list of seconds: at each, kill one random server");
   local->add_option("--device-ms", o.device_ms, "emulated accelerator time per forward, ms");
-  local->add_option("--rebalance-period", o.rebalance_period, "seconds between rebalancing checks (0: off)");
+  local->add_option("--rebalance-period", o.rebalance_period,
+                    "seconds between rebalancing checks (0: off)");
   local->add_option("--rebalance-threshold", o.threshold, "relative bottleneck gain a move needs");
-  local->add_option("--routing", o.routing, "swarm or static")->check(CLI::IsMember({"swarm", "static"}));
-  local->add_option("--request-timeout", o.request_timeout, "seconds before a request is retried elsewhere");
+  local->add_option("--routing", o.routing, "swarm or static")
+      ->check(CLI::IsMember({"swarm", "static"}));
+  local->add_option("--request-timeout", o.request_timeout,
+                    "seconds before a request is retried elsewhere");
   local->add_option("--time-limit", o.time_limit, "seconds before the run is cut short");
-  local->add_option("--exit-in-averaging", o.exit_in_averaging,
-                    "fault injection for tests, PEER:ROUND: that server dies inside that round's averaging");
+  local->add_option(
+      "--exit-in-averaging", o.exit_in_averaging,
+      "fault injection for tests, PEER:ROUND: that server dies inside that round's averaging");
   local->add_option(
       "--exit-after-claim", o.exit_after_claim,
       "fault injection for tests, PEER:MB: that server dies between claiming a micro-batch "
       "from MB on and counting it");
-  local->add_option("--out", o.out, "directory for progress.csv, rounds.csv, summary.json, swarm.png, logs/");
+  local->add_option("--out", o.out,
+                    "directory for progress.csv, rounds.csv, summary.json, swarm.png, logs/");
   local->add_flag("--check-reference", o.check_reference,
-                  "compare the loss of every round with single-process training (1 replica per stage, codec none)");
+                  "compare the loss of every round with single-process training (1 replica per "
+                  "stage, codec none)");
 
   CLI11_PARSE(app, argc, argv);
   try {

@@ -267,7 +267,8 @@ TEST(Swarm, MicroBatchesOfADeadTrainerAreDrivenAgain) {
   std::atomic<bool> stop{false};
   second.run(stop);
   EXPECT_GT(second.stats().recovered, 0u);
-  for (uint32_t r = 0; r < 3; ++r) EXPECT_EQ(swarm.store()->add(keys::loss_count(r), 0), 4) << "round " << r;
+  for (uint32_t r = 0; r < 3; ++r)
+    EXPECT_EQ(swarm.store()->add(keys::loss_count(r), 0), 4) << "round " << r;
 }
 
 // Compressed averaging inside a stage: two replicas per stage average through the int8

@@ -23,7 +23,9 @@ namespace shoal::swarm {
 
 namespace {
 using Clock = std::chrono::steady_clock;
-double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+double seconds_since(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
 
 std::string default_id() {
   std::random_device rd;
@@ -175,8 +177,8 @@ struct StageServer::Impl {
           for (uint32_t r : {before, before + 1})
             if (!accumulates(r)) accum_of(r).zero();
           ++counters.state_loads;
-          log(opt.id, "stage " + std::to_string(k) + ": took state of round " + std::to_string(reply.round) +
-                          " from " + peer.id);
+          log(opt.id, "stage " + std::to_string(k) + ": took state of round " +
+                          std::to_string(reply.round) + " from " + peer.id);
           return true;
         } catch (const Error& e) {
           log(opt.id, "state from " + peer.id + " failed: " + e.what());
@@ -199,20 +201,23 @@ struct StageServer::Impl {
     if (!registry->peers(k).empty() && load_state_from_peer(k, 0, opt.averaging_timeout)) return;
     // Nobody serves the stage: start from its initial parameters at the stage's latest round
     // (its state is lost with its last replica, as in SWARM).
-    if (store->check({keys::stage_round(k)})) round = static_cast<uint32_t>(std::stoul(store->get_string(keys::stage_round(k))));
+    if (store->check({keys::stage_round(k)}))
+      round = static_cast<uint32_t>(std::stoul(store->get_string(keys::stage_round(k))));
     round_cv.notify_all();
   }
 
   // ---- requests ----
   void emulate_device(double compute_s, double device_units) {
-    double extra = (opt.slowdown - 1) * compute_s + opt.slowdown * opt.device_ms * 1e-3 * device_units;
+    double extra =
+        (opt.slowdown - 1) * compute_s + opt.slowdown * opt.device_ms * 1e-3 * device_units;
     if (extra > 0) std::this_thread::sleep_for(std::chrono::duration<double>(extra));
   }
 
   void check_stage(const Message& request) {
     if (moving || static_cast<int>(request.stage) != stage)
-      throw InvalidArgumentError("peer " + opt.id + " serves stage " + std::to_string(moving ? -1 : stage.load()) +
-                                 ", not stage " + std::to_string(request.stage) + " (it moved): ask the registry again");
+      throw InvalidArgumentError(
+          "peer " + opt.id + " serves stage " + std::to_string(moving ? -1 : stage.load()) +
+          ", not stage " + std::to_string(request.stage) + " (it moved): ask the registry again");
   }
 
   /// Blocks until this replica holds the parameters round `wanted` is computed on.
@@ -220,8 +225,8 @@ struct StageServer::Impl {
     std::unique_lock<std::mutex> lock(round_mu);
     uint32_t steps = version_of(wanted);
     if (!round_cv.wait_for(lock, opt.averaging_timeout, [&] { return round >= steps || stopping; }))
-      throw TimeoutError("peer " + opt.id + " is still at round " + std::to_string(round.load()) + ", asked for " +
-                         std::to_string(wanted));
+      throw TimeoutError("peer " + opt.id + " is still at round " + std::to_string(round.load()) +
+                         ", asked for " + std::to_string(wanted));
   }
 
   static torch::Tensor flatten(StageModule& m) {
@@ -291,8 +296,9 @@ struct StageServer::Impl {
       grads = torch::autograd::grad({loss}, inputs);
     } else {
       if (second.sizes() != out.sizes())
-        throw InvalidArgumentError("swarm backward: output gradient of shape " + c10::str(second.sizes()) +
-                                   " for an output of shape " + c10::str(out.sizes()));
+        throw InvalidArgumentError("swarm backward: output gradient of shape " +
+                                   c10::str(second.sizes()) + " for an output of shape " +
+                                   c10::str(out.sizes()));
       grads = torch::autograd::grad({out}, inputs, {second});
     }
     // The emulated device finishes before the gradient exists: a slow replica must not report
@@ -351,7 +357,8 @@ struct StageServer::Impl {
         check_stage(request);
         wait_for_round(request.round);
         return backward(request);
-      case MsgType::GetState: return get_state(request);
+      case MsgType::GetState:
+        return get_state(request);
       case MsgType::Info: {
         Message reply;
         reply.type = MsgType::Reply;
@@ -360,8 +367,9 @@ struct StageServer::Impl {
         reply.text = StoreRegistry::encode(record());
         return reply;
       }
-      default: throw InvalidArgumentError("swarm: a stage server does not answer message type " +
-                                          std::to_string(static_cast<int>(request.type)));
+      default:
+        throw InvalidArgumentError("swarm: a stage server does not answer message type " +
+                                   std::to_string(static_cast<int>(request.type)));
     }
   }
 
@@ -407,8 +415,8 @@ struct StageServer::Impl {
     auto deadline = Clock::now() + opt.averaging_timeout;
     while (!store->check(keys_)) {
       if (Clock::now() > deadline)
-        throw TimeoutError("swarm: members of the averaging group of stage " + std::to_string(k) + " round " +
-                           std::to_string(r) + " did not all register");
+        throw TimeoutError("swarm: members of the averaging group of stage " + std::to_string(k) +
+                           " round " + std::to_string(r) + " did not all register");
       std::this_thread::sleep_for(Milliseconds(1));
     }
     for (auto& key : keys_) ids.push_back(store->get_string(key));
@@ -461,9 +469,11 @@ struct StageServer::Impl {
           group.reset();
           Options copts;
           copts.timeout = opt.averaging_timeout;
-          int my_rank = static_cast<int>(std::find(members.begin(), members.end(), opt.id) - members.begin());
+          int my_rank =
+              static_cast<int>(std::find(members.begin(), members.end(), opt.id) - members.begin());
           auto group_store = std::make_shared<PrefixStore>(keys::averaging(k, r) + "/comm", store);
-          group = std::make_unique<Communicator>(Communicator::create(group_store, my_rank, size, copts));
+          group = std::make_unique<Communicator>(
+              Communicator::create(group_store, my_rank, size, copts));
           group_key = key;
         }
         auto weights = averager ? group_bandwidths(k, r, members) : std::vector<double>{};
@@ -492,7 +502,8 @@ struct StageServer::Impl {
         step_with(sum, r);
         stepped = true;
       } catch (const Error& e) {
-        log(opt.id, std::string("averaging of round ") + std::to_string(r) + " failed: " + e.what());
+        log(opt.id,
+            std::string("averaging of round ") + std::to_string(r) + " failed: " + e.what());
         ++counters.group_failures;
         group.reset();
         group_key.clear();
@@ -506,9 +517,10 @@ struct StageServer::Impl {
     store->set(keys::stepped(k, r), "1");
     store->set(keys::stage_round(k), std::to_string(round.load()));
     if (config::get_int("SHOAL_SWARM_TRACE"))
-      log(opt.id, "round " + std::to_string(r) + ": group " + std::to_string(rank) + "/" + std::to_string(size) +
-                      " formed in " + std::to_string(formed_ms) + " ms, communicator at " + std::to_string(t_group) +
-                      " ms, reduced at " + std::to_string(t_reduce) + " ms, stepped after " +
+      log(opt.id, "round " + std::to_string(r) + ": group " + std::to_string(rank) + "/" +
+                      std::to_string(size) + " formed in " + std::to_string(formed_ms) +
+                      " ms, communicator at " + std::to_string(t_group) + " ms, reduced at " +
+                      std::to_string(t_reduce) + " ms, stepped after " +
                       std::to_string(seconds_since(started) * 1e3) + " ms");
     round_cv.notify_all();
     announce();
@@ -556,7 +568,8 @@ struct StageServer::Impl {
   void schedule_rebalance() {
     static thread_local std::mt19937 rng(std::random_device{}());
     std::uniform_real_distribution<double> jitter(0.75, 1.25);
-    next_rebalance = Clock::now() + std::chrono::duration_cast<Clock::duration>(opt.rebalance_period * jitter(rng));
+    next_rebalance = Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                                        opt.rebalance_period * jitter(rng));
   }
 
   /// Every rebalancing period: if the rule names this peer, it stops serving at once. Gradients
@@ -570,9 +583,11 @@ struct StageServer::Impl {
     int64_t moves_done = store->add(keys::kMovesDone, 0);
     auto move = plan_move(registry->peers(), stages, opt.rebalance_threshold);
     if (!move || move->peer != opt.id) return;
-    if (store->add(keys::move_claim(moves_done), 1) != 1) return;  // someone acted on this placement
-    log(opt.id, "rebalancing: stage " + std::to_string(move->from) + " -> " + std::to_string(move->to) +
-                    " (bottleneck " + std::to_string(move->bottleneck_before) + " -> " +
+    if (store->add(keys::move_claim(moves_done), 1) != 1)
+      return;  // someone acted on this placement
+    log(opt.id, "rebalancing: stage " + std::to_string(move->from) + " -> " +
+                    std::to_string(move->to) + " (bottleneck " +
+                    std::to_string(move->bottleneck_before) + " -> " +
                     std::to_string(move->bottleneck_after) + " samples/s)");
     moving = true;
     pending_move = move->to;
@@ -629,13 +644,13 @@ StageServer::StageServer(ServerOptions options, std::shared_ptr<Registry> regist
                                std::to_string(im.opt.model.stages) + "-stage model");
   if (im.opt.averaging_codec != Codec::None)
     im.averager = std::make_unique<CompressedAverager>(im.opt.averaging_codec);
-  im.rpc = std::make_unique<RpcServer>(im.opt.host, im.opt.port,
-                                       [&im](Message&& request) { return im.handle(std::move(request)); });
+  im.rpc = std::make_unique<RpcServer>(
+      im.opt.host, im.opt.port, [&im](Message&& request) { return im.handle(std::move(request)); });
   im.address = im.opt.host + ":" + std::to_string(im.rpc->port());
   im.adopt_stage(im.opt.stage);
   im.announce();
-  log(im.opt.id, "serving stage " + std::to_string(im.stage.load()) + " at " + im.address + " from round " +
-                     std::to_string(im.round.load()));
+  log(im.opt.id, "serving stage " + std::to_string(im.stage.load()) + " at " + im.address +
+                     " from round " + std::to_string(im.round.load()));
 }
 
 StageServer::~StageServer() { stop(); }

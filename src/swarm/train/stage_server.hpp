@@ -24,11 +24,11 @@ struct ServerOptions {
   GptConfig model;
   OptimConfig optim;
   int stage = 0;
-  std::string id;                 // unique; empty: "peer-<pid>-<random>"
-  std::string host = "127.0.0.1"; // address to listen on and announce
+  std::string id;                  // unique; empty: "peer-<pid>-<random>"
+  std::string host = "127.0.0.1";  // address to listen on and announce
   uint16_t port = 0;
-  int round_microbatches = 8;     // the global batch, in micro-batches
-  Codec codec = Codec::None;      // for activations and gradients this server sends
+  int round_microbatches = 8;  // the global batch, in micro-batches
+  Codec codec = Codec::None;   // for activations and gradients this server sends
   // Delayed parameter updates: round r's micro-batches are computed on the parameters of round
   // r-1 (every step up to round r-2's), so they can flow while round r-1 averages and steps.
   // The server keeps that version beside the newest one. Every peer and trainer must agree.
@@ -41,15 +41,16 @@ struct ServerOptions {
   // Heterogeneity emulation: every request's service time becomes slowdown * (compute +
   // device_ms per request), the extra spent asleep while holding the stage (a slower device).
   double slowdown = 1.0;
-  double device_ms = 0;           // emulated accelerator time of a forward (backward: twice)
+  double device_ms = 0;  // emulated accelerator time of a forward (backward: twice)
   Milliseconds lease{3000};
   Milliseconds announce_every{500};
   Milliseconds averaging_timeout{15000};  // bound on forming the group and on its all_reduce
   Milliseconds join_window{2000};         // the group leader waits this long for stragglers
   bool rebalance = false;
-  Milliseconds rebalance_period{10000};   // jittered by +-25 % per peer
+  Milliseconds rebalance_period{10000};  // jittered by +-25 % per peer
   double rebalance_threshold = 0.10;
-  int exit_in_averaging = -1;  // fault injection (tests): the process dies inside this round's averaging
+  int exit_in_averaging =
+      -1;  // fault injection (tests): the process dies inside this round's averaging
   int64_t exit_after_claim =
       -1;  // fault injection (tests): dies after claiming one from this micro-batch on
 };
@@ -61,7 +62,7 @@ struct ServerStats {
   uint64_t forwards = 0, backwards = 0, duplicates = 0;
   uint64_t rounds_averaged = 0, group_failures = 0, state_loads = 0, moves = 0;
   uint64_t averaging_bytes = 0;  // sent to the group's other members
-  double throughput = 0;  // samples per busy second
+  double throughput = 0;         // samples per busy second
 };
 
 class StageServer {

@@ -19,7 +19,9 @@ namespace shoal::swarm {
 
 namespace {
 using Clock = std::chrono::steady_clock;
-double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+double seconds_since(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
 }  // namespace
 
 struct Trainer::Impl {
@@ -31,7 +33,9 @@ struct Trainer::Impl {
 
   std::mutex route_mu;  // routers, pipelines, refresh time
   std::vector<Router> forward_routers, backward_routers;
-  Router& router(int k, bool backward) { return (backward ? backward_routers : forward_routers)[k]; }
+  Router& router(int k, bool backward) {
+    return (backward ? backward_routers : forward_routers)[k];
+  }
   std::vector<std::vector<Router::Replica>> pipelines;  // static: [pipeline][stage]
   Clock::time_point refreshed{};
 
@@ -42,8 +46,13 @@ struct Trainer::Impl {
   ErrorCode error_code = ErrorCode::Internal;
 
   Impl(TrainerOptions o, std::shared_ptr<Registry> r)
-      : opt(std::move(o)), registry(std::move(r)), store(registry->rendezvous()), corpus(opt.corpus),
-        stages(opt.model.stages), forward_routers(stages), backward_routers(stages) {
+      : opt(std::move(o)),
+        registry(std::move(r)),
+        store(registry->rendezvous()),
+        corpus(opt.corpus),
+        stages(opt.model.stages),
+        forward_routers(stages),
+        backward_routers(stages) {
     if (opt.id.empty()) opt.id = "trainer-" + std::to_string(::getpid());
   }
 
@@ -85,7 +94,8 @@ struct Trainer::Impl {
         return;
       }
       if (Clock::now() > deadline)
-        throw TimeoutError("swarm trainer: no replica of some stage registered within the give-up time");
+        throw TimeoutError(
+            "swarm trainer: no replica of some stage registered within the give-up time");
       std::this_thread::sleep_for(std::chrono::milliseconds(50));
     }
   }
@@ -126,9 +136,11 @@ struct Trainer::Impl {
       }
       if (!replica) {
         if (seconds_since(start) > std::chrono::duration<double>(opt.give_up).count())
-          throw TimeoutError("swarm trainer: no live replica of stage " + std::to_string(k) + " for " +
-                             std::to_string(std::chrono::duration_cast<std::chrono::seconds>(opt.give_up).count()) +
-                             " s");
+          throw TimeoutError(
+              "swarm trainer: no live replica of stage " + std::to_string(k) + " for " +
+              std::to_string(
+                  std::chrono::duration_cast<std::chrono::seconds>(opt.give_up).count()) +
+              " s");
         std::this_thread::sleep_for(std::chrono::milliseconds(50));
         continue;
       }
@@ -151,10 +163,12 @@ struct Trainer::Impl {
           ++counters.failures;
         }
         if (opt.routing == Routing::static_pipeline)
-          throw PeerFailureError("static pipeline: stage " + std::to_string(k) + " replica " + replica->id +
-                                 " failed (" + e.what() + "); a fixed pipeline cannot re-route");
-        std::fprintf(stderr, "[%s] stage %d %s on %s failed (%s): retrying elsewhere\n", opt.id.c_str(), k,
-                     backward ? "backward" : "forward", replica->id.c_str(), e.what());
+          throw PeerFailureError("static pipeline: stage " + std::to_string(k) + " replica " +
+                                 replica->id + " failed (" + e.what() +
+                                 "); a fixed pipeline cannot re-route");
+        std::fprintf(stderr, "[%s] stage %d %s on %s failed (%s): retrying elsewhere\n",
+                     opt.id.c_str(), k, backward ? "backward" : "forward", replica->id.c_str(),
+                     e.what());
         {
           std::lock_guard<std::mutex> lock(route_mu);
           router(k, backward).report_failure(replica->id, task);
@@ -194,7 +208,8 @@ struct Trainer::Impl {
       auto reply = call_stage(w, k, true, m, mb);
       if (k == stages - 1) loss = std::stod(reply.text);
       if (k > 0) {
-        if (reply.tensors.size() != 1) throw InternalError("swarm: backward reply without an input gradient");
+        if (reply.tensors.size() != 1)
+          throw InternalError("swarm: backward reply without an input gradient");
         grad = from_wire(reply.tensors[0]);
       }
     }
@@ -221,8 +236,8 @@ struct Trainer::Impl {
     int epoch = 0;
     while (!stop && !failed && !store->check(stepped)) {
       if (Clock::now() > deadline)
-        throw TimeoutError("swarm trainer: round " + std::to_string(r) + " was not stepped by every stage within " +
-                           "the give-up time");
+        throw TimeoutError("swarm trainer: round " + std::to_string(r) +
+                           " was not stepped by every stage within " + "the give-up time");
       if (Clock::now() > stall_check) {
         int64_t now = store->add(keys::loss_count(r), 0);
         if (now == progress) recover_round(w, r, ++epoch);
@@ -239,8 +254,8 @@ struct Trainer::Impl {
       if (store->check({keys::finished(r, mb)})) continue;
       // One trainer per stalled micro-batch and stall epoch.
       if (store->add(keys::reclaim(r, mb, epoch), 1) != 1) continue;
-      std::fprintf(stderr, "[%s] round %u stalled: driving micro-batch %lu again\n", opt.id.c_str(), r,
-                   static_cast<unsigned long>(mb));
+      std::fprintf(stderr, "[%s] round %u stalled: driving micro-batch %lu again\n", opt.id.c_str(),
+                   r, static_cast<unsigned long>(mb));
       {
         std::lock_guard<std::mutex> lock(stats_mu);
         ++counters.recovered;
@@ -286,9 +301,11 @@ void Trainer::run(const std::atomic<bool>& stop) {
   auto& im = *impl_;
   im.wait_for_swarm(stop);
   std::vector<std::thread> workers;
-  for (int i = 0; i < std::max(1, im.opt.inflight); ++i) workers.emplace_back([&] { im.work(stop); });
+  for (int i = 0; i < std::max(1, im.opt.inflight); ++i)
+    workers.emplace_back([&] { im.work(stop); });
   for (auto& t : workers) t.join();
-  im.store->add(keys::kBytesSent, static_cast<int64_t>(im.counters.bytes_sent + im.counters.bytes_received));
+  im.store->add(keys::kBytesSent,
+                static_cast<int64_t>(im.counters.bytes_sent + im.counters.bytes_received));
   if (im.failed) throw_error(im.error_code, im.error_text);
   // The swarm is done once the last round is stepped everywhere. With delayed updates the
   // round before it may still be unstepped: waiting on it first lets a stall there be redone.

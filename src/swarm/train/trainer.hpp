@@ -30,23 +30,24 @@ enum class Routing { swarm, static_pipeline };
 struct TrainerOptions {
   GptConfig model;
   std::string corpus = kDefaultCorpus;
-  int micro_batch = 8;          // samples per micro-batch
-  int round_microbatches = 8;   // global batch, in micro-batches
-  int rounds = 20;              // optimizer steps to train (all trainers together)
-  int inflight = 4;             // micro-batches this trainer drives at once
+  int micro_batch = 8;         // samples per micro-batch
+  int round_microbatches = 8;  // global batch, in micro-batches
+  int rounds = 20;             // optimizer steps to train (all trainers together)
+  int inflight = 4;            // micro-batches this trainer drives at once
   uint64_t data_seed = 0;
-  Codec codec = Codec::None;    // for activations and gradients this trainer sends
+  Codec codec = Codec::None;  // for activations and gradients this trainer sends
   Routing routing = Routing::swarm;
   bool delayed_updates = false;  // as the servers' (ServerOptions::delayed_updates)
   std::chrono::milliseconds request_timeout{20000};
   std::chrono::milliseconds give_up{180000};  // a micro-batch no replica could serve for this long
-  std::chrono::milliseconds stall_timeout{20000};  // a round without progress: redo its lost micro-batches
+  std::chrono::milliseconds stall_timeout{
+      20000};  // a round without progress: redo its lost micro-batches
   std::string id;
 };
 
 struct TrainerStats {
   uint64_t microbatches = 0, requests = 0, retries = 0, failures = 0;
-  uint64_t recovered = 0;  // micro-batches of a stalled round driven again
+  uint64_t recovered = 0;                       // micro-batches of a stalled round driven again
   uint64_t bytes_sent = 0, bytes_received = 0;  // tensor payloads between stages
 };
 
