@@ -6,6 +6,8 @@
 #include <sys/types.h>
 #include <sys/uio.h>
 
+#include <cstddef>
+#include <cstdint>
 #include <optional>
 #include <string>
 
