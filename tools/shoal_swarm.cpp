@@ -62,10 +62,15 @@ struct Common {
 };
 
 void add_common(CLI::App* app, Common& c) {
-  app->add_option("--registry", c.registry, "registry address host:port");
+  app->add_option(
+      "--registry", c.registry,
+      "registry: host:port of the embedded one, or etcd://host:port[,host:port...][/SWARM]");
   app->add_option("--stages", c.model.stages, "pipeline stages of the model");
   app->add_option("--d-model", c.model.d_model, "model width");
   app->add_option("--layers", c.model.n_layers, "transformer blocks in all");
+  app->add_option("--stage-layers", c.model.stage_layers,
+                  "blocks of each stage, e.g. 1,1,4 (default: as even as possible)")
+      ->delimiter(',');
   app->add_option("--heads", c.model.n_heads, "attention heads");
   app->add_option("--seq-len", c.model.seq_len, "tokens per sample");
   app->add_option("--model-seed", c.model.seed, "parameter initialisation seed");
@@ -102,14 +107,17 @@ std::vector<std::string> common_args(const Common& c) {
                                 "--data-seed",    std::to_string(c.data_seed),
                                 "--threads",      std::to_string(c.threads)};
   if (c.delayed_updates) args.push_back("--delayed-updates");
+  if (!c.model.stage_layers.empty()) {
+    std::string layers;
+    for (int n : c.model.stage_layers) layers += (layers.empty() ? "" : ",") + std::to_string(n);
+    args.insert(args.end(), {"--stage-layers", layers});
+  }
   args.insert(args.end(), {"--averaging-codec", c.averaging_codec});
   return args;
 }
 
 std::shared_ptr<Registry> open_registry(const Common& c, bool may_host) {
-  auto [host, port] = split_address(c.registry);
-  auto store = connect_registry_store(host, port, may_host, std::chrono::seconds(60));
-  return std::make_shared<StoreRegistry>(store);
+  return swarm::open_registry(c.registry, may_host, std::chrono::seconds(60));
 }
 
 std::vector<double> parse_list(const std::string& text) {
@@ -227,16 +235,27 @@ int run_local(Common& c, LocalOptions& o) {
   namespace fs = std::filesystem;
   fs::create_directories(fs::path(o.out) / "logs");
   int S = c.model.stages;
+  for (int k = 0; k < S; ++k) stage_blocks(c.model, k);  // a bad --stage-layers fails here, once
   if (o.peers < S)
     throw InvalidArgumentError("--peers " + std::to_string(o.peers) + " cannot cover " +
                                std::to_string(S) + " stages");
-  // The registry lives in this process for the whole run.
-  TcpStore::Options so;
-  so.is_server = true;
-  auto [host, want_port] = split_address(c.registry);
-  auto store = std::make_shared<TcpStore>(host, want_port, so);
-  c.registry = host + ":" + std::to_string(store->port());
-  StoreRegistry registry(store);
+  // The embedded registry lives in this process for the whole run; an etcd one outlives it.
+  std::shared_ptr<Registry> registry_owner;
+  if (c.registry.rfind("etcd://", 0) == 0) {
+    registry_owner = open_registry(c, false);
+  } else {
+    TcpStore::Options so;
+    so.is_server = true;
+    auto [host, want_port] = split_address(c.registry);
+    auto hosted = std::make_shared<TcpStore>(host, want_port, so);
+    c.registry = host + ":" + std::to_string(hosted->port());
+    registry_owner = std::make_shared<StoreRegistry>(hosted);
+  }
+  Registry& registry = *registry_owner;
+  auto store = registry.rendezvous();
+  if (store->check({keys::kStages}))
+    throw InvalidArgumentError("shoal-swarm local: registry " + c.registry +
+                               " already holds a swarm; name a new one (etcd://.../NAME)");
   store->set(keys::kStages, std::to_string(S));
 
   auto slowdowns = parse_list(o.slowdown);
@@ -363,7 +382,7 @@ int run_local(Common& c, LocalOptions& o) {
       double loss = store->add(keys::loss_sum(r), 0) * 1e-6 / std::max<int64_t>(1, count);
       round_loss.push_back(loss);
       round_time.push_back(t);
-      rounds_csv << r << ',' << t << ',' << loss << '\n';
+      rounds_csv << r << ',' << t << ',' << loss << std::endl;  // flushed: watchers tail it
     }
     if (t - last_t >= 1.0) {
       // Samples/s over the last kRateWindow seconds: a micro-batch is a lump of samples, so a

@@ -109,6 +109,49 @@ class FileStore : public Store {
   std::string path_;
 };
 
+/// A store on an etcd cluster (its v3 API, through the JSON gateway every etcd serves on its
+/// client port): rendezvous with no single point of failure. Requests go to one member and move
+/// to the next when it fails or times out, so a store survives the loss of any minority of the
+/// cluster. add() is exactly-once across such retries. Leases let a key vanish with its writer.
+class EtcdStore : public Store {
+ public:
+  struct Options {
+    Milliseconds timeout{std::chrono::minutes(5)};
+    /// How long one request may take on one member before the next is tried.
+    Milliseconds request_timeout{std::chrono::seconds(2)};
+    /// How long a request keeps trying the members (leader elections take about a second).
+    Milliseconds failover_timeout{std::chrono::seconds(30)};
+  };
+  /// `endpoints`: "host:port" (or "http://host:port") of the cluster's client URLs, at least one.
+  EtcdStore(std::vector<std::string> endpoints, Options options);
+  /// Parses "etcd://h1:p1,h2:p2,..." (or the list alone).
+  static std::vector<std::string> parse_endpoints(const std::string& spec);
+  ~EtcdStore() override;
+  void set(const std::string& key, const Bytes& value) override;
+  Bytes get(const std::string& key) override;
+  int64_t add(const std::string& key, int64_t delta) override;
+  void wait(const std::vector<std::string>& keys, Milliseconds timeout) override;
+  bool check(const std::vector<std::string>& keys) override;
+  bool remove(const std::string& key) override;
+  using Store::set;
+  using Store::wait;
+  std::string host() const override;
+
+  /// A lease of `ttl` (rounded up to whole seconds; etcd raises very short ones) and its id.
+  int64_t grant_lease(Milliseconds ttl);
+  /// Renews `lease`; false when it has expired or was revoked.
+  bool keep_alive(int64_t lease);
+  void revoke_lease(int64_t lease);
+  /// Sets `key` under `lease`: the key is deleted when the lease ends.
+  void put(const std::string& key, const Bytes& value, int64_t lease);
+  /// Every key that starts with `prefix`, and its value, in key order.
+  std::vector<std::pair<std::string, Bytes>> list(const std::string& prefix);
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
 /// Prepends `prefix + "/"` to every key of an underlying store.
 class PrefixStore : public Store {
  public:

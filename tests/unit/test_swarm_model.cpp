@@ -70,6 +70,23 @@ TEST(SwarmModel, StageBlocksPartition) {
   EXPECT_NE(GptConfig().describe().find("gpt d128 h4 L4 T64 / 2 stages"), std::string::npos);
 }
 
+TEST(SwarmModel, StageLayersCutTheModelAsAsked) {
+  GptConfig c;
+  c.n_layers = 6;
+  c.stages = 3;
+  c.stage_layers = {1, 1, 4};
+  EXPECT_EQ(stage_blocks(c, 0), std::make_pair(0, 1));
+  EXPECT_EQ(stage_blocks(c, 1), std::make_pair(1, 2));
+  EXPECT_EQ(stage_blocks(c, 2), std::make_pair(2, 6));
+  EXPECT_NE(c.describe().find("3 stages (blocks 1,1,4)"), std::string::npos) << c.describe();
+  c.stage_layers = {1, 1, 3};  // 5 blocks for a 6-block model
+  EXPECT_THROW(stage_blocks(c, 0), InvalidArgumentError);
+  c.stage_layers = {2, 4};  // 2 stages for a 3-stage model
+  EXPECT_THROW(stage_blocks(c, 0), InvalidArgumentError);
+  c.stage_layers = {0, 2, 4};  // an empty stage
+  EXPECT_THROW(stage_blocks(c, 1), InvalidArgumentError);
+}
+
 TEST(SwarmModel, InitIsAPureFunctionOfSeedAndStage) {
   auto c = tiny(2);
   torch::manual_seed(99);  // construction must not shift the global generator

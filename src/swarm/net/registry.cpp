@@ -1,7 +1,10 @@
 #include "swarm/net/registry.hpp"
 
+#include <algorithm>
+#include <charconv>
 #include <sstream>
 
+#include "core/check.hpp"
 #include "shoal/error.hpp"
 
 namespace shoal::swarm {
@@ -22,11 +25,12 @@ StoreRegistry::StoreRegistry(std::shared_ptr<Store> store) : store_(std::move(st
 std::string StoreRegistry::encode(const PeerRecord& r) {
   for (const std::string* s : {&r.id, &r.host})
     if (s->empty() || s->find_first_of("\t\n") != std::string::npos)
-      throw InvalidArgumentError("swarm registry: peer id and host must be non-empty without tabs or newlines");
+      throw InvalidArgumentError(
+          "swarm registry: peer id and host must be non-empty without tabs or newlines");
   std::ostringstream out;
   out.precision(17);
-  out << "v1\t" << r.id << '\t' << r.stage << '\t' << r.host << '\t' << r.port << '\t' << r.throughput << '\t'
-      << r.load << '\t' << r.round << '\t' << r.expires_ms;
+  out << "v1\t" << r.id << '\t' << r.stage << '\t' << r.host << '\t' << r.port << '\t'
+      << r.throughput << '\t' << r.load << '\t' << r.round << '\t' << r.expires_ms;
   return out.str();
 }
 
@@ -42,7 +46,8 @@ PeerRecord StoreRegistry::decode(const std::string& text) {
   std::getline(in, r.host, '\t');
   in >> port >> r.throughput >> r.load >> r.round >> r.expires_ms;
   if (version != "v1" || !in || r.id.empty() || r.host.empty() || port <= 0 || port > 65535)
-    throw InvalidArgumentError("swarm registry: malformed peer record '" + text.substr(0, 200) + "'");
+    throw InvalidArgumentError("swarm registry: malformed peer record '" + text.substr(0, 200) +
+                               "'");
   r.port = static_cast<uint16_t>(port);
   return r;
 }
@@ -110,6 +115,84 @@ std::shared_ptr<Store> connect_registry_store(const std::string& host, uint16_t 
   }
   client.connect_timeout = timeout;
   return std::make_shared<TcpStore>(host, port, client);
+}
+
+EtcdRegistry::EtcdRegistry(std::shared_ptr<EtcdStore> store, const std::string& swarm)
+    : store_(std::move(store)),
+      rendezvous_(std::make_shared<PrefixStore>(swarm, store_)),
+      peers_prefix_(swarm + "/swarm/peer/") {
+  rendezvous_->set_timeout(store_->timeout());
+}
+
+EtcdRegistry::~EtcdRegistry() = default;
+
+void EtcdRegistry::announce(PeerRecord record) {
+  record.expires_ms = wall_ms() + lease_.count();
+  auto it = std::find_if(leases_.begin(), leases_.end(),
+                         [&](auto& entry) { return entry.first == record.id; });
+  if (it == leases_.end()) it = leases_.insert(leases_.end(), {record.id, 0});
+  // A lease that expired (the peer was cut off longer than a lease) is replaced.
+  if (it->second == 0 || !store_->keep_alive(it->second)) it->second = store_->grant_lease(lease_);
+  std::string text = StoreRegistry::encode(record);
+  try {
+    store_->put(peers_prefix_ + record.id, Bytes(text.begin(), text.end()), it->second);
+  } catch (const InvalidArgumentError&) {
+    // The lease ended between the renewal and the put.
+    it->second = store_->grant_lease(lease_);
+    store_->put(peers_prefix_ + record.id, Bytes(text.begin(), text.end()), it->second);
+  }
+}
+
+void EtcdRegistry::withdraw(const std::string& id) {
+  store_->remove(peers_prefix_ + id);
+  for (auto it = leases_.begin(); it != leases_.end(); ++it)
+    if (it->first == id) {
+      store_->revoke_lease(it->second);
+      leases_.erase(it);
+      return;
+    }
+}
+
+std::vector<PeerRecord> EtcdRegistry::peers(int stage) {
+  std::vector<PeerRecord> out;
+  for (auto& [key, value] : store_->list(peers_prefix_)) {
+    PeerRecord r;
+    try {
+      r = StoreRegistry::decode(std::string(value.begin(), value.end()));
+    } catch (const InvalidArgumentError&) {
+      continue;  // a stranger's bytes in our key space
+    }
+    if (stage >= 0 && r.stage != stage) continue;
+    out.push_back(std::move(r));
+  }
+  return out;
+}
+
+std::shared_ptr<Registry> open_registry(const std::string& spec, bool may_host,
+                                        std::chrono::milliseconds timeout) {
+  if (spec.rfind("etcd://", 0) == 0) {
+    auto slash = spec.find('/', 7);
+    std::string swarm = slash == std::string::npos ? "shoal-swarm" : spec.substr(slash + 1);
+    SHOAL_CHECK(!swarm.empty() && swarm.find('/') == std::string::npos, InvalidArgument,
+                "registry '" << spec << "': the swarm's name after the endpoints must be one word");
+    EtcdStore::Options options;
+    options.timeout = timeout;
+    auto store =
+        std::make_shared<EtcdStore>(EtcdStore::parse_endpoints(spec.substr(0, slash)), options);
+    return std::make_shared<EtcdRegistry>(store, swarm);
+  }
+  auto colon = spec.rfind(':');
+  SHOAL_CHECK(colon != std::string::npos, InvalidArgument,
+              "registry '" << spec << "' is neither host:port nor etcd://host:port[,...]");
+  int port = 0;
+  auto digits = spec.substr(colon + 1);
+  auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), port);
+  SHOAL_CHECK(
+      ec == std::errc() && end == digits.data() + digits.size() && port >= 0 && port < 65536,
+      InvalidArgument, "registry '" << spec << "': '" << digits << "' is not a port");
+  auto store =
+      connect_registry_store(spec.substr(0, colon), static_cast<uint16_t>(port), may_host, timeout);
+  return std::make_shared<StoreRegistry>(store);
 }
 
 }  // namespace shoal::swarm

@@ -2,7 +2,8 @@
 // under a lease that expires when the peer stops renewing it, so a vanished peer drops out
 // without saying goodbye. Registry is the interface (a DHT could replace it); StoreRegistry is
 // the embedded one, on shoal's key-value store (hosted by `shoal-swarm registry`, by the
-// `local` launcher, or by the first peer).
+// `local` launcher, or by the first peer); EtcdRegistry lives on an etcd cluster, with no single
+// point of failure.
 #pragma once
 
 #include <chrono>
@@ -19,13 +20,13 @@ namespace shoal::swarm {
 int64_t wall_ms();
 
 struct PeerRecord {
-  std::string id;        // unique per peer process, e.g. "s1-host-4242"
-  int stage = -1;        // stage served; -1: between stages (migrating)
-  std::string host;      // RPC address
+  std::string id;    // unique per peer process, e.g. "s1-host-4242"
+  int stage = -1;    // stage served; -1: between stages (migrating)
+  std::string host;  // RPC address
   uint16_t port = 0;
-  double throughput = 0; // samples per busy second (forward + backward), EMA
-  double load = 0;       // requests queued or running
-  uint32_t round = 0;    // optimizer steps taken by this replica
+  double throughput = 0;  // samples per busy second (forward + backward), EMA
+  double load = 0;        // requests queued or running
+  uint32_t round = 0;     // optimizer steps taken by this replica
   int64_t expires_ms = 0;
   std::string address() const { return host + ":" + std::to_string(port); }
 };
@@ -66,6 +67,32 @@ class StoreRegistry : public Registry {
   std::shared_ptr<Store> store_;
   std::vector<std::pair<std::string, int64_t>> slots_;  // this process's ids and their slots
 };
+
+/// Records live at "<swarm>/swarm/peer/<id>" under an etcd lease that each announcement renews,
+/// so etcd itself removes a peer that stopped announcing. Rendezvous (averaging groups, round
+/// counters, moves) happens on the same cluster, under the same "<swarm>/" prefix, so that one
+/// cluster serves many swarms.
+class EtcdRegistry : public Registry {
+ public:
+  EtcdRegistry(std::shared_ptr<EtcdStore> store, const std::string& swarm);
+  ~EtcdRegistry() override;
+  void announce(PeerRecord record) override;
+  void withdraw(const std::string& id) override;
+  std::vector<PeerRecord> peers(int stage = -1) override;
+  std::shared_ptr<Store> rendezvous() override { return rendezvous_; }
+
+ private:
+  std::shared_ptr<EtcdStore> store_;
+  std::shared_ptr<Store> rendezvous_;
+  std::string peers_prefix_;
+  std::vector<std::pair<std::string, int64_t>> leases_;  // this process's ids and their leases
+};
+
+/// The registry named by `spec`: "etcd://h1:p1,h2:p2,...[/SWARM]" for swarm SWARM (default
+/// "shoal-swarm") on an etcd cluster, else "host:port" of the embedded one (hosted here when
+/// nobody does yet and `may_host`).
+std::shared_ptr<Registry> open_registry(const std::string& spec, bool may_host,
+                                        std::chrono::milliseconds timeout);
 
 /// Connects to the registry at host:port, hosting it here when nobody does yet and `may_host`.
 std::shared_ptr<Store> connect_registry_store(const std::string& host, uint16_t port, bool may_host,

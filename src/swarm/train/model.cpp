@@ -104,9 +104,13 @@ std::string GptConfig::describe() const {
   int64_t params = int64_t(vocab) * d + int64_t(seq_len) * d    // embeddings
                    + int64_t(n_layers) * (12 * d * d + 13 * d)  // blocks
                    + 2 * d + d * vocab + vocab;                 // final norm and head
-  char buf[160];
-  std::snprintf(buf, sizeof buf, "gpt d%d h%d L%d T%d / %d stages, %.2f M params", d_model, n_heads,
-                n_layers, seq_len, stages, params / 1e6);
+  char buf[256];
+  std::string split;
+  for (size_t i = 0; i < stage_layers.size(); ++i)
+    split += (i ? "," : " (blocks ") + std::to_string(stage_layers[i]);
+  if (!split.empty()) split += ")";
+  std::snprintf(buf, sizeof buf, "gpt d%d h%d L%d T%d / %d stages%s, %.2f M params", d_model,
+                n_heads, n_layers, seq_len, stages, split.c_str(), params / 1e6);
   return buf;
 }
 
@@ -116,6 +120,23 @@ std::pair<int, int> stage_blocks(const GptConfig& config, int stage) {
                                std::to_string(config.stages) + " stages for " +
                                std::to_string(config.n_layers) +
                                " blocks: need 0 <= stage < stages <= n_layers");
+  }
+  if (!config.stage_layers.empty()) {
+    const auto& layers = config.stage_layers;
+    int sum = 0, first = 0;
+    for (size_t k = 0; k < layers.size(); ++k) {
+      if (layers[k] < 1)
+        throw InvalidArgumentError("swarm: stage " + std::to_string(k) + " of " +
+                                   std::to_string(layers[k]) + " blocks: every stage needs one");
+      if (static_cast<int>(k) < stage) first += layers[k];
+      sum += layers[k];
+    }
+    if (static_cast<int>(layers.size()) != config.stages || sum != config.n_layers)
+      throw InvalidArgumentError("swarm: stage layers of " + std::to_string(layers.size()) +
+                                 " stages and " + std::to_string(sum) + " blocks for a model of " +
+                                 std::to_string(config.stages) + " stages and " +
+                                 std::to_string(config.n_layers) + " blocks");
+    return {first, first + layers[stage]};
   }
   const int base = config.n_layers / config.stages, extra = config.n_layers % config.stages;
   const int first = stage * base + std::min(stage, extra);
