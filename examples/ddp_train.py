@@ -22,7 +22,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from gpt import GPT, add_common_args, batch, launch
+from gpt import GPT, add_common_args, batch, launch, parse_args
 
 
 def register_hook(ddp, hook):
@@ -73,7 +73,7 @@ def main():
     p.add_argument("--bucket-mb", type=float, default=25.0)
     p.add_argument("--hook", default="none", choices=["none", "fp16", "bf16", "powersgd"],
                    help="DDP communication hook")
-    args = p.parse_args()
+    args = parse_args(p)
     return launch(train, args, "ddp_train.py")
 
 

@@ -13,10 +13,13 @@ forward and backward prefetch). `--replicate R` makes it HSDP: a 2-D mesh (R, wo
 shards inside each group of world / R ranks and all_reduces the gradient shards across groups.
 `--mixed bf16` computes in bfloat16 with fp32 gradient reduction.
 
-Rank r trains on batch(seed, r, step); `--reference N` trains the same model in one process on
-the N ranks' batches at once (their mean loss: what data parallelism computes), so the losses of
-a sharded run can be checked step by step against it. Rank 0 prints "step N loss X" and, with
---json, one JSON line with every loss and the median step time.
+Rank r trains on batch(seed, r, step): windows of Debian's fortunes (bytes as tokens) by default;
+`--reference N` trains the same model in one process on the N ranks' batches at once (their mean
+loss: what data parallelism computes), so the losses of a sharded run can be checked step by
+step against it. Rank 0 prints "step N loss X" and, with --json, one JSON line with every loss,
+the median step time, tokens/s and the time a step waited on communication (every Work.wait()
+of the training thread: the communication prefetching left exposed).
+Ranks come from torchrun's variables (torchrun, shoal-run), srun's or mpirun's.
 Needs PYTHONPATH=<build>/python for --backend shoal (docs/torch.md).
 """
 
@@ -24,13 +27,14 @@ import argparse
 import json
 import statistics
 import sys
+import threading
 import time
 
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
-from gpt import GPT, add_common_args, batch, launch
+from gpt import FORTUNES, GPT, add_common_args, batch, launch, parse_args
 
 
 def make_model(args):
@@ -70,6 +74,30 @@ def shard(args, model, world):
     return model
 
 
+class CommWait:
+    """Seconds the training thread spends blocked on communication: every Work.wait() it makes
+    (an async collective's, and the one each blocking collective makes inside torch.distributed),
+    whatever the backend. What a step spends here is its exposed communication: the part that
+    prefetching did not hide behind compute."""
+
+    def __init__(self):
+        self.seconds = 0.0
+        self.thread = threading.get_ident()
+        work = dist.distributed_c10d.Work
+        original = work.wait
+
+        def timed_wait(work_self, *a, **kw):
+            if threading.get_ident() != self.thread:
+                return original(work_self, *a, **kw)
+            start = time.perf_counter()
+            try:
+                return original(work_self, *a, **kw)
+            finally:
+                self.seconds += time.perf_counter() - start
+
+        work.wait = timed_wait
+
+
 def train_step(args, model, opt, x, y):
     """One optimizer step; returns the loss and the step's seconds."""
     start = time.perf_counter()
@@ -84,16 +112,25 @@ def train(args):
     rank, world = dist.get_rank(), dist.get_world_size()
     model = shard(args, make_model(args), world)
     opt = make_optimizer(args, model.parameters())
-    losses, times = [], []
+    losses, times, waits = [], [], []
+    comm = CommWait()
     for step in range(args.steps):
-        loss, seconds = train_step(args, model, opt, *batch(args, rank, step))
+        x, y = batch(args, rank, step)
+        comm.seconds = 0.0
+        loss, seconds = train_step(args, model, opt, x, y)
         times.append(seconds)
+        waits.append(comm.seconds)
         mean = loss.clone()
         dist.all_reduce(mean, op=dist.ReduceOp.AVG)  # the data-parallel loss, as the reference's
         losses.append(mean.item())
         if rank == 0 and not args.quiet:
             print(f"step {step} loss {losses[-1]:.6f}", flush=True)
-    return report(args, world, losses, times, model)
+    # Every rank's median wait, so the report can show the mean and the worst rank's.
+    warm = waits[args.warmup:] or waits
+    per_rank = torch.tensor([statistics.median(warm)], dtype=torch.float64)
+    gathered = [torch.zeros(1, dtype=torch.float64) for _ in range(world)]
+    dist.all_gather(gathered, per_rank)
+    return report(args, world, losses, times, model, waits=[g.item() for g in gathered])
 
 
 def reference(args):
@@ -115,27 +152,42 @@ def reference(args):
     return report(args, 1, losses, times, model, rank=0)
 
 
-def report(args, world, losses, times, model, rank=None):
+def report(args, world, losses, times, model, rank=None, waits=None):
+    """Rank 0's JSON line: losses, the median step after --warmup, global tokens/s, and the
+    median time a step waited on communication (mean over ranks and the worst rank's)."""
     rank = dist.get_rank() if rank is None else rank
     warm = times[args.warmup:] or times
+    step_ms = 1000 * statistics.median(warm)
+    ranks = world if not args.reference else args.reference
     result = {"backend": "none" if args.reference else args.backend, "world": world,
               "replicate": args.replicate, "mixed": args.mixed, "losses": losses,
-              "step_ms": 1000 * statistics.median(warm),
-              "params": sum(p.numel() for p in model.parameters())}
+              "step_ms": step_ms, "step_ms_all": [1000 * t for t in times],
+              "tokens_per_s": ranks * args.batch * args.seq / (step_ms / 1000),
+              "params": sum(p.numel() for p in model.parameters()),
+              "dim": args.dim, "layers": args.layers, "batch": args.batch, "seq": args.seq}
+    if waits is not None:
+        result["comm_wait_ms"] = 1000 * statistics.mean(waits)
+        result["comm_wait_ms_max"] = 1000 * max(waits)
     if rank == 0 and args.json:
         print("JSON " + json.dumps(result), flush=True)
     return result
 
 
-def main():
+def parser():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    add_common_args(p, layers=4)
+    # The default model: 3.3 M parameters, at which communication is most of an FSDP2 step over
+    # gloo on 4 emulated hosts of 1 Gbit/s (docs/training.md).
+    add_common_args(p, layers=4, corpus=FORTUNES, dim=256, batch=8, seq=64)
     p.add_argument("--optim", default="adamw", choices=["adamw", "sgd"])
     p.add_argument("--replicate", type=int, default=1, help="HSDP: replica groups (2-D mesh)")
     p.add_argument("--mixed", default="none", choices=["none", "bf16"], help="compute dtype")
     p.add_argument("--reference", type=int, default=0, metavar="N",
                    help="no distribution: one process on the batches of N ranks")
-    args = p.parse_args()
+    return p
+
+
+def main():
+    args = parse_args(parser())
     if args.reference:
         reference(args)
         return 0

@@ -1,12 +1,14 @@
 """The workloads users run on torch 2.x, each checked against single-process training on the
-same data: FSDP2 (1-D and HSDP on a 2-D mesh, fp32 and bf16), DTensor redistribution, and a
-2-stage torch.distributed.pipelining schedule over send/recv. (DDP and its communication hooks:
-test_launchers.py.)"""
+same data: FSDP2 (1-D and HSDP on a 2-D mesh, fp32 and bf16, over shoal and gloo; a rank killed
+mid-step), DTensor redistribution, and a 2-stage torch.distributed.pipelining schedule over
+send/recv. (DDP and its communication hooks: test_launchers.py.)"""
 
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -22,7 +24,9 @@ SHOAL_RUN = BUILD / "bin" / "shoal-run"
 FSDP = REPO / "examples" / "fsdp_train.py"
 # SGD: the update is proportional to the gradient, so a summed gradient (instead of the mean
 # over ranks) would change the losses from the second step on.
-COMMON = ["--steps", "4", "--optim", "sgd", "--lr", "0.5", "--layers", "3", "--json", "--quiet"]
+# A small model on the example's default corpus (Debian's fortunes), so that tests stay quick.
+COMMON = ["--steps", "4", "--optim", "sgd", "--lr", "0.5", "--layers", "3", "--dim", "64",
+          "--seq", "32", "--json", "--quiet"]
 
 
 def _json(out):
@@ -52,16 +56,55 @@ def _close(a, b, rel):
     return all(abs(x - y) <= rel * abs(y) for x, y in zip(a, b)) and len(a) == len(b)
 
 
-@pytest.mark.parametrize("world,replicate", [(2, 1), (4, 1), (4, 2)])
-def test_fsdp2_losses_match_single_process_training(world, replicate):
+@pytest.mark.parametrize("backend,world,replicate",
+                         [("shoal", 2, 1), ("shoal", 4, 1), ("shoal", 4, 2), ("gloo", 4, 1)])
+def test_fsdp2_losses_match_single_process_training(backend, world, replicate):
     """fully_shard per block (and HSDP with --replicate): gradients are AVG reduce_scatters
     (and all_reduces across replicas); the data-parallel mean loss of every step equals the
-    single-process loss on the ranks' batches at once."""
-    got = fsdp("shoal", world, "--replicate", str(replicate))
+    single-process loss on the ranks' batches at once, over either backend."""
+    got = fsdp(backend, world, "--replicate", str(replicate))
     want = reference(world)
     assert got["world"] == world and got["replicate"] == replicate
     assert _close(got["losses"], want["losses"], 1e-5), (got["losses"], want["losses"])
     assert got["losses"][-1] < got["losses"][0]  # it trains
+    # the exposed-communication figure is a part of the step, measured on every rank
+    assert 0 < got["comm_wait_ms"] <= got["comm_wait_ms_max"] < max(got["step_ms_all"])
+
+
+def _fsdp_rank_dies_mid_step(rank, world):
+    """FSDP2 steps until the last rank SIGKILLs itself inside a backward (between the blocks'
+    reduce_scatters and the prefetched all_gathers); every survivor must raise, naming it."""
+    sys.path.insert(0, str(REPO / "examples"))
+    import fsdp_train
+    from gpt import batch, parse_args
+
+    args = parse_args(fsdp_train.parser(), COMMON[:-2])
+    model = fsdp_train.shard(args, fsdp_train.make_model(args), world)
+    opt = fsdp_train.make_optimizer(args, model.parameters())
+    dead = world - 1
+    if rank == dead:
+        def die(*_):
+            if die.armed:
+                os.kill(os.getpid(), signal.SIGKILL)
+        die.armed = False
+        model.blocks[1].register_full_backward_pre_hook(die)
+    start = None
+    with pytest.raises(RuntimeError, match=f"rank {dead}"):
+        for step in range(100):
+            if step == 2:
+                start = time.monotonic()
+                if rank == dead:
+                    die.armed = True
+            fsdp_train.train_step(args, model, opt, *batch(args, rank, step))
+    elapsed = time.monotonic() - start
+    assert elapsed < 15, f"the death surfaced after {elapsed:.1f} s"
+    return True
+
+
+def test_fsdp2_dead_rank_mid_step_raises_on_every_survivor():
+    world = 4
+    results = run_ranks(_fsdp_rank_dies_mid_step, world, timeout_s=40, expect_exit=(world - 1,))
+    assert results == {r: True for r in range(world - 1)}
 
 
 def test_fsdp2_bf16_mixed_precision_matches_gloo():
