@@ -12,8 +12,9 @@
 # (GLOO_SOCKET_IFNAME=eth0: gloo uses one NIC), shoal, and with --ablations shoal with one of its
 # parts off: the hierarchy (SHOAL_HIERARCHICAL=off), every NIC but eth0 (SHOAL_SOCKET_IFNAME=eth0),
 # the dispatcher (SHOAL_DISPATCH=off: every call on the default row). Each run's JSON line goes to
-# OUT/runs.jsonl; bench/fsdp_report.py then writes OUT/report.md and OUT/*.png and exits non-zero
-# when a shoal run's losses differ from gloo's. Needs root (namespaces) and a build (make build).
+# OUT/runs.jsonl, rank 0's trace of its collectives to OUT/traces/ (bench/fsdp_sim.py replays
+# them); bench/fsdp_report.py then writes OUT/report.md and OUT/*.png and exits non-zero when a
+# shoal run's losses differ from gloo's. Needs root (namespaces) and a build (make build).
 set -Eeuo pipefail
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -54,7 +55,7 @@ done
 [[ -d $BUILD/python/shoal ]] || die "no $BUILD/python/shoal: run make build"
 for c in $CONFIGS; do [[ $c == fsdp || $c == hsdp ]] || die "--configs: fsdp or hsdp, not '$c'"; done
 
-mkdir -p "$OUT/logs"
+mkdir -p "$OUT/logs" "$OUT/traces"
 RUNS=$OUT/runs.jsonl
 : >"$RUNS"
 cleanup() {
@@ -77,30 +78,49 @@ declare -A VENV=(
 run() {
   local hosts=$1 nics=$2 config=$3 variant=$4 round=$5
   local backend=shoal; [[ $variant == gloo ]] && backend=gloo
-  local args=(--backend "$backend" --steps "$STEPS" --json --quiet "${EXTRA[@]}")
-  [[ $config == hsdp ]] && args+=(--replicate "$hosts")
   local tag=h${hosts}n${nics}-$config-$variant-r$round
+  local args=(--backend "$backend" --steps "$STEPS" --json --quiet
+    --trace "$OUT/traces/$tag.json" "${EXTRA[@]}")
+  [[ $config == hsdp ]] && args+=(--replicate "$hosts")
   local port=$((29400 + RANDOM % 500))
   local pids=() h
   for ((h = 0; h < hosts; h++)); do
     # shellcheck disable=SC2086  # VENV holds NAME=VALUE words
     ip netns exec "$PREFIX-h$h" env ${VENV[$variant]} PYTHONPATH="$BUILD/python" OMP_NUM_THREADS=1 \
-      timeout -s KILL 600 "$PY" -m torch.distributed.run --nnodes "$hosts" --node_rank "$h" \
+      timeout -s KILL 300 "$PY" -m torch.distributed.run --nnodes "$hosts" --node_rank "$h" \
       --nproc_per_node "$PER_HOST" --master_addr 198.18.0.1 --master_port "$port" \
       "$ROOT/examples/fsdp_train.py" "${args[@]}" >"$OUT/logs/$tag-host$h.log" 2>&1 &
     pids+=($!)
   done
-  local ok=1
-  for p in "${pids[@]}"; do wait "$p" || ok=0; done
+  # A host whose job fails makes the others stop at once: gloo's ranks would wait for their dead
+  # peers until the process group's timeout.
+  local ok=1 live=("${pids[@]}") finished rc
+  while ((${#live[@]} > 0)); do
+    rc=0
+    wait -n -p finished "${live[@]}" || rc=$?
+    [[ -z ${finished:-} ]] && break  # nothing left to wait for
+    local rest=() q
+    for q in "${live[@]}"; do [[ $q == "$finished" ]] || rest+=("$q"); done
+    live=("${rest[@]}")
+    if ((rc != 0)) && ((ok == 1)); then
+      ok=0
+      pkill -KILL -f "$ROOT/examples/fsdp_train.py" 2>/dev/null || true
+    fi
+    finished=""
+  done
   local line
   line=$(grep -h '^JSON ' "$OUT"/logs/"$tag"-host*.log | head -1 | cut -c6-)
-  if [[ $ok == 0 || -z $line ]]; then
+  if [[ -z $line ]]; then
     echo "  $tag FAILED (logs: $OUT/logs/$tag-host*.log)"
     echo "{\"hosts\": $hosts, \"nics\": $nics, \"config\": \"$config\", \"variant\": \"$variant\", \"round\": $round, \"failed\": true}" >>"$RUNS"
     return
   fi
+  # Rank 0 reports after every step and a barrier: a rank that fails after that failed in
+  # destroy_process_group (gloo's ranks abort there now and then: "terminate called without an
+  # active exception"). The run counts; the report lists the teardowns that failed.
   echo "$line" | /usr/bin/python3 "$ROOT/bench/fsdp_report.py" --append "$RUNS" hosts="$hosts" \
-    nics="$nics" config="$config" variant="$variant" round="$round" rate="$RATE"
+    nics="$nics" config="$config" variant="$variant" round="$round" rate="$RATE" \
+    teardown_failed="$((1 - ok))"
 }
 
 variants=(gloo shoal)

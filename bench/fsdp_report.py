@@ -47,6 +47,7 @@ def main():
     runs = load(a.out / "runs.jsonl")
     problems = [f"{r['hosts']} hosts x {r['nics']} NICs {r['config']} {r['variant']} round {r['round']} failed"
                 for r in runs if r.get("failed")]
+    teardowns = collections.Counter(r["variant"] for r in runs if r.get("teardown_failed"))
     groups = collections.defaultdict(lambda: collections.defaultdict(list))
     for r in runs:
         if not r.get("failed"):
@@ -81,6 +82,9 @@ def main():
     header = (f"{len([r for r in runs if not r.get('failed')])} runs; model dim {first.get('dim')} "
               f"layers {first.get('layers')}, batch {first.get('batch')} × seq {first.get('seq')} per rank, "
               f"NICs of {first.get('rate')}; median over rounds of each run's median step after warm-up.")
+    if teardowns:
+        header += (" Runs whose ranks failed after training, in destroy_process_group: " +
+                   ", ".join(f"{v} {n}" for v, n in sorted(teardowns.items())) + ".")
     report = "\n".join([header, ""] + lines) + "\n"
     if problems:
         report += "\nPROBLEMS:\n" + "\n".join(f"- {x}" for x in problems) + "\n"

@@ -24,7 +24,10 @@ Needs PYTHONPATH=<build>/python for --backend shoal (docs/torch.md).
 """
 
 import argparse
+import functools
+import inspect
 import json
+import os
 import statistics
 import sys
 import threading
@@ -71,6 +74,11 @@ def shard(args, model, world):
         current.set_modules_to_forward_prefetch([following])
     for current, previous in zip(blocks[1:], blocks):
         current.set_modules_to_backward_prefetch([previous])
+    if args.async_unshard:
+        # On CPU there are no streams to overlap on: FSDP2 all_gathers with async_op=False unless
+        # told otherwise, and every prefetch would block the thread that computes.
+        for module in blocks + [model]:
+            module._set_unshard_async_op(True)
     return model
 
 
@@ -78,11 +86,23 @@ class CommWait:
     """Seconds the training thread spends blocked on communication: every Work.wait() it makes
     (an async collective's, and the one each blocking collective makes inside torch.distributed),
     whatever the backend. What a step spends here is its exposed communication: the part that
-    prefetching did not hide behind compute."""
+    prefetching did not hide behind compute.
 
-    def __init__(self):
+    With `trace`, it also records each collective the thread issues while `recording`: its kind,
+    nccl-tests size, group and when it was issued and waited for (seconds from `origin`), which
+    bench/fsdp_sim.py replays at other scales through shoal-sim."""
+
+    COLLECTIVES = {"all_gather_single": ("all_gather", "output_tensor"),
+                   "all_gather_into_tensor": ("all_gather", "output_tensor"),
+                   "reduce_scatter_single": ("reduce_scatter", "input"),
+                   "reduce_scatter_tensor": ("reduce_scatter", "input"),
+                   "all_reduce": ("all_reduce", "tensor")}
+
+    def __init__(self, trace=False):
         self.seconds = 0.0
         self.thread = threading.get_ident()
+        self.recording, self.events, self.origin, self.issuing = False, [], 0.0, None
+        self.work_event = {}
         work = dist.distributed_c10d.Work
         original = work.wait
 
@@ -93,9 +113,47 @@ class CommWait:
             try:
                 return original(work_self, *a, **kw)
             finally:
-                self.seconds += time.perf_counter() - start
+                end = time.perf_counter()
+                self.seconds += end - start
+                event = self.issuing if self.issuing is not None else self.work_event.pop(id(work_self), None)
+                if event is not None:
+                    event.setdefault("wait", [start - self.origin, end - self.origin])
 
         work.wait = timed_wait
+        if trace:
+            for name, (kind, sized) in self.COLLECTIVES.items():
+                setattr(dist, name, self._traced(getattr(dist, name), kind, sized))
+
+    def _traced(self, fn, kind, sized):
+        signature = inspect.signature(fn)
+
+        @functools.wraps(fn)
+        def traced(*a, **kw):
+            if not self.recording or threading.get_ident() != self.thread:
+                return fn(*a, **kw)
+            bound = signature.bind(*a, **kw)
+            tensor, group = bound.arguments[sized], bound.arguments.get("group")
+            ranks = dist.get_process_group_ranks(group or dist.group.WORLD)
+            event = {"op": kind, "bytes": tensor.numel() * tensor.element_size(), "ranks": ranks,
+                     "async": bool(bound.arguments.get("async_op", False))}
+            self.events.append(event)
+            start = time.perf_counter()
+            self.issuing = None if event["async"] else event
+            try:
+                work = fn(*a, **kw)
+            finally:
+                self.issuing = None
+                event["issue"] = [start - self.origin, time.perf_counter() - self.origin]
+            if work is not None:
+                self.work_event[id(work)] = event
+            return work
+
+        return traced
+
+    def start_step(self, record):
+        self.seconds = 0.0
+        self.recording, self.events, self.work_event = record, [], {}
+        self.origin = time.perf_counter()
 
 
 def train_step(args, model, opt, x, y):
@@ -112,14 +170,17 @@ def train(args):
     rank, world = dist.get_rank(), dist.get_world_size()
     model = shard(args, make_model(args), world)
     opt = make_optimizer(args, model.parameters())
-    losses, times, waits = [], [], []
-    comm = CommWait()
+    losses, times, waits, traces = [], [], [], []
+    comm = CommWait(trace=bool(args.trace))
     for step in range(args.steps):
         x, y = batch(args, rank, step)
-        comm.seconds = 0.0
+        comm.start_step(record=bool(args.trace) and step >= args.warmup)
         loss, seconds = train_step(args, model, opt, x, y)
         times.append(seconds)
         waits.append(comm.seconds)
+        if comm.recording:
+            traces.append({"step": step, "step_s": seconds, "events": comm.events})
+            comm.recording = False
         mean = loss.clone()
         dist.all_reduce(mean, op=dist.ReduceOp.AVG)  # the data-parallel loss, as the reference's
         losses.append(mean.item())
@@ -130,6 +191,11 @@ def train(args):
     per_rank = torch.tensor([statistics.median(warm)], dtype=torch.float64)
     gathered = [torch.zeros(1, dtype=torch.float64) for _ in range(world)]
     dist.all_gather(gathered, per_rank)
+    if args.trace and rank == 0:
+        with open(args.trace, "w") as f:
+            json.dump({"world": world, "local_world": int(os.environ.get("LOCAL_WORLD_SIZE", world)),
+                       "backend": args.backend, "replicate": args.replicate,
+                       "params": sum(p.numel() for p in model.parameters()), "steps": traces}, f)
     return report(args, world, losses, times, model, waits=[g.item() for g in gathered])
 
 
@@ -175,14 +241,20 @@ def report(args, world, losses, times, model, rank=None, waits=None):
 
 def parser():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    # The default model: 3.3 M parameters, at which communication is most of an FSDP2 step over
-    # gloo on 4 emulated hosts of 1 Gbit/s (docs/training.md).
-    add_common_args(p, layers=4, corpus=FORTUNES, dim=256, batch=8, seq=64)
+    # The default model: 3.3 M parameters, at which communication is more than half of an FSDP2
+    # step over gloo on 4 emulated hosts x 2 ranks with 1 Gbit/s NICs (docs/training.md).
+    add_common_args(p, layers=4, corpus=FORTUNES, dim=256, batch=8, seq=32)
     p.add_argument("--optim", default="adamw", choices=["adamw", "sgd"])
     p.add_argument("--replicate", type=int, default=1, help="HSDP: replica groups (2-D mesh)")
     p.add_argument("--mixed", default="none", choices=["none", "bf16"], help="compute dtype")
     p.add_argument("--reference", type=int, default=0, metavar="N",
                    help="no distribution: one process on the batches of N ranks")
+    p.add_argument("--async-unshard", action=argparse.BooleanOptionalAction, default=True,
+                   help="issue the all_gathers (prefetches included) asynchronously, so that they "
+                        "run while the thread computes (FSDP2 on CPU blocks on each otherwise)")
+    p.add_argument("--trace", metavar="FILE",
+                   help="rank 0 writes every step after --warmup as a trace of its collectives "
+                        "(kind, size, group, issue and wait times) for bench/fsdp_sim.py")
     return p
 
 

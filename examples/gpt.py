@@ -142,6 +142,7 @@ def init(args, rank=None, world=None, init_method=None):
 def _spawned(rank, train, args, world, init_method):
     init(args, rank, world, init_method)
     train(args)
+    dist.barrier()
     dist.destroy_process_group()
 
 
@@ -179,5 +180,6 @@ def launch(train, args, name):
         sys.exit(f"{name}: run under torchrun, shoal-run, srun or mpirun, or pass --nproc N")
     init(args)
     train(args)
+    dist.barrier()  # nobody tears down while a peer still talks to it (gloo aborts then)
     dist.destroy_process_group()
     return 0

@@ -1,7 +1,8 @@
 """The workloads users run on torch 2.x, each checked against single-process training on the
 same data: FSDP2 (1-D and HSDP on a 2-D mesh, fp32 and bf16, over shoal and gloo; a rank killed
-mid-step), DTensor redistribution, and a 2-stage torch.distributed.pipelining schedule over
-send/recv. (DDP and its communication hooks: test_launchers.py.)"""
+mid-step), DeepSpeed ZeRO-3 against gloo, DTensor redistribution, and a 2-stage
+torch.distributed.pipelining schedule over send/recv. (DDP and its communication hooks:
+test_launchers.py.)"""
 
 import json
 import os
@@ -69,6 +70,21 @@ def test_fsdp2_losses_match_single_process_training(backend, world, replicate):
     assert got["losses"][-1] < got["losses"][0]  # it trains
     # the exposed-communication figure is a part of the step, measured on every rank
     assert 0 < got["comm_wait_ms"] <= got["comm_wait_ms_max"] < max(got["step_ms_all"])
+
+
+def test_deepspeed_zero3_matches_gloo():
+    """DeepSpeed ZeRO-3 (CPU accelerator) with deepspeed.init_distributed(dist_backend="shoal"):
+    its parameter all_gathers and gradient reduce_scatters run on shoal, with the same losses as
+    over gloo, and it trains."""
+    pytest.importorskip("deepspeed", reason="deepspeed is in python/requirements.txt")
+    script = REPO / "examples" / "deepspeed_train.py"
+    args = ["--steps", "4", "--dim", "64", "--layers", "2", "--json", "--quiet"]
+    runs = {b: _run([str(SHOAL_RUN), "-n", "2", sys.executable, str(script), "--backend", b, *args],
+                    timeout=400)
+            for b in ("gloo", "shoal")}
+    assert runs["shoal"]["backend"] == "shoal" and runs["gloo"]["backend"] == "gloo"
+    assert _close(runs["shoal"]["losses"], runs["gloo"]["losses"], 1e-5), runs
+    assert runs["shoal"]["losses"][-1] < runs["shoal"]["losses"][0]
 
 
 def _fsdp_rank_dies_mid_step(rank, world):
