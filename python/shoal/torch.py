@@ -140,6 +140,12 @@ def _register():
     dist.Backend.register_backend(BACKEND, _create_process_group, extended_api=True, devices=["cpu"])
 
 
+def _autoload():
+    """torch's entry point ("torch.backends" in pyproject.toml): importing this module, which
+    torch does to find this function, registered the backend."""
+    _register()
+
+
 _register()
 # Completion threads run torch callbacks and free tensors: let them finish before Python does.
 atexit.register(_C.quiesce, 5.0)

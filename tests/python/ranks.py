@@ -86,3 +86,15 @@ def run_ranks(fn, world, *args, timeout_s=30, join_s=None, backend="shoal", expe
         msg.append(f"--- rank {r} failed:\n{tb}")
     assert not msg, "\n".join(msg)
     return results
+
+
+def finished(proc, cmd):
+    """Asserts that an example run (subprocess.run's result) succeeded. A gloo job whose rank
+    aborts after its results were printed, in gloo's teardown ("terminate called without an
+    active exception": torch's gloo worker threads at exit, pytorch/pytorch#190489), counts as
+    done: the tests compare results, and that abort is gloo's, not a backend under test's."""
+    gloo_teardown = ("--backend" in cmd and cmd[cmd.index("--backend") + 1] == "gloo"
+                     and "terminate called without an active exception" in proc.stderr
+                     and "JSON " in proc.stdout)
+    assert proc.returncode == 0 or gloo_teardown, f"{cmd} exited {proc.returncode}\n{proc.stdout}\n{proc.stderr}"
+

@@ -10,6 +10,7 @@ import sys
 import pytest
 
 import shoal
+from ranks import finished
 
 HERE = pathlib.Path(__file__).resolve().parent
 REPO = HERE.parents[1]
@@ -27,7 +28,7 @@ def _env():
 
 def _run(cmd, timeout=60):
     proc = subprocess.run(cmd, env=_env(), capture_output=True, text=True, timeout=timeout)
-    assert proc.returncode == 0, f"{cmd} exited {proc.returncode}\n{proc.stdout}\n{proc.stderr}"
+    finished(proc, cmd)
     return proc.stdout
 
 

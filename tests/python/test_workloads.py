@@ -16,7 +16,7 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from ranks import run_ranks
+from ranks import finished, run_ranks
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent.parent
@@ -39,7 +39,7 @@ def _json(out):
 def _run(cmd, timeout=240):
     env = dict(os.environ, PYTHONPATH=str(BUILD / "python"), OMP_NUM_THREADS="1")
     p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
-    assert p.returncode == 0, p.stdout + p.stderr
+    finished(p, cmd)
     return _json(p.stdout)
 
 

@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# `pip install .` as a PyTorch user does it: into a fresh virtual environment that reuses the
+# project's pinned torch (a .pth file onto .venv's site-packages: no second download), without
+# build isolation (pyproject.toml says why); then, from a directory outside the repository and
+# without PYTHONPATH, a 2-rank torchrun job of a script that never imports shoal runs on the
+# "shoal" backend (torch's entry-point autoload), and the tools are on the environment's PATH.
+# The build directory build/pip/ survives between runs, so a second run only relinks.
+# Exits 77 (ctest: skipped) without the project's .venv.
+# Usage: bash test_pip_install.sh
+set -u
+ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+BASE=$ROOT/.venv/bin/python
+[[ -x $BASE ]] || { echo "SKIP: no $BASE (scripts/install-deps.sh)"; exit 77; }
+site=$("$BASE" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+D=$(mktemp -d /tmp/test_pip_install.XXXXXX)
+trap 'rm -rf "$D"' EXIT
+fail() { echo "FAIL: $*"; exit 1; }
+
+# Without a pip of its own: the project's pip and setuptools (torch needs a newer setuptools than
+# a new environment's) come through the .pth file with torch.
+/usr/bin/python3 -m venv --without-pip "$D/env" || fail "python3 -m venv"
+env_site=$("$D/env/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+echo "$site" >"$env_site/project-venv.pth"  # torch, scikit-build-core: the pinned ones
+
+unset PYTHONPATH
+start=$EPOCHREALTIME
+if ! (cd "$ROOT" && timeout 1200 "$D/env/bin/python" -m pip install --disable-pip-version-check --no-index \
+      --no-build-isolation . >"$D/pip.log" 2>&1); then
+  tail -40 "$D/pip.log"
+  fail "pip install --no-build-isolation . failed"
+fi
+echo "PASS: pip install . ($(awk -v a="$start" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.0f", b - a }') s)"
+grep -qi "collecting torch\|downloading" "$D/pip.log" && fail "pip fetched something: $(grep -i 'downloading' "$D/pip.log" | head -3)"
+
+# Installed into the fresh environment, not found in the source tree or the build tree.
+cd "$D" || fail "cd $D"
+where=$("$D/env/bin/python" -c 'import shoal, os; print(os.path.dirname(shoal.__file__))') || fail "import shoal"
+[[ $where == "$env_site/shoal" ]] || fail "shoal imported from $where, not from $env_site/shoal"
+for tool in shoal-run shoal-info shoal-bench shoal-tune shoal-sim; do
+  [[ -x $D/env/bin/$tool ]] || fail "$tool is not in the environment's bin/"
+done
+"$D/env/bin/shoal-info" >/dev/null || fail "shoal-info does not run"
+echo "PASS: shoal and the tools are installed in the environment"
+
+cat >"$D/job.py" <<'EOF'
+# Never imports shoal: torch loads the backend through its "torch.backends" entry point.
+import sys
+
+import torch
+import torch.distributed as dist
+
+assert "shoal" not in sys.modules or sys.modules["shoal"].__file__.startswith(sys.prefix), sys.modules["shoal"]
+dist.init_process_group("shoal")
+assert dist.get_backend() == "shoal", dist.get_backend()
+t = torch.full((1000,), float(dist.get_rank() + 1))
+dist.all_reduce(t)
+assert t[0].item() == sum(range(1, dist.get_world_size() + 1)), t[0].item()
+dist.destroy_process_group()
+print(f"OK {dist.get_rank() if dist.is_initialized() else ''}".strip(), flush=True)
+EOF
+out=$(timeout 120 "$D/env/bin/python" -m torch.distributed.run --standalone --nproc_per_node 2 \
+      "$D/job.py" 2>&1) || { echo "$out" | tail -20; fail "torchrun of a script that never imports shoal"; }
+[[ $(grep -c '^OK' <<<"$out") == 2 ]] || { echo "$out" | tail -20; fail "not every rank printed OK"; }
+echo "PASS: torchrun --nproc_per_node 2, dist.init_process_group(\"shoal\") without importing shoal"
