@@ -1,8 +1,8 @@
 """The workloads users run on torch 2.x, each checked against single-process training on the
 same data: FSDP2 (1-D and HSDP on a 2-D mesh, fp32 and bf16, over shoal and gloo; a rank killed
-mid-step), DeepSpeed ZeRO-3 against gloo, DTensor redistribution, and a 2-stage
-torch.distributed.pipelining schedule over send/recv. (DDP and its communication hooks:
-test_launchers.py.)"""
+mid-step), DeepSpeed ZeRO-3 against gloo, DTensor redistribution and tensor parallelism, and
+torch.distributed.pipelining schedules over send/recv (2 and 4 stages). (DDP and its
+communication hooks: test_launchers.py.)"""
 
 import json
 import os
@@ -70,6 +70,32 @@ def test_fsdp2_losses_match_single_process_training(backend, world, replicate):
     assert got["losses"][-1] < got["losses"][0]  # it trains
     # the exposed-communication figure is a part of the step, measured on every rank
     assert 0 < got["comm_wait_ms"] <= got["comm_wait_ms_max"] < max(got["step_ms_all"])
+
+
+@pytest.mark.parametrize("stages,schedule", [(2, "GPipe"), (4, "1F1B")])
+def test_pipeline_example_matches_the_unsplit_model(stages, schedule):
+    """examples/pipeline_train.py: the GPT cut into as many stages as ranks, trained on a
+    pipelining schedule over shoal's send/recv, loses what the unsplit model loses, step by step."""
+    script = REPO / "examples" / "pipeline_train.py"
+    args = ["--steps", "4", "--layers", "4", "--schedule", schedule, "--json", "--quiet"]
+    got = _run([str(SHOAL_RUN), "-n", str(stages), sys.executable, str(script), *args])
+    want = _run([sys.executable, str(script), "--reference", *args])
+    assert got["stages"] == stages and got["backend"] == "shoal"
+    assert _close(got["losses"], want["losses"], 1e-5), (got["losses"], want["losses"])
+    assert got["losses"][-1] < got["losses"][0]
+
+
+@pytest.mark.parametrize("world", [2, 4])
+def test_tensor_parallel_example_matches_the_unsplit_model(world):
+    """examples/tp_train.py: every block's MLP split over the ranks with DTensor (ColwiseParallel,
+    RowwiseParallel), its partial sums all_reduced over shoal: the unsplit model's losses."""
+    script = REPO / "examples" / "tp_train.py"
+    args = ["--steps", "4", "--json", "--quiet"]
+    got = _run([str(SHOAL_RUN), "-n", str(world), sys.executable, str(script), *args])
+    want = _run([sys.executable, str(script), "--reference", *args])
+    assert got["world"] == world and got["backend"] == "shoal"
+    assert _close(got["losses"], want["losses"], 1e-5), (got["losses"], want["losses"])
+    assert got["losses"][-1] < got["losses"][0]
 
 
 def test_deepspeed_zero3_matches_gloo():
