@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
-# torch's DistributedTest suite over gloo and over shoal, one after the other, and the comparison:
-# how many tests each passes, every test gloo passes that shoal does not, every skip with its
-# reason (docs/torch.md quotes the result).
+# torch's DistributedTest suite over gloo and over shoal, one after the other, at each world size,
+# and the comparison: how many tests each passes, every test gloo passes that shoal does not,
+# every skip with its reason (docs/torch.md quotes the result). A gate: exits 1 when shoal loses
+# a test that gloo passes, or fails or errors any test, at any world size.
 #
 #   scripts/torch-suite.sh [OUT_DIR] [pytest args...]     # e.g. -k all_reduce
 #
-# WORLD_SIZE (default 2) ranks per test; BUILD (default build) holds the extension; BACKENDS
-# (default "gloo shoal") the runs to make (the comparison reads OUT_DIR/<backend>.xml of both).
-# The whole suite takes 22-24 minutes per backend on 2 cores.
+# WORLD_SIZES (default "2 4") ranks per test; BUILD (default build) holds the extension; BACKENDS
+# (default "gloo shoal") the runs to make (the comparison reads OUT_DIR/<backend>-<world>.xml of
+# both). The whole suite takes 22-24 minutes per backend and world size on 2 cores.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out=${1:-build/torch-suite}
@@ -17,28 +18,41 @@ python=${SHOAL_PYTHON:-.venv/bin/python}
 mkdir -p "$out"
 out=$(cd "$out" && pwd)
 root=$PWD
-for backend in ${BACKENDS:-gloo shoal}; do
-  tmp=$(mktemp -d)
-  echo "torch-suite: BACKEND=$backend WORLD_SIZE=${WORLD_SIZE:-2} -> $out/$backend.xml" >&2
-  (cd tests/python &&
-    BACKEND=$backend WORLD_SIZE=${WORLD_SIZE:-2} TEMP_DIR=$tmp OMP_NUM_THREADS=1 \
-      PYTHONPATH="$root/$build/python" PYTORCH_PRINT_REPRO_ON_FAILURE=0 \
-      "$root/$python" -m pytest -q -p no:cacheprovider -rs distributed_suite.py \
-      --junitxml="$out/$backend.xml" "$@" >"$out/$backend.log" 2>&1) || true
-  rm -rf "$tmp"
-  tail -1 "$out/$backend.log" >&2
+case $build in /*) ;; *) build=$root/$build ;; esac
+worlds=${WORLD_SIZES:-2 4}
+for world in $worlds; do
+  for backend in ${BACKENDS:-gloo shoal}; do
+    tmp=$(mktemp -d)
+    echo "torch-suite: BACKEND=$backend WORLD_SIZE=$world -> $out/$backend-$world.xml" >&2
+    # pytest's own exit status says only that some test failed: the comparison below decides.
+    (cd tests/python &&
+      BACKEND=$backend WORLD_SIZE=$world TEMP_DIR=$tmp OMP_NUM_THREADS=1 \
+        PYTHONPATH="$build/python" PYTORCH_PRINT_REPRO_ON_FAILURE=0 \
+        "$root/$python" -m pytest -q -p no:cacheprovider -rs distributed_suite.py \
+        --junitxml="$out/$backend-$world.xml" "$@" >"$out/$backend-$world.log" 2>&1) || true
+    rm -rf "$tmp"
+    tail -1 "$out/$backend-$world.log" >&2
+  done
 done
-"$python" - "$out" <<'EOF'
+status=0
+for world in $worlds; do
+  echo "== world size $world"
+  "$python" - "$out" "$world" <<'EOF' || status=1
 import sys
 import xml.etree.ElementTree as ET
 from collections import Counter
 
-out = sys.argv[1]
+out, world = sys.argv[1], sys.argv[2]
 
 
 def outcomes(backend):
     result = {}
-    for case in ET.parse(f"{out}/{backend}.xml").getroot().iter("testcase"):
+    path = f"{out}/{backend}-{world}.xml"
+    try:
+        root = ET.parse(path).getroot()
+    except (OSError, ET.ParseError) as e:
+        sys.exit(f"torch-suite: no results of {backend} at world size {world} ({e})")
+    for case in root.iter("testcase"):
         name = case.get("name")
         skipped = case.find("skipped")
         if case.find("failure") is not None or case.find("error") is not None:
@@ -67,4 +81,12 @@ reasons = Counter(reason for status, reason in shoal.values() if status == "skip
 print("shoal's skips by reason:")
 for reason, n in reasons.most_common():
     print(f"  {n:4d}  {reason}")
+failed = sorted(n for n, (s, _) in shoal.items() if s == "failed")
+if lost or failed or not shoal:
+    print(f"FAIL at world size {world}: {len(lost)} lost to gloo, {len(failed)} failed or errored over shoal"
+          + ("" if shoal else ", no test ran"))
+    sys.exit(1)
+print(f"PASS at world size {world}")
 EOF
+done
+exit $status
