@@ -2,7 +2,7 @@
 BUILD ?= build
 JOBS  ?= $(shell nproc)
 
-.PHONY: run run-collectives test build deps bench clean test-sanitize
+.PHONY: run run-collectives test build deps bench clean test-sanitize build-libcxx
 
 run: deps build
 	./scripts/main-job.sh
@@ -46,3 +46,15 @@ test-sanitize: deps
 	cd $(SAN_BUILD) && ctest --output-on-failure --timeout 600 -j $(JOBS) \
 	  -R '^($(subst $(eval) ,|,$(filter-out test_collectives,$(SAN_TESTS)))|fuzz_.*)$$'
 	$(SAN_BUILD)/bin/test_collectives --gtest_filter='*ranks3'
+
+# The library and the tools with clang and LLVM's libc++ (Debian's libc++-dev) instead of g++ and
+# libstdc++ (the torch parts stay on torch's ABI, the tests on GoogleTest's libstdc++ build), and
+# a 2-rank all_reduce through them with every element checked. CI runs it.
+LIBCXX_BUILD ?= build-libcxx
+build-libcxx: deps
+	cmake -S . -B $(LIBCXX_BUILD) -DCMAKE_BUILD_TYPE=Release -DCMAKE_C_COMPILER=clang \
+	  -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_CXX_FLAGS=-stdlib=libc++ \
+	  -DCMAKE_EXE_LINKER_FLAGS=-stdlib=libc++ -DSHOAL_TORCH=OFF -DBUILD_TESTING=OFF >/dev/null
+	cmake --build $(LIBCXX_BUILD) -j $(JOBS) --target shoal-run shoal-bench shoal-info shoal-tune shoal-sim shoal-chaos
+	$(LIBCXX_BUILD)/bin/shoal-run -n 2 $(LIBCXX_BUILD)/bin/shoal-bench all_reduce -b 8 -e 1M -f 16 -c 1 | grep -q "Out of bounds values : 0 OK"
+
