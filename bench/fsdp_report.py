@@ -113,9 +113,8 @@ def plot(out, groups):
                 xs.append(j + i * width)
                 step.append(statistics.median(r["step_ms"] for r in groups[k][v]))
                 wait.append(statistics.median(r["comm_wait_ms"] for r in groups[k][v]))
-        bars = ax.bar(xs, step, width, label=v)
+        ax.bar(xs, step, width, label=v)
         ax.bar(xs, wait, width, color="none", edgecolor="black", hatch="//", linewidth=0)
-        del bars
     ax.set_xticks([j + 0.4 - width / 2 for j in range(len(keys))])
     ax.set_xticklabels([f"{h}h×{n}nic\n{c}" for h, n, c in keys])
     ax.set_ylabel("ms per step (hatched: waiting on communication)")

@@ -137,17 +137,15 @@ def check_one(path, trace, policy, nics, comm_scale, verbose):
         return comm_scale * call_time(policy, e["op"], e["bytes"], len(e["ranks"]),
                                       rph if k != "across" else 1, nics, "emulated")
 
+    predictions = [replay(step, time_of) for step in trace["steps"]]
     if verbose:
         print(f"{path}: {trace['world']} ranks ({trace['world'] // rph} hosts x {rph}), {nics} NIC(s), "
               f"recorded over {trace['backend']}, predicted as {policy}")
         print(f"{'step':>6} {'measured ms':>12} {'predicted ms':>13} {'error':>7} {'comm-free ms':>13}")
-        for step in trace["steps"]:
-            got = replay(step, time_of)
+        for step, got in zip(trace["steps"], predictions):
             print(f"{step['step']:>6} {1e3 * step['step_s']:12.1f} {1e3 * got:13.1f} "
                   f"{got / step['step_s'] - 1:+7.1%} {1e3 * replay(step, lambda e: 0.0):13.1f}")
-    measured = statistics.median(s["step_s"] for s in trace["steps"])
-    predicted = statistics.median(replay(s, time_of) for s in trace["steps"])
-    return measured, predicted
+    return statistics.median(s["step_s"] for s in trace["steps"]), statistics.median(predictions)
 
 
 def check(a, traces):

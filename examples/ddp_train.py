@@ -22,7 +22,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from gpt import GPT, add_common_args, batch, launch, parse_args
+from gpt import add_common_args, batch, launch, make_model, parse_args
 
 
 def register_hook(ddp, hook):
@@ -42,8 +42,7 @@ def register_hook(ddp, hook):
 
 def train(args):
     rank, world = dist.get_rank(), dist.get_world_size()
-    torch.manual_seed(args.seed)  # same initial weights everywhere (DDP broadcasts rank 0's anyway)
-    model = GPT(args.vocab, args.seq, args.dim, args.heads, args.layers)
+    model = make_model(args)  # same initial weights everywhere (DDP broadcasts rank 0's anyway)
     ddp = DDP(model, bucket_cap_mb=args.bucket_mb)
     register_hook(ddp, args.hook)
     opt = torch.optim.AdamW(ddp.parameters(), lr=args.lr)

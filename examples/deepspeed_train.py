@@ -28,7 +28,7 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
-from gpt import FORTUNES, GPT, add_common_args, batch, from_other_launcher, parse_args
+from gpt import FORTUNES, add_common_args, batch, from_other_launcher, make_model, parse_args
 
 
 def main():
@@ -47,8 +47,7 @@ def main():
     torch.set_num_threads(args.threads)
     deepspeed.init_distributed(dist_backend=args.backend)
     rank, world = dist.get_rank(), dist.get_world_size()
-    torch.manual_seed(args.seed)
-    model = GPT(args.vocab, args.seq, args.dim, args.heads, args.layers)
+    model = make_model(args)
     config = {"train_micro_batch_size_per_gpu": args.batch, "gradient_accumulation_steps": 1,
               "optimizer": {"type": "AdamW", "params": {"lr": args.lr, "torch_adam": True}},
               "zero_optimization": {"stage": args.stage}, "steps_per_print": 1 << 30}

@@ -37,12 +37,7 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
-from gpt import FORTUNES, GPT, add_common_args, batch, launch, parse_args
-
-
-def make_model(args):
-    torch.manual_seed(args.seed)  # the same initial weights on every rank and in the reference
-    return GPT(args.vocab, args.seq, args.dim, args.heads, args.layers)
+from gpt import FORTUNES, add_common_args, batch, launch, make_model, parse_args
 
 
 def make_optimizer(args, params):

@@ -49,6 +49,13 @@ class GPT(nn.Module):
         return self.head(self.ln(self.blocks(self.tok(idx) + self.pos(pos))))
 
 
+def make_model(args):
+    """The GPT of the flags, seeded with --seed: the same initial weights in every process, and
+    in each example's single-process reference."""
+    torch.manual_seed(args.seed)
+    return GPT(args.vocab, args.seq, args.dim, args.heads, args.layers)
+
+
 FORTUNES = "/usr/share/games/fortunes"  # Debian's fortunes: the corpus shoal-swarm trains on too
 _corpus = {}
 
@@ -63,11 +70,12 @@ def corpus(path):
             files = [os.path.join(path, n) for n in names]
         else:
             files = [path]
-        data = b""
+        parts = []
         for f in files:
             if os.path.isfile(f):
                 with open(f, "rb") as fh:
-                    data += fh.read()
+                    parts.append(fh.read())
+        data = b"".join(parts)
         if len(data) < 1024:
             sys.exit(f"no training text at '{path}' ({len(data)} bytes); the default corpus is "
                      "Debian's fortunes: apt-get install fortunes (scripts/install-deps.sh)")

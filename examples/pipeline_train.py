@@ -25,7 +25,7 @@ import torch.distributed as dist
 import torch.nn as nn
 import torch.nn.functional as F
 
-from gpt import FORTUNES, GPT, add_common_args, batch, launch, parse_args
+from gpt import FORTUNES, add_common_args, batch, launch, make_model, parse_args
 
 
 class Stage(nn.Module):
@@ -46,11 +46,6 @@ class Stage(nn.Module):
         if self.head is not None:
             x = self.head(self.ln(x))
         return x
-
-
-def make_model(args):
-    torch.manual_seed(args.seed)  # the same initial weights in every process and the reference
-    return GPT(args.vocab, args.seq, args.dim, args.heads, args.layers)
 
 
 def stage_of(args, model, stage, stages):

@@ -52,11 +52,12 @@ import torch.distributed as dist
 assert "shoal" not in sys.modules or sys.modules["shoal"].__file__.startswith(sys.prefix), sys.modules["shoal"]
 dist.init_process_group("shoal")
 assert dist.get_backend() == "shoal", dist.get_backend()
-t = torch.full((1000,), float(dist.get_rank() + 1))
+rank, world = dist.get_rank(), dist.get_world_size()
+t = torch.full((1000,), float(rank + 1))
 dist.all_reduce(t)
-assert t[0].item() == sum(range(1, dist.get_world_size() + 1)), t[0].item()
+assert t[0].item() == sum(range(1, world + 1)), t[0].item()
 dist.destroy_process_group()
-print(f"OK {dist.get_rank() if dist.is_initialized() else ''}".strip(), flush=True)
+print(f"OK {rank}", flush=True)
 EOF
 out=$(timeout 120 "$D/env/bin/python" -m torch.distributed.run --standalone --nproc_per_node 2 \
       "$D/job.py" 2>&1) || { echo "$out" | tail -20; fail "torchrun of a script that never imports shoal"; }

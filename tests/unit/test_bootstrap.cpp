@@ -1,9 +1,6 @@
 // Launcher environments -> LaunchInfo, their precedence and error messages, SLURM host lists,
 // and open_store (TCP, external store, the one-host file store and its clean-up).
-#include <arpa/inet.h>
 #include <gtest/gtest.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/time.h>
 #include <unistd.h>
@@ -16,9 +13,11 @@
 #include "shoal/error.hpp"
 #include "shoal/store.hpp"
 #include "store/bootstrap.hpp"
+#include "support/ports.hpp"
 
 using namespace shoal;
 using namespace shoal::bootstrap;
+using shoal::testing::free_port;
 using namespace std::chrono_literals;
 
 namespace {
@@ -92,18 +91,6 @@ const Vars kSlurm = {
     {"SLURM_JOB_ID", "123456"},
     {"SLURM_STEP_ID", "0"},
 };
-
-uint16_t free_port() {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
-  socklen_t len = sizeof a;
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-  ::close(fd);
-  return ntohs(a.sin_port);
-}
 
 std::string unique_id() {
   std::random_device rd;

@@ -1,11 +1,11 @@
 #include "swarm/net/registry.hpp"
 
 #include <algorithm>
-#include <charconv>
 #include <sstream>
 
 #include "core/check.hpp"
 #include "shoal/error.hpp"
+#include "swarm/net/rpc.hpp"
 
 namespace shoal::swarm {
 
@@ -181,18 +181,10 @@ std::shared_ptr<Registry> open_registry(const std::string& spec, bool may_host,
         std::make_shared<EtcdStore>(EtcdStore::parse_endpoints(spec.substr(0, slash)), options);
     return std::make_shared<EtcdRegistry>(store, swarm);
   }
-  auto colon = spec.rfind(':');
-  SHOAL_CHECK(colon != std::string::npos, InvalidArgument,
+  SHOAL_CHECK(spec.find(':') != std::string::npos, InvalidArgument,
               "registry '" << spec << "' is neither host:port nor etcd://host:port[,...]");
-  int port = 0;
-  auto digits = spec.substr(colon + 1);
-  auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), port);
-  SHOAL_CHECK(
-      ec == std::errc() && end == digits.data() + digits.size() && port >= 0 && port < 65536,
-      InvalidArgument, "registry '" << spec << "': '" << digits << "' is not a port");
-  auto store =
-      connect_registry_store(spec.substr(0, colon), static_cast<uint16_t>(port), may_host, timeout);
-  return std::make_shared<StoreRegistry>(store);
+  auto [host, port] = split_address(spec);  // and checks the port
+  return std::make_shared<StoreRegistry>(connect_registry_store(host, port, may_host, timeout));
 }
 
 }  // namespace shoal::swarm
