@@ -665,6 +665,8 @@ void Engine::break_comm(ErrorCode code, const std::string& message, int peer) {
       if (peer >= 0 && peer < static_cast<int>(outer_ranks_.size())) {
         culprit = outer_ranks_[peer];
         where += ": its rank " + std::to_string(peer) + " is rank " + std::to_string(culprit);
+      } else if (peer <= -2) {
+        culprit = -2 - peer;  // outside_culprit(): a failure relayed from outside this group
       }
       // The message names this rank by its rank in here too ("cut off from rank 3").
       if (rank_ < static_cast<int>(outer_ranks_.size()))

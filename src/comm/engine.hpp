@@ -83,6 +83,9 @@ class Engine : public transport::ConnectionListener {
   /// culprit by its rank in `world_ranks` (the outer communicator's), with `context` saying
   /// where. Call before the first operation.
   void set_outer_names(std::string context, std::vector<int> world_ranks);
+  /// The culprit to pass to break_from_caller for a rank of the outer communicator that is not
+  /// in this one (a relayed failure): the peers' errors name it by that outer rank.
+  static int outside_culprit(int outer_rank) { return outer_rank >= 0 ? -2 - outer_rank : -1; }
   /// Called on the progress thread when the communicator breaks, with the error it broke with
   /// (one listener; null removes it, waiting for a call in progress to end).
   using BreakListener = std::function<void(ErrorCode, const std::string&, int culprit)>;

@@ -83,7 +83,8 @@ void Hierarchy::ensure_groups() {
       [this, aligned_ranks](ErrorCode code, const std::string& message, int culprit) {
         auto index_of = [culprit](const std::vector<int>& ranks) {
           const auto it = std::find(ranks.begin(), ranks.end(), culprit);
-          return it == ranks.end() ? -1 : static_cast<int>(it - ranks.begin());
+          return it == ranks.end() ? Engine::outside_culprit(culprit)
+                                   : static_cast<int>(it - ranks.begin());
         };
         const std::string why = "the communicator of the hierarchical collective broke: " + message;
         local_.impl().engine->break_from_caller(code, why, index_of(ranks_of_host_[host_]));
@@ -201,7 +202,8 @@ void Hierarchy::execute(const HierCall& call) {
     // collective this was (its next call must not run as if nothing happened). The error
     // already names the culprit by its parent rank.
     for (Communicator* c : {&local_, &aligned_})
-      if (c->valid()) c->impl().engine->break_from_caller(e.code(), e.what(), -1);
+      if (c->valid())
+        c->impl().engine->break_from_caller(e.code(), e.what(), Engine::outside_culprit(e.peer()));
     parent_.engine->break_from_caller(e.code(), e.what(), e.peer());
     throw;
   }
