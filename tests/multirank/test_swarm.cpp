@@ -101,6 +101,15 @@ class Swarm {
     if (delayed_) state.push_back(from_wire(reply.tensors.at(1)).clone());
     return state;
   }
+  /// Waits (at most 30 s) until every server has stepped `rounds` rounds: a trainer ends once
+  /// one replica of each stage stepped the last round, while the others may still be averaging.
+  void settle(uint32_t rounds) {
+    const auto deadline = std::chrono::steady_clock::now() + 30s;
+    for (auto& server : servers_)
+      while (server->stats().round < rounds && std::chrono::steady_clock::now() < deadline)
+        std::this_thread::sleep_for(5ms);
+    for (auto& server : servers_) EXPECT_GE(server->stats().round, rounds);
+  }
   static bool same(const std::vector<torch::Tensor>& a, const std::vector<torch::Tensor>& b) {
     if (a.size() != b.size()) return false;
     for (size_t i = 0; i < a.size(); ++i)
@@ -183,6 +192,7 @@ void expect_replicas_agree(bool delayed_updates) {
   t1.run(stop);
   other.join();
   EXPECT_EQ(t1.stats().microbatches + t2.stats().microbatches, 3u * 4u);
+  swarm.settle(3);
   EXPECT_EQ(a0.stats().round, 3u);
   EXPECT_EQ(b1.stats().round, 3u);
   EXPECT_TRUE(Swarm::same(swarm.state_of(a0, 0), swarm.state_of(b0, 0)));
@@ -215,6 +225,7 @@ void expect_joiner_takes_state(bool delayed_updates) {
   EXPECT_TRUE(Swarm::same(swarm.state_of(late, 1), swarm.state_of(a1, 1)));
   Trainer second(swarm.trainer_options(4, 3), swarm.registry());
   second.run(stop);
+  swarm.settle(4);
   EXPECT_GT(late.stats().backwards, 0u);
   EXPECT_TRUE(Swarm::same(swarm.state_of(late, 1), swarm.state_of(a1, 1)));
   EXPECT_EQ(a0.stats().round, 4u);
@@ -287,6 +298,7 @@ TEST(Swarm, CompressedAveragingKeepsReplicasIdenticalAndTrains) {
     Trainer trainer(swarm.trainer_options(5, 2), swarm.registry());
     std::atomic<bool> stop{false};
     trainer.run(stop);
+    swarm.settle(5);
     EXPECT_TRUE(Swarm::same(swarm.state_of(a0, 0), swarm.state_of(b0, 0))) << i;
     EXPECT_TRUE(Swarm::same(swarm.state_of(a1, 1), swarm.state_of(b1, 1))) << i;
     auto member_rounds = swarm.store()->add(keys::kAveragingMemberRounds, 0);
