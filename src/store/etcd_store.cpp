@@ -516,7 +516,12 @@ bool EtcdStore::check(const std::vector<std::string>& keys) {
                         {"target", "CREATE"},
                         {"result", "GREATER"},
                         {"create_revision", "0"}});
-  return impl_->call("/v3/kv/txn", {{"compare", compares}}).value("succeeded", false);
+  // etcd serves a read-only txn whose operations are all serializable reads from the member's
+  // own state, and a txn of compares alone counts as one: a member behind the leader would miss
+  // a key another client has just set. One linearizable range makes the txn a linearizable read.
+  json read = {{"request_range", {{"key", base64(keys.front())}, {"count_only", true}}}};
+  return impl_->call("/v3/kv/txn", {{"compare", compares}, {"success", json::array({read})}})
+      .value("succeeded", false);
 }
 
 void EtcdStore::wait(const std::vector<std::string>& keys, Milliseconds timeout) {
