@@ -8,7 +8,7 @@
 #                    [--stat best|median] [--place out|in] [--peers mpi-tcp,mpi-vader,gloo]
 #                    [--timeout 900] [--logs DIR] [--no-build] [--netns NS0,NS1,...]
 #                    [--scenario NAME] [--csv FILE.csv] [--plot PREFIX] [--img-dir docs/img]
-#                    [--load N] [--bind none|core|launcher]
+#                    [--load N] [--bind none|core|launcher] [--shoal-launcher shoal-run|torchrun]
 #
 # Peers (--peers, a comma list, or "all"; default mpi-tcp,mpi-vader,gloo):
 #   mpi-vader   Open MPI, btl vader,self (shared memory)   with --netns: vader,tcp,self
@@ -31,6 +31,9 @@
 # collectives measured while other work holds the cores. --bind sets the binding of every
 # launcher: none or core for all, launcher for each one's own default (shoal-run --bind-to auto,
 # mpirun's core for up to 2 ranks); without it shoal-run binds by its default and mpirun none.
+# --shoal-launcher torchrun starts shoal-bench with torchrun (--no_python, the project's .venv),
+# which binds nothing: what SHOAL_BIND (exported to this script) makes of unbound ranks. Not
+# with --netns.
 #
 # Each round runs, in an order rotated by one every round: shoal-bench (via shoal-run) and each
 # peer. Every harness prints nccl-tests' table; per size we keep the best round (--stat best,
@@ -53,7 +56,7 @@ build="${BUILD:-build}"
 cmdline="bench/compare.sh$(printf ' %q' "$@")"
 coll=all_reduce ranks=2 sizes=8:64M rounds=3 iters=20 warmup=5 check=1 transport="" out=""
 stat=best place=out peers="mpi-tcp,mpi-vader,gloo" timeout_s=900 logs="" build_peers=1
-netns="" scenario="" csv="" plot="" img_dir="$root/docs/img" load=0 bind=""
+netns="" scenario="" csv="" plot="" img_dir="$root/docs/img" load=0 bind="" shoal_launcher=shoal-run
 
 usage() { sed -n '2,45p' "$0" | sed 's/^# \{0,1\}//'; }
 while [ $# -gt 0 ]; do
@@ -80,6 +83,7 @@ while [ $# -gt 0 ]; do
     --img-dir) img_dir="$2"; shift 2 ;;
     --load) load="$2"; shift 2 ;;
     --bind) bind="$2"; shift 2 ;;
+    --shoal-launcher) shoal_launcher="$2"; shift 2 ;;
     -h|--help) usage; exit 0 ;;
     *) echo "compare.sh: unknown argument '$1'" >&2; usage >&2; exit 2 ;;
   esac
@@ -105,6 +109,8 @@ all_peers="mpi-tcp,mpi-vader,mpich,mpich-tcp,gloo,torch-gloo"
 for p in ${peers//,/ }; do
   [[ ",$all_peers," == *",$p,"* ]] || die "--peers: unknown peer '$p' (known: $all_peers, or all)"
 done
+case "$shoal_launcher" in shoal-run|torchrun) ;; *) die "--shoal-launcher takes shoal-run or torchrun" ;; esac
+[[ "$shoal_launcher" = torchrun && -n "$netns" ]] && die "--shoal-launcher torchrun: not with --netns"
 [[ -z "$scenario" || "$scenario" =~ ^[A-Za-z0-9._-]+$ ]] || die "--scenario takes letters, digits, . _ -"
 [[ -z "$plot" || "$plot" =~ ^[A-Za-z0-9._-]+$ ]] || die "--plot takes a file-name prefix (letters, digits, . _ -)"
 
@@ -251,7 +257,11 @@ run_one() {
   local name="$1" log="$2" rc=0
   case "$name" in
     shoal)
-      if [ -n "$transport" ]; then
+      if [ "$shoal_launcher" = torchrun ]; then
+        SHOAL_TRANSPORT="${transport:-${SHOAL_TRANSPORT:-auto}}" timeout "$timeout_s" "$python" \
+          -m torch.distributed.run --no_python --nproc_per_node "$ranks" --master_port "$((29600 + RANDOM % 300))" \
+          "$shoal_bench" "${bench_args[@]}" >"$log" 2>&1 || rc=$?
+      elif [ -n "$transport" ]; then
         SHOAL_TRANSPORT="$transport" timeout "$timeout_s" "$shoal_run" "${shoal_run_net[@]}" -n "$ranks" \
           "$shoal_bench" "${bench_args[@]}" >"$log" 2>&1 || rc=$?
       else
@@ -474,6 +484,7 @@ rev="$(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo 'no commit')"
   echo "- software: shoal $rev; ${ompi:-no Open MPI}; ${gloo:-no libgloo}$extra_sw"
   echo "- busbw in GB/s, $([ "$place" = out ] && echo out-of-place || echo in-place), $([ "$stat" = best ] && echo "best (fastest) of $rounds interleaved rounds" || echo "median of $rounds interleaved rounds") per size; $iters iterations after $warmup warmup, check $check${transport:+; SHOAL_TRANSPORT=$transport}"
   [ "$load" = 0 ] || echo "- under load: $load busy process(es) (busy loops, unbound) running throughout"
+  [ "$shoal_launcher" = shoal-run ] || echo "- shoal-bench launched by torchrun (binds nothing), SHOAL_BIND=${SHOAL_BIND:-auto}"
   [ -z "$bind" ] || echo "- binding (--bind $bind): shoal-run $(case $bind in launcher) echo "--bind-to auto" ;; *) echo "--bind-to $bind" ;; esac), mpirun $(case $bind in launcher) echo "its default" ;; *) echo "--bind-to $bind" ;; esac)"
   [ "$memcpy_gbs" != 0 ] && echo "- single-core memcpy in this run (64 MiB, best round): $memcpy_gbs GB/s of payload; the last column is shoal's busbw as a fraction of it"
   echo "- raw output: $logs"

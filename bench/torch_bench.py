@@ -4,13 +4,16 @@
     PYTHONPATH=build/python .venv/bin/python bench/torch_bench.py            # everything
     PYTHONPATH=build/python .venv/bin/python bench/torch_bench.py --train     # collectives only
     PYTHONPATH=build/python .venv/bin/python bench/torch_bench.py --no-collectives --train fsdp
+    PYTHONPATH=build/python .venv/bin/python bench/torch_bench.py --device cuda --train   # on a GPU node
 
 1. Collectives, --ranks ranks (default 2; one job, both backends: the world group is gloo, a new_group is shoal):
-   all_reduce, all_gather_into_tensor and reduce_scatter_tensor (the same call on both),
+   all_reduce, all_gather_into_tensor, reduce_scatter_tensor, broadcast, all_to_all_single, gather,
+   scatter and send/recv between pairs (the same call on both; --collectives picks some),
    float32, 1 KiB .. 64 MiB. For every size the two backends alternate
    for --rounds rounds; the median time per call (the slowest rank's) gives the bus bandwidth
-   the way nccl-tests computes it: busbw = algbw * 2(p-1)/p for all_reduce, * (p-1)/p for the
-   other two, where the size is the whole buffer (all_gather's output, reduce_scatter's input).
+   the way nccl-tests computes it: busbw = algbw * 2(p-1)/p for all_reduce, * 1 for broadcast and
+   send/recv, * (p-1)/p for the others, where the size is the whole buffer (all_gather's output,
+   reduce_scatter's input, all the parts of a gather or scatter). --csv writes bench/plot.py's CSV.
 2. Training step time of examples/ddp_train.py (DDP) and examples/fsdp_train.py (FSDP2) at 2 and
    4 ranks with each backend, runs alternating, and whether their losses agree.
 
@@ -29,6 +32,8 @@ import warnings
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 KiB, MiB = 1 << 10, 1 << 20
+COLLECTIVES = ["all_reduce", "all_gather", "reduce_scatter", "broadcast", "all_to_all", "gather", "scatter",
+               "send_recv"]
 
 
 # The training steps timed: the example and its model flags (FSDP2: a GPT large enough that
@@ -72,26 +77,52 @@ def worker(args):
         dist.all_reduce(t, op=dist.ReduceOp.MAX)  # gloo world group: not part of the timing
         return t.item()
 
+    cuda = args.device == "cuda"
+    device = torch.device(f"cuda:{int(os.environ.get('LOCAL_RANK', rank)) % torch.cuda.device_count()}") if cuda else torch.device("cpu")
+    if cuda:
+        torch.cuda.set_device(device)
+
     def measure(fn, group, iters):
         fn(group)  # warm-up
         dist.barrier(group=group)
+        if cuda:
+            torch.cuda.synchronize()
         start = time.perf_counter()
         for _ in range(iters):
             fn(group)
+        if cuda:
+            torch.cuda.synchronize()  # the calls queue work on the device: time it done
         return slowest((time.perf_counter() - start) / iters)
 
     results = []
     sizes = [s for s in args.sizes if s <= args.max_bytes]
     for size in sizes:
         n = size // 4
-        full = torch.zeros(n)
-        part = torch.zeros(n // world)
-        # The same torch call on both backends (torch 2.x's gloo has both tensor forms).
-        colls = {
+        full = torch.zeros(n, device=device)
+        other = torch.zeros(n, device=device)
+        part = torch.zeros(n // world, device=device)
+        parts = [torch.zeros(n // world, device=device) for _ in range(world)] if rank == 0 else None
+        peer = rank + 1 if rank % 2 == 0 else rank - 1  # send_recv: pairs (0, 1), (2, 3), ...
+
+        def send_recv(g):
+            if peer >= world:
+                return  # an odd world's last rank sits out
+            (dist.send if rank % 2 == 0 else dist.recv)(full, peer, group=g)
+
+        # The same torch call on both backends (torch 2.x's gloo has both tensor forms); the size
+        # is the whole buffer (all_gather's output, reduce_scatter's input, every rank's part of a
+        # gather or scatter), busbw as nccl-tests computes it (send_recv: the bytes one way).
+        collectives = {
             "all_reduce": (lambda g: dist.all_reduce(full, group=g), 2 * (world - 1) / world),
             "all_gather": (lambda g: dist.all_gather_into_tensor(full, part, group=g), (world - 1) / world),
             "reduce_scatter": (lambda g: dist.reduce_scatter_tensor(part, full, group=g), (world - 1) / world),
+            "broadcast": (lambda g: dist.broadcast(full, src=0, group=g), 1.0),
+            "all_to_all": (lambda g: dist.all_to_all_single(other, full, group=g), (world - 1) / world),
+            "gather": (lambda g: dist.gather(part, parts, dst=0, group=g), (world - 1) / world),
+            "scatter": (lambda g: dist.scatter(part, parts, src=0, group=g), (world - 1) / world),
+            "send_recv": (send_recv, 1.0),
         }
+        colls = {k: v for k, v in collectives.items() if k in args.collectives}
         iters = max(2, min(args.max_iters, int(args.target_bytes // size)))
         for name, (fn, factor) in colls.items():
             times = {"gloo": [], "shoal": []}
@@ -134,6 +165,13 @@ def main():
     p.add_argument("--rounds", type=int, default=3, help="alternating rounds per size (median)")
     p.add_argument("--target-bytes", type=float, default=256 * MiB, help="bytes moved per measurement")
     p.add_argument("--max-iters", type=int, default=200)
+    p.add_argument("--device", choices=["cpu", "cuda"], default="cpu",
+                   help="where the collectives' tensors live (cuda: staged through pinned host buffers by "
+                        "shoal, by gloo its own way; a GPU per rank, or one shared)")
+    p.add_argument("--collectives", nargs="+", default=COLLECTIVES, choices=COLLECTIVES,
+                   help="which to time (default: all)")
+    p.add_argument("--csv", help="also write the collectives' figures as bench/plot.py's CSV "
+                                 "(library shoal and torch-gloo), for plots")
     p.add_argument("--no-collectives", action="store_true")
     p.add_argument("--train", nargs="*", default=["ddp", "fsdp"], choices=sorted(TRAINING),
                    help="training steps to time (none: collectives only)")
@@ -156,12 +194,13 @@ def main():
 
     if not args.no_collectives:
         cmd = [str(shoal_run), "-n", str(args.ranks), py, __file__, "--worker", "--max-bytes", str(args.max_bytes),
-               "--rounds", str(args.rounds), "--target-bytes", str(args.target_bytes), "--max-iters", str(args.max_iters)]
+               "--rounds", str(args.rounds), "--target-bytes", str(args.target_bytes), "--max-iters", str(args.max_iters),
+               "--device", args.device, "--collectives", *args.collectives]
         if args.quiet:
             cmd.append("--quiet")
         coll = run(cmd, env, timeout=1800)
         out["collectives"] = coll
-        print(f"\n### torch.distributed collectives, {coll['world']} ranks, float32 "
+        print(f"\n### torch.distributed collectives, {coll['world']} ranks, float32 on {args.device} "
               f"(bus bandwidth GB/s, median of {args.rounds} interleaved rounds)\n")
         print("| collective | size | gloo busbw | shoal busbw | shoal / gloo | gloo µs | shoal µs |")
         print("|---|---:|---:|---:|---:|---:|---:|")
@@ -169,6 +208,13 @@ def main():
             g, s = row["gloo"], row["shoal"]
             print(f"| {row['collective']} | {human(row['bytes'])} | {g['busbw']:.3f} | {s['busbw']:.3f} | "
                   f"{s['busbw'] / g['busbw']:.2f}x | {g['us']:.0f} | {s['us']:.0f} |")
+        if args.csv:
+            with open(args.csv, "w") as f:
+                f.write("scenario,collective,ranks,library,bytes,time_us,busbw_gbs\n")
+                for row in coll["collectives"]:
+                    for backend, library in (("shoal", "shoal"), ("gloo", "torch-gloo")):
+                        f.write(f"torch-{args.device},{row['collective']},{coll['world']},{library},"
+                                f"{row['bytes']},{row[backend]['us']:.3f},{row[backend]['busbw']:.6f}\n")
 
     for example in args.train:
         script, extra = TRAINING[example]

@@ -423,6 +423,8 @@ int Launcher::launch(const std::string& path, uint16_t port) {
       if (!replaced) env.emplace_back(kv);
     }
     for (const auto& [k, v] : ours) env.push_back(k + "=" + v);
+    // --bind-to none means unbound: the library must not bind (SHOAL_BIND=auto) in its place.
+    if (args_.bind_to == "none" && !std::getenv("SHOAL_BIND")) env.push_back("SHOAL_BIND=none");
     return env;
   };
   auto pointers = [](std::vector<std::string>& strings) {
@@ -452,8 +454,9 @@ int Launcher::launch(const std::string& path, uint16_t port) {
   if (::sched_getaffinity(0, sizeof allowed, &allowed) == 0)
     for (int c = 0; c < CPU_SETSIZE; ++c)
       if (CPU_ISSET(c, &allowed)) cores.push_back(c);
-  const bool bind = !cores.empty() && (args_.bind_to == "core" ||
-                                       (args_.bind_to == "auto" && n <= static_cast<int>(cores.size())));
+  const bool bind =
+      !cores.empty() &&
+      (args_.bind_to == "core" || (args_.bind_to == "auto" && n <= static_cast<int>(cores.size())));
 
   for (int i = 0; i < n; ++i) {
     Rank& r = ranks_[i];
@@ -781,8 +784,9 @@ Binding (--bind-to, as mpirun binds): with auto (the default), when there are at
 many cores as ranks among those shoal-run may use (its affinity), rank i is bound to the i-th
 of them; with more ranks, none is bound. core binds round robin whatever the count; none leaves
 placement to the kernel (which may put two busy ranks on one core and keep them there: on 2
-cores, 2 runs in 8 of a 2-rank shared-memory benchmark took 3x as long). Emulated hosts
-(--netns) share this machine's cores: ranks are counted across them.
+cores, 2 runs in 8 of a 2-rank shared-memory benchmark took 3x as long) and sets SHOAL_BIND=none,
+so that the ranks do not bind themselves. Emulated hosts (--netns) share this machine's cores:
+ranks are counted across them.
 
 Exit status: 0 when every rank exits 0; the first failed rank's status; 124 after --timeout;
 127 when PROGRAM cannot be found or executed; 128+N when shoal-run was stopped by signal N;

@@ -120,8 +120,7 @@ struct ModelFlags {
   sim::ClusterModel build() const {
     sim::ClusterModel model = frontier ? sim::frontier_model() : sim::ClusterModel{};
     std::string file = path;
-    if (file.empty())
-      if (const char* env = std::getenv("SHOAL_SIM_MODEL"); env && *env) file = env;
+    if (file.empty()) file = config::get("SHOAL_SIM_MODEL");
     if (!file.empty()) model = sim::load_model(file, model);
     if (app->count("--ranks-per-host")) model.ranks_per_host = rph;
     if (app->count("--nics")) model.nics = nics;

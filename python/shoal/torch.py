@@ -136,8 +136,11 @@ def join(store, name, timeout=datetime.timedelta(minutes=30)):
 def _register():
     if is_registered():
         return
-    # The creator returns a c10d::Backend; torch wraps it in a ProcessGroup for the CPU.
-    dist.Backend.register_backend(BACKEND, _create_process_group, extended_api=True, devices=["cpu"])
+    # The creator returns a c10d::Backend; torch wraps it in a ProcessGroup for the CPU, and for
+    # CUDA where torch has a GPU (its tensors staged through pinned host memory). Not otherwise:
+    # torch would then put barrier()'s tensor on a GPU that is not there.
+    devices = ["cpu", "cuda"] if torch.cuda.is_available() else ["cpu"]
+    dist.Backend.register_backend(BACKEND, _create_process_group, extended_api=True, devices=devices)
 
 
 def _autoload():

@@ -108,6 +108,10 @@ const std::vector<Setting>& settings() {
        "flat where no tuning file times the hierarchy; 0: no bound. Equal on all ranks", Agreement::value},
       {"SHOAL_CHUNK_BYTES", "bytes", "512K",
        "pipeline chunk of ring algorithms: reduction of one chunk overlaps the transfer of the next"},
+      {"SHOAL_STAGING_CHUNK_BYTES", "bytes", "4M",
+       "device (CUDA) tensors travel through pinned host buffers in chunks of this many bytes (an "
+       "all_gather's or reduce_scatter's: of the whole host buffer), three in flight: one copied to "
+       "the host, one on the wire, one copied back. Equal on all ranks", Agreement::value},
       {"SHOAL_SOCKET_BUFFER", "bytes", "4M", "SO_SNDBUF/SO_RCVBUF of data connections (0: kernel default)"},
       {"SHOAL_MAX_FRAME", "bytes", "16G", "largest frame a peer may announce; larger ones are rejected"},
       {"SHOAL_UNEXPECTED_LIMIT", "bytes", "16M",
@@ -117,6 +121,13 @@ const std::vector<Setting>& settings() {
        "microseconds a waiting thread polls before it sleeps; auto: twice the wake-up cost this "
        "process measured on its sleeps, between 50 and 2000, and 50 on a host of more ranks or "
        "runnable tasks than CPUs; 0: sleep at once"},
+      {"SHOAL_BIND", "enum", "auto",
+       "auto: a rank nobody bound (every rank on its machine has the same CPU affinity: torchrun, "
+       "mpirun --bind-to none) binds its process, every thread, to the i-th of "
+       "those CPUs, i its index among the machine's ranks (emulated hosts count together), when the "
+       "communicator holds every rank the launcher started on the node (LOCAL_WORLD_SIZE, "
+       "OMPI_COMM_WORLD_LOCAL_SIZE or MPI_LOCALNRANKS), there are at least as many CPUs as ranks and "
+       "each rank is its own process; none: the affinity stays as the launcher left it"},
       {"SHOAL_STORE_EXTERNAL", "int", "0",
        "1: the store at SHOAL_STORE_ADDR is hosted by another process; every rank connects, none binds"},
       {"SHOAL_STORE_MAX_VALUE", "bytes", "256M",
@@ -130,6 +141,9 @@ const std::vector<Setting>& settings() {
       {"SHOAL_AUTH_KEY_FILE", "string", "",
        "file holding the shared secret instead (SHOAL_AUTH_KEY shows in the environment of the "
        "processes and in shoal-info)"},
+      {"SHOAL_SIM_MODEL", "string", "",
+       "shoal-sim: a cluster model (JSON, as shoal-sim calibrate writes it) to start from instead of the "
+       "built-in defaults; --model wins"},
       {"SHOAL_SWARM_MAX_MESSAGE", "bytes", "1G",
        "largest SWARM message body (activations, gradients, state) a stage server or trainer "
        "accepts; a larger frame is refused before anything is allocated for it"},
@@ -178,6 +192,13 @@ std::string get(const char* name) {
   SHOAL_CHECK(s != nullptr, Internal, "setting " << name << " is not declared in config.cpp");
   const char* v = std::getenv(name);
   return (v && *v) ? std::string(v) : std::string(s->default_value);
+}
+
+bool is_set(const char* name) {
+  SHOAL_CHECK(find(name) != nullptr, Internal,
+              "setting " << name << " is not declared in config.cpp");
+  const char* v = std::getenv(name);
+  return v && *v;
 }
 
 int64_t get_int(const char* name) {

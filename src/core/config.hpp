@@ -41,6 +41,8 @@ std::vector<uint64_t> agreed_fingerprints();
 /// Raw value: the environment's if set and non-empty, else the table's default.
 /// Throws InternalError for a name missing from the table (a bug in shoal).
 std::string get(const char* name);
+/// Whether the environment sets `name` (non-empty), rather than the default applying.
+bool is_set(const char* name);
 /// Parsed values; malformed input raises InvalidArgumentError naming the variable.
 int64_t get_int(const char* name);
 /// Accepts K/M/G suffixes (powers of 1024).

@@ -13,7 +13,10 @@
 #include <sstream>
 #include <string>
 
+#include "core/config.hpp"
+#include "device_copy_engine.hpp"
 #include "shoal/error.hpp"
+#include "staging/pipeline.hpp"
 #include "store_adapter.hpp"
 
 namespace shoal::torch_glue {
@@ -66,11 +69,13 @@ std::optional<shoal::DataType> native_type(at::ScalarType t) {
   }
 }
 
-void check_tensor(const at::Tensor& t, const char* op) {
+/// `staged`: the call takes device (CUDA) tensors too, through pinned host buffers.
+void check_tensor(const at::Tensor& t, const char* op, bool staged = false) {
   if (!t.defined()) fail(std::string(op) + ": undefined tensor");
-  if (!t.device().is_cpu())
+  if (!t.device().is_cpu() && !(staged && t.device().is_cuda()))
     fail(std::string(op) + ": tensors must be on the CPU, got one on " + t.device().str() +
-         " (shoal's torch backend moves host memory only)");
+         " (CUDA tensors: all_reduce, broadcast, all_gather_into_tensor and "
+         "reduce_scatter_tensor; docs/torch.md)");
   if (t.is_sparse()) fail(std::string(op) + ": sparse tensors are not supported");
 }
 
@@ -256,9 +261,12 @@ at::Tensor stage_reduce_in(Op& op, const at::Tensor& t, const Spec& s) {
 /// `big` (an all_gather's output, a reduce_scatter's input) must have `small`'s dtype and
 /// `world` times its elements; `what` names the pair in the error.
 void check_world_multiple(const at::Tensor& big, const at::Tensor& small, int world,
-                          const std::string& what) {
-  check_tensor(big, what.c_str());
-  check_tensor(small, what.c_str());
+                          const std::string& what, bool staged = false) {
+  check_tensor(big, what.c_str(), staged);
+  check_tensor(small, what.c_str(), staged);
+  if (big.device() != small.device())
+    fail(what + " and the other tensor must be on one device, got " + big.device().str() + " and " +
+         small.device().str());
   if (big.scalar_type() != small.scalar_type() || big.numel() != small.numel() * world)
     fail(what + " must have dtype " + dtype_name(small.scalar_type()) + " and world size (" +
          std::to_string(world) + ") times " + std::to_string(small.numel()) + " elements, got " +
@@ -295,12 +303,25 @@ void unflatten_later(Op& op, const at::Tensor& flat, std::vector<at::Tensor> ts,
   });
 }
 
-const at::Tensor& single(const std::vector<at::Tensor>& ts, const char* opname) {
+/// A call on device tensors, after its staging buffers (device memory, on the caller's stream)
+/// are made: `staged` runs the collective through pinned host buffers (src/staging) on this
+/// thread, then the copy-backs run here too, on the caller's stream. Its Work is complete when
+/// run() returns it.
+template <class Staged>
+void run_staged_now(Op& op, const at::Tensor& any, Staged&& staged) {
+  DeviceCopyEngine engine(any.device());  // the caller's stream, after the staging copies
+  staged(engine);
+  for (auto& f : op.finish) f();
+  op.finish.clear();
+}
+
+const at::Tensor& single(const std::vector<at::Tensor>& ts, const char* opname,
+                         bool staged = false) {
   if (ts.size() != 1)
     fail(std::string(opname) + ": expects exactly one tensor per rank, got " +
          std::to_string(ts.size()) +
          " (several tensors per call are for several devices; shoal is CPU-only)");
-  check_tensor(ts[0], opname);
+  check_tensor(ts[0], opname, staged);
   return ts[0];
 }
 
@@ -329,8 +350,7 @@ shoal::Segment segment(const at::Tensor& buf, const Spec& s, int64_t element_off
 /// (init_process_group(timeout=...)).
 shoal::Options comm_options(std::chrono::milliseconds timeout) {
   shoal::Options options;
-  const char* env_timeout = std::getenv("SHOAL_TIMEOUT");
-  if (!(env_timeout && *env_timeout)) options.timeout = timeout;
+  if (!shoal::config::is_set("SHOAL_TIMEOUT")) options.timeout = timeout;
   return options;
 }
 
@@ -347,9 +367,6 @@ c10::intrusive_ptr<c10d::Store> root_of(c10::intrusive_ptr<c10d::Store> s) {
 /// Where grow(name) and join(name) meet in the job's store. The torch glue's own keys, in the
 /// bottom store: the group's store carries prefixes (torch's, or shrink's) a joiner cannot know.
 std::string grow_base(const std::string& name) { return "shoal_torch/grow/" + name; }
-
-// How long destroying a group waits for operations still in flight before leaving them behind.
-constexpr std::chrono::seconds kDestroyGrace{5};
 
 }  // namespace
 
@@ -456,12 +473,13 @@ void ProcessGroupShoal::start() {
   reduce_scatter_call_.algorithm = options_->reduce_scatter_algorithm;
 }
 
-ProcessGroupShoal::~ProcessGroupShoal() { close(kDestroyGrace); }
+// Shutting down, destroying and aborting are one: work still pending then is work the caller
+// never waited for, and waiting for it (a peer that never joins) only delays the failure.
+ProcessGroupShoal::~ProcessGroupShoal() { close(); }
+void ProcessGroupShoal::shutdown() { close(); }
+void ProcessGroupShoal::abort() { close(); }
 
-void ProcessGroupShoal::shutdown() { close(kDestroyGrace); }
-void ProcessGroupShoal::abort() { close(std::chrono::milliseconds{0}); }
-
-void ProcessGroupShoal::close(std::chrono::milliseconds grace) {
+void ProcessGroupShoal::close() {
   std::lock_guard<std::mutex> closing(close_mutex_);
   {
     std::lock_guard<std::mutex> lock(issue_mutex_);
@@ -471,7 +489,7 @@ void ProcessGroupShoal::close(std::chrono::milliseconds grace) {
   // destroy_process_group() drops the group with the GIL held, while the completion threads may
   // need it (a callback, freeing a tensor whose Python object they kept alive): let go of it.
   PyThreadState* saved = (Py_IsInitialized() && PyGILState_Check()) ? PyEval_SaveThread() : nullptr;
-  if (!outstanding_->wait_for(grace)) {
+  if (!outstanding_->wait_for(std::chrono::milliseconds{0})) {
     // Work that no peer joins, or that the caller gave up on: fail it now, here and on every
     // rank shoal reaches, instead of waiting for the timeout.
     comm_->abort();
@@ -848,10 +866,15 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupShoal::allreduce(std::vector<at::Tens
   if (tensors.size() == 1 && tensors[0].defined() && tensors[0].is_sparse() &&
       tensors[0].device().is_cpu())
     return allreduce_sparse_coo(tensors[0], opts);
-  const auto& t = single(tensors, "allreduce");
+  const auto& t = single(tensors, "allreduce", true);
   const Spec s = reduce_spec(t, opts.reduceOp, "allreduce");
   return run(OpType::ALLREDUCE, "shoal:all_reduce", tensors, tensors, [&](Op& op) {
     auto buf = stage_reduce(op, t, s);
+    if (!t.device().is_cpu())
+      return run_staged_now(op, t, [&](DeviceCopyEngine& e) {
+        staging::staged_all_reduce(e, *comm_, buf.data_ptr(), buf.data_ptr(), count_of(buf, s),
+                                   s.dt, s.op);
+      });
     op.pending.push_back(comm_->all_reduce_async(buf.data_ptr(), buf.data_ptr(), count_of(buf, s),
                                                  s.dt, s.op, all_reduce_call_));
   });
@@ -917,13 +940,17 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupShoal::allreduce_coalesced(
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupShoal::broadcast(std::vector<at::Tensor>& tensors,
                                                             const c10d::BroadcastOptions& opts) {
-  const auto& t = single(tensors, "broadcast");
+  const auto& t = single(tensors, "broadcast", true);
   if (opts.rootTensor != 0) fail("broadcast: rootTensor must be 0");
   const int root = static_cast<int>(opts.rootRank);
   const Spec s = move_spec(t);
   return run(OpType::BROADCAST, "shoal:broadcast", tensors, tensors, [&](Op& op) {
     const bool is_root = getRank() == root;
     auto buf = stage_out(op, t, s.work, is_root, !is_root);
+    if (!t.device().is_cpu())
+      return run_staged_now(op, t, [&](DeviceCopyEngine& e) {
+        staging::staged_broadcast(e, *comm_, buf.data_ptr(), count_of(buf, s), s.dt, root);
+      });
     op.pending.push_back(comm_->broadcast_async(buf.data_ptr(), count_of(buf, s), s.dt, root));
   });
 }
@@ -960,7 +987,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupShoal::allgather(
 c10::intrusive_ptr<c10d::Work> ProcessGroupShoal::_allgather_base(at::Tensor& output,
                                                                   at::Tensor& input,
                                                                   const c10d::AllgatherOptions&) {
-  check_world_multiple(output, input, getSize(), "_allgather_base: the output");
+  check_world_multiple(output, input, getSize(), "_allgather_base: the output", true);
   return run(OpType::_ALLGATHER_BASE, "shoal:all_gather_base", {input}, {output},
              [&](Op& op) { issue_all_gather(op, input, output); });
 }
@@ -970,6 +997,10 @@ void ProcessGroupShoal::issue_all_gather(Op& op, const at::Tensor& input,
   const Spec s = move_spec(input);
   auto src = stage_in(op, input, s.work);
   auto dst = stage_out(op, output, s.work, false);
+  if (!input.device().is_cpu())
+    return run_staged_now(op, input, [&](DeviceCopyEngine& e) {
+      staging::staged_all_gather(e, *comm_, src.data_ptr(), dst.data_ptr(), count_of(src, s), s.dt);
+    });
   op.pending.push_back(comm_->all_gather_async(src.data_ptr(), dst.data_ptr(), count_of(src, s),
                                                s.dt, all_gather_call_));
 }
@@ -978,6 +1009,11 @@ void ProcessGroupShoal::issue_reduce_scatter(Op& op, const at::Tensor& input,
                                              const at::Tensor& output, const Spec& s) {
   auto src = stage_reduce_in(op, input, s);
   auto dst = stage_out(op, output, s.work, false);
+  if (!input.device().is_cpu())
+    return run_staged_now(op, input, [&](DeviceCopyEngine& e) {
+      staging::staged_reduce_scatter(e, *comm_, src.data_ptr(), dst.data_ptr(), count_of(dst, s),
+                                     s.dt, s.op);
+    });
   op.pending.push_back(comm_->reduce_scatter_async(src.data_ptr(), dst.data_ptr(), count_of(dst, s),
                                                    s.dt, s.op, reduce_scatter_call_));
 }
@@ -1083,7 +1119,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupShoal::reduce_scatter(
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupShoal::_reduce_scatter_base(
     at::Tensor& output, at::Tensor& input, const c10d::ReduceScatterOptions& opts) {
-  check_world_multiple(input, output, getSize(), "_reduce_scatter_base: the input");
+  check_world_multiple(input, output, getSize(), "_reduce_scatter_base: the input", true);
   const Spec s = reduce_spec(output, opts.reduceOp, "_reduce_scatter_base");
   return run(OpType::_REDUCE_SCATTER_BASE, "shoal:reduce_scatter_base", {input}, {output},
              [&](Op& op) { issue_reduce_scatter(op, input, output, s); });
@@ -1109,9 +1145,10 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupShoal::allgather_into_tensor_coalesce
   check_pairs(outputs, inputs, name);
   for (size_t i = 0; i < inputs.size(); ++i)
     check_world_multiple(outputs[i], inputs[i], getSize(),
-                         std::string(name) + ": output " + std::to_string(i));
+                         std::string(name) + ": output " + std::to_string(i), true);
   const Spec s = move_spec(inputs[0]);
-  bool one_call = inputs.size() > 1;
+  // Device tensors: each pair staged in turn (one vectored call would need one host layout).
+  bool one_call = inputs.size() > 1 && inputs[0].device().is_cpu();
   for (const auto& t : inputs) one_call = one_call && t.scalar_type() == inputs[0].scalar_type();
   return run(OpType::COALESCED, "shoal:all_gather_into_tensor_coalesced", inputs, outputs,
              [&](Op& op) {
@@ -1142,10 +1179,10 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupShoal::reduce_scatter_tensor_coalesce
   std::vector<Spec> specs;
   for (size_t i = 0; i < inputs.size(); ++i) {
     check_world_multiple(inputs[i], outputs[i], getSize(),
-                         std::string(name) + ": input " + std::to_string(i));
+                         std::string(name) + ": input " + std::to_string(i), true);
     specs.push_back(reduce_spec(outputs[i], opts.reduceOp, name));
   }
-  bool one_call = inputs.size() > 1;
+  bool one_call = inputs.size() > 1 && inputs[0].device().is_cpu();
   for (const auto& t : inputs) one_call = one_call && t.scalar_type() == inputs[0].scalar_type();
   return run(OpType::COALESCED, "shoal:reduce_scatter_tensor_coalesced", inputs, outputs,
              [&](Op& op) {

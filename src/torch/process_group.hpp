@@ -191,7 +191,7 @@ class ProcessGroupShoal : public BackendBase {
   /// Pending work fails at once with AbortedError here and on every rank shoal reaches
   /// (Communicator::abort); the group releases everything and later calls raise.
   void abort() override;
-  /// Lets queued work finish (at most kDestroyGrace), aborts what is left, releases everything.
+  /// As abort(): work still pending fails at once (AbortedError); everything is released.
   void shutdown() override;
 
   /// One torch call in flight: the shoal operations it issued, the torch Works it completes
@@ -238,8 +238,8 @@ class ProcessGroupShoal : public BackendBase {
                             const Spec& s);
 
   void start();  // the constructors' common part
-  /// shutdown() and abort(): `grace` is how long queued work may still finish.
-  void close(std::chrono::milliseconds grace);
+  /// shutdown(), abort() and the destructor: pending work fails at once; releases everything.
+  void close();
   /// The communicator, with issue_mutex_ held; raises once the group is closed.
   shoal::Communicator& open_comm(const char* what);
 

@@ -9,7 +9,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
+#include <filesystem>
 #include <iostream>
 #include <sstream>
 #include <string>
@@ -19,6 +21,7 @@
 #include "comm/comm_impl.hpp"
 #include "comm/spin.hpp"
 #include "comm/topology.hpp"
+#include "support/deaths.hpp"
 #include "support/processes.hpp"
 
 namespace shoal::testing {
@@ -48,14 +51,6 @@ class BusyProcesses {
  private:
   std::vector<pid_t> pids_;
 };
-
-// Every rank exited 0; each failure names its rank and what it reported.
-void expect_every_rank_passed(const std::vector<RankResult>& results) {
-  for (size_t r = 0; r < results.size(); ++r) {
-    SCOPED_TRACE("rank " + std::to_string(r) + ": " + results[r].report);
-    EXPECT_EQ(results[r].exit_code, 0);
-  }
-}
 
 void bind_to_core(int rank) {
   cpu_set_t set;
@@ -183,6 +178,81 @@ TEST(SharedCores, TheHostsCoresAreTheUnionOfItsRanksAffinity) {
         },
         60s);
     expect_every_rank_passed(results);
+  }
+}
+
+// SHOAL_BIND=auto binds a rank nobody bound (torchrun's) to a CPU of its own: the i-th of the
+// machine's common mask, only when every rank there has that mask, is its own process, and
+// there are CPUs enough.
+TEST(Binding, ChoosesTheRanksOwnCpuOnlyWhenNobodyBoundTheRanks) {
+  EXPECT_EQ(comm::choose_bind_cpu({"f", "f"}, {10, 11}, 0), 0);
+  EXPECT_EQ(comm::choose_bind_cpu({"f", "f"}, {10, 11}, 1), 1);
+  EXPECT_EQ(comm::choose_bind_cpu({"0f", "0f"}, {10, 11}, 1), 5);   // CPUs 4-7
+  EXPECT_EQ(comm::choose_bind_cpu({"a", "a"}, {10, 11}, 1), 3);     // CPUs 1 and 3
+  EXPECT_EQ(comm::choose_bind_cpu({"01", "01"}, {10, 11}, 1), -1);  // CPU 4 alone: too few
+  EXPECT_EQ(comm::choose_bind_cpu({"3", "3", "3"}, {1, 2, 3}, 2), -1);
+  EXPECT_EQ(comm::choose_bind_cpu({"1", "2"}, {10, 11}, 0), -1);  // a launcher bound them
+  EXPECT_EQ(comm::choose_bind_cpu({"f", "f"}, {10, 10}, 1), -1);  // ranks as threads
+  EXPECT_EQ(comm::choose_bind_cpu({"f"}, {10}, 0), 0);
+}
+
+// Unbound ranks that are all the launcher started on the node (LOCAL_WORLD_SIZE, as torchrun
+// says) end each on its own CPU, every thread of the process with it (SHOAL_BIND=auto, the
+// default); with none, or without the launcher's count, they keep the affinity they had.
+TEST(Binding, UnboundRanksBindTheirWholeProcessToACpuEach) {
+  cpu_set_t mine;
+  ASSERT_EQ(sched_getaffinity(0, sizeof mine, &mine), 0);
+  if (CPU_COUNT(&mine) < 2) GTEST_SKIP() << "one CPU: two ranks cannot have one each";
+  struct Case {
+    const char* policy;
+    const char* local_world_size;  // nullptr: unset
+    bool binds;
+  };
+  for (const Case k : {Case{"auto", "2", true}, Case{"none", "2", false},
+                       Case{"auto", nullptr, false}, Case{"auto", "3", false}}) {
+    const char* policy = k.policy;
+    SCOPED_TRACE(std::string("SHOAL_BIND=") + policy +
+                 " LOCAL_WORLD_SIZE=" + (k.local_world_size ? k.local_world_size : "unset"));
+    ProcessJob job(2);
+    auto results = job.run(
+        [&](int rank, const ProcessJob& j) {
+          setenv("SHOAL_BIND", policy, 1);
+          if (k.local_world_size)
+            setenv("LOCAL_WORLD_SIZE", k.local_world_size, 1);
+          else
+            unsetenv("LOCAL_WORLD_SIZE");
+          std::atomic<bool> seen{false};
+          std::thread before([&] {  // a thread of the user's, started before the communicator
+            while (!seen) std::this_thread::sleep_for(1ms);
+          });
+          Communicator comm = Communicator::create(j.store(), rank, 2);
+          std::ostringstream out;
+          std::vector<int> cpus;  // every thread's
+          for (const auto& tid : std::filesystem::directory_iterator("/proc/self/task")) {
+            cpu_set_t set;
+            const pid_t t = std::stoi(tid.path().filename().string());
+            if (sched_getaffinity(t, sizeof set, &set) != 0) continue;
+            int first = 0;
+            while (!CPU_ISSET(first, &set)) ++first;
+            cpus.push_back(CPU_COUNT(&set) == 1 ? first : -CPU_COUNT(&set));
+          }
+          seen = true;
+          before.join();
+          const int want = k.binds ? comm.impl().topology.bind_cpu : -CPU_COUNT(&mine);
+          if (k.binds && want < 0) out << "not bound; ";
+          for (int c : cpus)
+            if (c != want) out << "a thread on " << c << ", not " << want << "; ";
+          int64_t x = 1;
+          comm.all_reduce(&x, 1, DataType::int64, ReduceOp::sum);
+          if (x != 2) out << "all_reduce gave " << x << "; ";
+          j.report(rank, out.str().empty() ? std::to_string(want) : out.str());
+          return out.str().empty() ? 0 : 1;
+        },
+        60s);
+    expect_every_rank_passed(results);
+    if (k.binds) {
+      EXPECT_NE(results[0].report, results[1].report) << "both ranks on one CPU";
+    }
   }
 }
 

@@ -70,15 +70,14 @@ def test_bad_arguments_raise():
 
 def _destroy_with_stuck_op(rank, world):
     if rank == 1:
-        time.sleep(8)  # alive, but never joins rank 0's all_reduce
+        time.sleep(5)  # alive, but never joins rank 0's all_reduce
         return True
     work = dist.all_reduce(torch.ones(4), async_op=True)
     start = time.monotonic()
-    dist.destroy_process_group()  # must not wait for the group's 20 s timeout
+    dist.destroy_process_group()  # pending work fails at once: no grace, not the 20 s timeout
     elapsed = time.monotonic() - start
-    # The grace period is 5 s; the bound only has to tell it from the 20 s timeout on a busy machine.
-    assert elapsed < 15, f"destroy took {elapsed:.1f} s"
-    # After the grace the group aborted what was left: it failed, and nothing stays behind.
+    assert elapsed < 3, f"destroy took {elapsed:.1f} s"
+    # The group aborted what was left: it failed, and nothing stays behind.
     assert work.is_completed()
     with pytest.raises(RuntimeError, match="aborted"):
         work.wait()

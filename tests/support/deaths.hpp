@@ -1,5 +1,6 @@
 // Tests where a rank dies or a call must fail: how a rank reports the error it got, and the
-// checks that every survivor saw a victim's death soon, naming it, with no shared memory left.
+// checks that every rank passed, that every survivor saw a victim's death soon, naming it, with
+// no shared memory left.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -26,7 +27,9 @@ int expect_error(int rank, const ProcessJob& job, Call call) {
     call();
   } catch (const ErrorType& e) {
     std::ostringstream os;
-    os << std::fixed << std::setprecision(6) << monotonic_seconds() << "\n" << e.peer() << "\n" << e.what();
+    os << std::fixed << std::setprecision(6) << monotonic_seconds() << "\n"
+       << e.peer() << "\n"
+       << e.what();
     job.report(rank, os.str());
     return kGotExpectedError;
   } catch (const std::exception& e) {
@@ -37,14 +40,25 @@ int expect_error(int rank, const ProcessJob& job, Call call) {
   return kNoError;
 }
 
+/// Every rank exited 0; each failure names its rank and what it reported.
+inline void expect_every_rank_passed(const std::vector<RankResult>& results) {
+  for (size_t r = 0; r < results.size(); ++r) {
+    SCOPED_TRACE("rank " + std::to_string(r) + ": " + results[r].report);
+    EXPECT_EQ(results[r].exit_code, 0);
+  }
+}
+
 /// The time at the head of a report (expect_error's, or a victim's).
-inline double reported_time(const RankResult& r) { return std::stod(r.report.substr(0, r.report.find('\n'))); }
+inline double reported_time(const RankResult& r) {
+  return std::stod(r.report.substr(0, r.report.find('\n')));
+}
 
 /// The segments of communicator `comm_id`'s `ranks` still in /dev/shm (other tests running at
 /// the same time have theirs: only this job's count).
 inline int segments_left(uint64_t comm_id, int ranks) {
   int n = 0;
-  for (int r = 0; r < ranks; ++r) n += std::filesystem::exists("/dev/shm" + transport::shm::segment_name(comm_id, r));
+  for (int r = 0; r < ranks; ++r)
+    n += std::filesystem::exists("/dev/shm" + transport::shm::segment_name(comm_id, r));
   return n;
 }
 
@@ -59,7 +73,8 @@ inline int segments_left(uint64_t comm_id, int ranks) {
 
 /// After `victim` died with report_and_die while the others ran expect_error<PeerFailureError>:
 /// every survivor got it within 5 s, naming the victim, and no segment is left in /dev/shm.
-inline void expect_every_survivor_saw_the_death(const std::vector<RankResult>& results, int victim) {
+inline void expect_every_survivor_saw_the_death(const std::vector<RankResult>& results,
+                                                int victim) {
   const int ranks = static_cast<int>(results.size());
   ASSERT_EQ(results[victim].exit_code, 128 + SIGKILL) << results[victim].report;
   std::istringstream victim_report(results[victim].report);

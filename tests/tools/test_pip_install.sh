@@ -4,6 +4,8 @@
 # build isolation (pyproject.toml says why); then, from a directory outside the repository and
 # without PYTHONPATH, a 2-rank torchrun job of a script that never imports shoal runs on the
 # "shoal" backend (torch's entry-point autoload), and the tools are on the environment's PATH.
+# Then `python -m build --wheel` (the same build directory) makes a wheel that holds the module,
+# the tools and the entry point, and installs and runs in a second fresh environment.
 # The build directory build/pip/ survives between runs, so a second run only relinks.
 # Exits 77 (ctest: skipped) without the project's .venv.
 # Usage: bash test_pip_install.sh
@@ -63,3 +65,38 @@ out=$(timeout 120 "$D/env/bin/python" -m torch.distributed.run --standalone --np
       "$D/job.py" 2>&1) || { echo "$out" | tail -20; fail "torchrun of a script that never imports shoal"; }
 [[ $(grep -c '^OK' <<<"$out") == 2 ]] || { echo "$out" | tail -20; fail "not every rank printed OK"; }
 echo "PASS: torchrun --nproc_per_node 2, dist.init_process_group(\"shoal\") without importing shoal"
+
+# A wheel (python -m build), through the same build directory: what it holds, and that it runs.
+if ! (cd "$ROOT" && timeout 1200 "$D/env/bin/python" -m build --wheel --no-isolation --outdir "$D/dist" \
+      >"$D/build.log" 2>&1); then
+  tail -40 "$D/build.log"
+  fail "python -m build --wheel --no-isolation failed"
+fi
+wheel=$(ls "$D"/dist/shoal-*.whl 2>/dev/null | head -1)
+[[ -n $wheel ]] || fail "python -m build made no shoal-*.whl in $D/dist"
+"$BASE" - "$wheel" <<'EOF' || fail "the wheel lacks what pip install . installs"
+import sys, zipfile
+wheel = zipfile.ZipFile(sys.argv[1])
+names = wheel.namelist()
+missing = [n for n in ["shoal/__init__.py", "shoal/torch.py"] if n not in names]
+if not any(n.startswith("shoal/_C") and n.endswith(".so") for n in names):
+    missing.append("shoal/_C*.so")
+for tool in ["shoal-run", "shoal-info", "shoal-bench", "shoal-tune", "shoal-sim"]:
+    if not any(n.endswith("/scripts/" + tool) for n in names):
+        missing.append(tool)
+entry = [n for n in names if n.endswith("entry_points.txt")]
+text = wheel.read(entry[0]).decode() if entry else ""
+if "[torch.backends]" not in text or "shoal.torch:_autoload" not in text:
+    missing.append("entry point torch.backends = shoal.torch:_autoload")
+if missing:
+    sys.exit("missing: " + ", ".join(missing))
+EOF
+/usr/bin/python3 -m venv --without-pip "$D/env2" || fail "python3 -m venv (second)"
+env2_site=$("$D/env2/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+echo "$site" >"$env2_site/project-venv.pth"
+"$D/env2/bin/python" -m pip install --disable-pip-version-check --no-index --no-deps "$wheel" \
+  >"$D/wheel.log" 2>&1 || { tail -20 "$D/wheel.log"; fail "pip install of the wheel"; }
+"$D/env2/bin/shoal-info" >/dev/null || fail "shoal-info from the wheel does not run"
+(cd "$D" && "$D/env2/bin/python" -c 'import torch.distributed as dist, shoal.torch; assert dist.is_backend_available("shoal")') \
+  || fail "the wheel's backend does not register"
+echo "PASS: python -m build --wheel: $(basename "$wheel") holds the module, the tools and the entry point, and runs"

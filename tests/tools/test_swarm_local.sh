@@ -65,7 +65,7 @@ fi
 # every round.
 out=$D/delayed
 if timeout -s KILL 120 "$SWARM" local "${SMALL[@]}" --peers 4 --trainers 1 --inflight 4 --global-batch 8 \
-  --rounds 15 --delayed-updates --averaging-codec int8 --placement 0,0,0,1 --rebalance-period 1 --kill-at 3 --out "$out" \
+  --rounds 40 --delayed-updates --averaging-codec int8 --placement 0,0,0,1 --rebalance-period 1 --kill-at 3 --out "$out" \
   >"$D/delayed.log" 2>&1 && [[ $(field "$out/summary.json" completed) == True ]] &&
   [[ $(field "$out/summary.json" delayed_updates) == True ]] && grep -q "killed server" "$D/delayed.log" &&
   [[ $(field "$out/summary.json" averaging_codec) == int8 ]]; then

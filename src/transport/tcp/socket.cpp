@@ -32,7 +32,8 @@ static std::vector<InterfaceAddress> interface_addresses() {
     InterfaceAddress ia;
     ia.name = a->ifa_name;
     ia.address = reinterpret_cast<sockaddr_in*>(a->ifa_addr)->sin_addr.s_addr;
-    ia.netmask = a->ifa_netmask ? reinterpret_cast<sockaddr_in*>(a->ifa_netmask)->sin_addr.s_addr : 0xffffffffu;
+    ia.netmask = a->ifa_netmask ? reinterpret_cast<sockaddr_in*>(a->ifa_netmask)->sin_addr.s_addr
+                                : 0xffffffffu;
     if ((a->ifa_flags & IFF_LOOPBACK) != 0) ia.name = "lo";
     char buf[INET_ADDRSTRLEN];
     inet_ntop(AF_INET, &ia.address, buf, sizeof buf);
@@ -78,9 +79,11 @@ static std::string route_to(const std::string& host) {
   return found;
 }
 
-std::vector<InterfaceAddress> choose_rail_addresses(bool single_host, const std::string& store_host) {
+std::vector<InterfaceAddress> choose_rail_addresses(bool single_host,
+                                                    const std::string& store_host) {
   const auto all = interface_addresses();
-  const auto max_rails = static_cast<size_t>(std::max<int64_t>(1, config::get_int("SHOAL_SOCKET_RAILS")));
+  const auto max_rails =
+      static_cast<size_t>(std::max<int64_t>(1, config::get_int("SHOAL_SOCKET_RAILS")));
   std::vector<InterfaceAddress> rails;
   auto add = [&](const InterfaceAddress& a) {
     for (const auto& r : rails)
@@ -95,7 +98,8 @@ std::vector<InterfaceAddress> choose_rail_addresses(bool single_host, const std:
       for (const auto& a : all)
         if (a.name == name) add(a);
     SHOAL_CHECK(!rails.empty(), InvalidArgument,
-                "SHOAL_SOCKET_IFNAME=" << ifnames << " names no interface with an IPv4 address on this host; "
+                "SHOAL_SOCKET_IFNAME=" << ifnames
+                                       << " names no interface with an IPv4 address on this host; "
                                           "list the interfaces with `ip -4 addr`");
     return rails;
   }
@@ -178,13 +182,21 @@ static int ms_until(Clock::time_point deadline) {
   return ms < 0 ? 0 : static_cast<int>(std::min<int64_t>(ms, 1000));
 }
 
-bool write_all(int fd, const void* data, size_t len, Clock::time_point deadline, std::string& error) {
+bool write_all(int fd, const void* data, size_t len, Clock::time_point deadline,
+               std::string& error) {
   const char* p = static_cast<const char*>(data);
   while (len > 0) {
     ssize_t n = send(fd, p, len, MSG_NOSIGNAL | MSG_DONTWAIT);
-    if (n > 0) { p += n; len -= static_cast<size_t>(n); continue; }
+    if (n > 0) {
+      p += n;
+      len -= static_cast<size_t>(n);
+      continue;
+    }
     if (n < 0 && (errno == EAGAIN || errno == EINTR)) {
-      if (Clock::now() >= deadline) { error = "timed out"; return false; }
+      if (Clock::now() >= deadline) {
+        error = "timed out";
+        return false;
+      }
       pollfd pfd{fd, POLLOUT, 0};
       poll(&pfd, 1, ms_until(deadline));
       continue;
@@ -199,9 +211,16 @@ bool read_all(int fd, void* data, size_t len, Clock::time_point deadline, std::s
   char* p = static_cast<char*>(data);
   while (len > 0) {
     ssize_t n = recv(fd, p, len, MSG_DONTWAIT);
-    if (n > 0) { p += n; len -= static_cast<size_t>(n); continue; }
+    if (n > 0) {
+      p += n;
+      len -= static_cast<size_t>(n);
+      continue;
+    }
     if (n < 0 && (errno == EAGAIN || errno == EINTR)) {
-      if (Clock::now() >= deadline) { error = "timed out"; return false; }
+      if (Clock::now() >= deadline) {
+        error = "timed out";
+        return false;
+      }
       pollfd pfd{fd, POLLIN, 0};
       poll(&pfd, 1, ms_until(deadline));
       continue;
@@ -210,6 +229,20 @@ bool read_all(int fd, void* data, size_t len, Clock::time_point deadline, std::s
     return false;
   }
   return true;
+}
+
+void close_after_draining(int fd, std::chrono::steady_clock::time_point deadline) {
+  char sink[65536];
+  for (;;) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        deadline - std::chrono::steady_clock::now());
+    if (left.count() <= 0) break;
+    pollfd p{fd, POLLIN, 0};
+    if (poll(&p, 1, static_cast<int>(left.count())) <= 0) break;
+    const ssize_t n = recv(fd, sink, sizeof sink, MSG_DONTWAIT);
+    if (n == 0 || (n < 0 && errno != EINTR && errno != EAGAIN)) break;  // closed, or reset
+  }
+  close(fd);
 }
 
 bool peer_closed(int fd) {

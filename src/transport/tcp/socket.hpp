@@ -24,7 +24,8 @@ struct InterfaceAddress {
 /// this host, else the interface that routes to `store_host` (else the first non-loopback
 /// interface that is up, else 127.0.0.1), followed, on several hosts, by the other up,
 /// non-loopback interfaces; at most SHOAL_SOCKET_RAILS in all.
-std::vector<InterfaceAddress> choose_rail_addresses(bool single_host, const std::string& store_host);
+std::vector<InterfaceAddress> choose_rail_addresses(bool single_host,
+                                                    const std::string& store_host);
 
 /// Listening socket on ip:0 (non-blocking, CLOEXEC); returns fd and sets the chosen port.
 /// "0.0.0.0" listens on every interface (several rails).
@@ -37,13 +38,21 @@ int connect_with_retry(const std::string& ip, uint16_t port, Clock::time_point d
 
 /// True when the other end of the connected TCP socket `fd` sent FIN or RST (TCP_INFO state).
 bool peer_closed(int fd);
+/// Closes `fd` after reading and dropping, until `deadline`, what the peer still sends, until it
+/// closes too. For a socket whose write side was shut after an abort frame: closed with unread
+/// data it would be reset, and a reset makes the peer drop the abort frame still in its receive
+/// queue (it would blame a broken pipe instead of the cause).
+void close_after_draining(int fd, std::chrono::steady_clock::time_point deadline);
+/// How long a stream whose write side was shut drains before it closes.
+inline constexpr std::chrono::milliseconds kDrainOnClose{300};
 
 /// TCP_NODELAY, SO_SNDBUF/SO_RCVBUF (SHOAL_SOCKET_BUFFER), O_NONBLOCK.
 void configure_data_socket(int fd);
 
 /// Blocking-style full read/write on a possibly non-blocking fd, bounded by `deadline`.
 /// Returns false on EOF/error/timeout (errno-like text in `error`).
-bool write_all(int fd, const void* data, size_t len, Clock::time_point deadline, std::string& error);
+bool write_all(int fd, const void* data, size_t len, Clock::time_point deadline,
+               std::string& error);
 bool read_all(int fd, void* data, size_t len, Clock::time_point deadline, std::string& error);
 
 }  // namespace shoal::transport::tcp

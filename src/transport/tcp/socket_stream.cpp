@@ -1,15 +1,19 @@
 #include "transport/tcp/socket_stream.hpp"
 
-#include "transport/tcp/socket.hpp"
-
 #include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "transport/tcp/socket.hpp"
+
 namespace shoal::transport::tcp {
 
 SocketStream::~SocketStream() {
-  if (fd_ >= 0) close(fd_);
+  if (fd_ < 0) return;
+  if (write_shut_)
+    close_after_draining(fd_, std::chrono::steady_clock::now() + kDrainOnClose);
+  else
+    close(fd_);
 }
 
 ssize_t SocketStream::writev(const iovec* iov, int count) {
@@ -26,7 +30,10 @@ void SocketStream::wait_writable(int timeout_ms) {
   poll(&p, 1, timeout_ms);
 }
 
-void SocketStream::shutdown_write() { shutdown(fd_, SHUT_WR); }
+void SocketStream::shutdown_write() {
+  shutdown(fd_, SHUT_WR);
+  write_shut_ = true;
+}
 
 bool SocketStream::peer_gone() const { return fd_ >= 0 && peer_closed(fd_); }
 

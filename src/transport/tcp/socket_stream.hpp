@@ -19,6 +19,7 @@ class SocketStream : public Stream {
 
  private:
   int fd_;
+  bool write_shut_ = false;  // shutdown_write(): the destructor drains before it closes
 };
 
 }  // namespace shoal::transport::tcp

@@ -1,7 +1,5 @@
 #include "transport/tcp/striped_stream.hpp"
 
-#include "transport/tcp/socket.hpp"
-
 #include <poll.h>
 #include <sys/epoll.h>
 #include <sys/socket.h>
@@ -12,6 +10,7 @@
 #include <cstring>
 
 #include "core/check.hpp"
+#include "transport/tcp/socket.hpp"
 
 namespace shoal::transport::tcp {
 
@@ -37,7 +36,13 @@ StripedStream::StripedStream(std::vector<int> fds) {
 }
 
 StripedStream::~StripedStream() {
-  for (auto& r : rails_) close(r.fd);
+  const auto deadline = std::chrono::steady_clock::now() + kDrainOnClose;
+  for (auto& r : rails_) {
+    if (write_shut_)
+      close_after_draining(r.fd, deadline);
+    else
+      close(r.fd);
+  }
   close(epoll_fd_);
 }
 
@@ -49,8 +54,8 @@ std::vector<uint64_t> StripedStream::bytes_per_rail() const {
 
 bool StripedStream::flush(Rail& r) {
   while (busy(r)) {
-    const ssize_t n = ::send(r.fd, r.unsent.data() + r.unsent_offset, r.unsent.size() - r.unsent_offset,
-                             MSG_NOSIGNAL | MSG_DONTWAIT);
+    const ssize_t n = ::send(r.fd, r.unsent.data() + r.unsent_offset,
+                             r.unsent.size() - r.unsent_offset, MSG_NOSIGNAL | MSG_DONTWAIT);
     if (n < 0) {
       if (errno == EINTR) continue;
       return errno == EAGAIN || errno == EWOULDBLOCK;
@@ -127,7 +132,8 @@ ssize_t StripedStream::writev(const iovec* iov, int count) {
           skip -= plen;
           continue;
         }
-        std::memcpy(r.unsent.data() + w, static_cast<uint8_t*>(parts[p].iov_base) + skip, plen - skip);
+        std::memcpy(r.unsent.data() + w, static_cast<uint8_t*>(parts[p].iov_base) + skip,
+                    plen - skip);
         w += plen - skip;
         skip = 0;
       }
@@ -218,7 +224,9 @@ ssize_t StripedStream::read(void* dst, size_t len) {
     errno = error_;
     return -1;
   }
-  if (arrived_.empty() && std::all_of(rails_.begin(), rails_.end(), [](const Rail& r) { return r.eof; })) return 0;
+  if (arrived_.empty() &&
+      std::all_of(rails_.begin(), rails_.end(), [](const Rail& r) { return r.eof; }))
+    return 0;
   errno = EAGAIN;
   return -1;
 }
@@ -256,6 +264,7 @@ void StripedStream::shutdown_write() {
     }
     ::shutdown(r.fd, SHUT_WR);
   }
+  write_shut_ = true;
 }
 
 }  // namespace shoal::transport::tcp

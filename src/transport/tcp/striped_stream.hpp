@@ -65,7 +65,8 @@ class StripedStream : public Stream {
 
   std::vector<Rail> rails_;
   int epoll_fd_ = -1;
-  size_t next_rail_ = 0;  // round-robin start for the next segment
+  bool write_shut_ = false;  // shutdown_write(): the destructor drains before it closes
+  size_t next_rail_ = 0;     // round-robin start for the next segment
   uint64_t next_out_seq_ = 0, next_in_seq_ = 0;
   std::map<uint64_t, std::vector<uint8_t>> arrived_;  // segments not yet delivered, by number
   size_t front_offset_ = 0;                           // bytes of the first one already delivered
