@@ -17,6 +17,7 @@ packages=(
   python3-venv python3-dev        # .venv (torch, torchrun, pytest) and the backend's Python headers
   fortunes                        # the text corpus SWARM trains on (shoal-swarm, docs/swarm.md)
   clang libclang-rt-14-dev        # make test-sanitize: ASan/UBSan builds and the libFuzzer targets (CI runs them)
+  clang-format                    # make format-check: the tree's layout (CI checks it)
   libc++-dev libc++abi-dev        # make build-libcxx: the library and tools with clang and libc++ (CI builds them)
   etcd-server etcd-client         # EtcdStore and the SWARM registry with no single point of failure
   iproute2 procps psmisc

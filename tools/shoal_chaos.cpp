@@ -59,17 +59,21 @@ using namespace std::chrono_literals;
 namespace {
 
 // Worker exit codes (the driver reads them).
-constexpr int kExitDone = 0;        // finished on the driver's stop
-constexpr int kExitCorrupt = 2;     // a result differed from the expected one
-constexpr int kExitExcluded = 3;    // shrink was decided without this worker (e.g. it was frozen)
-constexpr int kExitCannot = 4;      // cannot continue (failed shrink, failed join, ...): restart me
+constexpr int kExitDone = 0;      // finished on the driver's stop
+constexpr int kExitCorrupt = 2;   // a result differed from the expected one
+constexpr int kExitExcluded = 3;  // shrink was decided without this worker (e.g. it was frozen)
+constexpr int kExitCannot = 4;    // cannot continue (failed shrink, failed join, ...): restart me
 constexpr int kExitUsage = 64;
 
 double now_wall_ms() {
-  return std::chrono::duration<double, std::milli>(std::chrono::system_clock::now().time_since_epoch()).count();
+  return std::chrono::duration<double, std::milli>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
 }
 using Steady = std::chrono::steady_clock;
-double since_ms(Steady::time_point t) { return std::chrono::duration<double, std::milli>(Steady::now() - t).count(); }
+double since_ms(Steady::time_point t) {
+  return std::chrono::duration<double, std::milli>(Steady::now() - t).count();
+}
 
 int count_dir(const char* path) {
   DIR* d = opendir(path);
@@ -94,7 +98,8 @@ std::shared_ptr<shoal::TcpStore> connect_store(const std::string& addr) {
   shoal::TcpStore::Options o;
   o.timeout = 60s;
   o.connect_timeout = 30s;
-  return std::make_shared<shoal::TcpStore>(addr.substr(0, colon), static_cast<uint16_t>(std::stoi(addr.substr(colon + 1))), o);
+  return std::make_shared<shoal::TcpStore>(
+      addr.substr(0, colon), static_cast<uint16_t>(std::stoi(addr.substr(colon + 1))), o);
 }
 
 // =====================================================================================
@@ -123,11 +128,16 @@ struct WorkerArgs {
 enum class Kind { all_reduce, all_gather, reduce_scatter, broadcast, barrier };
 const char* kind_name(Kind k) {
   switch (k) {
-    case Kind::all_reduce: return "all_reduce";
-    case Kind::all_gather: return "all_gather";
-    case Kind::reduce_scatter: return "reduce_scatter";
-    case Kind::broadcast: return "broadcast";
-    case Kind::barrier: return "barrier";
+    case Kind::all_reduce:
+      return "all_reduce";
+    case Kind::all_gather:
+      return "all_gather";
+    case Kind::reduce_scatter:
+      return "reduce_scatter";
+    case Kind::broadcast:
+      return "broadcast";
+    case Kind::barrier:
+      return "barrier";
   }
   return "?";
 }
@@ -141,22 +151,34 @@ struct OpSpec {
 };
 
 OpSpec derive_op(uint64_t seed, int64_t epoch, int64_t op, int size) {
-  std::mt19937_64 rng(splitmix(seed ^ splitmix(static_cast<uint64_t>(epoch) * 1000003ull + static_cast<uint64_t>(op))));
+  std::mt19937_64 rng(splitmix(
+      seed ^ splitmix(static_cast<uint64_t>(epoch) * 1000003ull + static_cast<uint64_t>(op))));
   OpSpec s{};
   const int k = static_cast<int>(rng() % 100);
-  s.kind = k < 45 ? Kind::all_reduce : k < 62 ? Kind::all_gather : k < 77 ? Kind::reduce_scatter : k < 93 ? Kind::broadcast : Kind::barrier;
-  static const shoal::DataType dts[] = {shoal::DataType::float32, shoal::DataType::int32, shoal::DataType::float64};
-  static const shoal::ReduceOp ops[] = {shoal::ReduceOp::sum, shoal::ReduceOp::max, shoal::ReduceOp::min};
+  s.kind = k < 45   ? Kind::all_reduce
+           : k < 62 ? Kind::all_gather
+           : k < 77 ? Kind::reduce_scatter
+           : k < 93 ? Kind::broadcast
+                    : Kind::barrier;
+  static const shoal::DataType dts[] = {shoal::DataType::float32, shoal::DataType::int32,
+                                        shoal::DataType::float64};
+  static const shoal::ReduceOp ops[] = {shoal::ReduceOp::sum, shoal::ReduceOp::max,
+                                        shoal::ReduceOp::min};
   s.dtype = dts[rng() % 3];
   s.op = ops[rng() % 3];
   const int r = static_cast<int>(rng() % 1000);
   size_t n;
-  if (r < 500) n = 1 + rng() % 1024;
-  else if (r < 800) n = 1 + rng() % 65536;
-  else if (r < 970) n = 1 + rng() % 262144;
-  else n = 524288 + rng() % 786432;  // large: 2-5 MiB of float32, 4-10 MiB of float64
-  if (rng() % 3 == 0) n |= 1;          // odd counts
-  if (s.kind == Kind::all_gather || s.kind == Kind::reduce_scatter) n = std::max<size_t>(1, n / static_cast<size_t>(size));
+  if (r < 500)
+    n = 1 + rng() % 1024;
+  else if (r < 800)
+    n = 1 + rng() % 65536;
+  else if (r < 970)
+    n = 1 + rng() % 262144;
+  else
+    n = 524288 + rng() % 786432;  // large: 2-5 MiB of float32, 4-10 MiB of float64
+  if (rng() % 3 == 0) n |= 1;     // odd counts
+  if (s.kind == Kind::all_gather || s.kind == Kind::reduce_scatter)
+    n = std::max<size_t>(1, n / static_cast<size_t>(size));
   if (s.kind == Kind::reduce_scatter) s.op = shoal::ReduceOp::sum;
   s.count = n;
   s.root_pick = rng();
@@ -165,24 +187,28 @@ OpSpec derive_op(uint64_t seed, int64_t epoch, int64_t op, int size) {
 
 // Small integers: exact as float32 sums over up to 16 ranks.
 inline int value(int id, int64_t epoch, int64_t op, size_t i) {
-  const uint64_t h = static_cast<uint64_t>(id) * 131u + static_cast<uint64_t>(op) * 31u + static_cast<uint64_t>(epoch) * 7u +
-                     static_cast<uint64_t>(i) * 17u + (static_cast<uint64_t>(i) >> 7) * 5u;
+  const uint64_t h = static_cast<uint64_t>(id) * 131u + static_cast<uint64_t>(op) * 31u +
+                     static_cast<uint64_t>(epoch) * 7u + static_cast<uint64_t>(i) * 17u +
+                     (static_cast<uint64_t>(i) >> 7) * 5u;
   return static_cast<int>(h % 19u) - 9;
 }
 
 template <class T>
 T combine(shoal::ReduceOp op, T a, T b) {
   switch (op) {
-    case shoal::ReduceOp::max: return std::max(a, b);
-    case shoal::ReduceOp::min: return std::min(a, b);
-    default: return a + b;
+    case shoal::ReduceOp::max:
+      return std::max(a, b);
+    case shoal::ReduceOp::min:
+      return std::min(a, b);
+    default:
+      return a + b;
   }
 }
 
 // Runs one op and checks it. Returns "" when right, else a description of the first difference.
 template <class T>
-std::string run_typed(shoal::Communicator& comm, const OpSpec& s, const std::vector<int>& members, int me,
-                      int64_t epoch, int64_t op) {
+std::string run_typed(shoal::Communicator& comm, const OpSpec& s, const std::vector<int>& members,
+                      int me, int64_t epoch, int64_t op) {
   const int size = comm.size(), rank = comm.rank();
   const size_t n = s.count;
   std::vector<T> send, recv, expect;
@@ -240,8 +266,8 @@ std::string run_typed(shoal::Communicator& comm, const OpSpec& s, const std::vec
   for (size_t i = 0; i < expect.size(); ++i)
     if (recv[i] != expect[i]) {
       std::ostringstream os;
-      os << kind_name(s.kind) << " count " << n << ": element " << i << " is " << static_cast<double>(recv[i])
-         << ", expected " << static_cast<double>(expect[i]);
+      os << kind_name(s.kind) << " count " << n << ": element " << i << " is "
+         << static_cast<double>(recv[i]) << ", expected " << static_cast<double>(expect[i]);
       size_t bad = 0;
       for (size_t j = i; j < expect.size(); ++j) bad += recv[j] != expect[j];
       os << " (" << bad << " of " << expect.size() << " differ)";
@@ -250,12 +276,15 @@ std::string run_typed(shoal::Communicator& comm, const OpSpec& s, const std::vec
   return "";
 }
 
-std::string run_op(shoal::Communicator& comm, const OpSpec& s, const std::vector<int>& members, int me, int64_t epoch,
-                   int64_t op) {
+std::string run_op(shoal::Communicator& comm, const OpSpec& s, const std::vector<int>& members,
+                   int me, int64_t epoch, int64_t op) {
   switch (s.dtype) {
-    case shoal::DataType::int32: return run_typed<int32_t>(comm, s, members, me, epoch, op);
-    case shoal::DataType::float64: return run_typed<double>(comm, s, members, me, epoch, op);
-    default: return run_typed<float>(comm, s, members, me, epoch, op);
+    case shoal::DataType::int32:
+      return run_typed<int32_t>(comm, s, members, me, epoch, op);
+    case shoal::DataType::float64:
+      return run_typed<double>(comm, s, members, me, epoch, op);
+    default:
+      return run_typed<float>(comm, s, members, me, epoch, op);
   }
 }
 
@@ -264,7 +293,8 @@ class Worker {
   explicit Worker(WorkerArgs a) : a_(std::move(a)) {}
 
   int main() {
-    const std::string path = a_.out + "/worker-" + std::to_string(a_.id) + "-" + std::to_string(a_.gen) + ".jsonl";
+    const std::string path =
+        a_.out + "/worker-" + std::to_string(a_.id) + "-" + std::to_string(a_.gen) + ".jsonl";
     log_ = std::fopen(path.c_str(), "a");
     if (!log_) {
       std::fprintf(stderr, "cannot open %s\n", path.c_str());
@@ -279,13 +309,26 @@ class Worker {
     signal(SIGUSR1, on_usr1);
     fds_base_ = count_dir("/proc/self/fd");
     threads_base_ = count_dir("/proc/self/task");
-    event({{"ev", "start"}, {"joiner", a_.joiner}, {"pid", getpid()}, {"fds", fds_base_}, {"threads", threads_base_}});
+    event({{"ev", "start"},
+           {"joiner", a_.joiner},
+           {"pid", getpid()},
+           {"fds", fds_base_},
+           {"threads", threads_base_}});
     const int rc = loop();
     comm_.reset();  // destroy whatever is left
     const int fds = count_dir("/proc/self/fd"), threads = count_dir("/proc/self/task");
-    event({{"ev", "exit"}, {"code", rc}, {"ops_verified", verified_}, {"next_op", next_op_}, {"epoch", epoch_}, {"redone", redone_},
-           {"fds", fds}, {"threads", threads}, {"fds_base", fds_base_}, {"threads_base", threads_base_},
-           {"members", members_}, {"transitions", transitions_}});
+    event({{"ev", "exit"},
+           {"code", rc},
+           {"ops_verified", verified_},
+           {"next_op", next_op_},
+           {"epoch", epoch_},
+           {"redone", redone_},
+           {"fds", fds},
+           {"threads", threads},
+           {"fds_base", fds_base_},
+           {"threads_base", threads_base_},
+           {"members", members_},
+           {"transitions", transitions_}});
     std::fclose(log_);
     return rc;
   }
@@ -302,7 +345,9 @@ class Worker {
 
   shoal::Options options() const { return {}; }  // SHOAL_TIMEOUT from the environment
   // The job's store (grow() and join() meet there): the driver's, under chaos/init/.
-  std::shared_ptr<shoal::Store> job_store() const { return std::make_shared<shoal::PrefixStore>("chaos/init", base_); }
+  std::shared_ptr<shoal::Store> job_store() const {
+    return std::make_shared<shoal::PrefixStore>("chaos/init", base_);
+  }
 
   // The joiner's way in: a ticket, then the grow name rank 0 gives it, then join().
   bool join_job() {
@@ -322,14 +367,18 @@ class Worker {
     doing("join %s (ticket %lld)", name.c_str(), static_cast<long long>(ticket));
     const auto t1 = Steady::now();
     comm_.emplace(shoal::Communicator::join(job_store(), name, options()));
-    event({{"ev", "joined"}, {"name", name}, {"ms", since_ms(t1)}, {"rank", comm_->rank()}, {"size", comm_->size()}});
+    event({{"ev", "joined"},
+           {"name", name},
+           {"ms", since_ms(t1)},
+           {"rank", comm_->rank()},
+           {"size", comm_->size()}});
     return true;
   }
 
   // After every new communicator: agree on the epoch and the next op, learn the members.
   void sync() {
-    doing("sync (epoch %lld, next op %lld, rank %d of %d)", static_cast<long long>(epoch_), static_cast<long long>(next_op_),
-          comm_->rank(), comm_->size());
+    doing("sync (epoch %lld, next op %lld, rank %d of %d)", static_cast<long long>(epoch_),
+          static_cast<long long>(next_op_), comm_->rank(), comm_->size());
     int64_t a[2] = {epoch_, fresh_ ? INT64_MIN : -next_op_};
     comm_->all_reduce(a, 2, shoal::DataType::int64, shoal::ReduceOp::max);
     const int64_t agreed = -a[1];
@@ -346,21 +395,30 @@ class Worker {
     members_.assign(ids.begin(), ids.end());
     ++transitions_;
     const int fds = count_dir("/proc/self/fd"), threads = count_dir("/proc/self/task");
-    event({{"ev", "membership"}, {"epoch", epoch_}, {"rank", comm_->rank()}, {"size", comm_->size()}, {"members", members_},
-           {"next_op", next_op_}, {"fds", fds}, {"threads", threads}, {"skipped", skipped_}});
-    base_->set("chaos/status/" + std::to_string(a_.id), std::to_string(a_.gen) + " " + std::to_string(epoch_) + " " +
-                                                            std::to_string(comm_->size()) + " " + std::to_string(next_op_));
+    event({{"ev", "membership"},
+           {"epoch", epoch_},
+           {"rank", comm_->rank()},
+           {"size", comm_->size()},
+           {"members", members_},
+           {"next_op", next_op_},
+           {"fds", fds},
+           {"threads", threads},
+           {"skipped", skipped_}});
+    base_->set("chaos/status/" + std::to_string(a_.id),
+               std::to_string(a_.gen) + " " + std::to_string(epoch_) + " " +
+                   std::to_string(comm_->size()) + " " + std::to_string(next_op_));
   }
 
   // Rank 0 reads the stop flag and the waiting joiners; everyone learns them by broadcast.
   // Returns true to stop.
   bool checkpoint() {
-    doing("checkpoint at op %lld epoch %lld rank %d of %d", static_cast<long long>(next_op_), static_cast<long long>(epoch_),
-          comm_->rank(), comm_->size());
+    doing("checkpoint at op %lld epoch %lld rank %d of %d", static_cast<long long>(next_op_),
+          static_cast<long long>(epoch_), comm_->rank(), comm_->size());
     int64_t b[3] = {0, 0, 0};  // stop, joining, first ticket - 1
     if (comm_->rank() == 0) {
       b[0] = base_->check({"chaos/stop"}) ? 1 : 0;
-      const int64_t tickets = base_->add("chaos/tickets", 0), admitted = base_->add("chaos/admitted", 0);
+      const int64_t tickets = base_->add("chaos/tickets", 0),
+                    admitted = base_->add("chaos/admitted", 0);
       b[1] = std::max<int64_t>(0, std::min<int64_t>(tickets - admitted, a_.ranks - comm_->size()));
       b[2] = admitted;
       if (b[0]) b[1] = 0;
@@ -368,17 +426,23 @@ class Worker {
     }
     if (trace_) std::fprintf(stderr, "checkpoint at op %lld\n", static_cast<long long>(next_op_));
     comm_->broadcast(b, 3, shoal::DataType::int64, 0);
-    if (trace_) std::fprintf(stderr, "checkpoint done: stop %lld joining %lld\n", static_cast<long long>(b[0]), static_cast<long long>(b[1]));
+    if (trace_)
+      std::fprintf(stderr, "checkpoint done: stop %lld joining %lld\n",
+                   static_cast<long long>(b[0]), static_cast<long long>(b[1]));
     if (b[0]) return true;
     if (Steady::now() - last_progress_ > 1s) {
       last_progress_ = Steady::now();
-      event({{"ev", "progress"}, {"next_op", next_op_}, {"ops_verified", verified_}, {"epoch", epoch_}});
+      event({{"ev", "progress"},
+             {"next_op", next_op_},
+             {"ops_verified", verified_},
+             {"epoch", epoch_}});
     }
     if (b[1] == 0) return false;
     const std::string name = "g" + std::to_string(epoch_) + "-" + std::to_string(b[2] + 1);
     if (comm_->rank() == 0) {
       base_->add("chaos/admitted", b[1]);
-      for (int64_t t = b[2] + 1; t <= b[2] + b[1]; ++t) base_->set("chaos/ticket/" + std::to_string(t), name);
+      for (int64_t t = b[2] + 1; t <= b[2] + b[1]; ++t)
+        base_->set("chaos/ticket/" + std::to_string(t), name);
     }
     const auto t0 = Steady::now();
     doing("grow %s by %lld", name.c_str(), static_cast<long long>(b[1]));
@@ -386,7 +450,11 @@ class Worker {
     shoal::Communicator grown = comm_->grow(static_cast<int>(b[1]), name);
     comm_.reset();  // the old one
     comm_.emplace(std::move(grown));
-    event({{"ev", "grow"}, {"name", name}, {"joining", b[1]}, {"size", comm_->size()}, {"ms", since_ms(t0)}});
+    event({{"ev", "grow"},
+           {"name", name},
+           {"joining", b[1]},
+           {"size", comm_->size()},
+           {"ms", since_ms(t0)}});
     need_sync_ = true;
     return false;
   }
@@ -415,7 +483,10 @@ class Worker {
           need_sync_ = false;
           ckpt_op = -1;
           if (detect_t > 0) {
-            event({{"ev", "recovered"}, {"since_detect_ms", now_wall_ms() - detect_t}, {"epoch", epoch_}, {"size", comm_->size()}});
+            event({{"ev", "recovered"},
+                   {"since_detect_ms", now_wall_ms() - detect_t},
+                   {"epoch", epoch_},
+                   {"size", comm_->size()}});
             detect_t = 0;
           }
         }
@@ -428,16 +499,24 @@ class Worker {
           continue;  // a grow asks for a sync first
         }
         const OpSpec s = derive_op(a_.seed, epoch_, next_op_, comm_->size());
-        doing("op %lld epoch %lld rank %d of %d: %s count %zu dtype %d op %d root %d", static_cast<long long>(next_op_),
-              static_cast<long long>(epoch_), comm_->rank(), comm_->size(), kind_name(s.kind), s.count,
-              static_cast<int>(s.dtype), static_cast<int>(s.op), static_cast<int>(s.root_pick % static_cast<uint64_t>(comm_->size())));
+        doing("op %lld epoch %lld rank %d of %d: %s count %zu dtype %d op %d root %d",
+              static_cast<long long>(next_op_), static_cast<long long>(epoch_), comm_->rank(),
+              comm_->size(), kind_name(s.kind), s.count, static_cast<int>(s.dtype),
+              static_cast<int>(s.op),
+              static_cast<int>(s.root_pick % static_cast<uint64_t>(comm_->size())));
         if (trace_)
-          std::fprintf(stderr, "op %lld epoch %lld: %s count %zu dtype %d op %d root %d\n", static_cast<long long>(next_op_),
-                       static_cast<long long>(epoch_), kind_name(s.kind), s.count, static_cast<int>(s.dtype),
-                       static_cast<int>(s.op), static_cast<int>(s.root_pick % static_cast<uint64_t>(comm_->size())));
+          std::fprintf(stderr, "op %lld epoch %lld: %s count %zu dtype %d op %d root %d\n",
+                       static_cast<long long>(next_op_), static_cast<long long>(epoch_),
+                       kind_name(s.kind), s.count, static_cast<int>(s.dtype),
+                       static_cast<int>(s.op),
+                       static_cast<int>(s.root_pick % static_cast<uint64_t>(comm_->size())));
         const std::string bad = run_op(*comm_, s, members_, a_.id, epoch_, next_op_);
         if (!bad.empty()) {
-          event({{"ev", "corrupt"}, {"op", next_op_}, {"epoch", epoch_}, {"what", bad}, {"members", members_}});
+          event({{"ev", "corrupt"},
+                 {"op", next_op_},
+                 {"epoch", epoch_},
+                 {"what", bad},
+                 {"members", members_}});
           std::fprintf(stderr, "CORRUPT op %lld epoch %lld: %s\n", static_cast<long long>(next_op_),
                        static_cast<long long>(epoch_), bad.c_str());
           return kExitCorrupt;
@@ -449,18 +528,27 @@ class Worker {
         const double t = now_wall_ms();
         if (detect_t == 0) detect_t = t;
         failed_op = next_op_;
-        event({{"ev", "detect"}, {"code", std::string(shoal::to_string(e.code()))}, {"peer", e.peer()},
-               {"op", next_op_}, {"epoch", epoch_}, {"size", comm_->size()}, {"what", e.what()}});
+        event({{"ev", "detect"},
+               {"code", std::string(shoal::to_string(e.code()))},
+               {"peer", e.peer()},
+               {"op", next_op_},
+               {"epoch", epoch_},
+               {"size", comm_->size()},
+               {"what", e.what()}});
         const auto t0 = Steady::now();
-        doing("shrink after op %lld epoch %lld failed", static_cast<long long>(next_op_), static_cast<long long>(epoch_));
+        doing("shrink after op %lld epoch %lld failed", static_cast<long long>(next_op_),
+              static_cast<long long>(epoch_));
         std::optional<shoal::Communicator> next;
         try {
           next.emplace(comm_->shrink());
         } catch (const shoal::Error& e2) {
-          const bool excluded = e2.code() == shoal::ErrorCode::PeerFailure && e2.peer() == comm_->rank() &&
-                                std::string(e2.what()).find("without this rank") != std::string::npos;
-          event({{"ev", excluded ? "excluded" : "shrink_failed"}, {"code", std::string(shoal::to_string(e2.code()))},
-                 {"ms", since_ms(t0)}, {"what", e2.what()}});
+          const bool excluded =
+              e2.code() == shoal::ErrorCode::PeerFailure && e2.peer() == comm_->rank() &&
+              std::string(e2.what()).find("without this rank") != std::string::npos;
+          event({{"ev", excluded ? "excluded" : "shrink_failed"},
+                 {"code", std::string(shoal::to_string(e2.code()))},
+                 {"ms", since_ms(t0)},
+                 {"what", e2.what()}});
           return excluded ? kExitExcluded : kExitCannot;
         }
         const double shrink_ms = since_ms(t0);
@@ -468,8 +556,12 @@ class Worker {
         const auto t1 = Steady::now();
         comm_.reset();  // the old communicator
         comm_.emplace(std::move(*next));
-        event({{"ev", "shrink"}, {"ms", shrink_ms}, {"destroy_ms", since_ms(t1)}, {"from", old_size},
-               {"to", comm_->size()}, {"since_detect_ms", now_wall_ms() - detect_t}});
+        event({{"ev", "shrink"},
+               {"ms", shrink_ms},
+               {"destroy_ms", since_ms(t1)},
+               {"from", old_size},
+               {"to", comm_->size()},
+               {"since_detect_ms", now_wall_ms() - detect_t}});
         need_sync_ = true;
       } catch (const std::exception& e) {
         event({{"ev", "error"}, {"stage", "loop"}, {"what", e.what()}});
@@ -481,12 +573,14 @@ class Worker {
   WorkerArgs a_;
   FILE* log_ = nullptr;
   std::shared_ptr<shoal::TcpStore> base_;
-  std::optional<shoal::Communicator> comm_;  // (optional: Communicator() does not compile outside the library)
+  std::optional<shoal::Communicator>
+      comm_;  // (optional: Communicator() does not compile outside the library)
   std::vector<int> members_;
   int64_t epoch_ = 0, next_op_ = 0, verified_ = 0, skipped_ = 0, redone_ = 0;
   int transitions_ = 0, fds_base_ = 0, threads_base_ = 0;
   bool fresh_ = false, need_sync_ = false;
-  const bool trace_ = std::getenv("CHAOS_TRACE") != nullptr;  // every op on stderr (the worker's .log)
+  const bool trace_ =
+      std::getenv("CHAOS_TRACE") != nullptr;  // every op on stderr (the worker's .log)
   Steady::time_point last_progress_ = Steady::now();
 };
 
@@ -520,7 +614,7 @@ struct Status {
 struct Fault {
   int index = 0;
   std::string kind;
-  double t_inject = 0;  // wall ms
+  double t_inject = 0;       // wall ms
   std::vector<int> victims;  // stable ids
   int victim_gen = -1;       // kill, freeze: the victim's generation
   std::string detail;
@@ -568,7 +662,8 @@ double median(std::vector<double> v) {
 }
 json stats(const std::vector<double>& v) {
   if (v.empty()) return json{{"n", 0}};
-  return json{{"n", v.size()}, {"median", std::round(median(v) * 10) / 10},
+  return json{{"n", v.size()},
+              {"median", std::round(median(v) * 10) / 10},
               {"max", std::round(*std::max_element(v.begin(), v.end()) * 10) / 10}};
 }
 
@@ -586,7 +681,8 @@ class Driver {
     }
     for (const auto& k : kinds_)
       if (k != "kill" && k != "freeze" && k != "cut") {
-        std::fprintf(stderr, "shoal-chaos: unknown fault kind '%s' (kill, freeze, cut)\n", k.c_str());
+        std::fprintf(stderr, "shoal-chaos: unknown fault kind '%s' (kill, freeze, cut)\n",
+                     k.c_str());
         return kExitUsage;
       }
     shm_before_ = shm_segments();
@@ -603,10 +699,13 @@ class Driver {
     store_ = std::make_shared<shoal::TcpStore>("127.0.0.1", 0, so);
     store_addr_ = "127.0.0.1:" + std::to_string(store_->port());
     faults_log_ = std::fopen((a_.out + "/faults.jsonl").c_str(), "w");
-    std::printf("shoal-chaos: %d ranks, %.0f s, faults %s every ~%.1f s, seed %llu, store %s, transport %s, "
-                "timeout %.0f s -> %s\n",
-                a_.ranks, a_.duration, a_.faults.c_str(), a_.fault_every, static_cast<unsigned long long>(a_.seed),
-                store_addr_.c_str(), a_.transport.c_str(), a_.timeout, a_.out.c_str());
+    std::printf(
+        "shoal-chaos: %d ranks, %.0f s, faults %s every ~%.1f s, seed %llu, store %s, transport "
+        "%s, "
+        "timeout %.0f s -> %s\n",
+        a_.ranks, a_.duration, a_.faults.c_str(), a_.fault_every,
+        static_cast<unsigned long long>(a_.seed), store_addr_.c_str(), a_.transport.c_str(),
+        a_.timeout, a_.out.c_str());
     std::fflush(stdout);
     procs_.resize(a_.ranks);
     t0_ = Steady::now();
@@ -623,10 +722,16 @@ class Driver {
   void spawn(int id, bool joiner) {
     Proc& p = procs_[id];
     ++p.gen;
-    const std::string logp = a_.out + "/worker-" + std::to_string(id) + "-" + std::to_string(p.gen) + ".log";
-    std::vector<std::string> argv = {"shoal-chaos", "worker", "--id", std::to_string(id), "--gen", std::to_string(p.gen),
-                                     "--ranks", std::to_string(a_.ranks), "--store", store_addr_, "--out", a_.out,
-                                     "--seed", std::to_string(a_.seed), "--grow-every", std::to_string(a_.grow_every)};
+    const std::string logp =
+        a_.out + "/worker-" + std::to_string(id) + "-" + std::to_string(p.gen) + ".log";
+    std::vector<std::string> argv = {"shoal-chaos",  "worker",
+                                     "--id",         std::to_string(id),
+                                     "--gen",        std::to_string(p.gen),
+                                     "--ranks",      std::to_string(a_.ranks),
+                                     "--store",      store_addr_,
+                                     "--out",        a_.out,
+                                     "--seed",       std::to_string(a_.seed),
+                                     "--grow-every", std::to_string(a_.grow_every)};
     if (joiner) argv.push_back("--joiner");
     const pid_t driver = getpid();
     const pid_t pid = fork();
@@ -681,7 +786,9 @@ class Driver {
         p.exit_codes.push_back(code);
         exits_.push_back({{"id", id}, {"gen", p.gen}, {"code", code}, {"t", now_s()}});
         if (code == kExitCorrupt) corrupt_exit_ = true;
-        if (!stopping_) p.restart_at = now_s() + (code == 128 + SIGKILL ? a_.restart_delay * (0.7 + 0.6 * uni()) : 1.0);
+        if (!stopping_)
+          p.restart_at =
+              now_s() + (code == 128 + SIGKILL ? a_.restart_delay * (0.7 + 0.6 * uni()) : 1.0);
       }
     }
   }
@@ -730,9 +837,14 @@ class Driver {
     std::fflush(faults_log_);
   }
 
-  // One TCP connection between two live member workers: {local addr, local port, peer addr, peer port, pid a, pid b}.
+  // One TCP connection between two live member workers: {local addr, local port, peer addr, peer
+  // port, pid a, pid b}.
   bool pick_connection(const std::set<pid_t>& pids, std::string* cmd, int* a_id, int* b_id) {
-    struct Sock { std::string laddr, paddr; int lport, pport; pid_t pid; };
+    struct Sock {
+      std::string laddr, paddr;
+      int lport, pport;
+      pid_t pid;
+    };
     std::vector<Sock> socks;
     std::istringstream is(sh("ss -tnpH state established 2>/dev/null"));
     for (std::string line; std::getline(is, line);) {
@@ -755,7 +867,8 @@ class Driver {
       };
       Sock k;
       k.pid = pid;
-      if (!split(tok[u - 2], &k.laddr, &k.lport) || !split(tok[u - 1], &k.paddr, &k.pport)) continue;
+      if (!split(tok[u - 2], &k.laddr, &k.lport) || !split(tok[u - 1], &k.paddr, &k.pport))
+        continue;
       socks.push_back(k);
     }
     std::map<std::pair<std::string, int>, pid_t> owner;
@@ -771,8 +884,8 @@ class Driver {
       if (s.size() > 2 && s.front() == '[' && s.back() == ']') s = s.substr(1, s.size() - 2);
       return s;
     };
-    *cmd = "ss -K dst " + strip(k.paddr) + " dport = :" + std::to_string(k.pport) + " src " + strip(k.laddr) +
-           " sport = :" + std::to_string(k.lport);
+    *cmd = "ss -K dst " + strip(k.paddr) + " dport = :" + std::to_string(k.pport) + " src " +
+           strip(k.laddr) + " sport = :" + std::to_string(k.lport);
     const pid_t other = owner[{k.paddr, k.pport}];
     *a_id = *b_id = -1;
     for (int id = 0; id < a_.ranks; ++id) {
@@ -827,17 +940,26 @@ class Driver {
     f.index = static_cast<int>(faults_.size());
     if (!faults_.empty() && faults_.back().t_end == 0) faults_.back().t_end = f.t_inject;
     faults_.push_back(f);
-    log_fault({{"event", "inject"}, {"index", f.index}, {"kind", kind}, {"t", f.t_inject}, {"victims", f.victims},
-               {"detail", f.detail}, {"epoch_before", epoch}, {"size_before", size}});
-    std::printf("[%6.1fs] fault %d: %s %s (group of %lld at epoch %lld)\n", now_s(), f.index, kind.c_str(),
-                kind == "cut" ? (std::to_string(f.victims[0]) + "<->" + std::to_string(f.victims[1])).c_str()
-                              : std::to_string(f.victims[0]).c_str(),
+    log_fault({{"event", "inject"},
+               {"index", f.index},
+               {"kind", kind},
+               {"t", f.t_inject},
+               {"victims", f.victims},
+               {"detail", f.detail},
+               {"epoch_before", epoch},
+               {"size_before", size}});
+    std::printf("[%6.1fs] fault %d: %s %s (group of %lld at epoch %lld)\n", now_s(), f.index,
+                kind.c_str(),
+                kind == "cut"
+                    ? (std::to_string(f.victims[0]) + "<->" + std::to_string(f.victims[1])).c_str()
+                    : std::to_string(f.victims[0]).c_str(),
                 static_cast<long long>(size), static_cast<long long>(epoch));
     std::fflush(stdout);
     return true;
   }
 
-  // Is the last fault recovered: a complete group at a later epoch, without the killed or frozen one?
+  // Is the last fault recovered: a complete group at a later epoch, without the killed or frozen
+  // one?
   void check_recovery() {
     if (faults_.empty()) return;
     Fault& f = faults_.back();
@@ -856,10 +978,14 @@ class Driver {
         f.epoch_after = epoch;
         f.next_op_after = next_op;
         pending_done_ = true;
-        log_fault({{"event", "recovered"}, {"index", f.index}, {"ms", f.recover_ms}, {"epoch", epoch}, {"size", size},
+        log_fault({{"event", "recovered"},
+                   {"index", f.index},
+                   {"ms", f.recover_ms},
+                   {"epoch", epoch},
+                   {"size", size},
                    {"members", ids}});
-        std::printf("[%6.1fs]   recovered in %.0f ms: group of %lld at epoch %lld\n", now_s(), f.recover_ms,
-                    static_cast<long long>(size), static_cast<long long>(epoch));
+        std::printf("[%6.1fs]   recovered in %.0f ms: group of %lld at epoch %lld\n", now_s(),
+                    f.recover_ms, static_cast<long long>(size), static_cast<long long>(epoch));
         std::fflush(stdout);
       }
     }
@@ -867,8 +993,10 @@ class Driver {
       pending_done_ = true;
       json st = json::object();
       for (const auto& [id, x] : statuses())
-        st[std::to_string(id)] = {{"gen", x.gen}, {"epoch", x.epoch}, {"size", x.size}, {"next_op", x.next_op}};
-      log_fault({{"event", "not_recovered"}, {"index", f.index}, {"waited_s", waited}, {"statuses", st}});
+        st[std::to_string(id)] = {
+            {"gen", x.gen}, {"epoch", x.epoch}, {"size", x.size}, {"next_op", x.next_op}};
+      log_fault(
+          {{"event", "not_recovered"}, {"index", f.index}, {"waited_s", waited}, {"statuses", st}});
       dump_stacks("fault not recovered");
       std::printf("[%6.1fs]   fault %d NOT recovered within %.0f s\n", now_s(), f.index, waited);
       std::fflush(stdout);
@@ -885,10 +1013,12 @@ class Driver {
       kill(p.pid, SIGCONT);
       kill(p.pid, SIGUSR1);
       if (gdb)
-        sh("timeout -s KILL 20 gdb -p " + std::to_string(p.pid) + " -batch -ex 'thread apply all bt' > " + a_.out +
-           "/stacks-" + std::to_string(id) + "-" + std::to_string(p.gen) + ".txt 2>&1");
+        sh("timeout -s KILL 20 gdb -p " + std::to_string(p.pid) +
+           " -batch -ex 'thread apply all bt' > " + a_.out + "/stacks-" + std::to_string(id) + "-" +
+           std::to_string(p.gen) + ".txt 2>&1");
     }
-    std::printf("[%6.1fs] %s: stacks and SIGUSR1 notes of the running workers are in %s\n", now_s(), why, a_.out.c_str());
+    std::printf("[%6.1fs] %s: stacks and SIGUSR1 notes of the running workers are in %s\n", now_s(),
+                why, a_.out.c_str());
     std::fflush(stdout);
   }
 
@@ -914,14 +1044,16 @@ class Driver {
     while (now_s() < a_.duration) {
       reap();
       for (int id = 0; id < a_.ranks; ++id)
-        if (!procs_[id].running && procs_[id].restart_at > 0 && now_s() >= procs_[id].restart_at) spawn(id, true);
+        if (!procs_[id].running && procs_[id].restart_at > 0 && now_s() >= procs_[id].restart_at)
+          spawn(id, true);
       check_recovery();
       const int64_t p = progress();
       if (p != last_progress) last_progress = p, last_progress_t = now_s();
       if (now_s() - last_progress_t > recover_bound_s() + 10) {
         stalled_ = true;
         dump_stacks("stalled");
-        std::printf("[%6.1fs] no progress for %.0f s: stopping\n", now_s(), now_s() - last_progress_t);
+        std::printf("[%6.1fs] no progress for %.0f s: stopping\n", now_s(),
+                    now_s() - last_progress_t);
         break;
       }
       if (corrupt_exit_) break;
@@ -949,10 +1081,12 @@ class Driver {
     while (now_s() < settle_end && !corrupt_exit_ && !stalled_) {
       reap();
       for (int id = 0; id < a_.ranks; ++id)
-        if (!procs_[id].running && procs_[id].restart_at > 0 && now_s() >= procs_[id].restart_at) spawn(id, true);
+        if (!procs_[id].running && procs_[id].restart_at > 0 && now_s() >= procs_[id].restart_at)
+          spawn(id, true);
       check_recovery();
       int64_t epoch = 0, size = 0, next_op = 0;
-      if (pending_done_ && frozen_id_ < 0 && thaw_settled() && current_group(&epoch, &size, &next_op, nullptr) && size == a_.ranks) {
+      if (pending_done_ && frozen_id_ < 0 && thaw_settled() &&
+          current_group(&epoch, &size, &next_op, nullptr) && size == a_.ranks) {
         full = true;
         final_epoch_ = epoch;
         break;
@@ -962,7 +1096,8 @@ class Driver {
     if (frozen_id_ >= 0) thaw();
     regrown_ = full;
     if (!faults_.empty() && faults_.back().t_end == 0) faults_.back().t_end = now_wall_ms();
-    std::printf("[%6.1fs] stopping (%s)\n", now_s(), full ? "group back at full size" : "group NOT back at full size");
+    std::printf("[%6.1fs] stopping (%s)\n", now_s(),
+                full ? "group back at full size" : "group NOT back at full size");
     std::fflush(stdout);
     stopping_ = true;
     store_->set("chaos/stop", "1");
@@ -983,8 +1118,8 @@ class Driver {
         std::ifstream in(std::string("/proc/") + e->d_name + "/cmdline");
         std::string cmd((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
         std::replace(cmd.begin(), cmd.end(), '\0', ' ');
-        if (cmd.find("worker") != std::string::npos && cmd.find(store_addr_ + " ") != std::string::npos &&
-            std::atoi(e->d_name) != getpid())
+        if (cmd.find("worker") != std::string::npos &&
+            cmd.find(store_addr_ + " ") != std::string::npos && std::atoi(e->d_name) != getpid())
           leftover_procs_.push_back(std::atoi(e->d_name));
       }
       closedir(d);
@@ -997,7 +1132,8 @@ class Driver {
     if (DIR* d = opendir(a_.out.c_str())) {
       while (dirent* e = readdir(d)) {
         const std::string n = e->d_name;
-        if (n.rfind("worker-", 0) != 0 || n.size() < 6 || n.substr(n.size() - 6) != ".jsonl") continue;
+        if (n.rfind("worker-", 0) != 0 || n.size() < 6 || n.substr(n.size() - 6) != ".jsonl")
+          continue;
         std::ifstream in(a_.out + "/" + n);
         for (std::string line; std::getline(in, line);) {
           try {
@@ -1008,20 +1144,24 @@ class Driver {
       }
       closedir(d);
     }
-    std::sort(events.begin(), events.end(), [](const json& x, const json& y) { return x["t"].get<double>() < y["t"].get<double>(); });
+    std::sort(events.begin(), events.end(), [](const json& x, const json& y) {
+      return x["t"].get<double>() < y["t"].get<double>();
+    });
 
-    int64_t ops_verified = 0, ops_skipped = 0, corrupt = 0, reissued = 0, grows = 0, joins = 0, excluded = 0;
+    int64_t ops_verified = 0, ops_skipped = 0, corrupt = 0, reissued = 0, grows = 0, joins = 0,
+            excluded = 0;
     int64_t final_next_op = 0;
     std::vector<double> shrink_ms, detect_all, recover_all;
     std::map<std::string, std::vector<double>> detect_by_kind, shrink_by_kind, recover_by_kind;
     std::map<std::string, int> detect_codes;
     json leaks = json::array();
-    std::map<std::pair<int, int>, json> first_at_size;  // (id*1000+gen, size) -> first membership record
+    std::map<std::pair<int, int>, json>
+        first_at_size;  // (id*1000+gen, size) -> first membership record
     std::map<std::pair<int, int>, int> last_skipped;
     int spurious = 0;
-  json dropped = json::array();  // live workers a shrink left out
-  std::set<std::string> grow_names;
-  std::set<std::pair<int, int>> seen_detect;  // (id*1000+gen, fault index)
+    json dropped = json::array();  // live workers a shrink left out
+    std::set<std::string> grow_names;
+    std::set<std::pair<int, int>> seen_detect;  // (id*1000+gen, fault index)
     for (const auto& j : events) {
       const std::string ev = j.value("ev", "");
       const int id = j.value("id", -1), gen = j.value("gen", -1);
@@ -1029,9 +1169,14 @@ class Driver {
         ops_verified += j.value("ops_verified", 0);
         final_next_op = std::max<int64_t>(final_next_op, j.value("next_op", 0));
         if (j.value("code", -1) == kExitDone && j.value("transitions", 0) > 0) {
-          const int dfd = j.value("fds", 0) - j.value("fds_base", 0), dth = j.value("threads", 0) - j.value("threads_base", 0);
+          const int dfd = j.value("fds", 0) - j.value("fds_base", 0),
+                    dth = j.value("threads", 0) - j.value("threads_base", 0);
           if (dfd > 0 || dth > 0)
-            leaks.push_back({{"id", id}, {"gen", gen}, {"kind", "after the last communicator"}, {"fds_more", dfd}, {"threads_more", dth}});
+            leaks.push_back({{"id", id},
+                             {"gen", gen},
+                             {"kind", "after the last communicator"},
+                             {"fds_more", dfd},
+                             {"threads_more", dth}});
         }
       } else if (ev == "membership") {
         last_skipped[{id, gen}] = j.value("skipped", 0);
@@ -1040,10 +1185,15 @@ class Driver {
         if (it == first_at_size.end()) {
           first_at_size[key] = j;
         } else {
-          const int dfd = j.value("fds", 0) - it->second.value("fds", 0), dth = j.value("threads", 0) - it->second.value("threads", 0);
+          const int dfd = j.value("fds", 0) - it->second.value("fds", 0),
+                    dth = j.value("threads", 0) - it->second.value("threads", 0);
           if (dfd > 2 || dth > 1)
-            leaks.push_back({{"id", id}, {"gen", gen}, {"kind", "growth at world size " + std::to_string(key.second)},
-                             {"epoch", j.value("epoch", 0)}, {"fds_more", dfd}, {"threads_more", dth}});
+            leaks.push_back({{"id", id},
+                             {"gen", gen},
+                             {"kind", "growth at world size " + std::to_string(key.second)},
+                             {"epoch", j.value("epoch", 0)},
+                             {"fds_more", dfd},
+                             {"threads_more", dth}});
         }
       } else if (ev == "corrupt") {
         ++corrupt;
@@ -1061,19 +1211,25 @@ class Driver {
         bool frozen_victim = false;
         for (const auto& x : faults_) {
           if (x.t_inject <= t + 1) f = &x;
-          frozen_victim |= x.kind == "freeze" && x.victims.front() == id && x.victim_gen == gen && x.t_inject <= t + 1;
+          frozen_victim |= x.kind == "freeze" && x.victims.front() == id && x.victim_gen == gen &&
+                           x.t_inject <= t + 1;
         }
         if (!frozen_victim)
-          dropped.push_back({{"id", id}, {"gen", gen}, {"fault", f ? f->index : -1}, {"kind", f ? f->kind : "none"}});
+          dropped.push_back({{"id", id},
+                             {"gen", gen},
+                             {"fault", f ? f->index : -1},
+                             {"kind", f ? f->kind : "none"}});
       } else if (ev == "detect" || ev == "shrink") {
         // Which fault? The latest injected at or before it.
         const double t = j["t"].get<double>();
         const Fault* f = nullptr;
         for (const auto& x : faults_)
           if (x.t_inject <= t + 1) f = &x;
-        bool victim = f && f->kind != "cut" && std::find(f->victims.begin(), f->victims.end(), id) != f->victims.end();
+        bool victim = f && f->kind != "cut" &&
+                      std::find(f->victims.begin(), f->victims.end(), id) != f->victims.end();
         for (const auto& x : faults_)
-          victim |= x.kind == "freeze" && x.victims.front() == id && x.victim_gen == gen && x.t_inject <= t + 1;  // thawed
+          victim |= x.kind == "freeze" && x.victims.front() == id && x.victim_gen == gen &&
+                    x.t_inject <= t + 1;  // thawed
         const bool outside = !f || (f->recovered && t > f->t_inject + f->recover_ms + 2000) ||
                              (!f->recovered && f->t_end > 0 && t > f->t_end);
         if (ev == "shrink") {
@@ -1085,7 +1241,8 @@ class Driver {
         if (outside && !victim) {
           ++spurious;
         } else if (!victim && seen_detect.insert({id * 1000 + gen, f->index}).second) {
-          const double d = std::max(0.0, t - f->t_inject);  // the first detection of this worker for this fault
+          const double d =
+              std::max(0.0, t - f->t_inject);  // the first detection of this worker for this fault
           detect_all.push_back(d);
           detect_by_kind[f->kind].push_back(d);
         }
@@ -1103,24 +1260,34 @@ class Driver {
       // survived: a complete group formed without the victim and the job went on past it
       const bool ok = f.recovered && final_next_op > f.next_op_after;
       if (ok) ++survived, surv[f.kind]++;
-      if (f.recovered) recover_all.push_back(f.recover_ms), recover_by_kind[f.kind].push_back(f.recover_ms);
+      if (f.recovered)
+        recover_all.push_back(f.recover_ms), recover_by_kind[f.kind].push_back(f.recover_ms);
     }
     for (const auto& k : kinds_)
-      by_kind[k] = {{"injected", inj[k]}, {"survived", surv[k]}, {"detect_ms", stats(detect_by_kind[k])},
-                    {"shrink_ms", stats(shrink_by_kind[k])}, {"recover_ms", stats(recover_by_kind[k])}};
+      by_kind[k] = {{"injected", inj[k]},
+                    {"survived", surv[k]},
+                    {"detect_ms", stats(detect_by_kind[k])},
+                    {"shrink_ms", stats(shrink_by_kind[k])},
+                    {"recover_ms", stats(recover_by_kind[k])}};
     const auto shm_after = shm_segments(&spawned_);
     json shm_leaked = json::array();
     for (const auto& s : shm_after)
       if (!shm_before_.count(s)) shm_leaked.push_back(s);
     json faults = json::array();
     for (const auto& f : faults_)
-      faults.push_back({{"index", f.index}, {"kind", f.kind}, {"victims", f.victims}, {"detail", f.detail},
-                        {"size_before", f.size_before}, {"size_after", f.size_after}, {"recovered", f.recovered},
+      faults.push_back({{"index", f.index},
+                        {"kind", f.kind},
+                        {"victims", f.victims},
+                        {"detail", f.detail},
+                        {"size_before", f.size_before},
+                        {"size_after", f.size_after},
+                        {"recovered", f.recovered},
                         {"recover_ms", f.recover_ms}});
     json exits = exits_;
     const int64_t lost = ops_skipped;
-    const bool ok = (injected > 0 || kinds_.empty()) && survived == injected && lost == 0 && corrupt == 0 && !corrupt_exit_ && leaks.empty() &&
-                    shm_leaked.empty() && hung_.empty() && leftover_procs_.empty() && !stalled_ && regrown_ &&
+    const bool ok = (injected > 0 || kinds_.empty()) && survived == injected && lost == 0 &&
+                    corrupt == 0 && !corrupt_exit_ && leaks.empty() && shm_leaked.empty() &&
+                    hung_.empty() && leftover_procs_.empty() && !stalled_ && regrown_ &&
                     (!a_.strict || dropped.empty());
     json s = {
         {"ok", ok},
@@ -1163,29 +1330,40 @@ class Driver {
     auto ms = [](const json& st) {
       if (st.value("n", 0) == 0) return std::string("-");
       char b[64];
-      std::snprintf(b, sizeof b, "median %.0f ms, max %.0f ms", st["median"].get<double>(), st["max"].get<double>());
+      std::snprintf(b, sizeof b, "median %.0f ms, max %.0f ms", st["median"].get<double>(),
+                    st["max"].get<double>());
       return std::string(b);
     };
     std::printf("\n== shoal-chaos summary (%s) ==\n", ok ? "PASS" : "FAIL");
     for (const auto& k : kinds_)
-      std::printf("  %-7s injected %d, survived %d; detect %s; shrink %s\n", k.c_str(), inj[k], surv[k],
-                  ms(by_kind[k]["detect_ms"]).c_str(), ms(by_kind[k]["shrink_ms"]).c_str());
+      std::printf("  %-7s injected %d, survived %d; detect %s; shrink %s\n", k.c_str(), inj[k],
+                  surv[k], ms(by_kind[k]["detect_ms"]).c_str(),
+                  ms(by_kind[k]["shrink_ms"]).c_str());
     std::printf("  faults: %d injected, %d survived\n", injected, survived);
-    std::printf("  time to detect: %s (%zu detections)\n", ms(s["detect_ms"]).c_str(), detect_all.size());
-    std::printf("  time to shrink: %s; fault to new group: %s\n", ms(s["shrink_ms"]).c_str(), ms(s["recover_ms"]).c_str());
-    std::printf("  ops: %lld verified (%lld distinct op indices), %lld re-issued after a failure, %lld lost, %lld corrupt\n",
-                static_cast<long long>(ops_verified), static_cast<long long>(final_next_op),
-                static_cast<long long>(reissued), static_cast<long long>(lost), static_cast<long long>(s["ops_corrupt"].get<int64_t>()));
-    std::printf("  restarts %d, grows %lld, joins %lld, excluded by shrink %lld (%zu of them alive, not frozen), "
-                "errors outside faults %d, back at full size: %s\n",
-                restarts_, static_cast<long long>(grows), static_cast<long long>(joins), static_cast<long long>(excluded),
-                dropped.size(), spurious, regrown_ ? "yes" : "NO");
-    std::printf("  leaks: %zu fd/thread, %zu shm segments, %zu hung workers, %zu leftover processes\n", leaks.size(),
-                shm_leaked.size(), hung_.size(), leftover_procs_.size());
+    std::printf("  time to detect: %s (%zu detections)\n", ms(s["detect_ms"]).c_str(),
+                detect_all.size());
+    std::printf("  time to shrink: %s; fault to new group: %s\n", ms(s["shrink_ms"]).c_str(),
+                ms(s["recover_ms"]).c_str());
+    std::printf(
+        "  ops: %lld verified (%lld distinct op indices), %lld re-issued after a failure, %lld "
+        "lost, %lld corrupt\n",
+        static_cast<long long>(ops_verified), static_cast<long long>(final_next_op),
+        static_cast<long long>(reissued), static_cast<long long>(lost),
+        static_cast<long long>(s["ops_corrupt"].get<int64_t>()));
+    std::printf(
+        "  restarts %d, grows %lld, joins %lld, excluded by shrink %lld (%zu of them alive, not "
+        "frozen), "
+        "errors outside faults %d, back at full size: %s\n",
+        restarts_, static_cast<long long>(grows), static_cast<long long>(joins),
+        static_cast<long long>(excluded), dropped.size(), spurious, regrown_ ? "yes" : "NO");
+    std::printf(
+        "  leaks: %zu fd/thread, %zu shm segments, %zu hung workers, %zu leftover processes\n",
+        leaks.size(), shm_leaked.size(), hung_.size(), leftover_procs_.size());
     if (!dropped.empty())
-      std::printf("  WARNING: %zu live worker(s) left out by a shrink (%s): %s\n", dropped.size(),
-                  a_.strict ? "fails the run (--strict)" : "restarted as joiners; --strict fails the run",
-                  dropped.dump().c_str());
+      std::printf(
+          "  WARNING: %zu live worker(s) left out by a shrink (%s): %s\n", dropped.size(),
+          a_.strict ? "fails the run (--strict)" : "restarted as joiners; --strict fails the run",
+          dropped.dump().c_str());
     std::printf("  details: %s/summary.json\n", a_.out.c_str());
     return ok ? 0 : 1;
   }
@@ -1206,15 +1384,19 @@ class Driver {
   // The thawed worker left (or the bound passed): the fault is over.
   bool thaw_settled() {
     if (thawed_id_ < 0) return true;
-    if (procs_[thawed_id_].pid != thawed_pid_ || !procs_[thawed_id_].running || now_s() - thawed_at_ > 2 * a_.timeout + 5) {
+    if (procs_[thawed_id_].pid != thawed_pid_ || !procs_[thawed_id_].running ||
+        now_s() - thawed_at_ > 2 * a_.timeout + 5) {
       if (procs_[thawed_id_].pid == thawed_pid_ && procs_[thawed_id_].running)
-        log_fault({{"event", "thawed_worker_still_running"}, {"id", thawed_id_}, {"waited_s", now_s() - thawed_at_}});
+        log_fault({{"event", "thawed_worker_still_running"},
+                   {"id", thawed_id_},
+                   {"waited_s", now_s() - thawed_at_}});
       thawed_id_ = -1;
       return true;
     }
     return false;
   }
-  bool pending_done_ = true, stopping_ = false, corrupt_exit_ = false, stalled_ = false, regrown_ = false;
+  bool pending_done_ = true, stopping_ = false, corrupt_exit_ = false, stalled_ = false,
+       regrown_ = false;
   int64_t final_epoch_ = 0;
   std::set<std::string> shm_before_;
   std::set<pid_t> spawned_;  // every worker process started, for the /dev/shm check
@@ -1225,24 +1407,32 @@ class Driver {
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"shoal-chaos: random verified collectives while ranks are killed, frozen and cut (issue 8)"};
+  CLI::App app{
+      "shoal-chaos: random verified collectives while ranks are killed, frozen and cut (issue 8)"};
   app.require_subcommand(1);
   RunArgs r;
   auto* run = app.add_subcommand("run", "host the store, start the workers, inject faults, report");
   run->add_option("--ranks", r.ranks, "worker processes")->check(CLI::Range(3, 64));
   run->add_option("--duration", r.duration, "seconds of fault injection");
   run->add_option("--seed", r.seed, "seed of the operations and of the faults");
-  run->add_option("--faults", r.faults, "fault kinds: kill,freeze,cut (comma-separated; empty: none)");
-  run->add_option("--fault-every", r.fault_every, "mean seconds between a recovery and the next fault");
+  run->add_option("--faults", r.faults,
+                  "fault kinds: kill,freeze,cut (comma-separated; empty: none)");
+  run->add_option("--fault-every", r.fault_every,
+                  "mean seconds between a recovery and the next fault");
   run->add_option("--out", r.out, "output directory");
   run->add_option("--transport", r.transport, "SHOAL_TRANSPORT of the workers (cut needs tcp)")
       ->check(CLI::IsMember({"tcp", "auto", "shm"}));
-  run->add_option("--timeout", r.timeout, "SHOAL_TIMEOUT of the workers, seconds")->check(CLI::Range(1.0, 600.0));
-  run->add_option("--shrink-wait", r.shrink_wait, "SHOAL_SHRINK_WAIT of the workers, seconds")->check(CLI::Range(1.0, 600.0));
-  run->add_option("--restart-delay", r.restart_delay, "seconds before a killed worker is restarted (jittered)");
-  run->add_flag("--strict", r.strict, "fail when a shrink leaves out a live, unfrozen worker (e.g. after a cut)");
+  run->add_option("--timeout", r.timeout, "SHOAL_TIMEOUT of the workers, seconds")
+      ->check(CLI::Range(1.0, 600.0));
+  run->add_option("--shrink-wait", r.shrink_wait, "SHOAL_SHRINK_WAIT of the workers, seconds")
+      ->check(CLI::Range(1.0, 600.0));
+  run->add_option("--restart-delay", r.restart_delay,
+                  "seconds before a killed worker is restarted (jittered)");
+  run->add_flag("--strict", r.strict,
+                "fail when a shrink leaves out a live, unfrozen worker (e.g. after a cut)");
   run->add_option("--grow-every", r.grow_every,
-                  "ops between checkpoints, where rank 0 reads the stop flag and admits joiners (the driver's stall "
+                  "ops between checkpoints, where rank 0 reads the stop flag and admits joiners "
+                  "(the driver's stall "
                   "watch and the end of the run need them often)")
       ->check(CLI::Range(1, 1000));
   WorkerArgs w;

@@ -1,11 +1,10 @@
 // gloo_bench: shoal-bench's measurement (nccl-tests' method and output) over Gloo, calling
 // the algorithms torch.distributed's gloo backend calls for CPU tensors:
-//   all_reduce     gloo::allreduce, algorithm unspecified (= ring), as torch; GLOO_BENCH_ALLREDUCE=bcube
-//   all_gather     gloo::allgather (ring)
-//   reduce_scatter gloo::ReduceScatterHalvingDoubling (torch copies in and out around it; so do we)
-//   broadcast      gloo::broadcast (binomial tree)
-//   reduce         gloo::reduce (ring reduce-scatter, then gather to the root)
-//   all_to_all     gloo::alltoall (pairwise)
+//   all_reduce     gloo::allreduce, algorithm unspecified (= ring), as torch;
+//   GLOO_BENCH_ALLREDUCE=bcube all_gather     gloo::allgather (ring) reduce_scatter
+//   gloo::ReduceScatterHalvingDoubling (torch copies in and out around it; so do we) broadcast
+//   gloo::broadcast (binomial tree) reduce         gloo::reduce (ring reduce-scatter, then gather
+//   to the root) all_to_all     gloo::alltoall (pairwise)
 // over Gloo's TCP transport.
 //
 // Launch: one process per rank, rank/size from RANK/WORLD_SIZE (torchrun, shoal-run),
@@ -15,20 +14,6 @@
 // Interface: GLOO_SOCKET_IFNAME if set, else the local address that routes to MASTER_ADDR,
 // else loopback.
 #include <arpa/inet.h>
-#include <netdb.h>
-#include <sys/socket.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
-#include <cerrno>
-#include <chrono>
-#include <cstring>
-#include <stdexcept>
-#include <filesystem>
-#include <memory>
-#include <string>
-#include <vector>
-
 #include <gloo/allgather.h>
 #include <gloo/allreduce.h>
 #include <gloo/alltoall.h>
@@ -41,6 +26,19 @@
 #include <gloo/rendezvous/context.h>
 #include <gloo/rendezvous/file_store.h>
 #include <gloo/transport/tcp/device.h>
+#include <netdb.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <filesystem>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <vector>
 
 #include "nccl_tests_driver.h"  // tools/bench/: the measurement shared with shoal-bench
 
@@ -103,9 +101,10 @@ std::string local_address_towards(const char* host) {
   freeaddrinfo(res);
   if (!ok) throw std::runtime_error(std::string("no route to MASTER_ADDR=") + host);
   char buf[INET6_ADDRSTRLEN] = "";
-  const void* a = local.ss_family == AF_INET6
-                      ? static_cast<const void*>(&reinterpret_cast<sockaddr_in6*>(&local)->sin6_addr)
-                      : static_cast<const void*>(&reinterpret_cast<sockaddr_in*>(&local)->sin_addr);
+  const void* a =
+      local.ss_family == AF_INET6
+          ? static_cast<const void*>(&reinterpret_cast<sockaddr_in6*>(&local)->sin6_addr)
+          : static_cast<const void*>(&reinterpret_cast<sockaddr_in*>(&local)->sin_addr);
   inet_ntop(local.ss_family, a, buf, sizeof buf);
   return buf;
 }
@@ -147,7 +146,7 @@ T g_allreduce_scalar(Gloo* g, T v, ReduceFn fn) {
 
 double g_reduce_double(void* c, double v, int op) {
   auto* g = static_cast<Gloo*>(c);
-  ReduceFn fn = op == 1 ? static_cast<ReduceFn>(&gloo::sum<double>)
+  ReduceFn fn = op == 1   ? static_cast<ReduceFn>(&gloo::sum<double>)
                 : op == 2 ? static_cast<ReduceFn>(&gloo::min<double>)
                           : static_cast<ReduceFn>(&gloo::max<double>);
   return g_allreduce_scalar<double>(g, v, fn);
@@ -158,7 +157,9 @@ long long g_sum_ll(void* c, long long v) {
                                        static_cast<ReduceFn>(&gloo::sum<long long>));
 }
 
-int g_has_inplace(void*, Coll c) { return c != COLL_ALL_TO_ALL; }  // gloo::alltoall needs two buffers
+int g_has_inplace(void*, Coll c) {
+  return c != COLL_ALL_TO_ALL;
+}  // gloo::alltoall needs two buffers
 
 int g_can_shift(void*, Coll c, int in_place) { return !(c == COLL_REDUCE_SCATTER && in_place); }
 
@@ -182,10 +183,11 @@ void g_prepare(void* c, Coll coll, void*, void* recv_base_v, size_t count, int i
   g->rs_in_place = in_place;
 }
 
-void g_run(void* c, Coll coll, const void* send_v, void* recv_v, size_t count, int root, int in_place,
-           int) {
+void g_run(void* c, Coll coll, const void* send_v, void* recv_v, size_t count, int root,
+           int in_place, int) {
   auto* g = static_cast<Gloo*>(c);
-  float* send = static_cast<float*>(const_cast<void*>(send_v));  // Gloo's setters take non-const pointers
+  float* send =
+      static_cast<float*>(const_cast<void*>(send_v));  // Gloo's setters take non-const pointers
   float* recv = static_cast<float*>(recv_v);
   const size_t n = static_cast<size_t>(g->size);
   const ReduceFn sum = static_cast<ReduceFn>(&gloo::sum<float>);
@@ -253,8 +255,10 @@ void g_run(void* c, Coll coll, const void* send_v, void* recv_v, size_t count, i
 }  // namespace
 
 int main(int argc, char** argv) {
-  const char* rank_s = first_env({"RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "SLURM_PROCID"}, nullptr);
-  const char* size_s = first_env({"WORLD_SIZE", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "SLURM_NTASKS"}, nullptr);
+  const char* rank_s =
+      first_env({"RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "SLURM_PROCID"}, nullptr);
+  const char* size_s =
+      first_env({"WORLD_SIZE", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "SLURM_NTASKS"}, nullptr);
   const int rank = rank_s ? std::atoi(rank_s) : 0;
   const int size = size_s ? std::atoi(size_s) : 1;
 
@@ -278,9 +282,13 @@ int main(int argc, char** argv) {
     g.rank = rank;
     g.size = size;
     if (const char* a = env("GLOO_BENCH_ALLREDUCE")) {
-      if (!std::strcmp(a, "bcube")) g.allreduce_algo = gloo::AllreduceOptions::Algorithm::BCUBE;
-      else if (!std::strcmp(a, "ring")) g.allreduce_algo = gloo::AllreduceOptions::Algorithm::RING;
-      else throw std::runtime_error(std::string("GLOO_BENCH_ALLREDUCE must be ring or bcube, not ") + a);
+      if (!std::strcmp(a, "bcube"))
+        g.allreduce_algo = gloo::AllreduceOptions::Algorithm::BCUBE;
+      else if (!std::strcmp(a, "ring"))
+        g.allreduce_algo = gloo::AllreduceOptions::Algorithm::RING;
+      else
+        throw std::runtime_error(std::string("GLOO_BENCH_ALLREDUCE must be ring or bcube, not ") +
+                                 a);
     }
 
     gloo::transport::tcp::attr attr;
@@ -299,7 +307,8 @@ int main(int argc, char** argv) {
 
     dir = store_dir();
     if (mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST)
-      throw std::runtime_error("cannot create store directory " + dir + ": " + std::strerror(errno));
+      throw std::runtime_error("cannot create store directory " + dir + ": " +
+                               std::strerror(errno));
     gloo::rendezvous::FileStore store(dir);
     auto ctx = std::make_shared<gloo::rendezvous::Context>(rank, size);
     int timeout_s = env("GLOO_BENCH_TIMEOUT") ? std::atoi(env("GLOO_BENCH_TIMEOUT")) : 300;
@@ -320,7 +329,8 @@ int main(int argc, char** argv) {
                        : o.coll == COLL_BROADCAST ? "gloo::broadcast binomial tree"
                        : o.coll == COLL_REDUCE    ? "gloo::reduce ring + gather"
                                                   : "gloo::alltoall pairwise, no in-place form";
-    std::snprintf(details, sizeof details, "%s; tcp on %s; store %s", algo, where.c_str(), dir.c_str());
+    std::snprintf(details, sizeof details, "%s; tcp on %s; store %s", algo, where.c_str(),
+                  dir.c_str());
 
     PeerOps ops;
     std::memset(&ops, 0, sizeof ops);

@@ -17,7 +17,10 @@ static void mpi_barrier(void* ctx) {
 static double mpi_reduce_double(void* ctx, double v, int op) {
   (void)ctx;
   double out = 0;
-  MPI_Allreduce(&v, &out, 1, MPI_DOUBLE, op == 1 ? MPI_SUM : op == 2 ? MPI_MIN : MPI_MAX,
+  MPI_Allreduce(&v, &out, 1, MPI_DOUBLE,
+                op == 1   ? MPI_SUM
+                : op == 2 ? MPI_MIN
+                          : MPI_MAX,
                 MPI_COMM_WORLD);
   return out;
 }

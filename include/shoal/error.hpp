@@ -10,10 +10,10 @@ enum class ErrorCode {
   InvalidArgument,  // the caller passed something unusable; nothing was sent
   Timeout,          // an operation did not finish within SHOAL_TIMEOUT (or the wait's own limit)
   PeerFailure,      // a peer died, closed its communicator or its connection broke
-  Mismatch,         // ranks issued different calls (collective, count, dtype, root) at the same step
-  Aborted,          // the communicator was aborted or broken by an earlier failure
-  Unauthorized,     // a peer failed authentication
-  Internal,         // a bug or a system call failure shoal did not expect
+  Mismatch,      // ranks issued different calls (collective, count, dtype, root) at the same step
+  Aborted,       // the communicator was aborted or broken by an earlier failure
+  Unauthorized,  // a peer failed authentication
+  Internal,      // a bug or a system call failure shoal did not expect
 };
 
 std::string_view to_string(ErrorCode code);
@@ -32,11 +32,11 @@ class Error : public std::runtime_error {
   int peer_;
 };
 
-#define SHOAL_DEFINE_ERROR(Name)                                                   \
-  class Name##Error : public Error {                                               \
-   public:                                                                         \
-    explicit Name##Error(const std::string& message, int peer = -1)                \
-        : Error(ErrorCode::Name, message, peer) {}                                 \
+#define SHOAL_DEFINE_ERROR(Name)                                    \
+  class Name##Error : public Error {                                \
+   public:                                                          \
+    explicit Name##Error(const std::string& message, int peer = -1) \
+        : Error(ErrorCode::Name, message, peer) {}                  \
   };
 SHOAL_DEFINE_ERROR(InvalidArgument)
 SHOAL_DEFINE_ERROR(Timeout)

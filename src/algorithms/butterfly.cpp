@@ -55,7 +55,8 @@ void butterfly(Schedule& s, const CollectiveArgs& a, PeerFn peer) {
   const Fold f(p, r);
   // The working vector: the output for all_reduce and all_gather, scratch for reduce_scatter
   // (its output holds one block only).
-  const uint64_t n = a.collective == Collective::all_reduce ? block : block * static_cast<uint64_t>(p);
+  const uint64_t n =
+      a.collective == Collective::all_reduce ? block : block * static_cast<uint64_t>(p);
   auto vb = [&](int vr) -> uint64_t {  // first byte of virtual block vr
     if (a.collective == Collective::all_reduce) return block_begin(a.count, f.p2, vr) * es;
     return static_cast<uint64_t>(f.first(vr)) * block;
@@ -110,7 +111,9 @@ void butterfly(Schedule& s, const CollectiveArgs& a, PeerFn peer) {
     for (int st = 0; st < f.levels; ++st) {
       const int q = peer(f.v, st, f.p2);
       const bool lower = f.v < q;
-      auto src = [&](const Run& x) { return from_input ? t.in(x.offset, x.bytes) : acc(x.offset, x.bytes); };
+      auto src = [&](const Run& x) {
+        return from_input ? t.in(x.offset, x.bytes) : acc(x.offset, x.bytes);
+      };
       const auto give = runs(butterfly_blocks(q, st + 1, f.levels, f.p2, peer));
       const auto keep = runs(butterfly_blocks(f.v, st + 1, f.levels, f.p2, peer));
       for (const Run& x : give) t.send(f.real(q), src(x));
@@ -134,8 +137,10 @@ void butterfly(Schedule& s, const CollectiveArgs& a, PeerFn peer) {
   // Gathering half (all_reduce, all_gather): retrace the steps backwards.
   for (int st = f.levels - 1; st >= 0; --st) {
     const int q = peer(f.v, st, f.p2);
-    for (const Run& x : runs(butterfly_blocks(f.v, st + 1, f.levels, f.p2, peer))) t.send(f.real(q), t.out(x.offset, x.bytes));
-    for (const Run& x : runs(butterfly_blocks(q, st + 1, f.levels, f.p2, peer))) t.recv(f.real(q), t.out(x.offset, x.bytes));
+    for (const Run& x : runs(butterfly_blocks(f.v, st + 1, f.levels, f.p2, peer)))
+      t.send(f.real(q), t.out(x.offset, x.bytes));
+    for (const Run& x : runs(butterfly_blocks(q, st + 1, f.levels, f.p2, peer)))
+      t.recv(f.real(q), t.out(x.offset, x.bytes));
   }
   if (r < 2 * f.rem) {  // give the result to the even neighbour that sat out
     if (gather) {

@@ -22,7 +22,8 @@ struct Placement {
 const AlgorithmInfo& row_named(Collective c, std::string_view name) {
   const AlgorithmInfo* row = find_algorithm(c, name);
   SHOAL_CHECK(row != nullptr, InvalidArgument,
-              "hierarchical " << to_string(c) << " phase: no " << to_string(c) << " algorithm '" << name << "'");
+              "hierarchical " << to_string(c) << " phase: no " << to_string(c) << " algorithm '"
+                              << name << "'");
   return *row;
 }
 
@@ -39,14 +40,23 @@ std::vector<uint32_t> join(Schedule& s, const std::vector<uint32_t>& gate) {
 // rank peer(j); every step of the phase that waits for no other step of it waits for `gate`
 // (the end of the previous phase). Returns the phase's last steps (those no step of the phase
 // waits for).
-std::vector<uint32_t> append_phase(Schedule& s, const Schedule& part, const std::function<int(int)>& peer,
-                                   const Placement& at, const std::vector<uint32_t>& gate) {
+std::vector<uint32_t> append_phase(Schedule& s, const Schedule& part,
+                                   const std::function<int(int)>& peer, const Placement& at,
+                                   const std::vector<uint32_t>& gate) {
   if (part.steps.empty()) return gate;
   auto place = [&](Slice x) {
     switch (x.buffer) {
-      case Buffer::input: x.buffer = at.input; x.offset += at.input_at; break;
-      case Buffer::output: x.buffer = at.output; x.offset += at.output_at; break;
-      case Buffer::scratch: x.offset += at.scratch_at; break;
+      case Buffer::input:
+        x.buffer = at.input;
+        x.offset += at.input_at;
+        break;
+      case Buffer::output:
+        x.buffer = at.output;
+        x.offset += at.output_at;
+        break;
+      case Buffer::scratch:
+        x.offset += at.scratch_at;
+        break;
     }
     return x;
   };
@@ -76,8 +86,8 @@ std::vector<uint32_t> append_phase(Schedule& s, const Schedule& part, const std:
 
 // The schedule `name`'s row builds for a call of `c` on a group of `size` ranks (this rank is
 // `rank` there), `count` elements; avg sums here and is divided once at the end.
-Schedule sub_schedule(const CollectiveArgs& a, Collective c, std::string_view name, int size, int rank,
-                      uint64_t count) {
+Schedule sub_schedule(const CollectiveArgs& a, Collective c, std::string_view name, int size,
+                      int rank, uint64_t count) {
   CollectiveArgs sub = a;
   sub.collective = c;
   sub.size = size;
@@ -103,7 +113,8 @@ void hierarchical(Schedule& s, const CollectiveArgs& a, const HierarchyPlan& pla
   SHOAL_CHECK(L >= 1 && p % L == 0, InvalidArgument,
               "hierarchical schedule: " << L << " ranks per host do not divide " << p << " ranks");
   const Collective coll = a.collective;
-  SHOAL_CHECK(coll == Collective::all_reduce || coll == Collective::all_gather || coll == Collective::reduce_scatter,
+  SHOAL_CHECK(coll == Collective::all_reduce || coll == Collective::all_gather ||
+                  coll == Collective::reduce_scatter,
               InvalidArgument, "hierarchical schedule: none for " << to_string(coll));
   const int H = p / L, h = a.rank / L, l = a.rank % L;
   const uint64_t es = size_of(a.dtype);
@@ -117,8 +128,8 @@ void hierarchical(Schedule& s, const CollectiveArgs& a, const HierarchyPlan& pla
 
   if (coll == Collective::all_reduce) {
     SHOAL_CHECK(a.count % static_cast<uint64_t>(L) == 0, InvalidArgument,
-                "hierarchical all_reduce schedule: " << a.count << " elements do not split over " << L
-                                                     << " ranks per host");
+                "hierarchical all_reduce schedule: " << a.count << " elements do not split over "
+                                                     << L << " ranks per host");
     const uint64_t c = a.count / static_cast<uint64_t>(L), mine = static_cast<uint64_t>(l) * c * es;
     const Schedule rs = sub_schedule(a, Collective::reduce_scatter, plan.local, L, l, c);
     const Schedule ar = sub_schedule(a, Collective::all_reduce, plan.inter, H, h, c);
@@ -127,7 +138,8 @@ void hierarchical(Schedule& s, const CollectiveArgs& a, const HierarchyPlan& pla
     const uint64_t s0 = s.scratch_bytes;
     s.scratch_bytes += std::max({rs.scratch_bytes, ar.scratch_bytes, ag.scratch_bytes});
     gate = append_phase(s, rs, local_peer, {Buffer::input, 0, Buffer::output, mine, s0}, gate);
-    gate = append_phase(s, ar, aligned_peer, {Buffer::output, mine, Buffer::output, mine, s0}, gate);
+    gate =
+        append_phase(s, ar, aligned_peer, {Buffer::output, mine, Buffer::output, mine, s0}, gate);
     if (a.op == ReduceOp::avg) {
       const uint32_t f = s.finalize({Buffer::output, mine, c * es});
       after_gate(f);
@@ -144,29 +156,34 @@ void hierarchical(Schedule& s, const CollectiveArgs& a, const HierarchyPlan& pla
   if (coll == Collective::all_gather) {
     const Schedule inter = sub_schedule(a, Collective::all_gather, plan.inter, H, h, a.count);
     const Schedule local = sub_schedule(a, Collective::all_gather, plan.local, L, l, a.count * H);
-    const uint64_t gathered = s.scratch_bytes;      // H blocks: local rank l of every host
-    const uint64_t all = gathered + H * b;          // p blocks, local-rank major
+    const uint64_t gathered = s.scratch_bytes;  // H blocks: local rank l of every host
+    const uint64_t all = gathered + H * b;      // p blocks, local-rank major
     const uint64_t s0 = all + static_cast<uint64_t>(p) * b;
     s.scratch_bytes = s0 + std::max(inter.scratch_bytes, local.scratch_bytes);
-    gate = append_phase(s, inter, aligned_peer, {Buffer::input, 0, Buffer::scratch, gathered, s0}, gate);
-    gate = join(s, append_phase(s, local, local_peer, {Buffer::scratch, gathered, Buffer::scratch, all, s0}, gate));
+    gate = append_phase(s, inter, aligned_peer, {Buffer::input, 0, Buffer::scratch, gathered, s0},
+                        gate);
+    gate = join(s, append_phase(s, local, local_peer,
+                                {Buffer::scratch, gathered, Buffer::scratch, all, s0}, gate));
     for (int hh = 0; hh < H; ++hh)
       for (int ll = 0; ll < L; ++ll)
-        after_gate(s.copy({Buffer::output, global(hh, ll), b}, {Buffer::scratch, all + major(hh, ll), b}));
+        after_gate(
+            s.copy({Buffer::output, global(hh, ll), b}, {Buffer::scratch, all + major(hh, ll), b}));
     return;
   }
 
   // reduce_scatter
   const Schedule local = sub_schedule(a, Collective::reduce_scatter, plan.local, L, l, a.count * H);
   const Schedule inter = sub_schedule(a, Collective::reduce_scatter, plan.inter, H, h, a.count);
-  const uint64_t all = s.scratch_bytes;                        // p blocks, local-rank major
-  const uint64_t mine = all + static_cast<uint64_t>(p) * b;    // H blocks: summed over the host
+  const uint64_t all = s.scratch_bytes;                      // p blocks, local-rank major
+  const uint64_t mine = all + static_cast<uint64_t>(p) * b;  // H blocks: summed over the host
   const uint64_t s0 = mine + H * b;
   s.scratch_bytes = s0 + std::max(local.scratch_bytes, inter.scratch_bytes);
   for (int hh = 0; hh < H; ++hh)
     for (int ll = 0; ll < L; ++ll)
-      gate.push_back(s.copy({Buffer::scratch, all + major(hh, ll), b}, {Buffer::input, global(hh, ll), b}));
-  gate = append_phase(s, local, local_peer, {Buffer::scratch, all, Buffer::scratch, mine, s0}, gate);
+      gate.push_back(
+          s.copy({Buffer::scratch, all + major(hh, ll), b}, {Buffer::input, global(hh, ll), b}));
+  gate =
+      append_phase(s, local, local_peer, {Buffer::scratch, all, Buffer::scratch, mine, s0}, gate);
   gate = append_phase(s, inter, aligned_peer, {Buffer::scratch, mine, Buffer::output, 0, s0}, gate);
   if (a.op == ReduceOp::avg) after_gate(s.finalize({Buffer::output, 0, b}));
 }

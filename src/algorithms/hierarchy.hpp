@@ -29,7 +29,7 @@
 namespace shoal::algorithms {
 
 struct HierarchyPlan {
-  int ranks_per_host = 1;          // L; must divide the world size
+  int ranks_per_host = 1;           // L; must divide the world size
   std::string_view local = "ring";  // the row every intra-host phase runs
   std::string_view inter = "ring";  // the row the inter-host phase runs
 };

@@ -31,8 +31,10 @@ void linear_gather(Schedule& s, const CollectiveArgs& a) {
   }
   for (int i = 0; i < a.size; ++i) {
     Slice dst{Buffer::output, static_cast<uint64_t>(i) * block, block};
-    if (i == a.rank) s.copy(dst, {Buffer::input, 0, block});
-    else s.recv(i, dst);
+    if (i == a.rank)
+      s.copy(dst, {Buffer::input, 0, block});
+    else
+      s.recv(i, dst);
   }
 }
 
@@ -44,15 +46,19 @@ void linear_scatter(Schedule& s, const CollectiveArgs& a) {
   }
   for (int i = 0; i < a.size; ++i) {
     Slice src{Buffer::input, static_cast<uint64_t>(i) * block, block};
-    if (i == a.rank) s.copy({Buffer::output, 0, block}, src);
-    else s.send(i, src);
+    if (i == a.rank)
+      s.copy({Buffer::output, 0, block}, src);
+    else
+      s.send(i, src);
   }
 }
 
 void point_to_point(Schedule& s, const CollectiveArgs& a) {
   const uint64_t bytes = a.count * size_of(a.dtype);
-  if (a.collective == Collective::send) s.send(a.peer, {Buffer::input, 0, bytes});
-  else s.recv(a.peer, {Buffer::output, 0, bytes});
+  if (a.collective == Collective::send)
+    s.send(a.peer, {Buffer::input, 0, bytes});
+  else
+    s.recv(a.peer, {Buffer::output, 0, bytes});
 }
 
 }  // namespace shoal::algorithms

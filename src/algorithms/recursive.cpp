@@ -37,16 +37,24 @@ void recursive_doubling_all_reduce(Schedule& s, const CollectiveArgs& a) {
     const int q = f.v ^ d;
     t.send(f.real(q), cur);
     t.recv(f.real(q), tmp);
-    if (f.v < q) t.reduce(out, cur, tmp);
-    else t.reduce(out, tmp, cur);
+    if (f.v < q)
+      t.reduce(out, cur, tmp);
+    else
+      t.reduce(out, tmp, cur);
     cur = out;
   }
   if (a.op == ReduceOp::avg) t.finalize(out);
   if (r < 2 * f.rem) t.send(r - 1, out);
 }
 
-void rabenseifner_all_reduce(Schedule& s, const CollectiveArgs& a) { butterfly(s, a, halving_peer); }
-void recursive_halving_reduce_scatter(Schedule& s, const CollectiveArgs& a) { butterfly(s, a, halving_peer); }
-void recursive_doubling_all_gather(Schedule& s, const CollectiveArgs& a) { butterfly(s, a, halving_peer); }
+void rabenseifner_all_reduce(Schedule& s, const CollectiveArgs& a) {
+  butterfly(s, a, halving_peer);
+}
+void recursive_halving_reduce_scatter(Schedule& s, const CollectiveArgs& a) {
+  butterfly(s, a, halving_peer);
+}
+void recursive_doubling_all_gather(Schedule& s, const CollectiveArgs& a) {
+  butterfly(s, a, halving_peer);
+}
 
 }  // namespace shoal::algorithms

@@ -31,7 +31,8 @@ struct Piece {
 template <class AccFn>
 void reduce_scatter_phase(Schedule& s, const CollectiveArgs& a, const Blocks& blk,
                           uint64_t final_offset, Buffer final_buffer, AccFn acc,
-                          std::vector<std::vector<uint32_t>>& last_use, std::vector<uint32_t>& finals) {
+                          std::vector<std::vector<uint32_t>>& last_use,
+                          std::vector<uint32_t>& finals) {
   const int p = a.size, r = a.rank, right = mod(r + 1, p), left = mod(r - 1, p);
   const uint64_t es = size_of(a.dtype), chunk = chunk_of(a);
   uint64_t max_block = 0;
@@ -50,7 +51,8 @@ void reduce_scatter_phase(Schedule& s, const CollectiveArgs& a, const Blocks& bl
   Chunking c0{blk.bytes[b0], chunk, es};
   std::vector<Piece> pending;
   for (uint64_t c = 0; c < c0.pieces(); ++c)
-    pending.push_back({Schedule::kNone, {Buffer::input, blk.offset[b0] + c0.offset(c), c0.length(c)}});
+    pending.push_back(
+        {Schedule::kNone, {Buffer::input, blk.offset[b0] + c0.offset(c), c0.length(c)}});
   last_use[b0].assign(c0.pieces(), Schedule::kNone);
 
   for (int t = 0; t <= p - 2; ++t) {
@@ -76,8 +78,10 @@ void reduce_scatter_phase(Schedule& s, const CollectiveArgs& a, const Blocks& bl
       uint32_t red = s.reduce(dst, mine, in_slot, {rid, war});
       slot_free[slot] = red;
       last_use[rb][c] = red;
-      if (last) finals.push_back(red);
-      else next.push_back({red, dst});
+      if (last)
+        finals.push_back(red);
+      else
+        next.push_back({red, dst});
     }
     pending = std::move(next);
   }
@@ -185,7 +189,8 @@ void ring_all_reduce(Schedule& s, const CollectiveArgs& a) {
   if (a.op == ReduceOp::avg) {
     Chunking ch{blk.bytes[r], chunk_of(a), es};
     for (uint64_t c = 0; c < ch.pieces(); ++c)
-      finals[c] = s.finalize({Buffer::output, blk.offset[r] + ch.offset(c), ch.length(c)}, {finals[c]});
+      finals[c] =
+          s.finalize({Buffer::output, blk.offset[r] + ch.offset(c), ch.length(c)}, {finals[c]});
   }
   // A block of the output may be overwritten by the gather only after the reduce-scatter has
   // forwarded it (and, in place, read this rank's input there).

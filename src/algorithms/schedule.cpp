@@ -9,17 +9,28 @@ namespace shoal::algorithms {
 
 std::string_view to_string(Collective c) {
   switch (c) {
-    case Collective::all_reduce: return "all_reduce";
-    case Collective::all_gather: return "all_gather";
-    case Collective::reduce_scatter: return "reduce_scatter";
-    case Collective::broadcast: return "broadcast";
-    case Collective::reduce: return "reduce";
-    case Collective::all_to_all: return "all_to_all";
-    case Collective::gather: return "gather";
-    case Collective::scatter: return "scatter";
-    case Collective::barrier: return "barrier";
-    case Collective::send: return "send";
-    case Collective::recv: return "recv";
+    case Collective::all_reduce:
+      return "all_reduce";
+    case Collective::all_gather:
+      return "all_gather";
+    case Collective::reduce_scatter:
+      return "reduce_scatter";
+    case Collective::broadcast:
+      return "broadcast";
+    case Collective::reduce:
+      return "reduce";
+    case Collective::all_to_all:
+      return "all_to_all";
+    case Collective::gather:
+      return "gather";
+    case Collective::scatter:
+      return "scatter";
+    case Collective::barrier:
+      return "barrier";
+    case Collective::send:
+      return "send";
+    case Collective::recv:
+      return "recv";
   }
   return "unknown";
 }
@@ -40,22 +51,36 @@ uint64_t block_begin(uint64_t count, int p, int b) {
 uint64_t input_bytes(const CollectiveArgs& a) {
   const uint64_t es = size_of(a.dtype), p = static_cast<uint64_t>(a.size);
   switch (a.collective) {
-    case Collective::reduce_scatter: case Collective::all_to_all: return a.count * es * p;
-    case Collective::scatter: return a.rank == a.root ? a.count * es * p : 0;
-    case Collective::recv: case Collective::barrier: return 0;
-    case Collective::broadcast: return a.rank == a.root ? a.count * es : 0;
-    default: return a.count * es;
+    case Collective::reduce_scatter:
+    case Collective::all_to_all:
+      return a.count * es * p;
+    case Collective::scatter:
+      return a.rank == a.root ? a.count * es * p : 0;
+    case Collective::recv:
+    case Collective::barrier:
+      return 0;
+    case Collective::broadcast:
+      return a.rank == a.root ? a.count * es : 0;
+    default:
+      return a.count * es;
   }
 }
 
 uint64_t output_bytes(const CollectiveArgs& a) {
   const uint64_t es = size_of(a.dtype), p = static_cast<uint64_t>(a.size);
   switch (a.collective) {
-    case Collective::all_gather: case Collective::all_to_all: return a.count * es * p;
-    case Collective::gather: return a.rank == a.root ? a.count * es * p : 0;
-    case Collective::reduce: return a.rank == a.root ? a.count * es : 0;
-    case Collective::send: case Collective::barrier: return 0;
-    default: return a.count * es;
+    case Collective::all_gather:
+    case Collective::all_to_all:
+      return a.count * es * p;
+    case Collective::gather:
+      return a.rank == a.root ? a.count * es * p : 0;
+    case Collective::reduce:
+      return a.rank == a.root ? a.count * es : 0;
+    case Collective::send:
+    case Collective::barrier:
+      return 0;
+    default:
+      return a.count * es;
   }
 }
 
@@ -65,7 +90,8 @@ uint32_t signature(const CollectiveArgs& a) {
   // tenth of an 8-byte flat all_reduce).
   uint64_t fields[5] = {static_cast<uint64_t>(a.collective), static_cast<uint64_t>(a.dtype),
                         static_cast<uint64_t>(a.op), a.count, static_cast<uint64_t>(a.root + 1)};
-  const bool reduces = a.collective == Collective::all_reduce || a.collective == Collective::reduce ||
+  const bool reduces = a.collective == Collective::all_reduce ||
+                       a.collective == Collective::reduce ||
                        a.collective == Collective::reduce_scatter;
   if (!reduces) fields[2] = 0;
   if (a.collective == Collective::send || a.collective == Collective::recv) {

@@ -19,17 +19,22 @@ Tracked::Range Tracked::map(const Slice& s) const {
   // alias the input, 2 scratch.
   const uint64_t r = static_cast<uint64_t>(a_.rank);
   switch (s.buffer) {
-    case Buffer::scratch: return {2, s.offset, s.offset + s.bytes};
+    case Buffer::scratch:
+      return {2, s.offset, s.offset + s.bytes};
     case Buffer::input:
-      if (a_.collective == Collective::all_gather) return {0, r * block_ + s.offset, r * block_ + s.offset + s.bytes};
+      if (a_.collective == Collective::all_gather)
+        return {0, r * block_ + s.offset, r * block_ + s.offset + s.bytes};
       return {0, s.offset, s.offset + s.bytes};
     case Buffer::output:
       switch (a_.collective) {
-        case Collective::all_reduce: return {0, s.offset, s.offset + s.bytes};
-        case Collective::all_gather: return {0, s.offset, s.offset + s.bytes};
+        case Collective::all_reduce:
+          return {0, s.offset, s.offset + s.bytes};
+        case Collective::all_gather:
+          return {0, s.offset, s.offset + s.bytes};
         case Collective::reduce_scatter:
           return {0, r * block_ + s.offset, r * block_ + s.offset + s.bytes};
-        default: return {1, s.offset, s.offset + s.bytes};
+        default:
+          return {1, s.offset, s.offset + s.bytes};
       }
   }
   return {0, 0, 0};
@@ -133,8 +138,10 @@ Fold::Fold(int size, int rank) : p(size) {
     ++levels;
   }
   rem = p - p2;
-  if (rank < 2 * rem) v = rank % 2 == 0 ? -1 : rank / 2;
-  else v = rank - rem;
+  if (rank < 2 * rem)
+    v = rank % 2 == 0 ? -1 : rank / 2;
+  else
+    v = rank - rem;
 }
 
 }  // namespace shoal::algorithms

@@ -69,7 +69,8 @@ void binomial_reduce(Schedule& s, const CollectiveArgs& a) {
   const bool is_root = parent < 0;
   Chunking ch{bytes, chunk, es};
   if (children.empty() && !is_root) {  // a leaf forwards its input
-    for (uint64_t c = 0; c < ch.pieces(); ++c) s.send(parent, {Buffer::input, ch.offset(c), ch.length(c)});
+    for (uint64_t c = 0; c < ch.pieces(); ++c)
+      s.send(parent, {Buffer::input, ch.offset(c), ch.length(c)});
     return;
   }
   // The partial result: in the output at the root, in scratch elsewhere.

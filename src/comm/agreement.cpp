@@ -16,7 +16,9 @@ int64_t votes_cast(int64_t counter) { return counter % kNo + counter / kNo; }
 struct Keys {
   std::string votes, outcome, why;
   explicit Keys(const std::string& prefix)
-      : votes(prefix + "/create/votes"), outcome(prefix + "/create/outcome"), why(prefix + "/create/why") {}
+      : votes(prefix + "/create/votes"),
+        outcome(prefix + "/create/outcome"),
+        why(prefix + "/create/why") {}
 };
 
 // The vote whose counter value `after` completes the count decides, for everyone.
@@ -41,7 +43,8 @@ void vote_against_creation(Store& store, const std::string& prefix, int rank, in
   }
 }
 
-void vote_for_creation(Store& store, const std::string& prefix, int rank, int size, Clock::time_point deadline) {
+void vote_for_creation(Store& store, const std::string& prefix, int rank, int size,
+                       Clock::time_point deadline) {
   if (size <= 1) return;
   const Keys k(prefix);
   decide_if_last(store, k, size, store.add(k.votes, 1));
@@ -50,11 +53,13 @@ void vote_for_creation(Store& store, const std::string& prefix, int rank, int si
   } catch (const TimeoutError&) {
     const int64_t before = store.add(k.votes, kNo - 1) - (kNo - 1);
     if (votes_cast(before) < size)
-      SHOAL_THROW(Timeout, "rank " << rank << ": creating a communicator of " << size << " ranks: "
-                                   << size - votes_cast(before) << " rank(s) did not finish setting up in time "
-                                   << "(killed, frozen, or creating other communicators first); it fails on "
-                                   << "every rank. Check that every rank is alive and creates the same "
-                                   << "communicators in the same order; if ranks start slowly, raise SHOAL_TIMEOUT");
+      SHOAL_THROW(
+          Timeout,
+          "rank " << rank << ": creating a communicator of " << size << " ranks: "
+                  << size - votes_cast(before) << " rank(s) did not finish setting up in time "
+                  << "(killed, frozen, or creating other communicators first); it fails on "
+                  << "every rank. Check that every rank is alive and creates the same "
+                  << "communicators in the same order; if ranks start slowly, raise SHOAL_TIMEOUT");
     // The count was complete before this rank gave up: the last voter's decision stands.
     store.wait({k.outcome}, Milliseconds(10000));
   }
@@ -65,13 +70,17 @@ void vote_for_creation(Store& store, const std::string& prefix, int rank, int si
   } catch (...) {
   }
   SHOAL_THROW(PeerFailure, "rank " << rank << ": creating a communicator of " << size
-                                   << " ranks failed on another rank (" << why << "), so it fails on every rank");
+                                   << " ranks failed on another rank (" << why
+                                   << "), so it fails on every rank");
 }
 
-std::optional<Disagreement> first_disagreement(const std::vector<uint64_t>& gathered, size_t per_rank) {
+std::optional<Disagreement> first_disagreement(const std::vector<uint64_t>& gathered,
+                                               size_t per_rank) {
   const auto agreed = config::agreed_settings();
-  SHOAL_CHECK(per_rank == agreed.size() && per_rank > 0 && gathered.size() % per_rank == 0, Internal,
-              "settings fingerprints: " << gathered.size() << " values for " << agreed.size() << " settings");
+  SHOAL_CHECK(per_rank == agreed.size() && per_rank > 0 && gathered.size() % per_rank == 0,
+              Internal,
+              "settings fingerprints: " << gathered.size() << " values for " << agreed.size()
+                                        << " settings");
   for (size_t r = 1; r < gathered.size() / per_rank; ++r)
     for (size_t i = 0; i < per_rank; ++i) {
       if (gathered[r * per_rank + i] == gathered[i]) continue;
@@ -79,9 +88,11 @@ std::optional<Disagreement> first_disagreement(const std::vector<uint64_t>& gath
       const char* what = s.agreed == config::Agreement::file_contents
                              ? " (the contents of the file it names, or whether it can be read)"
                              : "";
-      return Disagreement{static_cast<int>(r), "rank " + std::to_string(r) + "'s " + s.name + " differs from rank 0's" +
-                                                   what + ": it decides which algorithm or path a call takes and "
-                                                   "must be the same on every rank of a communicator"};
+      return Disagreement{static_cast<int>(r),
+                          "rank " + std::to_string(r) + "'s " + s.name + " differs from rank 0's" +
+                              what +
+                              ": it decides which algorithm or path a call takes and "
+                              "must be the same on every rank of a communicator"};
     }
   return std::nullopt;
 }

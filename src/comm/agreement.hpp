@@ -30,7 +30,8 @@ namespace shoal::comm {
 /// Votes yes for the communicator whose keys live under `prefix` and waits, until `deadline`,
 /// for every rank's vote. Returns when all voted yes. Throws PeerFailureError (with the first
 /// no-voter's reason) when one voted no, TimeoutError when not every rank voted in time.
-void vote_for_creation(Store& store, const std::string& prefix, int rank, int size, Clock::time_point deadline);
+void vote_for_creation(Store& store, const std::string& prefix, int rank, int size,
+                       Clock::time_point deadline);
 
 /// Votes no (this rank's set-up failed with `why`). Never throws: without the store, the
 /// others time out, which is the same outcome.
@@ -38,11 +39,12 @@ void vote_against_creation(Store& store, const std::string& prefix, int rank, in
                            const std::string& why) noexcept;
 
 struct Disagreement {
-  int rank = -1;      // the lowest rank whose settings differ from rank 0's
+  int rank = -1;  // the lowest rank whose settings differ from rank 0's
   std::string message;
 };
 /// `gathered` holds config::agreed_fingerprints() of every rank, rank by rank (`per_rank` each,
 /// in config::agreed_settings() order). The first difference from rank 0's, or nullopt.
-std::optional<Disagreement> first_disagreement(const std::vector<uint64_t>& gathered, size_t per_rank);
+std::optional<Disagreement> first_disagreement(const std::vector<uint64_t>& gathered,
+                                               size_t per_rank);
 
 }  // namespace shoal::comm

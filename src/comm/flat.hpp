@@ -48,7 +48,8 @@ namespace shoal::comm {
 std::string closed_without_joining(int rank, uint64_t number, int peer);
 
 /// Announces, in this rank's segment, the collective it enters (engine or flat alike).
-void announce_collective(const transport::shm::ShmMesh& mesh, int rank, uint64_t number, uint32_t signature);
+void announce_collective(const transport::shm::ShmMesh& mesh, int rank, uint64_t number,
+                         uint32_t signature);
 /// Where `peer` is relative to collective `number`: before it (< 0), in it (0, with the
 /// signature it entered with) or past it (> 0).
 struct Announcement {
@@ -77,8 +78,9 @@ bool flat_fits(const algorithms::CollectiveArgs& a, uint64_t slot_bytes, uint64_
 /// collective number `op_number` of the communicator, with `signature`.
 class FlatCollective {
  public:
-  FlatCollective(const transport::shm::ShmMesh& mesh, const algorithms::CollectiveArgs& args, uint32_t seq,
-                 uint64_t op_number, uint32_t signature, const void* input, void* output);
+  FlatCollective(const transport::shm::ShmMesh& mesh, const algorithms::CollectiveArgs& args,
+                 uint32_t seq, uint64_t op_number, uint32_t signature, const void* input,
+                 void* output);
   /// Does what can be done without waiting; true once finished. Throws MismatchError when a
   /// peer published a different call.
   bool advance();

@@ -23,7 +23,9 @@
 #include "comm/work_state.hpp"
 #include "shoal/communicator.hpp"
 
-namespace shoal::detail { class CommImpl; }
+namespace shoal::detail {
+class CommImpl;
+}
 
 namespace shoal::comm {
 

@@ -20,7 +20,8 @@ Communicator CommImpl::split(int color, int key) {
   const int32_t index = splits++;
   const std::array<int32_t, 4> mine{kSplitMagic, index, color, key};
   std::vector<int32_t> all(4 * static_cast<size_t>(size));
-  submit(algorithms::Collective::all_gather, mine.data(), all.data(), 4, DataType::int32, ReduceOp::sum, -1)
+  submit(algorithms::Collective::all_gather, mine.data(), all.data(), 4, DataType::int32,
+         ReduceOp::sum, -1)
       .wait();
   std::vector<std::pair<int, int>> members;  // (key, parent rank) of this rank's color
   for (int r = 0; r < size; ++r) {
@@ -28,25 +29,25 @@ Communicator CommImpl::split(int color, int key) {
     if (v[0] != kSplitMagic || v[1] != index)
       SHOAL_THROW(Mismatch,
                   "rank " << rank << ": split #" << index << " met rank " << r
-                          << ", which is not in the same split (another collective, or split #" << v[1]
-                          << "): every rank must call split at the same position",
+                          << ", which is not in the same split (another collective, or split #"
+                          << v[1] << "): every rank must call split at the same position",
                   r);
     if (color >= 0 && v[2] == color) members.emplace_back(v[3], r);
   }
   if (color < 0) return Communicator();
   std::sort(members.begin(), members.end());
-  const int child_rank = static_cast<int>(
-      std::find_if(members.begin(), members.end(), [&](const auto& m) { return m.second == rank; }) -
-      members.begin());
+  const int child_rank =
+      static_cast<int>(std::find_if(members.begin(), members.end(),
+                                    [&](const auto& m) { return m.second == rank; }) -
+                       members.begin());
   // Unique per parent, split and color: the parent's id is drawn at random by its rank 0.
   char scope[96];
-  std::snprintf(scope, sizeof scope, "shoal/split/%016llx/%d/%d", static_cast<unsigned long long>(comm_id),
-                index, color);
+  std::snprintf(scope, sizeof scope, "shoal/split/%016llx/%d/%d",
+                static_cast<unsigned long long>(comm_id), index, color);
   Options options;
   options.timeout = timeout;
-  Communicator child =
-      Communicator::create(std::make_shared<PrefixStore>(scope, store), child_rank, static_cast<int>(members.size()),
-                           options);
+  Communicator child = Communicator::create(std::make_shared<PrefixStore>(scope, store), child_rank,
+                                            static_cast<int>(members.size()), options);
   log::set_rank(rank);  // creation labelled the log with the child's rank
   child.impl().job_store = job_store;
   return child;

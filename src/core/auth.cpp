@@ -22,7 +22,8 @@ std::string read_key() {
   if (key.empty() && !file.empty()) {
     std::ifstream in(file, std::ios::binary);
     SHOAL_CHECK(in.good(), InvalidArgument,
-                "cannot read SHOAL_AUTH_KEY_FILE '" << file << "': give a readable file holding the job's secret");
+                "cannot read SHOAL_AUTH_KEY_FILE '"
+                    << file << "': give a readable file holding the job's secret");
     key.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
     while (!key.empty() && (key.back() == '\n' || key.back() == '\r')) key.pop_back();
     SHOAL_CHECK(!key.empty(), InvalidArgument, "SHOAL_AUTH_KEY_FILE '" << file << "' is empty");
@@ -42,8 +43,10 @@ const std::string& job_key(bool warn_if_none) {
   static std::once_flag warned;
   if (key.empty() && warn_if_none)
     std::call_once(warned, [] {
-      SHOAL_WARN("no SHOAL_AUTH_KEY: this job's connections are open to any process that reaches its ports "
-                 "(set SHOAL_AUTH_KEY or SHOAL_AUTH_KEY_FILE on every rank; docs/reliability.md)");
+      SHOAL_WARN(
+          "no SHOAL_AUTH_KEY: this job's connections are open to any process that reaches its "
+          "ports "
+          "(set SHOAL_AUTH_KEY or SHOAL_AUTH_KEY_FILE on every rank; docs/reliability.md)");
     });
   return key;
 }
@@ -58,7 +61,8 @@ void mac(uint8_t out[kMacBytes], const std::string& key, const char* label,
   ensure_sodium();
   crypto_auth_hmacsha256_state st;
   crypto_auth_hmacsha256_init(&st, reinterpret_cast<const unsigned char*>(key.data()), key.size());
-  crypto_auth_hmacsha256_update(&st, reinterpret_cast<const unsigned char*>(label), std::strlen(label) + 1);
+  crypto_auth_hmacsha256_update(&st, reinterpret_cast<const unsigned char*>(label),
+                                std::strlen(label) + 1);
   for (std::string_view p : parts)
     crypto_auth_hmacsha256_update(&st, reinterpret_cast<const unsigned char*>(p.data()), p.size());
   crypto_auth_hmacsha256_final(&st, out);

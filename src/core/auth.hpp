@@ -32,6 +32,8 @@ void mac(uint8_t out[kMacBytes], const std::string& key, const char* label,
 bool same_mac(const uint8_t* a, const uint8_t* b);
 
 /// `n` bytes at `p` as a string_view, for mac()'s parts.
-inline std::string_view bytes_of(const void* p, size_t n) { return {static_cast<const char*>(p), n}; }
+inline std::string_view bytes_of(const void* p, size_t n) {
+  return {static_cast<const char*>(p), n};
+}
 
 }  // namespace shoal::auth

@@ -8,20 +8,20 @@
 
 /// Throws the shoal::Error subclass for `code` when `cond` is false; the message is streamed:
 ///   SHOAL_CHECK(n >= 0, InvalidArgument, "count " << n << " is negative");
-#define SHOAL_CHECK(cond, code, msg)                                       \
-  do {                                                                     \
-    if (!(cond)) [[unlikely]] {                                            \
-      std::ostringstream shoal_check_os_;                                  \
-      shoal_check_os_ << msg;                                              \
+#define SHOAL_CHECK(cond, code, msg)                                         \
+  do {                                                                       \
+    if (!(cond)) [[unlikely]] {                                              \
+      std::ostringstream shoal_check_os_;                                    \
+      shoal_check_os_ << msg;                                                \
       ::shoal::throw_error(::shoal::ErrorCode::code, shoal_check_os_.str()); \
-    }                                                                      \
+    }                                                                        \
   } while (0)
 
 /// Throws unconditionally, with an optional peer rank.
-#define SHOAL_THROW(code, msg, ...)                                                    \
-  do {                                                                                 \
-    std::ostringstream shoal_check_os_;                                                \
-    shoal_check_os_ << msg;                                                            \
+#define SHOAL_THROW(code, msg, ...)                                                       \
+  do {                                                                                    \
+    std::ostringstream shoal_check_os_;                                                   \
+    shoal_check_os_ << msg;                                                               \
     ::shoal::throw_error(::shoal::ErrorCode::code, shoal_check_os_.str(), ##__VA_ARGS__); \
   } while (0)
 
@@ -36,13 +36,13 @@ void set_rank(int rank);
 
 }  // namespace shoal::log
 
-#define SHOAL_LOG(lvl, msg)                                                 \
-  do {                                                                      \
-    if (::shoal::log::level() >= ::shoal::log::Level::lvl) {                \
-      std::ostringstream shoal_log_os_;                                     \
-      shoal_log_os_ << msg;                                                 \
-      ::shoal::log::write(::shoal::log::Level::lvl, shoal_log_os_.str());   \
-    }                                                                       \
+#define SHOAL_LOG(lvl, msg)                                               \
+  do {                                                                    \
+    if (::shoal::log::level() >= ::shoal::log::Level::lvl) {              \
+      std::ostringstream shoal_log_os_;                                   \
+      shoal_log_os_ << msg;                                               \
+      ::shoal::log::write(::shoal::log::Level::lvl, shoal_log_os_.str()); \
+    }                                                                     \
   } while (0)
 #define SHOAL_WARN(msg) SHOAL_LOG(Warn, msg)
 #define SHOAL_INFO(msg) SHOAL_LOG(Info, msg)

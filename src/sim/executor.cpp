@@ -15,7 +15,8 @@ namespace shoal::sim {
 using algorithms::Collective;
 using algorithms::StepKind;
 
-algorithms::CollectiveArgs args_for(Collective collective, uint64_t size_bytes, int p, DataType dtype) {
+algorithms::CollectiveArgs args_for(Collective collective, uint64_t size_bytes, int p,
+                                    DataType dtype) {
   algorithms::CollectiveArgs a;
   a.collective = collective;
   a.dtype = dtype;
@@ -23,11 +24,15 @@ algorithms::CollectiveArgs args_for(Collective collective, uint64_t size_bytes, 
   a.root = 0;
   const uint64_t count = size_bytes / size_of(dtype);
   switch (collective) {
-    case Collective::all_gather: case Collective::reduce_scatter: case Collective::gather:
-    case Collective::scatter: case Collective::all_to_all:
+    case Collective::all_gather:
+    case Collective::reduce_scatter:
+    case Collective::gather:
+    case Collective::scatter:
+    case Collective::all_to_all:
       a.count = count / static_cast<uint64_t>(p);
       break;
-    default: a.count = count;
+    default:
+      a.count = count;
   }
   return a;
 }
@@ -36,9 +41,14 @@ double bus_factor(Collective c, int p) {
   if (p <= 1) return 1;
   const double f = static_cast<double>(p - 1) / p;
   switch (c) {
-    case Collective::all_reduce: return 2 * f;
-    case Collective::all_gather: case Collective::reduce_scatter: case Collective::all_to_all: return f;
-    default: return 1;
+    case Collective::all_reduce:
+      return 2 * f;
+    case Collective::all_gather:
+    case Collective::reduce_scatter:
+    case Collective::all_to_all:
+      return f;
+    default:
+      return 1;
   }
 }
 
@@ -83,7 +93,8 @@ RankProg build_rank(const algorithms::CollectiveArgs& proto, const Builder& buil
 
 }  // namespace
 
-Programs compile(const algorithms::CollectiveArgs& proto, const algorithms::AlgorithmInfo* row, int threads) {
+Programs compile(const algorithms::CollectiveArgs& proto, const algorithms::AlgorithmInfo* row,
+                 int threads) {
   if (row) return compile(proto, Builder(row->build), threads);
   return compile(proto, Builder([](algorithms::Schedule& s, const algorithms::CollectiveArgs& a) {
                    s = algorithms::build_schedule(a);
@@ -127,8 +138,10 @@ Programs compile(const algorithms::CollectiveArgs& proto, const Builder& build, 
     for (int r = lo; r < hi; ++r) {
       RankProg& rp = built[r - lo];
       const uint32_t base = static_cast<uint32_t>(pg.rec.size());
-      SHOAL_CHECK(pg.rec.size() + rp.kind.size() < UINT32_MAX && pg.out.size() + rp.out.size() < UINT32_MAX,
-                  InvalidArgument, "simulation: more than 4G steps or edges; use fewer ranks or a larger chunk");
+      SHOAL_CHECK(
+          pg.rec.size() + rp.kind.size() < UINT32_MAX && pg.out.size() + rp.out.size() < UINT32_MAX,
+          InvalidArgument,
+          "simulation: more than 4G steps or edges; use fewer ranks or a larger chunk");
       pg.first.push_back(base);
       const uint32_t out_base = static_cast<uint32_t>(pg.out.size());
       for (uint32_t d : rp.out) pg.out.push_back(base + d);
@@ -149,20 +162,22 @@ Programs compile(const algorithms::CollectiveArgs& proto, const Builder& build, 
     }
   }
   pg.first.push_back(static_cast<uint32_t>(pg.rec.size()));
-  pg.rec.push_back({0, 0, 0, static_cast<uint32_t>(pg.out.size()), 0});  // the end of the dependents
+  pg.rec.push_back(
+      {0, 0, 0, static_cast<uint32_t>(pg.out.size()), 0});  // the end of the dependents
   // Every frame must meet a receive of the same length (the pairing rule of schedule.hpp).
   for (const auto& ch : pg.channels) {
     if (!pg.error.empty()) break;
     if (ch.sends.size() != ch.recvs.size()) {
-      pg.error = "rank " + std::to_string(ch.src) + " sends " + std::to_string(ch.sends.size()) + " frames to " +
-                 std::to_string(ch.dst) + ", which receives " + std::to_string(ch.recvs.size());
+      pg.error = "rank " + std::to_string(ch.src) + " sends " + std::to_string(ch.sends.size()) +
+                 " frames to " + std::to_string(ch.dst) + ", which receives " +
+                 std::to_string(ch.recvs.size());
       break;
     }
     for (size_t k = 0; k < ch.sends.size(); ++k)
       if (pg.rec[ch.sends[k]].bytes != pg.rec[ch.recvs[k]].bytes) {
         pg.error = "frame " + std::to_string(k) + " from rank " + std::to_string(ch.src) + " to " +
-                   std::to_string(ch.dst) + ": " + std::to_string(pg.rec[ch.sends[k]].bytes) + " bytes sent, " +
-                   std::to_string(pg.rec[ch.recvs[k]].bytes) + " expected";
+                   std::to_string(ch.dst) + ": " + std::to_string(pg.rec[ch.sends[k]].bytes) +
+                   " bytes sent, " + std::to_string(pg.rec[ch.recvs[k]].bytes) + " expected";
         break;
       }
   }
@@ -252,9 +267,16 @@ class Simulator {
       now_ = e.t;
       ++res.events;
       switch (e.kind) {
-        case Ev::local_done: case Ev::recv_done: complete(e.id); break;
-        case Ev::flow_start: begin_flow(e.id); break;
-        case Ev::flow_done: end_flow(e.id); break;
+        case Ev::local_done:
+        case Ev::recv_done:
+          complete(e.id);
+          break;
+        case Ev::flow_start:
+          begin_flow(e.id);
+          break;
+        case Ev::flow_done:
+          end_flow(e.id);
+          break;
         case Ev::deliver:
           arrived_[e.id] = 1;
           if (remaining_[e.id] == 0) finish_recv(e.id);
@@ -278,11 +300,15 @@ class Simulator {
         if (remaining_[i] != kDone) {
           const auto k = pg_.rec[i].kind();
           const int r = pg_.rec[i].rank();
-          const auto& ch = k == StepKind::send || k == StepKind::recv ? pg_.channels[pg_.rec[i].chan] : Programs::Channel{};
-          res.error = "deadlock: " + std::to_string(pg_.steps() - done_) + " steps never ran; the first: rank " +
-                      std::to_string(r) + " step " + std::to_string(i - pg_.first[r]) +
-                      (k == StepKind::send ? " (send to " + std::to_string(ch.dst) + ")"
-                       : k == StepKind::recv ? " (recv from " + std::to_string(ch.src) + ")" : "");
+          const auto& ch = k == StepKind::send || k == StepKind::recv
+                               ? pg_.channels[pg_.rec[i].chan]
+                               : Programs::Channel{};
+          res.error = "deadlock: " + std::to_string(pg_.steps() - done_) +
+                      " steps never ran; the first: rank " + std::to_string(r) + " step " +
+                      std::to_string(i - pg_.first[r]) +
+                      (k == StepKind::send   ? " (send to " + std::to_string(ch.dst) + ")"
+                       : k == StepKind::recv ? " (recv from " + std::to_string(ch.src) + ")"
+                                             : "");
           break;
         }
     }
@@ -305,7 +331,9 @@ class Simulator {
  private:
   static constexpr uint32_t kDone = UINT32_MAX;
 
-  void push(double t, Ev kind, uint32_t id, uint32_t ver = 0) { q_.push({t, seq_++, kind, id, ver}); }
+  void push(double t, Ev kind, uint32_t id, uint32_t ver = 0) {
+    q_.push({t, seq_++, kind, id, ver});
+  }
 
   // Reserves `cost` seconds of rank r's core from now (or when it is free); returns the end.
   double reserve(int r, double cost) {
@@ -328,16 +356,21 @@ class Simulator {
       const Programs::Rec& x = pg_.rec[i];
       const uint64_t b = x.bytes;
       switch (x.kind()) {
-        case StepKind::send: try_channel(x.chan); break;
+        case StepKind::send:
+          try_channel(x.chan);
+          break;
         case StepKind::recv:
-          if (arrived_[i]) finish_recv(i);
-          else try_channel(x.chan);
+          if (arrived_[i])
+            finish_recv(i);
+          else
+            try_channel(x.chan);
           break;
         case StepKind::reduce:
           reduce_bytes_ += b;
           push(reserve(x.rank(), b * m_.reduce_cost), Ev::local_done, i);
           break;
-        case StepKind::copy: case StepKind::finalize:
+        case StepKind::copy:
+        case StepKind::finalize:
           copy_bytes_ += b;
           push(reserve(x.rank(), b * m_.copy_cost), Ev::local_done, i);
           break;
@@ -347,8 +380,10 @@ class Simulator {
 
   void finish_recv(uint32_t i) {
     bytes_received_ += pg_.rec[i].bytes;
-    if (m_.overhead > 0) push(reserve(pg_.rec[i].rank(), m_.overhead), Ev::recv_done, i);
-    else complete(i);
+    if (m_.overhead > 0)
+      push(reserve(pg_.rec[i].rank(), m_.overhead), Ev::recv_done, i);
+    else
+      complete(i);
   }
 
   void try_channel(uint32_t c) {
@@ -376,8 +411,10 @@ class Simulator {
     fl.remaining = static_cast<double>(bytes);
     ++messages_;
     bytes_sent_ += bytes;
-    if (m_.overhead > 0) push(reserve(ch.src, m_.overhead), Ev::flow_start, f);
-    else begin_flow(f);
+    if (m_.overhead > 0)
+      push(reserve(ch.src, m_.overhead), Ev::flow_start, f);
+    else
+      begin_flow(f);
   }
 
   void begin_flow(uint32_t f) {
@@ -513,8 +550,8 @@ class Simulator {
   std::vector<uint32_t> ready_;
   std::priority_queue<Event, std::vector<Event>, std::greater<>> q_;
   double now_ = 0;
-  uint64_t seq_ = 0, done_ = 0, messages_ = 0, bytes_sent_ = 0, bytes_received_ = 0, reduce_bytes_ = 0,
-           copy_bytes_ = 0;
+  uint64_t seq_ = 0, done_ = 0, messages_ = 0, bytes_sent_ = 0, bytes_received_ = 0,
+           reduce_bytes_ = 0, copy_bytes_ = 0;
 };
 
 }  // namespace

@@ -41,15 +41,17 @@ struct Programs {
     uint32_t out_first = 0;  // dependents of step i: out[rec[i].out_first .. rec[i+1].out_first)
     uint32_t rank_kind = 0;  // rank << 8 | algorithms::StepKind
     int rank() const { return static_cast<int>(rank_kind >> 8); }
-    algorithms::StepKind kind() const { return static_cast<algorithms::StepKind>(rank_kind & 0xff); }
+    algorithms::StepKind kind() const {
+      return static_cast<algorithms::StepKind>(rank_kind & 0xff);
+    }
   };
   int p = 0;
   std::vector<uint32_t> first;  // rank r's steps are [first[r], first[r+1])
   std::vector<Rec> rec;         // one more than steps(): the end of the last step's dependents
   std::vector<uint32_t> out;
   std::vector<Channel> channels;
-  std::string error;            // sends and receives of a pair that do not match
-  double build_seconds = 0;     // wall time of the schedule builders
+  std::string error;         // sends and receives of a pair that do not match
+  double build_seconds = 0;  // wall time of the schedule builders
 
   size_t steps() const { return rec.empty() ? 0 : rec.size() - 1; }
 };

@@ -52,16 +52,20 @@ ClusterModel model_from_json(const std::string& text, ClusterModel base) {
   if (j.contains("model") && j["model"].is_object()) j = j["model"];  // calibrate's output
   for_each_field(base, [&](const char* name, auto& v) {
     if (!j.contains(name)) return;
-    SHOAL_CHECK(j[name].is_number(), InvalidArgument, "model: field '" << name << "' is not a number");
+    SHOAL_CHECK(j[name].is_number(), InvalidArgument,
+                "model: field '" << name << "' is not a number");
     using T = std::remove_reference_t<decltype(v)>;
     if constexpr (std::is_unsigned_v<T>)
-      SHOAL_CHECK(j[name].is_number_unsigned(), InvalidArgument, "model: field '" << name << "' is negative");
+      SHOAL_CHECK(j[name].is_number_unsigned(), InvalidArgument,
+                  "model: field '" << name << "' is negative");
     v = j[name].get<T>();
     if constexpr (!std::is_unsigned_v<T>)
       SHOAL_CHECK(v >= 0, InvalidArgument, "model: field '" << name << "' is negative");
   });
-  SHOAL_CHECK(base.ranks_per_host > 0 && base.nics > 0 && base.nic_bw > 0 && base.intra_bw > 0 && base.taper > 0,
-              InvalidArgument, "model: ranks_per_host, nics, nic_bw, intra_bw and taper must be positive");
+  SHOAL_CHECK(base.ranks_per_host > 0 && base.nics > 0 && base.nic_bw > 0 && base.intra_bw > 0 &&
+                  base.taper > 0,
+              InvalidArgument,
+              "model: ranks_per_host, nics, nic_bw, intra_bw and taper must be positive");
   return base;
 }
 

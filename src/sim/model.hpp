@@ -10,19 +10,19 @@ namespace shoal::sim {
 
 struct ClusterModel {
   int ranks_per_host = 8;
-  int nics = 1;                  // per host; local rank i uses NIC i mod nics, unless stripe
+  int nics = 1;  // per host; local rank i uses NIC i mod nics, unless stripe
   // 1: a flow between hosts uses every NIC of both (shoal's multi-rail TCP stripes each pair's
   // stream over all of them): the host's NICs act as one of nics x nic_bw. 0: one NIC per
   // flow, the local rank's (how NCCL and PCCL assign rails).
   int stripe = 0;
-  double nic_bw = 25e9;          // per NIC and direction
-  double nic_latency = 2e-6;     // one message between hosts, start to first byte delivered
-  double intra_bw = 100e9;       // a host's memory bus, shared by every intra-host transfer on it
-  double intra_flow_bw = 0;      // cap of one intra-host transfer (one core copying); 0: none
+  double nic_bw = 25e9;       // per NIC and direction
+  double nic_latency = 2e-6;  // one message between hosts, start to first byte delivered
+  double intra_bw = 100e9;    // a host's memory bus, shared by every intra-host transfer on it
+  double intra_flow_bw = 0;   // cap of one intra-host transfer (one core copying); 0: none
   double intra_latency = 0.5e-6;
-  double overhead = 0;           // CPU seconds per message on the sending and the receiving rank
-  double reduce_cost = 0.1e-9;   // seconds per byte reduced (on the rank's core)
-  double copy_cost = 0.05e-9;    // seconds per byte copied or finalized
+  double overhead = 0;              // CPU seconds per message on the sending and the receiving rank
+  double reduce_cost = 0.1e-9;      // seconds per byte reduced (on the rank's core)
+  double copy_cost = 0.05e-9;       // seconds per byte copied or finalized
   uint64_t eager_bytes = 64 << 10;  // larger messages wait until their receive is posted
   // A token bucket on every NIC direction (tc's tbf, which shapes the emulated cluster; a
   // cloud VM's burst allowance): nic_bw refills it, and while it holds tokens the NIC runs at

@@ -600,9 +600,11 @@ std::shared_ptr<Store> open_store(const LaunchInfo& info, Milliseconds timeout) 
       // torchrun's agent hosts a torch TCPStore, which cannot authenticate: join it openly.
       options.auth_key = "";
       if (!auth::job_key(false).empty())
-        SHOAL_WARN("the store is torchrun's agent store (torch's TCPStore), which cannot authenticate: its "
-                   "traffic is open; the ranks' mesh connections still authenticate with SHOAL_AUTH_KEY "
-                   "(docs/reliability.md)");
+        SHOAL_WARN(
+            "the store is torchrun's agent store (torch's TCPStore), which cannot authenticate: "
+            "its "
+            "traffic is open; the ranks' mesh connections still authenticate with SHOAL_AUTH_KEY "
+            "(docs/reliability.md)");
     }
     base = std::make_shared<TcpStore>(info.store_host, static_cast<uint16_t>(info.store_port),
                                       options);

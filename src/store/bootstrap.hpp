@@ -19,7 +19,7 @@ struct LaunchInfo {
   std::string launcher;  // "torchrun", "shoal-run", "openmpi", "mpich", "slurm", "env"
   int rank = 0;
   int size = 1;
-  int local_rank = 0;    // as the launcher says; the communicator re-discovers it
+  int local_rank = 0;  // as the launcher says; the communicator re-discovers it
   int local_size = 1;
   // Rendezvous: a TCP store at store_host:store_port (rank 0 hosts it unless
   // store_is_external), or a file store at file_store_path when that is non-empty.
@@ -27,7 +27,7 @@ struct LaunchInfo {
   int store_port = 0;
   bool store_is_external = false;  // e.g. TORCHELASTIC_USE_AGENT_STORE=True: connect, never bind
   std::string file_store_path;
-  std::string key_prefix;          // distinguishes restarts and jobs sharing one store
+  std::string key_prefix;  // distinguishes restarts and jobs sharing one store
 };
 
 /// Interprets the environment; throws InvalidArgumentError with a message that says which

@@ -18,8 +18,8 @@ constexpr double kPointsPerOctave = 8;
 // line of log(seconds) over log2(size) - x. Weights are taken relative to the nearest measured
 // size's (which weighs 1), so a narrow width never underflows them all; with one size, or all
 // the weight on one, the fit is the weighted mean.
-double fit_log_seconds(const std::vector<double>& xs, const std::vector<double>& log_seconds, double x,
-                       double octaves) {
+double fit_log_seconds(const std::vector<double>& xs, const std::vector<double>& log_seconds,
+                       double x, double octaves) {
   double nearest = std::numeric_limits<double>::infinity();
   for (double xi : xs) nearest = std::min(nearest, std::abs(xi - x));
   const double u0 = nearest / octaves;
@@ -44,7 +44,8 @@ Reading Reading::from_environment() {
   const std::string v = config::get("SHOAL_TUNE_SMOOTHING");
   const auto octaves = config::parse_number(v);
   SHOAL_CHECK(octaves && *octaves >= 0 && *octaves <= 64, InvalidArgument,
-              "SHOAL_TUNE_SMOOTHING='" << v << "' is not a width in octaves from 0 (log-linear) to 64 (example: 2)");
+              "SHOAL_TUNE_SMOOTHING='"
+                  << v << "' is not a width in octaves from 0 (log-linear) to 64 (example: 2)");
   if (*octaves == 0) return Reading{Interpolation::log_linear, 0};
   return Reading{Interpolation::smoothed, *octaves};
 }
@@ -56,8 +57,10 @@ std::string Reading::describe() const {
       std::snprintf(buf, sizeof buf, "smoothed over %g octaves", octaves);
       return buf;
     }
-    case Interpolation::log_linear: return "log-linear between neighbours";
-    case Interpolation::nearest: return "nearest measured size";
+    case Interpolation::log_linear:
+      return "log-linear between neighbours";
+    case Interpolation::nearest:
+      return "nearest measured size";
   }
   return "?";
 }
@@ -66,7 +69,8 @@ Curves::Curves(const Measurements& m, Reading reading) {
   SHOAL_CHECK(!m.sizes.empty(), Internal, "a tuning table without sizes");
   std::vector<double> xs;
   for (uint64_t s : m.sizes) xs.push_back(std::log2(static_cast<double>(s)));
-  if (m.simulated && reading.interpolation == Interpolation::smoothed) reading.interpolation = Interpolation::log_linear;
+  if (m.simulated && reading.interpolation == Interpolation::smoothed)
+    reading.interpolation = Interpolation::log_linear;
   nearest_ = reading.interpolation == Interpolation::nearest;
   if (reading.interpolation != Interpolation::smoothed) {
     x_ = xs;
@@ -74,10 +78,12 @@ Curves::Curves(const Measurements& m, Reading reading) {
     hierarchical_ = m.hierarchical;
     return;
   }
-  SHOAL_CHECK(reading.octaves > 0, InvalidArgument, "a smoothed reading needs a width above 0 octaves");
+  SHOAL_CHECK(reading.octaves > 0, InvalidArgument,
+              "a smoothed reading needs a width above 0 octaves");
   in_log_ = true;
   const double first = xs.front(), last = xs.back();
-  for (int k = 0; first + k / kPointsPerOctave < last - 1e-9; ++k) x_.push_back(first + k / kPointsPerOctave);
+  for (int k = 0; first + k / kPointsPerOctave < last - 1e-9; ++k)
+    x_.push_back(first + k / kPointsPerOctave);
   x_.push_back(last);
   auto curve = [&](const std::vector<double>& seconds) {
     std::vector<double> log_seconds, fitted;
@@ -90,7 +96,8 @@ Curves::Curves(const Measurements& m, Reading reading) {
 }
 
 Curves::Point Curves::locate(uint64_t bytes) const {
-  const double x = std::clamp(std::log2(static_cast<double>(std::max<uint64_t>(bytes, 1))), x_.front(), x_.back());
+  const double x = std::clamp(std::log2(static_cast<double>(std::max<uint64_t>(bytes, 1))),
+                              x_.front(), x_.back());
   const size_t hi = static_cast<size_t>(std::lower_bound(x_.begin(), x_.end(), x) - x_.begin());
   if (x_[hi] == x) return {hi, hi, 0};
   const size_t lo = hi - 1;

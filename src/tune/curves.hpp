@@ -30,7 +30,8 @@ enum class Interpolation : uint8_t {
 struct Reading {
   static constexpr double kDefaultOctaves = 2;
   Interpolation interpolation = Interpolation::smoothed;
-  double octaves = kDefaultOctaves;  // smoothed: the Gaussian's standard deviation, in octaves of size
+  double octaves =
+      kDefaultOctaves;  // smoothed: the Gaussian's standard deviation, in octaves of size
 
   /// SHOAL_TUNE_SMOOTHING: the width in octaves (default 2); 0 reads log-linearly between the
   /// neighbours. InvalidArgumentError when it is not a number from 0 to 64.

@@ -35,21 +35,24 @@ using namespace std::chrono_literals;
 TEST(Failures, KilledPeerMidCollectiveRaisesPeerFailureNamingItOnEverySurvivor) {
   ProcessJob job(4);
   const int victim = 2;
-  auto results = job.run([&](int rank, const ProcessJob& j) {
-    Options o;
-    o.timeout = 60s;  // detection must come from the dead socket, far sooner than this
-    Communicator comm = Communicator::create(j.store(), rank, 4, o);
-    std::vector<float> buf(32 << 20, 1.0f);  // 128 MiB: the ring runs for a while
-    comm.barrier();
-    if (rank == victim) {
-      Work w = comm.all_reduce_async(buf.data(), buf.size(), DataType::float32, ReduceOp::sum);
-      std::this_thread::sleep_for(150ms);
-      report_and_die(j, rank, comm.impl().comm_id);
-    }
-    return expect_error<PeerFailureError>(rank, j, [&] {
-      for (int i = 0; i < 100; ++i) comm.all_reduce(buf.data(), buf.size(), DataType::float32, ReduceOp::sum);
-    });
-  }, 90s);
+  auto results = job.run(
+      [&](int rank, const ProcessJob& j) {
+        Options o;
+        o.timeout = 60s;  // detection must come from the dead socket, far sooner than this
+        Communicator comm = Communicator::create(j.store(), rank, 4, o);
+        std::vector<float> buf(32 << 20, 1.0f);  // 128 MiB: the ring runs for a while
+        comm.barrier();
+        if (rank == victim) {
+          Work w = comm.all_reduce_async(buf.data(), buf.size(), DataType::float32, ReduceOp::sum);
+          std::this_thread::sleep_for(150ms);
+          report_and_die(j, rank, comm.impl().comm_id);
+        }
+        return expect_error<PeerFailureError>(rank, j, [&] {
+          for (int i = 0; i < 100; ++i)
+            comm.all_reduce(buf.data(), buf.size(), DataType::float32, ReduceOp::sum);
+        });
+      },
+      90s);
   expect_every_survivor_saw_the_death(results, victim);
 }
 
@@ -62,40 +65,43 @@ TEST(Failures, FrozenPeerRaisesPeerFailureNamingItAfterTheHeartbeatLimit) {
     SCOPED_TRACE(busy ? "survivors busy" : "survivors idle");
     ProcessJob job(4);
     const int victim = 2;
-    auto results = job.run([&](int rank, const ProcessJob& j) {
-      setenv("SHOAL_HEARTBEAT", "1", 1);
-      Options o;
-      o.timeout = 60s;  // far beyond the heartbeat limit: the detection must not come from it
-      auto store = j.store();
-      Communicator comm = Communicator::create(store, rank, 4, o);
-      std::vector<float> buf(4096, 1.0f);
-      if (rank == victim) store->set("victim_pid", std::to_string(getpid()));
-      comm.barrier();
-      if (rank == victim) {
-        j.report(rank, std::to_string(monotonic_seconds()));
-        raise(SIGSTOP);
-        // Thawed by rank 0 after the survivors gave up on it. A collective whose every input
-        // was already staged in shared memory may still complete (with the right sum); the
-        // next must fail.
-        try {
-          for (int i = 0; i < 1000; ++i) {
-            std::fill(buf.begin(), buf.end(), 1.0f);
-            comm.all_reduce(buf.data(), buf.size(), DataType::float32, ReduceOp::sum);
-            if (buf[0] != 4.0f || buf.back() != 4.0f) return kWrongError;
+    auto results = job.run(
+        [&](int rank, const ProcessJob& j) {
+          setenv("SHOAL_HEARTBEAT", "1", 1);
+          Options o;
+          o.timeout = 60s;  // far beyond the heartbeat limit: the detection must not come from it
+          auto store = j.store();
+          Communicator comm = Communicator::create(store, rank, 4, o);
+          std::vector<float> buf(4096, 1.0f);
+          if (rank == victim) store->set("victim_pid", std::to_string(getpid()));
+          comm.barrier();
+          if (rank == victim) {
+            j.report(rank, std::to_string(monotonic_seconds()));
+            raise(SIGSTOP);
+            // Thawed by rank 0 after the survivors gave up on it. A collective whose every input
+            // was already staged in shared memory may still complete (with the right sum); the
+            // next must fail.
+            try {
+              for (int i = 0; i < 1000; ++i) {
+                std::fill(buf.begin(), buf.end(), 1.0f);
+                comm.all_reduce(buf.data(), buf.size(), DataType::float32, ReduceOp::sum);
+                if (buf[0] != 4.0f || buf.back() != 4.0f) return kWrongError;
+              }
+            } catch (const Error&) {
+              return kGotExpectedError;
+            }
+            return kNoError;
           }
-        } catch (const Error&) {
-          return kGotExpectedError;
-        }
-        return kNoError;
-      }
-      int code = expect_error<PeerFailureError>(rank, j, [&] {
-        if (!busy) std::this_thread::sleep_for(3s);
-        for (;;) comm.all_reduce(buf.data(), buf.size(), DataType::float32, ReduceOp::sum);
-      });
-      if (rank == 0) kill(std::stoi(store->get_string("victim_pid")), SIGCONT);
-      return code;
-    }, 60s);
-    ASSERT_EQ(results[victim].exit_code, kGotExpectedError) << "the thawed rank must fail, not hang or succeed";
+          int code = expect_error<PeerFailureError>(rank, j, [&] {
+            if (!busy) std::this_thread::sleep_for(3s);
+            for (;;) comm.all_reduce(buf.data(), buf.size(), DataType::float32, ReduceOp::sum);
+          });
+          if (rank == 0) kill(std::stoi(store->get_string("victim_pid")), SIGCONT);
+          return code;
+        },
+        60s);
+    ASSERT_EQ(results[victim].exit_code, kGotExpectedError)
+        << "the thawed rank must fail, not hang or succeed";
     const double frozen_at = std::stod(results[victim].report);
     for (int r = 0; r < 4; ++r) {
       if (r == victim) continue;
@@ -147,8 +153,10 @@ TEST(Failures, DifferentCollectivesRaiseMismatchOnBothRanks) {
     Communicator comm = Communicator::create(j.store(), rank, 2, o);
     std::vector<float> in(64, 1.0f), out(128);
     return expect_error<MismatchError>(rank, j, [&] {
-      if (rank == 0) comm.all_reduce(in.data(), out.data(), 64, DataType::float32, ReduceOp::sum);
-      else comm.all_gather(in.data(), out.data(), 64, DataType::float32);
+      if (rank == 0)
+        comm.all_reduce(in.data(), out.data(), 64, DataType::float32, ReduceOp::sum);
+      else
+        comm.all_gather(in.data(), out.data(), 64, DataType::float32);
     });
   });
   for (const auto& r : results) {
@@ -179,7 +187,8 @@ TEST(Failures, DifferentRootsRaiseMismatch) {
         });
       });
       for (const auto& r : results) {
-        SCOPED_TRACE(std::to_string(n) + (broadcast ? " floats, broadcast: " : " floats, reduce: ") + r.report);
+        SCOPED_TRACE(std::to_string(n) +
+                     (broadcast ? " floats, broadcast: " : " floats, reduce: ") + r.report);
         EXPECT_EQ(r.exit_code, kGotExpectedError);
       }
     }
@@ -192,33 +201,37 @@ TEST(Failures, DifferentRootsRaiseMismatch) {
 TEST(Failures, AbortFromAnotherThreadFailsEveryRank) {
   for (size_t n : {size_t{4}, size_t{1} << 20}) {
     ProcessJob job(4);
-    auto results = job.run([&](int rank, const ProcessJob& j) {
-      Options o;
-      o.timeout = 60s;  // far longer than the test: only the abort may end the wait
-      Communicator comm = Communicator::create(j.store(), rank, 4, o);
-      std::vector<float> buf(n, 1.0f);
-      comm.barrier();
-      if (rank == 3) {
-        std::this_thread::sleep_for(1500ms);  // absent while the others wait, then too late
-        return expect_error<AbortedError>(rank, j, [&] { comm.barrier(); });
-      }
-      std::thread aborter;
-      if (rank == 1)
-        aborter = std::thread([&] {
-          std::this_thread::sleep_for(300ms);
-          std::ofstream(j.dir() + "/aborted_at") << std::fixed << std::setprecision(6) << monotonic_seconds();
-          comm.abort();
-        });
-      const int code = expect_error<AbortedError>(rank, j, [&] {
-        comm.all_reduce(buf.data(), buf.size(), DataType::float32, ReduceOp::sum);
-      });
-      if (aborter.joinable()) aborter.join();
-      return code;
-    }, 60s);
+    auto results = job.run(
+        [&](int rank, const ProcessJob& j) {
+          Options o;
+          o.timeout = 60s;  // far longer than the test: only the abort may end the wait
+          Communicator comm = Communicator::create(j.store(), rank, 4, o);
+          std::vector<float> buf(n, 1.0f);
+          comm.barrier();
+          if (rank == 3) {
+            std::this_thread::sleep_for(1500ms);  // absent while the others wait, then too late
+            return expect_error<AbortedError>(rank, j, [&] { comm.barrier(); });
+          }
+          std::thread aborter;
+          if (rank == 1)
+            aborter = std::thread([&] {
+              std::this_thread::sleep_for(300ms);
+              std::ofstream(j.dir() + "/aborted_at")
+                  << std::fixed << std::setprecision(6) << monotonic_seconds();
+              comm.abort();
+            });
+          const int code = expect_error<AbortedError>(rank, j, [&] {
+            comm.all_reduce(buf.data(), buf.size(), DataType::float32, ReduceOp::sum);
+          });
+          if (aborter.joinable()) aborter.join();
+          return code;
+        },
+        60s);
     double aborted_at = 0;
     std::ifstream(job.dir() + "/aborted_at") >> aborted_at;
     for (int r = 0; r < 4; ++r) {
-      SCOPED_TRACE(std::to_string(n) + " floats, rank " + std::to_string(r) + ": " + results[r].report);
+      SCOPED_TRACE(std::to_string(n) + " floats, rank " + std::to_string(r) + ": " +
+                   results[r].report);
       ASSERT_EQ(results[r].exit_code, kGotExpectedError);
       EXPECT_NE(results[r].report.find("aborted the communicator"), std::string::npos);
       if (r < 3) {
@@ -265,30 +278,33 @@ std::string victim_dies_and_survivors_see_it(Communicator& comm, int victim) {
 TEST(Failures, SurvivorsShrinkAndContinue) {
   ProcessJob job(4);
   const int victim = 2;
-  auto results = job.run([&](int rank, const ProcessJob& j) {
-    Options o;
-    o.timeout = 30s;
-    Communicator comm = Communicator::create(j.store(), rank, 4, o);
-    if (const std::string wrong = victim_dies_and_survivors_see_it(comm, victim); !wrong.empty()) {
-      j.report(rank, wrong);
-      return 3;
-    }
-    Communicator survivors = comm.shrink();
-    const int expected_rank = rank < victim ? rank : rank - 1;
-    std::vector<float> v(1000, static_cast<float>(rank + 1));
-    survivors.all_reduce(std::span<float>(v), ReduceOp::sum);  // 1 + 2 + 4
-    std::vector<int> ranks(3);
-    int mine = rank;
-    survivors.all_gather(std::span<const int>(&mine, 1), std::span<int>(ranks));
-    std::ostringstream os;
-    os << survivors.rank() << "/" << survivors.size() << " sum " << v[0] << " old ranks " << ranks[0] << ","
-       << ranks[1] << "," << ranks[2];
-    j.report(rank, os.str());
-    return survivors.rank() == expected_rank && survivors.size() == 3 && v[0] == 7.0f &&
-                   ranks == std::vector<int>{0, 1, 3}
-               ? 0
-               : 1;
-  }, 60s);
+  auto results = job.run(
+      [&](int rank, const ProcessJob& j) {
+        Options o;
+        o.timeout = 30s;
+        Communicator comm = Communicator::create(j.store(), rank, 4, o);
+        if (const std::string wrong = victim_dies_and_survivors_see_it(comm, victim);
+            !wrong.empty()) {
+          j.report(rank, wrong);
+          return 3;
+        }
+        Communicator survivors = comm.shrink();
+        const int expected_rank = rank < victim ? rank : rank - 1;
+        std::vector<float> v(1000, static_cast<float>(rank + 1));
+        survivors.all_reduce(std::span<float>(v), ReduceOp::sum);  // 1 + 2 + 4
+        std::vector<int> ranks(3);
+        int mine = rank;
+        survivors.all_gather(std::span<const int>(&mine, 1), std::span<int>(ranks));
+        std::ostringstream os;
+        os << survivors.rank() << "/" << survivors.size() << " sum " << v[0] << " old ranks "
+           << ranks[0] << "," << ranks[1] << "," << ranks[2];
+        j.report(rank, os.str());
+        return survivors.rank() == expected_rank && survivors.size() == 3 && v[0] == 7.0f &&
+                       ranks == std::vector<int>{0, 1, 3}
+                   ? 0
+                   : 1;
+      },
+      60s);
   ASSERT_EQ(results[victim].exit_code, 128 + SIGKILL);
   for (int r : {0, 1, 3}) {
     SCOPED_TRACE("rank " + std::to_string(r) + ": " + results[r].report);
@@ -306,29 +322,31 @@ TEST(Failures, SurvivorsShrinkAndContinue) {
 TEST(Failures, CalibrationFailingAfterTheVoteStillCreatesTheCommunicatorEverywhere) {
   ProcessJob job(3);
   const int victim = 2;
-  auto results = job.run([&](int rank, const ProcessJob& j) {
-    setenv("SHOAL_DISPATCH", "on", 1);
-    setenv("SHOAL_TUNE_CALIBRATE", rank == victim ? "off" : "on", 1);
-    Options o;
-    o.timeout = 30s;
-    std::optional<Communicator> comm;
-    try {
-      comm.emplace(Communicator::create(j.store(), rank, 3, o));
-    } catch (const Error& e) {
-      j.report(rank, std::string("create failed: ") + e.what());
-      return 3;
-    }
-    if (rank == victim) report_and_die(j, rank, comm->impl().comm_id);
-    const int code = expect_error<PeerFailureError>(rank, j, [&] {
-      float x = 1;
-      comm->all_reduce(&x, 1, DataType::float32, ReduceOp::sum);
-    });
-    if (code != kGotExpectedError) return code;
-    Communicator survivors = comm->shrink();
-    float x = static_cast<float>(rank + 1);
-    survivors.all_reduce(&x, 1, DataType::float32, ReduceOp::sum);  // 1 + 2
-    return survivors.size() == 2 && x == 3.0f ? 0 : 4;
-  }, 60s);
+  auto results = job.run(
+      [&](int rank, const ProcessJob& j) {
+        setenv("SHOAL_DISPATCH", "on", 1);
+        setenv("SHOAL_TUNE_CALIBRATE", rank == victim ? "off" : "on", 1);
+        Options o;
+        o.timeout = 30s;
+        std::optional<Communicator> comm;
+        try {
+          comm.emplace(Communicator::create(j.store(), rank, 3, o));
+        } catch (const Error& e) {
+          j.report(rank, std::string("create failed: ") + e.what());
+          return 3;
+        }
+        if (rank == victim) report_and_die(j, rank, comm->impl().comm_id);
+        const int code = expect_error<PeerFailureError>(rank, j, [&] {
+          float x = 1;
+          comm->all_reduce(&x, 1, DataType::float32, ReduceOp::sum);
+        });
+        if (code != kGotExpectedError) return code;
+        Communicator survivors = comm->shrink();
+        float x = static_cast<float>(rank + 1);
+        survivors.all_reduce(&x, 1, DataType::float32, ReduceOp::sum);  // 1 + 2
+        return survivors.size() == 2 && x == 3.0f ? 0 : 4;
+      },
+      60s);
   ASSERT_EQ(results[victim].exit_code, 128 + SIGKILL) << results[victim].report;
   for (int r = 0; r < 3; ++r) {
     if (r == victim) continue;
@@ -354,19 +372,21 @@ TEST(Failures, ADifferentTuningFileOnOneRankFailsTheFirstCallNamingIt) {
     SCOPED_TRACE(same_contents ? "same contents, another path" : "other contents");
     ProcessJob job(3);
     const int odd = 1;
-    auto results = job.run([&](int rank, const ProcessJob& j) {
-      const std::string path = j.dir() + "/tune." + std::to_string(rank) + ".json";
-      std::ofstream(path) << (rank == odd && !same_contents ? file + "\n" : file);
-      setenv("SHOAL_TUNE_FILE", path.c_str(), 1);
-      Options o;
-      o.timeout = 30s;
-      Communicator comm = Communicator::create(j.store(), rank, 3, o);
-      return expect_error<MismatchError>(rank, j, [&] {
-        float x = 1;
-        comm.all_reduce(&x, 1, DataType::float32, ReduceOp::sum);
-        if (x != 3.0f) throw std::runtime_error("wrong sum " + std::to_string(x));
-      });
-    }, 60s);
+    auto results = job.run(
+        [&](int rank, const ProcessJob& j) {
+          const std::string path = j.dir() + "/tune." + std::to_string(rank) + ".json";
+          std::ofstream(path) << (rank == odd && !same_contents ? file + "\n" : file);
+          setenv("SHOAL_TUNE_FILE", path.c_str(), 1);
+          Options o;
+          o.timeout = 30s;
+          Communicator comm = Communicator::create(j.store(), rank, 3, o);
+          return expect_error<MismatchError>(rank, j, [&] {
+            float x = 1;
+            comm.all_reduce(&x, 1, DataType::float32, ReduceOp::sum);
+            if (x != 3.0f) throw std::runtime_error("wrong sum " + std::to_string(x));
+          });
+        },
+        60s);
     for (int r = 0; r < 3; ++r) {
       SCOPED_TRACE("rank " + std::to_string(r) + ": " + results[r].report);
       if (same_contents) {
@@ -374,7 +394,9 @@ TEST(Failures, ADifferentTuningFileOnOneRankFailsTheFirstCallNamingIt) {
         continue;
       }
       EXPECT_EQ(results[r].exit_code, kGotExpectedError);
-      EXPECT_NE(results[r].report.find("rank 1's SHOAL_TUNE_FILE differs from rank 0's (the contents"), std::string::npos);
+      EXPECT_NE(
+          results[r].report.find("rank 1's SHOAL_TUNE_FILE differs from rank 0's (the contents"),
+          std::string::npos);
     }
   }
 }
@@ -384,28 +406,32 @@ TEST(Failures, ADifferentTuningFileOnOneRankFailsTheFirstCallNamingIt) {
 TEST(Failures, AReplacementJoinsAfterAShrinkThroughTheJobsStore) {
   ProcessJob job(4);
   const int victim = 2;
-  auto results = job.run([&](int rank, const ProcessJob& j) {
-    Options o;
-    o.timeout = 30s;
-    if (rank == 3) {
-      Communicator joined = Communicator::join(j.store(), "replacement", o);
-      float x = 10;
-      joined.all_reduce(&x, 1, DataType::float32, ReduceOp::sum);
-      j.report(rank, std::to_string(joined.rank()) + "/" + std::to_string(joined.size()) + " sum " +
-                         std::to_string(x));
-      return joined.rank() == 2 && joined.size() == 3 && x == 13.0f ? 0 : 1;
-    }
-    Communicator comm = Communicator::create(j.store(), rank, 3, o);
-    if (const std::string wrong = victim_dies_and_survivors_see_it(comm, victim); !wrong.empty()) {
-      j.report(rank, wrong);
-      return 3;
-    }
-    Communicator grown = comm.shrink().grow(1, "replacement");
-    float x = static_cast<float>(rank + 1);
-    grown.all_reduce(&x, 1, DataType::float32, ReduceOp::sum);  // 1 + 2 + 10
-    j.report(rank, std::to_string(grown.rank()) + "/" + std::to_string(grown.size()) + " sum " + std::to_string(x));
-    return grown.rank() == rank && grown.size() == 3 && x == 13.0f ? 0 : 1;
-  }, 60s);
+  auto results = job.run(
+      [&](int rank, const ProcessJob& j) {
+        Options o;
+        o.timeout = 30s;
+        if (rank == 3) {
+          Communicator joined = Communicator::join(j.store(), "replacement", o);
+          float x = 10;
+          joined.all_reduce(&x, 1, DataType::float32, ReduceOp::sum);
+          j.report(rank, std::to_string(joined.rank()) + "/" + std::to_string(joined.size()) +
+                             " sum " + std::to_string(x));
+          return joined.rank() == 2 && joined.size() == 3 && x == 13.0f ? 0 : 1;
+        }
+        Communicator comm = Communicator::create(j.store(), rank, 3, o);
+        if (const std::string wrong = victim_dies_and_survivors_see_it(comm, victim);
+            !wrong.empty()) {
+          j.report(rank, wrong);
+          return 3;
+        }
+        Communicator grown = comm.shrink().grow(1, "replacement");
+        float x = static_cast<float>(rank + 1);
+        grown.all_reduce(&x, 1, DataType::float32, ReduceOp::sum);  // 1 + 2 + 10
+        j.report(rank, std::to_string(grown.rank()) + "/" + std::to_string(grown.size()) + " sum " +
+                           std::to_string(x));
+        return grown.rank() == rank && grown.size() == 3 && x == 13.0f ? 0 : 1;
+      },
+      60s);
   ASSERT_EQ(results[victim].exit_code, 128 + SIGKILL);
   for (int r : {0, 1, 3}) {
     SCOPED_TRACE("process " + std::to_string(r) + ": " + results[r].report);
@@ -416,21 +442,24 @@ TEST(Failures, AReplacementJoinsAfterAShrinkThroughTheJobsStore) {
 // Three ranks form a job; two more processes join it through the store; all five reduce.
 TEST(Failures, NewProcessesJoinAGrowingJob) {
   ProcessJob job(5);
-  auto results = job.run([&](int rank, const ProcessJob& j) {
-    Options o;
-    o.timeout = 30s;
-    Communicator grown = [&] {
-      if (rank >= 3) return Communicator::join(j.store(), "epoch1", o);
-      Communicator comm = Communicator::create(j.store(), rank, 3, o);
-      comm.barrier();
-      return comm.grow(2, "epoch1");
-    }();
-    std::vector<double> v(5000, 1.0);
-    grown.all_reduce(std::span<double>(v), ReduceOp::sum);
-    j.report(rank, std::to_string(grown.rank()) + "/" + std::to_string(grown.size()) + " sum " + std::to_string(v[0]));
-    const bool rank_ok = rank < 3 ? grown.rank() == rank : grown.rank() >= 3;
-    return rank_ok && grown.size() == 5 && v[0] == 5.0 ? 0 : 1;
-  }, 60s);
+  auto results = job.run(
+      [&](int rank, const ProcessJob& j) {
+        Options o;
+        o.timeout = 30s;
+        Communicator grown = [&] {
+          if (rank >= 3) return Communicator::join(j.store(), "epoch1", o);
+          Communicator comm = Communicator::create(j.store(), rank, 3, o);
+          comm.barrier();
+          return comm.grow(2, "epoch1");
+        }();
+        std::vector<double> v(5000, 1.0);
+        grown.all_reduce(std::span<double>(v), ReduceOp::sum);
+        j.report(rank, std::to_string(grown.rank()) + "/" + std::to_string(grown.size()) + " sum " +
+                           std::to_string(v[0]));
+        const bool rank_ok = rank < 3 ? grown.rank() == rank : grown.rank() >= 3;
+        return rank_ok && grown.size() == 5 && v[0] == 5.0 ? 0 : 1;
+      },
+      60s);
   std::set<std::string> seen;
   for (int r = 0; r < 5; ++r) {
     SCOPED_TRACE("process " + std::to_string(r) + ": " + results[r].report);
@@ -461,7 +490,8 @@ TEST(Failures, TimeoutBoundsAWaitForAnAbsentPeer) {
   SCOPED_TRACE(results[0].report);
   EXPECT_EQ(results[0].exit_code, kGotExpectedError);
   EXPECT_NE(results[0].report.find("SHOAL_TIMEOUT"), std::string::npos);
-  EXPECT_EQ(results[1].exit_code, kGotExpectedError) << "the late rank must fail too: " << results[1].report;
+  EXPECT_EQ(results[1].exit_code, kGotExpectedError)
+      << "the late rank must fail too: " << results[1].report;
 }
 
 // A fake rank 1: speaks the rendezvous and the handshake correctly, then sends `header`.
@@ -472,9 +502,9 @@ void run_fake_peer(Store& store, transport::FrameHeader header, bool fix_comm_id
   store.set("shoal/comm0/addr/1", "127.0.0.1:1");
   std::string addr = store.get_string("shoal/comm0/addr/0");
   auto colon = addr.rfind(':');
-  int fd = transport::tcp::connect_with_retry(addr.substr(0, colon),
-                                              static_cast<uint16_t>(std::stoi(addr.substr(colon + 1))),
-                                              transport::tcp::Clock::now() + 10s, "rank 0");
+  int fd = transport::tcp::connect_with_retry(
+      addr.substr(0, colon), static_cast<uint16_t>(std::stoi(addr.substr(colon + 1))),
+      transport::tcp::Clock::now() + 10s, "rank 0");
   transport::Hello hello;
   hello.comm_id = id;
   hello.rank = 1;
@@ -483,7 +513,8 @@ void run_fake_peer(Store& store, transport::FrameHeader header, bool fix_comm_id
   std::string err;
   auto deadline = transport::tcp::Clock::now() + 5s;
   transport::tcp::write_all(fd, &hello, sizeof hello, deadline, err);
-  comm::vote_for_creation(store, "shoal/comm0", 1, 2, transport::tcp::Clock::now() + 10s);  // as a rank does
+  comm::vote_for_creation(store, "shoal/comm0", 1, 2,
+                          transport::tcp::Clock::now() + 10s);  // as a rank does
   std::this_thread::sleep_for(100ms);
   transport::tcp::write_all(fd, &header, sizeof header, deadline, err);
   std::this_thread::sleep_for(2s);  // keep the connection open: the error must come from the frame
@@ -549,12 +580,22 @@ transport::FrameHeader header_with(void (*edit)(transport::FrameHeader&)) {
 
 INSTANTIATE_TEST_SUITE_P(
     Kinds, MalformedFrames,
-    ::testing::Values(
-        BadFrame{"bad_magic", header_with([](transport::FrameHeader& h) { h.magic = 0xdeadbeef; }), true, "magic"},
-        BadFrame{"bad_version", header_with([](transport::FrameHeader& h) { h.version = 99; }), true, "protocol version"},
-        BadFrame{"impossible_length", header_with([](transport::FrameHeader& h) { h.length = ~0ull; }), true, "SHOAL_MAX_FRAME"},
-        BadFrame{"foreign_communicator", header_with([](transport::FrameHeader& h) { h.comm_id = 42; }), false, "communicator"},
-        BadFrame{"unknown_kind", header_with([](transport::FrameHeader& h) { h.kind = static_cast<transport::FrameKind>(77); }), true, "kind"}),
+    ::testing::Values(BadFrame{"bad_magic",
+                               header_with([](transport::FrameHeader& h) { h.magic = 0xdeadbeef; }),
+                               true, "magic"},
+                      BadFrame{"bad_version",
+                               header_with([](transport::FrameHeader& h) { h.version = 99; }), true,
+                               "protocol version"},
+                      BadFrame{"impossible_length",
+                               header_with([](transport::FrameHeader& h) { h.length = ~0ull; }),
+                               true, "SHOAL_MAX_FRAME"},
+                      BadFrame{"foreign_communicator",
+                               header_with([](transport::FrameHeader& h) { h.comm_id = 42; }),
+                               false, "communicator"},
+                      BadFrame{"unknown_kind", header_with([](transport::FrameHeader& h) {
+                                 h.kind = static_cast<transport::FrameKind>(77);
+                               }),
+                               true, "kind"}),
     [](const auto& info) { return std::string(info.param.name); });
 
 TEST(Failures, InvalidArgumentsFailAtOnceAndLeaveTheCommunicatorUsable) {
@@ -562,7 +603,8 @@ TEST(Failures, InvalidArgumentsFailAtOnceAndLeaveTheCommunicatorUsable) {
     std::vector<float> buf(16, 1.0f);
     EXPECT_THROW(c.broadcast(buf.data(), buf.size(), DataType::float32, 5), InvalidArgumentError);
     EXPECT_THROW(c.send(buf.data(), buf.size(), DataType::float32, c.rank()), InvalidArgumentError);
-    EXPECT_THROW(c.all_reduce(nullptr, buf.data(), 4, DataType::float32, ReduceOp::sum), InvalidArgumentError);
+    EXPECT_THROW(c.all_reduce(nullptr, buf.data(), 4, DataType::float32, ReduceOp::sum),
+                 InvalidArgumentError);
     std::vector<float> odd(15);
     EXPECT_THROW(c.all_to_all(std::span<float>(odd)), InvalidArgumentError);
     c.all_reduce(std::span<float>(buf), ReduceOp::sum);  // still works, and still in step
@@ -577,17 +619,20 @@ TEST(Failures, InvalidArgumentsFailAtOnceAndLeaveTheCommunicatorUsable) {
 TEST(Failures, DataSentBeforeACleanCloseReachesALateReceive) {
   Options o;
   o.timeout = 20s;
-  std::string err = run_ranks(2, [](Communicator& c) {
-    int x = 42;
-    if (c.rank() == 0) {
-      c.send(&x, 1, DataType::int32, 1);
-      return;  // closes at once
-    }
-    std::this_thread::sleep_for(300ms);  // the frame, the goodbye and the EOF are all here
-    x = 0;
-    c.recv(&x, 1, DataType::int32, 0);
-    EXPECT_EQ(x, 42);
-  }, o);
+  std::string err = run_ranks(
+      2,
+      [](Communicator& c) {
+        int x = 42;
+        if (c.rank() == 0) {
+          c.send(&x, 1, DataType::int32, 1);
+          return;  // closes at once
+        }
+        std::this_thread::sleep_for(300ms);  // the frame, the goodbye and the EOF are all here
+        x = 0;
+        c.recv(&x, 1, DataType::int32, 0);
+        EXPECT_EQ(x, 42);
+      },
+      o);
   EXPECT_EQ(err, "");
 }
 
@@ -597,21 +642,28 @@ TEST(Failures, OperationsOnAPeerThatClosedFailAtOnce) {
   o.timeout = 20s;
   for (const char* what : {"recv", "send", "all_reduce"}) {
     SCOPED_TRACE(what);
-    std::string err = run_ranks(2, [&](Communicator& c) {
-      if (c.rank() == 0) return;
-      std::this_thread::sleep_for(300ms);
-      int x = 1;
-      const double start = monotonic_seconds();
-      try {
-        if (!std::strcmp(what, "recv")) c.recv(&x, 1, DataType::int32, 0);
-        else if (!std::strcmp(what, "send")) c.send(&x, 1, DataType::int32, 0);
-        else c.all_reduce(&x, 1, DataType::int32, ReduceOp::sum);
-        ADD_FAILURE() << "no error";
-      } catch (const PeerFailureError& e) {
-        EXPECT_NE(std::string(e.what()).find("closed its communicator"), std::string::npos) << e.what();
-      }
-      EXPECT_LT(monotonic_seconds() - start, 5.0);
-    }, o);
+    std::string err = run_ranks(
+        2,
+        [&](Communicator& c) {
+          if (c.rank() == 0) return;
+          std::this_thread::sleep_for(300ms);
+          int x = 1;
+          const double start = monotonic_seconds();
+          try {
+            if (!std::strcmp(what, "recv"))
+              c.recv(&x, 1, DataType::int32, 0);
+            else if (!std::strcmp(what, "send"))
+              c.send(&x, 1, DataType::int32, 0);
+            else
+              c.all_reduce(&x, 1, DataType::int32, ReduceOp::sum);
+            ADD_FAILURE() << "no error";
+          } catch (const PeerFailureError& e) {
+            EXPECT_NE(std::string(e.what()).find("closed its communicator"), std::string::npos)
+                << e.what();
+          }
+          EXPECT_LT(monotonic_seconds() - start, 5.0);
+        },
+        o);
     EXPECT_EQ(err, "");
   }
 }

@@ -91,6 +91,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   std::multiset<int> seen;
   for (const auto& peer : fds) seen.insert(peer.begin(), peer.end());
   for (int fd : book.pending_fds()) seen.insert(fd);
-  if (seen.size() != admitted.size() || std::set<int>(seen.begin(), seen.end()) != admitted) std::abort();
+  if (seen.size() != admitted.size() || std::set<int>(seen.begin(), seen.end()) != admitted)
+    std::abort();
   return 0;
 }

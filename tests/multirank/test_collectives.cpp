@@ -8,18 +8,20 @@
 #include <sstream>
 
 #include "algorithms/registry.hpp"
+#include "support/env.hpp"
 #include "support/ranks.hpp"
 #include "support/values.hpp"
-#include "support/env.hpp"
 
 namespace shoal::testing {
 namespace {
 
 constexpr uint64_t kCounts[] = {0, 1, 7, 1000, 20000 + 3, (1u << 20) + 3};
 
-std::string where(const char* coll, DataType t, ReduceOp op, uint64_t count, int rank, const char* how) {
+std::string where(const char* coll, DataType t, ReduceOp op, uint64_t count, int rank,
+                  const char* how) {
   std::ostringstream os;
-  os << coll << " " << to_string(t) << " " << to_string(op) << " count=" << count << " rank=" << rank << " " << how;
+  os << coll << " " << to_string(t) << " " << to_string(op) << " count=" << count
+     << " rank=" << rank << " " << how;
   return os.str();
 }
 
@@ -32,19 +34,25 @@ void check_reductions(Communicator& c, DataType t, uint64_t count) {
     // all_reduce, out of place and in place
     auto out = bytes_for(count, t);
     c.all_reduce(in.data(), out.data(), count, t, op);
-    EXPECT_EQ(wrong(out.data(), 0, count, t, want), 0u) << where("all_reduce", t, op, count, r, "out-of-place");
+    EXPECT_EQ(wrong(out.data(), 0, count, t, want), 0u)
+        << where("all_reduce", t, op, count, r, "out-of-place");
     auto inplace = in;
     c.all_reduce(inplace.data(), count, t, op);
-    EXPECT_EQ(wrong(inplace.data(), 0, count, t, want), 0u) << where("all_reduce", t, op, count, r, "in-place");
+    EXPECT_EQ(wrong(inplace.data(), 0, count, t, want), 0u)
+        << where("all_reduce", t, op, count, r, "in-place");
     // reduce_scatter: input of p blocks of `count`; element j of block b has value(rank, b*count+j)
     auto rs_in = bytes_for(count * p, t);
     for (uint64_t i = 0; i < count * p; ++i) store(rs_in.data(), i, t, value(r, i, t, op));
     auto rs_out = bytes_for(count, t);
     c.reduce_scatter(rs_in.data(), rs_out.data(), count, t, op);
-    EXPECT_EQ(wrong(rs_out.data(), 0, count, t, [&](uint64_t j) { return expected(p, r * count + j, t, op); }), 0u)
+    EXPECT_EQ(wrong(rs_out.data(), 0, count, t,
+                    [&](uint64_t j) { return expected(p, r * count + j, t, op); }),
+              0u)
         << where("reduce_scatter", t, op, count, r, "out-of-place");
     c.reduce_scatter(rs_in.data(), count, t, op);
-    EXPECT_EQ(wrong(rs_in.data(), r * count, count, t, [&](uint64_t j) { return expected(p, r * count + j, t, op); }), 0u)
+    EXPECT_EQ(wrong(rs_in.data(), r * count, count, t,
+                    [&](uint64_t j) { return expected(p, r * count + j, t, op); }),
+              0u)
         << where("reduce_scatter", t, op, count, r, "in-place");
     // reduce to a root that moves with the op
     const int root = static_cast<int>(op) % p;
@@ -64,29 +72,41 @@ void check_data_movement(Communicator& c, DataType t, uint64_t count) {
   // all_gather: block b = rank b's data
   auto gathered = bytes_for(count * p, t);
   c.all_gather(mine.data(), gathered.data(), count, t);
-  auto from_block = [&](uint64_t i) { return as_stored(value(static_cast<int>(i / std::max<uint64_t>(count, 1)), i % std::max<uint64_t>(count, 1), t, op), t); };
-  EXPECT_EQ(wrong(gathered.data(), 0, count * p, t, from_block), 0u) << where("all_gather", t, op, count, r, "out-of-place");
+  auto from_block = [&](uint64_t i) {
+    return as_stored(value(static_cast<int>(i / std::max<uint64_t>(count, 1)),
+                           i % std::max<uint64_t>(count, 1), t, op),
+                     t);
+  };
+  EXPECT_EQ(wrong(gathered.data(), 0, count * p, t, from_block), 0u)
+      << where("all_gather", t, op, count, r, "out-of-place");
   auto ag_inplace = bytes_for(count * p, t);
   std::memcpy(ag_inplace.data() + r * count * size_of(t), mine.data(), count * size_of(t));
   c.all_gather(ag_inplace.data(), count, t);
-  EXPECT_EQ(wrong(ag_inplace.data(), 0, count * p, t, from_block), 0u) << where("all_gather", t, op, count, r, "in-place");
+  EXPECT_EQ(wrong(ag_inplace.data(), 0, count * p, t, from_block), 0u)
+      << where("all_gather", t, op, count, r, "in-place");
   // broadcast from a root that depends on the count
   const int root = static_cast<int>(count % p);
   auto bc = r == root ? mine : bytes_for(count, t);
   c.broadcast(bc.data(), count, t, root);
-  EXPECT_EQ(wrong(bc.data(), 0, count, t, [&](uint64_t i) { return as_stored(value(root, i, t, op), t); }), 0u)
+  EXPECT_EQ(wrong(bc.data(), 0, count, t,
+                  [&](uint64_t i) { return as_stored(value(root, i, t, op), t); }),
+            0u)
       << where("broadcast", t, op, count, r, "");
   // gather and scatter
   auto g = bytes_for(count * p, t);
   c.gather(mine.data(), g.data(), count, t, root);
   if (r == root) {
-    EXPECT_EQ(wrong(g.data(), 0, count * p, t, from_block), 0u) << where("gather", t, op, count, r, "");
+    EXPECT_EQ(wrong(g.data(), 0, count * p, t, from_block), 0u)
+        << where("gather", t, op, count, r, "");
   }
   auto sc = bytes_for(count, t);
   c.scatter(gathered.data(), sc.data(), count, t, root);  // every rank holds the gathered blocks
-  EXPECT_EQ(wrong(sc.data(), 0, count, t, [&](uint64_t i) { return as_stored(value(r, i, t, op), t); }), 0u)
+  EXPECT_EQ(
+      wrong(sc.data(), 0, count, t, [&](uint64_t i) { return as_stored(value(r, i, t, op), t); }),
+      0u)
       << where("scatter", t, op, count, r, "");
-  // all_to_all: send block b = value(r, b*count + j); receive block b from rank b = value(b, r*count + j)
+  // all_to_all: send block b = value(r, b*count + j); receive block b from rank b = value(b,
+  // r*count + j)
   auto a2a_in = bytes_for(count * p, t), a2a_out = bytes_for(count * p, t);
   for (uint64_t i = 0; i < count * p; ++i) store(a2a_in.data(), i, t, value(r, i, t, op));
   auto a2a_want = [&](uint64_t i) {
@@ -94,16 +114,20 @@ void check_data_movement(Communicator& c, DataType t, uint64_t count) {
     return as_stored(value(static_cast<int>(b), r * count + j, t, op), t);
   };
   c.all_to_all(a2a_in.data(), a2a_out.data(), count, t);
-  EXPECT_EQ(wrong(a2a_out.data(), 0, count * p, t, a2a_want), 0u) << where("all_to_all", t, op, count, r, "out-of-place");
+  EXPECT_EQ(wrong(a2a_out.data(), 0, count * p, t, a2a_want), 0u)
+      << where("all_to_all", t, op, count, r, "out-of-place");
   c.all_to_all(a2a_in.data(), count, t);
-  EXPECT_EQ(wrong(a2a_in.data(), 0, count * p, t, a2a_want), 0u) << where("all_to_all", t, op, count, r, "in-place");
+  EXPECT_EQ(wrong(a2a_in.data(), 0, count * p, t, a2a_want), 0u)
+      << where("all_to_all", t, op, count, r, "in-place");
   // send/recv around the ring, both posted before waiting
   if (p > 1) {
     auto got = bytes_for(count, t);
     Work s = c.send_async(mine.data(), count, t, (r + 1) % p, 7);
     c.recv(got.data(), count, t, (r + p - 1) % p, 7);
     s.wait();
-    EXPECT_EQ(wrong(got.data(), 0, count, t, [&](uint64_t i) { return as_stored(value((r + p - 1) % p, i, t, op), t); }), 0u)
+    EXPECT_EQ(wrong(got.data(), 0, count, t,
+                    [&](uint64_t i) { return as_stored(value((r + p - 1) % p, i, t, op), t); }),
+              0u)
         << where("send/recv", t, op, count, r, "");
   }
 }
@@ -141,8 +165,8 @@ TEST(Collectives16, EveryCollectiveAtSixteenRanks) {
 // SHOAL_ALGO would (a per-thread override, so each rank sets its own before every call) and
 // run by the engine over the real transport ----
 
-
-void check_forced(Communicator& c, const algorithms::AlgorithmInfo& algo, DataType t, uint64_t count) {
+void check_forced(Communicator& c, const algorithms::AlgorithmInfo& algo, DataType t,
+                  uint64_t count) {
   using algorithms::Collective;
   const int p = c.size(), r = c.rank();
   algorithms::detail::set_thread_algorithm_override(std::string(to_string(algo.collective)) + ":" +
@@ -157,11 +181,13 @@ void check_forced(Communicator& c, const algorithms::AlgorithmInfo& algo, DataTy
     };
     auto out = bytes_for(count * p, t);
     c.all_gather(mine.data(), out.data(), count, t);
-    EXPECT_EQ(wrong(out.data(), 0, count * p, t, from_block), 0u) << where(label.c_str(), t, op, count, r, "out-of-place");
+    EXPECT_EQ(wrong(out.data(), 0, count * p, t, from_block), 0u)
+        << where(label.c_str(), t, op, count, r, "out-of-place");
     auto inplace = bytes_for(count * p, t);
     std::memcpy(inplace.data() + r * count * size_of(t), mine.data(), count * size_of(t));
     c.all_gather(inplace.data(), count, t);
-    EXPECT_EQ(wrong(inplace.data(), 0, count * p, t, from_block), 0u) << where(label.c_str(), t, op, count, r, "in-place");
+    EXPECT_EQ(wrong(inplace.data(), 0, count * p, t, from_block), 0u)
+        << where(label.c_str(), t, op, count, r, "in-place");
   } else {
     // Every algorithm is op-agnostic but for avg; bxor on integers catches a block that is
     // reduced twice or not at all, as a bitwise operator.
@@ -175,12 +201,18 @@ void check_forced(Communicator& c, const algorithms::AlgorithmInfo& algo, DataTy
       const uint64_t first = rs ? r * count : 0;
       auto want = [&](uint64_t j) { return expected(p, first + j, t, op); };
       auto out = bytes_for(count, t);
-      if (rs) c.reduce_scatter(in.data(), out.data(), count, t, op);
-      else c.all_reduce(in.data(), out.data(), count, t, op);
-      EXPECT_EQ(wrong(out.data(), 0, count, t, want), 0u) << where(label.c_str(), t, op, count, r, "out-of-place");
-      if (rs) c.reduce_scatter(in.data(), count, t, op);
-      else c.all_reduce(in.data(), count, t, op);
-      EXPECT_EQ(wrong(in.data(), first, count, t, want), 0u) << where(label.c_str(), t, op, count, r, "in-place");
+      if (rs)
+        c.reduce_scatter(in.data(), out.data(), count, t, op);
+      else
+        c.all_reduce(in.data(), out.data(), count, t, op);
+      EXPECT_EQ(wrong(out.data(), 0, count, t, want), 0u)
+          << where(label.c_str(), t, op, count, r, "out-of-place");
+      if (rs)
+        c.reduce_scatter(in.data(), count, t, op);
+      else
+        c.all_reduce(in.data(), count, t, op);
+      EXPECT_EQ(wrong(in.data(), first, count, t, want), 0u)
+          << where(label.c_str(), t, op, count, r, "in-place");
     }
   }
   algorithms::detail::set_thread_algorithm_override("");
@@ -196,7 +228,8 @@ TEST_P(ForcedAlgorithms, EveryAlgorithmMatchesReference) {
       if (algo.collective != Collective::all_reduce && algo.collective != Collective::all_gather &&
           algo.collective != Collective::reduce_scatter)
         continue;
-      for (uint64_t count : {uint64_t{0}, uint64_t{1}, uint64_t{7}, uint64_t{1000}, uint64_t{20003}})
+      for (uint64_t count :
+           {uint64_t{0}, uint64_t{1}, uint64_t{7}, uint64_t{1000}, uint64_t{20003}})
         for (DataType t : kAllTypes) check_forced(c, algo, t, count);
       check_forced(c, algo, DataType::float32, (1u << 18) + 3);  // frames past the eager limits
     }
@@ -213,8 +246,8 @@ TEST(ForcedAlgorithms, DifferentChoicesMismatch) {
   ScopedEnv no_flat("SHOAL_FLAT_MAX_BYTES", "0");
   std::atomic<int> mismatches{0}, other{0};
   run_ranks(2, [&](Communicator& c) {
-    algorithms::detail::set_thread_algorithm_override(c.rank() == 0 ? "all_reduce:ring"
-                                                                    : "all_reduce:recursive_doubling");
+    algorithms::detail::set_thread_algorithm_override(
+        c.rank() == 0 ? "all_reduce:ring" : "all_reduce:recursive_doubling");
     std::vector<float> v(1000, 1.0f);
     try {
       c.all_reduce(std::span<float>(v), ReduceOp::sum);

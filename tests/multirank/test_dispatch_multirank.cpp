@@ -28,7 +28,6 @@ namespace {
 
 using algorithms::Collective;
 
-
 // Per collective, one algorithm below the switch size (64K, bytes as the cost models count them)
 // and another above; never ring. Times in microseconds at sizes 1, 64K, 2^40 (the small one's
 // last time is huge so that the log interpolation hands over right after 64K).
@@ -49,10 +48,11 @@ std::string tuning_file_text() {
   for (int world : {3, 4, 8})
     for (const char* transport : {"shm", "tcp"})
       for (const Plan& p : kPlans) {
-        os << (first ? "" : ",") << R"({"collective": ")" << p.collective << R"(", "world": )" << world
-           << R"(, "ranks_per_host": )" << world << R"(, "transport": ")" << transport
-           << R"(", "sizes": [1, )" << kSwitch << R"(, 1099511627776], "times_us": {"ring": [10, 10, 10], ")"
-           << p.small << R"(": [1, 1, 1e12], ")" << p.large << R"(": [2, 2, 2]}})";
+        os << (first ? "" : ",") << R"({"collective": ")" << p.collective << R"(", "world": )"
+           << world << R"(, "ranks_per_host": )" << world << R"(, "transport": ")" << transport
+           << R"(", "sizes": [1, )" << kSwitch
+           << R"(, 1099511627776], "times_us": {"ring": [10, 10, 10], ")" << p.small
+           << R"(": [1, 1, 1e12], ")" << p.large << R"(": [2, 2, 2]}})";
         first = false;
       }
   os << "]}";
@@ -83,13 +83,15 @@ std::string ran(Communicator& c, const std::function<void()>& call) {
 TEST_P(DispatchedCollectives, TuningFilePicksRunAndMatchReference) {
   TempFile file(tuning_file_text());
   ScopedEnv tune_file("SHOAL_TUNE_FILE", file.path.c_str());
-  ScopedEnv as_measured("SHOAL_TUNE_SMOOTHING", "0");  // the tables are steps, read between neighbours
+  ScopedEnv as_measured("SHOAL_TUNE_SMOOTHING",
+                        "0");                      // the tables are steps, read between neighbours
   ScopedEnv no_flat("SHOAL_FLAT_MAX_BYTES", "0");  // small calls would skip the schedule
   ScopedEnv on("SHOAL_DISPATCH", "on");
   std::string err = run_ranks(GetParam(), [&](Communicator& c) {
     const int p = c.size(), r = c.rank();
     // counts per rank: both sides of the switch for every collective
-    for (uint64_t count : {uint64_t{1}, uint64_t{7}, uint64_t{1000}, uint64_t{20003}, uint64_t{70001}}) {
+    for (uint64_t count :
+         {uint64_t{1}, uint64_t{7}, uint64_t{1000}, uint64_t{20003}, uint64_t{70001}}) {
       for (DataType t : {DataType::float32, DataType::int32, DataType::bfloat16}) {
         const uint64_t es = size_of(t);
         // what runs is the plan's pick on each side of the switch, never ring (bytes as the
@@ -105,15 +107,20 @@ TEST_P(DispatchedCollectives, TuningFilePicksRunAndMatchReference) {
           EXPECT_EQ(ran(c, [&] { c.all_reduce(in.data(), out.data(), count, t, op); }),
                     plan(kPlans[0], ar_bytes))
               << why;
-          EXPECT_EQ(wrong(out.data(), 0, count, t, [&](uint64_t i) { return expected(p, i, t, op); }), 0u)
-              << "all_reduce " << to_string(t) << " " << to_string(op) << " count=" << count << " rank=" << r;
+          EXPECT_EQ(
+              wrong(out.data(), 0, count, t, [&](uint64_t i) { return expected(p, i, t, op); }), 0u)
+              << "all_reduce " << to_string(t) << " " << to_string(op) << " count=" << count
+              << " rank=" << r;
           auto rs_in = bytes_for(count * p, t), rs_out = bytes_for(count, t);
           for (uint64_t i = 0; i < count * p; ++i) store(rs_in.data(), i, t, value(r, i, t, op));
           EXPECT_EQ(ran(c, [&] { c.reduce_scatter(rs_in.data(), rs_out.data(), count, t, op); }),
                     plan(kPlans[2], ag_bytes))
               << why;
-          EXPECT_EQ(wrong(rs_out.data(), 0, count, t, [&](uint64_t j) { return expected(p, r * count + j, t, op); }), 0u)
-              << "reduce_scatter " << to_string(t) << " " << to_string(op) << " count=" << count << " rank=" << r;
+          EXPECT_EQ(wrong(rs_out.data(), 0, count, t,
+                          [&](uint64_t j) { return expected(p, r * count + j, t, op); }),
+                    0u)
+              << "reduce_scatter " << to_string(t) << " " << to_string(op) << " count=" << count
+              << " rank=" << r;
         }
         auto mine = bytes_for(count, t), gathered = bytes_for(count * p, t);
         for (uint64_t i = 0; i < count; ++i)
@@ -122,7 +129,10 @@ TEST_P(DispatchedCollectives, TuningFilePicksRunAndMatchReference) {
                   plan(kPlans[1], ag_bytes))
             << why;
         EXPECT_EQ(wrong(gathered.data(), 0, count * p, t,
-                        [&](uint64_t i) { return as_stored(value(static_cast<int>(i / count), i % count, t, ReduceOp::sum), t); }),
+                        [&](uint64_t i) {
+                          return as_stored(
+                              value(static_cast<int>(i / count), i % count, t, ReduceOp::sum), t);
+                        }),
                   0u)
             << "all_gather " << to_string(t) << " count=" << count << " rank=" << r;
       }
@@ -166,7 +176,8 @@ INSTANTIATE_TEST_SUITE_P(Worlds, DispatchedCollectives, ::testing::Values(3, 4, 
 TEST(DispatchedCollectives, ThePickReachesTheWire) {
   TempFile file(tuning_file_text());
   ScopedEnv tune_file("SHOAL_TUNE_FILE", file.path.c_str());
-  ScopedEnv as_measured("SHOAL_TUNE_SMOOTHING", "0");  // the tables are steps, read between neighbours
+  ScopedEnv as_measured("SHOAL_TUNE_SMOOTHING",
+                        "0");  // the tables are steps, read between neighbours
   ScopedEnv no_flat("SHOAL_FLAT_MAX_BYTES", "0");
   ScopedEnv on("SHOAL_DISPATCH", "on");
   for (const char* forced : {"all_reduce:swing", "all_reduce:ring"}) {
@@ -197,7 +208,8 @@ TEST(DispatchedCollectives, ThePickReachesTheWire) {
 TEST(DispatchedCollectives, DispatchOffRunsTheFirstRow) {
   TempFile file(tuning_file_text());
   ScopedEnv tune_file("SHOAL_TUNE_FILE", file.path.c_str());
-  ScopedEnv as_measured("SHOAL_TUNE_SMOOTHING", "0");  // the tables are steps, read between neighbours
+  ScopedEnv as_measured("SHOAL_TUNE_SMOOTHING",
+                        "0");  // the tables are steps, read between neighbours
   ScopedEnv no_flat("SHOAL_FLAT_MAX_BYTES", "0");
   ScopedEnv off("SHOAL_DISPATCH", "off");
   std::atomic<int> ok{0};
@@ -228,9 +240,11 @@ TEST(CalibrationAtCreation, EveryRankHoldsTheSameMeasuredConstants) {
       std::vector<double> all(3 * static_cast<size_t>(world));
       c.all_gather(mine, all.data(), 3, DataType::float64);
       bool same = true;
-      for (int r = 0; r < world; ++r) same &= std::memcmp(all.data() + 3 * r, mine, sizeof mine) == 0;
+      for (int r = 0; r < world; ++r)
+        same &= std::memcmp(all.data() + 3 * r, mine, sizeof mine) == 0;
       // The dispatcher takes them (no SHOAL_TUNE_* set here).
-      const tune::Dispatcher d = tune::Dispatcher::from_environment(c.impl().tune_context(), &*params);
+      const tune::Dispatcher d =
+          tune::Dispatcher::from_environment(c.impl().tune_context(), &*params);
       same &= d.params().alpha == params->alpha && d.params().beta == params->beta;
       agreed += same;
     });
@@ -243,7 +257,9 @@ TEST(CalibrationAtCreation, OffSwitchesMeasureNothingAndBadValuesFailCreation) {
   for (const char* setting : {"SHOAL_TUNE_CALIBRATE", "SHOAL_DISPATCH"}) {
     ScopedEnv off(setting, "off");
     std::atomic<int> none{0};
-    EXPECT_EQ(run_ranks(2, [&](Communicator& c) { none += !c.impl().calibrated_params.has_value(); }), "");
+    EXPECT_EQ(
+        run_ranks(2, [&](Communicator& c) { none += !c.impl().calibrated_params.has_value(); }),
+        "");
     EXPECT_EQ(none.load(), 2) << setting;
   }
   ScopedEnv bad("SHOAL_TUNE_CALIBRATE", "sometimes");

@@ -46,63 +46,71 @@ std::vector<uint8_t> payload(int root, uint64_t i, uint64_t bytes) {
 TEST(FlatQueue, BroadcastsAmongOtherCallsMatchTheReference) {
   for (int ranks : {2, 3, 4}) {
     ProcessJob job(ranks);
-    auto results = job.run([&](int rank, const ProcessJob& j) {
-      Communicator comm = Communicator::create(j.store(), rank, ranks);
-      const uint32_t flat_before = comm.impl().flat_calls();
-      std::ostringstream errors;
-      uint32_t flat_expected = 0;
-      std::vector<float> small(16), big(2 << 20);
-      std::vector<uint8_t> gathered(64 * 1024 * ranks);
-      for (uint64_t i = 0; i < 3000 && errors.str().empty(); ++i) {
-        const int root = static_cast<int>(i % ranks);
-        const uint64_t bytes = 1 + (i * 389) % 4096;
-        const auto want = payload(root, i, bytes);
-        std::vector<uint8_t> buf = rank == root ? want : std::vector<uint8_t>(bytes, 0);
-        if (i % 5 == 0) {
-          std::vector<uint8_t> out(bytes, 0);
-          comm.broadcast(buf.data(), out.data(), bytes, DataType::uint8, root);
-          buf = out;
-        } else {
-          comm.broadcast(buf.data(), bytes, DataType::uint8, root);
-        }
-        ++flat_expected;
-        if (buf != want) errors << "broadcast #" << i << " of " << bytes << " B from " << root << " wrong; ";
-        if (rank == 1 && i % 97 == 0) std::this_thread::sleep_for(std::chrono::microseconds(200 + i % 700));
-        if (i % 7 == 3) {
-          for (size_t k = 0; k < small.size(); ++k) small[k] = static_cast<float>(rank + k + i % 11);
-          comm.all_reduce(small.data(), small.size(), DataType::float32, ReduceOp::sum);
-          ++flat_expected;
-          for (size_t k = 0; k < small.size(); ++k)
-            if (small[k] != static_cast<float>(ranks * (k + i % 11) + ranks * (ranks - 1) / 2))
-              errors << "all_reduce after broadcast #" << i << " wrong; ";
-        }
-        if (i % 211 == 5) {
-          const auto mine = payload(rank, i, 64 * 1024);
-          comm.all_gather(mine.data(), gathered.data(), mine.size(), DataType::uint8);
-          for (int q = 0; q < ranks; ++q)
-            if (!std::equal(gathered.begin() + q * mine.size(), gathered.begin() + (q + 1) * mine.size(),
-                            payload(q, i, mine.size()).begin()))
-              errors << "all_gather after broadcast #" << i << " wrong; ";
-        }
-        if (i % 331 == 7) comm.barrier();
-        if (i % 997 == 11) {
-          std::fill(big.begin(), big.end(), static_cast<float>(rank + 1));
-          comm.all_reduce(big.data(), big.size(), DataType::float32, ReduceOp::sum);
-          for (float v : big)
-            if (v != static_cast<float>(ranks * (ranks + 1) / 2)) {
-              errors << "8 MiB all_reduce after broadcast #" << i << " wrong; ";
-              break;
+    auto results = job.run(
+        [&](int rank, const ProcessJob& j) {
+          Communicator comm = Communicator::create(j.store(), rank, ranks);
+          const uint32_t flat_before = comm.impl().flat_calls();
+          std::ostringstream errors;
+          uint32_t flat_expected = 0;
+          std::vector<float> small(16), big(2 << 20);
+          std::vector<uint8_t> gathered(64 * 1024 * ranks);
+          for (uint64_t i = 0; i < 3000 && errors.str().empty(); ++i) {
+            const int root = static_cast<int>(i % ranks);
+            const uint64_t bytes = 1 + (i * 389) % 4096;
+            const auto want = payload(root, i, bytes);
+            std::vector<uint8_t> buf = rank == root ? want : std::vector<uint8_t>(bytes, 0);
+            if (i % 5 == 0) {
+              std::vector<uint8_t> out(bytes, 0);
+              comm.broadcast(buf.data(), out.data(), bytes, DataType::uint8, root);
+              buf = out;
+            } else {
+              comm.broadcast(buf.data(), bytes, DataType::uint8, root);
             }
-        }
-      }
-      comm.barrier();
-      const uint32_t flat = comm.impl().flat_calls() - flat_before;
-      if (flat < flat_expected) errors << "only " << flat << " flat calls of at least " << flat_expected << "; ";
-      j.report(rank, errors.str());
-      return errors.str().empty() ? 0 : 1;
-    }, 120s);
+            ++flat_expected;
+            if (buf != want)
+              errors << "broadcast #" << i << " of " << bytes << " B from " << root << " wrong; ";
+            if (rank == 1 && i % 97 == 0)
+              std::this_thread::sleep_for(std::chrono::microseconds(200 + i % 700));
+            if (i % 7 == 3) {
+              for (size_t k = 0; k < small.size(); ++k)
+                small[k] = static_cast<float>(rank + k + i % 11);
+              comm.all_reduce(small.data(), small.size(), DataType::float32, ReduceOp::sum);
+              ++flat_expected;
+              for (size_t k = 0; k < small.size(); ++k)
+                if (small[k] != static_cast<float>(ranks * (k + i % 11) + ranks * (ranks - 1) / 2))
+                  errors << "all_reduce after broadcast #" << i << " wrong; ";
+            }
+            if (i % 211 == 5) {
+              const auto mine = payload(rank, i, 64 * 1024);
+              comm.all_gather(mine.data(), gathered.data(), mine.size(), DataType::uint8);
+              for (int q = 0; q < ranks; ++q)
+                if (!std::equal(gathered.begin() + q * mine.size(),
+                                gathered.begin() + (q + 1) * mine.size(),
+                                payload(q, i, mine.size()).begin()))
+                  errors << "all_gather after broadcast #" << i << " wrong; ";
+            }
+            if (i % 331 == 7) comm.barrier();
+            if (i % 997 == 11) {
+              std::fill(big.begin(), big.end(), static_cast<float>(rank + 1));
+              comm.all_reduce(big.data(), big.size(), DataType::float32, ReduceOp::sum);
+              for (float v : big)
+                if (v != static_cast<float>(ranks * (ranks + 1) / 2)) {
+                  errors << "8 MiB all_reduce after broadcast #" << i << " wrong; ";
+                  break;
+                }
+            }
+          }
+          comm.barrier();
+          const uint32_t flat = comm.impl().flat_calls() - flat_before;
+          if (flat < flat_expected)
+            errors << "only " << flat << " flat calls of at least " << flat_expected << "; ";
+          j.report(rank, errors.str());
+          return errors.str().empty() ? 0 : 1;
+        },
+        120s);
     for (int r = 0; r < ranks; ++r) {
-      SCOPED_TRACE(std::to_string(ranks) + " ranks, rank " + std::to_string(r) + ": " + results[r].report);
+      SCOPED_TRACE(std::to_string(ranks) + " ranks, rank " + std::to_string(r) + ": " +
+                   results[r].report);
       EXPECT_EQ(results[r].exit_code, 0);
     }
   }
@@ -117,40 +125,44 @@ TEST(FlatQueue, ARootRunsAheadOfReceiversThatHaveNotStarted) {
   const std::string dir = mkdtemp(tmpl);
   const std::string flag = dir + "/root-done";
   ProcessJob job(kRanks);
-  auto results = job.run([&](int rank, const ProcessJob& j) {
-    Options o;
-    o.timeout = 20s;
-    Communicator comm = Communicator::create(j.store(), rank, kRanks, o);
-    std::vector<std::vector<uint8_t>> got(kCalls);
-    if (rank == 0) {
-      for (int i = 0; i < kCalls; ++i) {
-        auto data = payload(0, i, 100 + i);
-        comm.broadcast(data.data(), data.size(), DataType::uint8, 0);
-      }
-      std::ofstream(flag) << "done";
-    } else {
-      const auto until = std::chrono::steady_clock::now() + 10s;
-      while (!std::filesystem::exists(flag)) {
-        if (std::chrono::steady_clock::now() > until) {
-          j.report(rank, "the root did not get through its broadcasts before any receiver started");
-          return 1;
+  auto results = job.run(
+      [&](int rank, const ProcessJob& j) {
+        Options o;
+        o.timeout = 20s;
+        Communicator comm = Communicator::create(j.store(), rank, kRanks, o);
+        std::vector<std::vector<uint8_t>> got(kCalls);
+        if (rank == 0) {
+          for (int i = 0; i < kCalls; ++i) {
+            auto data = payload(0, i, 100 + i);
+            comm.broadcast(data.data(), data.size(), DataType::uint8, 0);
+          }
+          std::ofstream(flag) << "done";
+        } else {
+          const auto until = std::chrono::steady_clock::now() + 10s;
+          while (!std::filesystem::exists(flag)) {
+            if (std::chrono::steady_clock::now() > until) {
+              j.report(rank,
+                       "the root did not get through its broadcasts before any receiver started");
+              return 1;
+            }
+            std::this_thread::sleep_for(1ms);
+          }
+          for (int i = 0; i < kCalls; ++i) {
+            got[i].assign(100 + i, 0);
+            comm.broadcast(got[i].data(), got[i].size(), DataType::uint8, 0);
+            if (got[i] != payload(0, i, 100 + i)) {
+              j.report(rank, "broadcast " + std::to_string(i) + " wrong");
+              return 1;
+            }
+          }
         }
-        std::this_thread::sleep_for(1ms);
-      }
-      for (int i = 0; i < kCalls; ++i) {
-        got[i].assign(100 + i, 0);
-        comm.broadcast(got[i].data(), got[i].size(), DataType::uint8, 0);
-        if (got[i] != payload(0, i, 100 + i)) {
-          j.report(rank, "broadcast " + std::to_string(i) + " wrong");
-          return 1;
-        }
-      }
-    }
-    comm.barrier();
-    return 0;
-  }, 60s);
+        comm.barrier();
+        return 0;
+      },
+      60s);
   std::filesystem::remove_all(dir);
-  for (int r = 0; r < kRanks; ++r) EXPECT_EQ(results[r].exit_code, 0) << "rank " << r << ": " << results[r].report;
+  for (int r = 0; r < kRanks; ++r)
+    EXPECT_EQ(results[r].exit_code, 0) << "rank " << r << ": " << results[r].report;
 }
 
 // A receiver that asks for a different size is told so at that call; the root, which checks
@@ -158,29 +170,32 @@ TEST(FlatQueue, ARootRunsAheadOfReceiversThatHaveNotStarted) {
 TEST(FlatQueue, AReceiverWithAnotherCountFailsAndSoDoesTheRootNext) {
   constexpr int kRanks = 3;
   ProcessJob job(kRanks);
-  auto results = job.run([&](int rank, const ProcessJob& j) {
-    Options o;
-    o.timeout = 20s;
-    Communicator comm = Communicator::create(j.store(), rank, kRanks, o);
-    std::vector<uint8_t> buf(rank == 2 ? 200 : 100, 1);
-    try {
-      comm.broadcast(buf.data(), buf.size(), DataType::uint8, 0);
-      if (rank == 2) {
-        j.report(rank, "no error at the broadcast");
-        return 2;
-      }
-      comm.barrier();
-      j.report(rank, "no error");
-      return 2;
-    } catch (const MismatchError& e) {
-      j.report(rank, std::string("mismatch: ") + e.what());
-      return 0;
-    } catch (const Error& e) {
-      j.report(rank, std::string("error: ") + e.what());
-      return rank == 2 ? 1 : 0;  // the others learn of it from rank 2's break: any error
-    }
-  }, 60s);
-  for (int r = 0; r < kRanks; ++r) EXPECT_EQ(results[r].exit_code, 0) << "rank " << r << ": " << results[r].report;
+  auto results = job.run(
+      [&](int rank, const ProcessJob& j) {
+        Options o;
+        o.timeout = 20s;
+        Communicator comm = Communicator::create(j.store(), rank, kRanks, o);
+        std::vector<uint8_t> buf(rank == 2 ? 200 : 100, 1);
+        try {
+          comm.broadcast(buf.data(), buf.size(), DataType::uint8, 0);
+          if (rank == 2) {
+            j.report(rank, "no error at the broadcast");
+            return 2;
+          }
+          comm.barrier();
+          j.report(rank, "no error");
+          return 2;
+        } catch (const MismatchError& e) {
+          j.report(rank, std::string("mismatch: ") + e.what());
+          return 0;
+        } catch (const Error& e) {
+          j.report(rank, std::string("error: ") + e.what());
+          return rank == 2 ? 1 : 0;  // the others learn of it from rank 2's break: any error
+        }
+      },
+      60s);
+  for (int r = 0; r < kRanks; ++r)
+    EXPECT_EQ(results[r].exit_code, 0) << "rank " << r << ": " << results[r].report;
 }
 
 // A root killed while its receivers wait for its next entries: each gets PeerFailureError
@@ -188,23 +203,26 @@ TEST(FlatQueue, AReceiverWithAnotherCountFailsAndSoDoesTheRootNext) {
 TEST(FlatQueue, AKilledRootRaisesPeerFailureOnItsReceivers) {
   constexpr int kRanks = 3, kRoot = 1;
   ProcessJob job(kRanks);
-  auto results = job.run([&](int rank, const ProcessJob& j) {
-    Options o;
-    o.timeout = 60s;  // detection must come far sooner than this
-    Communicator comm = Communicator::create(j.store(), rank, kRanks, o);
-    std::vector<uint8_t> buf(512, static_cast<uint8_t>(rank));
-    comm.barrier();
-    if (rank == kRoot) {
-      std::thread killer([&] {
-        std::this_thread::sleep_for(300ms);
-        report_and_die(j, rank, comm.impl().comm_id);
-      });
-      for (;;) comm.broadcast(buf.data(), buf.size(), DataType::uint8, kRoot);
-    }
-    return expect_error<PeerFailureError>(rank, j, [&] {
-      for (int i = 0; i < 100000000; ++i) comm.broadcast(buf.data(), buf.size(), DataType::uint8, kRoot);
-    });
-  }, 90s);
+  auto results = job.run(
+      [&](int rank, const ProcessJob& j) {
+        Options o;
+        o.timeout = 60s;  // detection must come far sooner than this
+        Communicator comm = Communicator::create(j.store(), rank, kRanks, o);
+        std::vector<uint8_t> buf(512, static_cast<uint8_t>(rank));
+        comm.barrier();
+        if (rank == kRoot) {
+          std::thread killer([&] {
+            std::this_thread::sleep_for(300ms);
+            report_and_die(j, rank, comm.impl().comm_id);
+          });
+          for (;;) comm.broadcast(buf.data(), buf.size(), DataType::uint8, kRoot);
+        }
+        return expect_error<PeerFailureError>(rank, j, [&] {
+          for (int i = 0; i < 100000000; ++i)
+            comm.broadcast(buf.data(), buf.size(), DataType::uint8, kRoot);
+        });
+      },
+      90s);
   expect_every_survivor_saw_the_death(results, kRoot);
 }
 

@@ -30,7 +30,8 @@ const bool kEnvironment = [] {
 }();
 
 /// Runs one rank per entry of `host_of` (its host index) as threads; returns the first error.
-std::string run_on_hosts(const std::vector<int>& host_of, const std::function<void(Communicator&)>& fn) {
+std::string run_on_hosts(const std::vector<int>& host_of,
+                         const std::function<void(Communicator&)>& fn) {
   auto server = make_server_store();
   const int n = static_cast<int>(host_of.size());
   std::mutex mu;
@@ -70,7 +71,8 @@ std::string name(Collective k, DataType t, ReduceOp op, uint64_t count, bool in_
 }
 
 // One call of `k` on every rank and a check of every element; failures name the case.
-void check_call(Communicator& c, Collective k, DataType t, ReduceOp op, uint64_t count, bool in_place, bool async) {
+void check_call(Communicator& c, Collective k, DataType t, ReduceOp op, uint64_t count,
+                bool in_place, bool async) {
   SCOPED_TRACE(name(k, t, op, count, in_place, async) + " on rank " + std::to_string(c.rank()));
   const int p = c.size(), r = c.rank();
   const size_t es = size_of(t);
@@ -81,16 +83,20 @@ void check_call(Communicator& c, Collective k, DataType t, ReduceOp op, uint64_t
     auto send = bytes_for(count, t), recv = bytes_for(count, t);
     for (uint64_t i = 0; i < count; ++i) store(send.data(), i, t, value(r, i, t, op));
     void* result = in_place ? send.data() : recv.data();
-    if (async) done(c.all_reduce_async(send.data(), result, count, t, op));
-    else c.all_reduce(send.data(), result, count, t, op);
+    if (async)
+      done(c.all_reduce_async(send.data(), result, count, t, op));
+    else
+      c.all_reduce(send.data(), result, count, t, op);
     for (uint64_t i = 0; i < count; ++i)
       ASSERT_EQ(load(result, i, t), expected(p, i, t, op)) << "element " << i;
   } else if (k == Collective::all_gather) {
     auto send = bytes_for(count, t), recv = bytes_for(count * p, t);
     uint8_t* mine = in_place ? recv.data() + r * count * es : send.data();
     for (uint64_t i = 0; i < count; ++i) store(mine, i, t, value(r, i, t, ReduceOp::sum));
-    if (async) done(c.all_gather_async(mine, recv.data(), count, t));
-    else c.all_gather(mine, recv.data(), count, t);
+    if (async)
+      done(c.all_gather_async(mine, recv.data(), count, t));
+    else
+      c.all_gather(mine, recv.data(), count, t);
     for (int q = 0; q < p; ++q)
       for (uint64_t i = 0; i < count; ++i)
         ASSERT_EQ(load(recv.data(), q * count + i, t), as_stored(value(q, i, t, ReduceOp::sum), t))
@@ -99,8 +105,10 @@ void check_call(Communicator& c, Collective k, DataType t, ReduceOp op, uint64_t
     auto send = bytes_for(count * p, t), recv = bytes_for(count, t);
     for (uint64_t i = 0; i < count * p; ++i) store(send.data(), i, t, value(r, i, t, op));
     void* result = in_place ? send.data() + r * count * es : recv.data();
-    if (async) done(c.reduce_scatter_async(send.data(), result, count, t, op));
-    else c.reduce_scatter(send.data(), result, count, t, op);
+    if (async)
+      done(c.reduce_scatter_async(send.data(), result, count, t, op));
+    else
+      c.reduce_scatter(send.data(), result, count, t, op);
     for (uint64_t i = 0; i < count; ++i)
       ASSERT_EQ(load(result, i, t), expected(p, r * count + i, t, op)) << "element " << i;
   }
@@ -119,11 +127,13 @@ void run_matrix(Communicator& c, bool every_type) {
       for (ReduceOp op : ops_for(t)) {
         if (k == Collective::all_gather && op != ReduceOp::sum) continue;
         for (uint64_t count : {uint64_t{1}, uint64_t{7}, uint64_t{1003}})
-          for (bool in_place : {false, true}) check_call(c, k, t, op, count, in_place, ++n % 2 == 0);
+          for (bool in_place : {false, true})
+            check_call(c, k, t, op, count, in_place, ++n % 2 == 0);
       }
   // Larger than the chunk and the shared-memory direct threshold.
   for (Collective k : {Collective::all_reduce, Collective::all_gather, Collective::reduce_scatter})
-    for (bool in_place : {false, true}) check_call(c, k, DataType::float32, ReduceOp::sum, 300001, in_place, in_place);
+    for (bool in_place : {false, true})
+      check_call(c, k, DataType::float32, ReduceOp::sum, 300001, in_place, in_place);
 }
 
 struct Layout {
@@ -139,21 +149,24 @@ TEST_P(Hierarchical, EveryCollectiveTypeOpAndCountMatchesTheReference) {
   const Layout& l = GetParam();
   std::string err = run_on_hosts(l.host_of, [&](Communicator& c) {
     run_matrix(c, l.every_type);
-    if (l.hierarchical) EXPECT_GT(hierarchical_calls(c), 0u) << "the hierarchy was not used";
-    else EXPECT_EQ(hierarchical_calls(c), 0u) << "an uneven layout must run the flat algorithms";
+    if (l.hierarchical)
+      EXPECT_GT(hierarchical_calls(c), 0u) << "the hierarchy was not used";
+    else
+      EXPECT_EQ(hierarchical_calls(c), 0u) << "an uneven layout must run the flat algorithms";
   });
   EXPECT_EQ(err, "");
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Layouts, Hierarchical,
-    ::testing::Values(Layout{"hosts2x2", {0, 0, 1, 1}, true, true},
-                      Layout{"hosts2x3", {0, 0, 0, 1, 1, 1}, true, true},
-                      Layout{"hosts3x2", {0, 0, 1, 1, 2, 2}, true, true},
-                      Layout{"hosts4x2", {0, 0, 1, 1, 2, 2, 3, 3}, true, true},
-                      Layout{"interleaved2x2", {0, 1, 0, 1}, true, true},
-                      Layout{"uneven3plus1", {0, 0, 0, 1}, false, false}),
-    [](const ::testing::TestParamInfo<Layout>& info) { return std::string(info.param.name); });
+INSTANTIATE_TEST_SUITE_P(Layouts, Hierarchical,
+                         ::testing::Values(Layout{"hosts2x2", {0, 0, 1, 1}, true, true},
+                                           Layout{"hosts2x3", {0, 0, 0, 1, 1, 1}, true, true},
+                                           Layout{"hosts3x2", {0, 0, 1, 1, 2, 2}, true, true},
+                                           Layout{"hosts4x2", {0, 0, 1, 1, 2, 2, 3, 3}, true, true},
+                                           Layout{"interleaved2x2", {0, 1, 0, 1}, true, true},
+                                           Layout{"uneven3plus1", {0, 0, 0, 1}, false, false}),
+                         [](const ::testing::TestParamInfo<Layout>& info) {
+                           return std::string(info.param.name);
+                         });
 
 // A hierarchical call and the parent's calls around it keep issue order, also asynchronously.
 TEST(HierarchicalOrder, ParentCallsWaitForPendingHierarchicalWork) {
@@ -187,7 +200,8 @@ std::string sizes_in_turn(const std::vector<int>& hosts, uint64_t after_small, u
   setenv("SHOAL_HIERARCHICAL", "auto", 1);
   std::string err = run_on_hosts(hosts, [&](Communicator& c) {
     const auto p = static_cast<float>(c.size());
-    std::vector<float> small(1000, 1.0f), big(1 << 18, 1.0f), bigger(1 << 20, 1.0f);  // 4 KB, 1 MiB, 4 MiB
+    std::vector<float> small(1000, 1.0f), big(1 << 18, 1.0f),
+        bigger(1 << 20, 1.0f);  // 4 KB, 1 MiB, 4 MiB
     c.all_reduce(std::span<float>(small), ReduceOp::sum);
     EXPECT_EQ(hierarchical_calls(c), after_small);
     c.all_reduce(std::span<float>(big), ReduceOp::sum);
@@ -209,12 +223,14 @@ std::string sizes_in_turn(const std::vector<int>& hosts, uint64_t after_small, u
 // it has more steps (2 in the host, 2 across) than recursive doubling (3): flat at every size.
 TEST(HierarchicalAuto, FollowsTheCostModelWithinTheSizeBounds) {
   {
-    ScopedEnv a("SHOAL_TUNE_ALPHA", "1e-9"), b("SHOAL_TUNE_BETA", "1e-6"), g("SHOAL_TUNE_BUSY_GAMMA", "1e-12");
+    ScopedEnv a("SHOAL_TUNE_ALPHA", "1e-9"), b("SHOAL_TUNE_BETA", "1e-6"),
+        g("SHOAL_TUNE_BUSY_GAMMA", "1e-12");
     EXPECT_EQ(sizes_in_turn({0, 0, 1, 1, 2, 2}, 1, 2, 3), "");
     ScopedEnv max_bytes("SHOAL_HIERARCHICAL_MAX_BYTES", "2M");
     EXPECT_EQ(sizes_in_turn({0, 0, 1, 1, 2, 2}, 1, 2, 2), "");
   }
-  ScopedEnv a("SHOAL_TUNE_ALPHA", "1e-3"), b("SHOAL_TUNE_BETA", "1e-12"), g("SHOAL_TUNE_BUSY_GAMMA", "1e-12");
+  ScopedEnv a("SHOAL_TUNE_ALPHA", "1e-3"), b("SHOAL_TUNE_BETA", "1e-12"),
+      g("SHOAL_TUNE_BUSY_GAMMA", "1e-12");
   EXPECT_EQ(sizes_in_turn({0, 0, 1, 1, 2, 2}, 0, 0, 0), "");
 }
 
@@ -227,7 +243,8 @@ TEST(HierarchicalAuto, FollowsTheTuningFileWhereItHasHierarchicalTimes) {
        "sizes": [1024, 65536, 1048576, 4194304],
        "times_us": {"ring": [100, 100, 100, 100], "hierarchical": [10, 10, 10, 1000000]}}]})");
   ScopedEnv tune_file("SHOAL_TUNE_FILE", file.path);
-  ScopedEnv as_measured("SHOAL_TUNE_SMOOTHING", "0");  // a step, read between neighbours, not smoothed
+  ScopedEnv as_measured("SHOAL_TUNE_SMOOTHING",
+                        "0");  // a step, read between neighbours, not smoothed
   EXPECT_EQ(sizes_in_turn({0, 0, 1, 1}, 1, 2, 2), "");
 }
 
@@ -274,13 +291,15 @@ TEST(HierarchicalFailures, AbortFailsAPendingHierarchicalCollectiveOnEveryRank) 
     }
     EXPECT_THROW(w.wait(), AbortedError) << "rank " << c.rank();
     std::lock_guard<std::mutex> lock(mu);
-    took[c.rank()] = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    took[c.rank()] =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   });
   EXPECT_EQ(err, "");
   for (int r = 0; r < 4; ++r) {
     EXPECT_GT(took[r], 0) << "rank " << r;
     // The absent rank's call comes 3 s late and fails at once.
-    EXPECT_LT(took[r], r == 3 ? 4.5 : 2.0) << "rank " << r << " did not fail when the communicator was aborted";
+    EXPECT_LT(took[r], r == 3 ? 4.5 : 2.0)
+        << "rank " << r << " did not fail when the communicator was aborted";
   }
 }
 

@@ -12,8 +12,8 @@
 
 namespace shoal::testing {
 
-inline constexpr DataType kAllTypes[] = {DataType::int8,    DataType::uint8,    DataType::int32,
-                                         DataType::int64,   DataType::float16,  DataType::bfloat16,
+inline constexpr DataType kAllTypes[] = {DataType::int8,    DataType::uint8,   DataType::int32,
+                                         DataType::int64,   DataType::float16, DataType::bfloat16,
                                          DataType::float32, DataType::float64};
 inline constexpr ReduceOp kAllOps[] = {ReduceOp::sum, ReduceOp::prod, ReduceOp::min, ReduceOp::max,
                                        ReduceOp::avg};
@@ -46,28 +46,90 @@ inline double value(int r, uint64_t i, DataType t, ReduceOp op) {
 inline void store(void* buf, uint64_t i, DataType t, double v) {
   auto* b = static_cast<uint8_t*>(buf);
   switch (t) {
-    case DataType::int8: { int8_t x = static_cast<int8_t>(static_cast<int64_t>(v)); std::memcpy(b + i, &x, 1); break; }
-    case DataType::uint8: { uint8_t x = static_cast<uint8_t>(static_cast<int64_t>(v)); std::memcpy(b + i, &x, 1); break; }
-    case DataType::int32: { int32_t x = static_cast<int32_t>(static_cast<int64_t>(v)); std::memcpy(b + 4 * i, &x, 4); break; }
-    case DataType::int64: { int64_t x = static_cast<int64_t>(v); std::memcpy(b + 8 * i, &x, 8); break; }
-    case DataType::float16: { float16_t x(static_cast<float>(v)); std::memcpy(b + 2 * i, &x.bits, 2); break; }
-    case DataType::bfloat16: { bfloat16_t x(static_cast<float>(v)); std::memcpy(b + 2 * i, &x.bits, 2); break; }
-    case DataType::float32: { float x = static_cast<float>(v); std::memcpy(b + 4 * i, &x, 4); break; }
-    case DataType::float64: std::memcpy(b + 8 * i, &v, 8); break;
+    case DataType::int8: {
+      int8_t x = static_cast<int8_t>(static_cast<int64_t>(v));
+      std::memcpy(b + i, &x, 1);
+      break;
+    }
+    case DataType::uint8: {
+      uint8_t x = static_cast<uint8_t>(static_cast<int64_t>(v));
+      std::memcpy(b + i, &x, 1);
+      break;
+    }
+    case DataType::int32: {
+      int32_t x = static_cast<int32_t>(static_cast<int64_t>(v));
+      std::memcpy(b + 4 * i, &x, 4);
+      break;
+    }
+    case DataType::int64: {
+      int64_t x = static_cast<int64_t>(v);
+      std::memcpy(b + 8 * i, &x, 8);
+      break;
+    }
+    case DataType::float16: {
+      float16_t x(static_cast<float>(v));
+      std::memcpy(b + 2 * i, &x.bits, 2);
+      break;
+    }
+    case DataType::bfloat16: {
+      bfloat16_t x(static_cast<float>(v));
+      std::memcpy(b + 2 * i, &x.bits, 2);
+      break;
+    }
+    case DataType::float32: {
+      float x = static_cast<float>(v);
+      std::memcpy(b + 4 * i, &x, 4);
+      break;
+    }
+    case DataType::float64:
+      std::memcpy(b + 8 * i, &v, 8);
+      break;
   }
 }
 
 inline double load(const void* buf, uint64_t i, DataType t) {
   const auto* b = static_cast<const uint8_t*>(buf);
   switch (t) {
-    case DataType::int8: { int8_t x; std::memcpy(&x, b + i, 1); return x; }
-    case DataType::uint8: { uint8_t x; std::memcpy(&x, b + i, 1); return x; }
-    case DataType::int32: { int32_t x; std::memcpy(&x, b + 4 * i, 4); return x; }
-    case DataType::int64: { int64_t x; std::memcpy(&x, b + 8 * i, 8); return static_cast<double>(x); }
-    case DataType::float16: { float16_t x; std::memcpy(&x.bits, b + 2 * i, 2); return static_cast<float>(x); }
-    case DataType::bfloat16: { bfloat16_t x; std::memcpy(&x.bits, b + 2 * i, 2); return static_cast<float>(x); }
-    case DataType::float32: { float x; std::memcpy(&x, b + 4 * i, 4); return x; }
-    case DataType::float64: { double x; std::memcpy(&x, b + 8 * i, 8); return x; }
+    case DataType::int8: {
+      int8_t x;
+      std::memcpy(&x, b + i, 1);
+      return x;
+    }
+    case DataType::uint8: {
+      uint8_t x;
+      std::memcpy(&x, b + i, 1);
+      return x;
+    }
+    case DataType::int32: {
+      int32_t x;
+      std::memcpy(&x, b + 4 * i, 4);
+      return x;
+    }
+    case DataType::int64: {
+      int64_t x;
+      std::memcpy(&x, b + 8 * i, 8);
+      return static_cast<double>(x);
+    }
+    case DataType::float16: {
+      float16_t x;
+      std::memcpy(&x.bits, b + 2 * i, 2);
+      return static_cast<float>(x);
+    }
+    case DataType::bfloat16: {
+      bfloat16_t x;
+      std::memcpy(&x.bits, b + 2 * i, 2);
+      return static_cast<float>(x);
+    }
+    case DataType::float32: {
+      float x;
+      std::memcpy(&x, b + 4 * i, 4);
+      return x;
+    }
+    case DataType::float64: {
+      double x;
+      std::memcpy(&x, b + 8 * i, 8);
+      return x;
+    }
   }
   return 0;
 }
@@ -94,13 +156,28 @@ inline double expected(int p, uint64_t i, DataType t, ReduceOp op) {
     for (int r = 1; r < p; ++r) {
       int64_t v = static_cast<int64_t>(value(r, i, t, op));
       switch (op) {
-        case ReduceOp::sum: case ReduceOp::avg: acc += v; break;
-        case ReduceOp::prod: acc *= v; break;
-        case ReduceOp::min: acc = std::min(acc, v); break;
-        case ReduceOp::max: acc = std::max(acc, v); break;
-        case ReduceOp::band: acc &= v; break;
-        case ReduceOp::bor: acc |= v; break;
-        case ReduceOp::bxor: acc ^= v; break;
+        case ReduceOp::sum:
+        case ReduceOp::avg:
+          acc += v;
+          break;
+        case ReduceOp::prod:
+          acc *= v;
+          break;
+        case ReduceOp::min:
+          acc = std::min(acc, v);
+          break;
+        case ReduceOp::max:
+          acc = std::max(acc, v);
+          break;
+        case ReduceOp::band:
+          acc &= v;
+          break;
+        case ReduceOp::bor:
+          acc |= v;
+          break;
+        case ReduceOp::bxor:
+          acc ^= v;
+          break;
       }
     }
     double stored = as_stored(static_cast<double>(acc), t);  // wrap into the type first
@@ -111,11 +188,21 @@ inline double expected(int p, uint64_t i, DataType t, ReduceOp op) {
   for (int r = 1; r < p; ++r) {
     double v = value(r, i, t, op);
     switch (op) {
-      case ReduceOp::sum: case ReduceOp::avg: acc += v; break;
-      case ReduceOp::prod: acc *= v; break;
-      case ReduceOp::min: acc = std::min(acc, v); break;
-      case ReduceOp::max: acc = std::max(acc, v); break;
-      default: return NAN;  // bitwise: integers only
+      case ReduceOp::sum:
+      case ReduceOp::avg:
+        acc += v;
+        break;
+      case ReduceOp::prod:
+        acc *= v;
+        break;
+      case ReduceOp::min:
+        acc = std::min(acc, v);
+        break;
+      case ReduceOp::max:
+        acc = std::max(acc, v);
+        break;
+      default:
+        return NAN;  // bitwise: integers only
     }
   }
   if (op == ReduceOp::avg) {

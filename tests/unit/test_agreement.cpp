@@ -70,7 +70,8 @@ TEST_F(Agreement, OneNoFailsEveryRankWithItsReason) {
   });
   for (int r : {0, 1, 3}) {
     EXPECT_EQ(out[r].code, ErrorCode::PeerFailure) << out[r].what;
-    EXPECT_NE(out[r].what.find("rank 2: cannot map rank 1's shared memory"), std::string::npos) << out[r].what;
+    EXPECT_NE(out[r].what.find("rank 2: cannot map rank 1's shared memory"), std::string::npos)
+        << out[r].what;
   }
 }
 
@@ -80,7 +81,8 @@ TEST_F(Agreement, ARankThatVotesAfterTheOthersGaveUpCannotCreateAlone) {
   auto out = run(3, [](int r, Store& s) { vote_for_creation(s, "c", r, 4, Clock::now() + 300ms); });
   for (int r = 0; r < 3; ++r) {
     EXPECT_EQ(out[r].code, ErrorCode::Timeout) << out[r].what;
-    EXPECT_NE(out[r].what.find("1 rank(s) did not finish setting up"), std::string::npos) << out[r].what;
+    EXPECT_NE(out[r].what.find("1 rank(s) did not finish setting up"), std::string::npos)
+        << out[r].what;
   }
   auto late = run(1, [](int, Store& s) { vote_for_creation(s, "c", 3, 4, Clock::now() + 5s); });
   EXPECT_EQ(late[0].code, ErrorCode::PeerFailure) << late[0].what;
@@ -96,7 +98,7 @@ TEST_F(Agreement, ADecisionMadeBeforeARankGaveUpStands) {
   auto counter = [&] { return store->add("c/create/votes", 0); };
   std::thread slow_last_voter([&] {
     while (counter() < 1) std::this_thread::sleep_for(1ms);  // rank 0 voted
-    EXPECT_EQ(store->add("c/create/votes", 1), 2);  // the decisive vote: both said yes
+    EXPECT_EQ(store->add("c/create/votes", 1), 2);           // the decisive vote: both said yes
     while (counter() < kGaveUp) std::this_thread::sleep_for(1ms);  // rank 0 gave up
     store->set("c/create/outcome", std::string("ok"));
   });

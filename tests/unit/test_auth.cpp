@@ -1,8 +1,8 @@
 // Authentication of transport connections (SHOAL_AUTH_KEY): both ends prove they know the
 // key; a stranger, or a rank with another key, is refused with a clear message; ranks with
 // the key form a job; without a key, one warning per process says the job is open.
-#include <gtest/gtest.h>
 #include <fcntl.h>
+#include <gtest/gtest.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -24,8 +24,8 @@ using transport::tcp::authenticate_to;
 
 struct Outcome {
   bool accepted = false;
-  std::string why;        // the acceptor's reason when it refused
-  std::string error;      // what the connector threw
+  std::string why;    // the acceptor's reason when it refused
+  std::string error;  // what the connector threw
   ErrorCode code = ErrorCode::Internal;
   int peer = -2;
 };
@@ -95,7 +95,8 @@ TEST(Auth, AStrangerIsRefused) {
     ASSERT_EQ(write(sv[1], answer, sizeof answer), 32);
   });
   std::string why;
-  EXPECT_FALSE(authenticate_from(sv[0], hello, 0, "s3cret", transport::tcp::Clock::now() + 5s, why));
+  EXPECT_FALSE(
+      authenticate_from(sv[0], hello, 0, "s3cret", transport::tcp::Clock::now() + 5s, why));
   EXPECT_NE(why.find("SHOAL_AUTH_KEY"), std::string::npos) << why;
   stranger.join();
   close(sv[0]);
@@ -106,55 +107,64 @@ TEST(Auth, AStrangerIsRefused) {
 // fails with UnauthorizedError naming the rank it could not verify.
 TEST(Auth, RanksWithTheKeyFormAJob) {
   ProcessJob job(3);
-  auto results = job.run([](int rank, const ProcessJob& j) {
-    setenv("SHOAL_AUTH_KEY", "s3cret", 1);
-    setenv("SHOAL_TRANSPORT", "tcp", 1);
-    Communicator comm = Communicator::create(j.store(), rank, 3);
-    float x = 1.0f;
-    comm.all_reduce(&x, 1, DataType::float32, ReduceOp::sum);
-    return x == 3.0f ? 0 : 1;
-  }, 60s);
-  for (int r = 0; r < 3; ++r) EXPECT_EQ(results[r].exit_code, 0) << "rank " << r << ": " << results[r].report;
+  auto results = job.run(
+      [](int rank, const ProcessJob& j) {
+        setenv("SHOAL_AUTH_KEY", "s3cret", 1);
+        setenv("SHOAL_TRANSPORT", "tcp", 1);
+        Communicator comm = Communicator::create(j.store(), rank, 3);
+        float x = 1.0f;
+        comm.all_reduce(&x, 1, DataType::float32, ReduceOp::sum);
+        return x == 3.0f ? 0 : 1;
+      },
+      60s);
+  for (int r = 0; r < 3; ++r)
+    EXPECT_EQ(results[r].exit_code, 0) << "rank " << r << ": " << results[r].report;
 }
 
 TEST(Auth, ARankWithAnotherKeyFailsWithUnauthorized) {
   ProcessJob job(2);
-  auto results = job.run([](int rank, const ProcessJob& j) {
-    setenv("SHOAL_AUTH_KEY", rank == 0 ? "s3cret" : "guess", 1);
-    Options o;
-    o.timeout = 5s;  // rank 0 waits for a rank that never authenticates
-    try {
-      Communicator comm = Communicator::create(j.store(), rank, 2, o);
-    } catch (const UnauthorizedError& e) {
-      j.report(rank, std::to_string(e.peer()) + "\n" + e.what());
-      return 10;
-    } catch (const Error& e) {
-      j.report(rank, e.what());
-      return 11;
-    }
-    return 0;
-  }, 60s);
+  auto results = job.run(
+      [](int rank, const ProcessJob& j) {
+        setenv("SHOAL_AUTH_KEY", rank == 0 ? "s3cret" : "guess", 1);
+        Options o;
+        o.timeout = 5s;  // rank 0 waits for a rank that never authenticates
+        try {
+          Communicator comm = Communicator::create(j.store(), rank, 2, o);
+        } catch (const UnauthorizedError& e) {
+          j.report(rank, std::to_string(e.peer()) + "\n" + e.what());
+          return 10;
+        } catch (const Error& e) {
+          j.report(rank, e.what());
+          return 11;
+        }
+        return 0;
+      },
+      60s);
   EXPECT_EQ(results[1].exit_code, 10) << results[1].report;
-  EXPECT_EQ(results[1].report.rfind("0\n", 0), 0u) << "the error must name rank 0: " << results[1].report;
-  EXPECT_EQ(results[0].exit_code, 11) << "rank 0 must not form a job with it: " << results[0].report;
+  EXPECT_EQ(results[1].report.rfind("0\n", 0), 0u)
+      << "the error must name rank 0: " << results[1].report;
+  EXPECT_EQ(results[0].exit_code, 11)
+      << "rank 0 must not form a job with it: " << results[0].report;
 }
 
 TEST(Auth, WithoutAKeyOneWarningSaysTheJobIsOpen) {
   ProcessJob job(1);
-  auto results = job.run([](int, const ProcessJob& j) {
-    unsetenv("SHOAL_AUTH_KEY");
-    unsetenv("SHOAL_AUTH_KEY_FILE");
-    const std::string log = j.dir() + "/stderr";
-    const int fd = open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-    if (fd < 0 || dup2(fd, 2) < 0) return 1;  // shoal logs with write(2, ...)
-    auth::job_key();
-    auth::job_key();
-    std::ifstream in(log);
-    std::stringstream text;
-    text << in.rdbuf();
-    j.report(0, text.str());
-    return 0;
-  }, 30s);
+  auto results = job.run(
+      [](int, const ProcessJob& j) {
+        unsetenv("SHOAL_AUTH_KEY");
+        unsetenv("SHOAL_AUTH_KEY_FILE");
+        const std::string log = j.dir() + "/stderr";
+        const int fd = open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+        if (fd < 0 || dup2(fd, 2) < 0) return 1;  // shoal logs with write(2, ...)
+        auth::job_key();
+        auth::job_key();
+        std::ifstream in(log);
+        std::stringstream text;
+        text << in.rdbuf();
+        j.report(0, text.str());
+        return 0;
+      },
+      30s);
   ASSERT_EQ(results[0].exit_code, 0);
   const std::string& log = results[0].report;
   const auto first = log.find("no SHOAL_AUTH_KEY");

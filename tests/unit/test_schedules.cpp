@@ -38,9 +38,12 @@ struct RankMemory {
 
 uint8_t* resolve(RankMemory& m, const Slice& s) {
   switch (s.buffer) {
-    case Buffer::input: return m.input + s.offset;
-    case Buffer::output: return m.output + s.offset;
-    case Buffer::scratch: return m.scratch.data() + s.offset;
+    case Buffer::input:
+      return m.input + s.offset;
+    case Buffer::output:
+      return m.output + s.offset;
+    case Buffer::scratch:
+      return m.scratch.data() + s.offset;
   }
   return nullptr;
 }
@@ -66,16 +69,27 @@ std::string validate(const Schedule& s, const CollectiveArgs& a, const RankMemor
       os << "rank " << a.rank << " step " << i << " (" << describe(st) << "): ";
       return os.str();
     };
-    auto in_bounds = [&](const Slice& x) { return x.offset + x.bytes <= limit(x.buffer) && x.bytes % es == 0; };
-    const bool has_dst = st.kind != StepKind::send, has_src = st.kind == StepKind::send || st.kind == StepKind::reduce || st.kind == StepKind::copy;
-    if (has_dst && !in_bounds(st.dst)) return os_str() + "destination out of bounds or not whole elements";
-    if (has_src && !in_bounds(st.src)) return os_str() + "source out of bounds or not whole elements";
-    if (st.kind == StepKind::reduce && (!in_bounds(st.src2) || st.src.bytes != st.dst.bytes || st.src2.bytes != st.dst.bytes))
+    auto in_bounds = [&](const Slice& x) {
+      return x.offset + x.bytes <= limit(x.buffer) && x.bytes % es == 0;
+    };
+    const bool has_dst = st.kind != StepKind::send, has_src = st.kind == StepKind::send ||
+                                                              st.kind == StepKind::reduce ||
+                                                              st.kind == StepKind::copy;
+    if (has_dst && !in_bounds(st.dst))
+      return os_str() + "destination out of bounds or not whole elements";
+    if (has_src && !in_bounds(st.src))
+      return os_str() + "source out of bounds or not whole elements";
+    if (st.kind == StepKind::reduce &&
+        (!in_bounds(st.src2) || st.src.bytes != st.dst.bytes || st.src2.bytes != st.dst.bytes))
       return os_str() + "reduce operands out of bounds or of different lengths";
-    if (st.kind == StepKind::copy && st.src.bytes != st.dst.bytes) return os_str() + "copy of different lengths";
-    if (has_dst && st.dst.buffer == Buffer::input && st.dst.bytes > 0) return os_str() + "writes the input buffer";
-    if (st.kind == StepKind::finalize && a.op != ReduceOp::avg) return os_str() + "finalize without avg";
-    if ((st.kind == StepKind::send || st.kind == StepKind::recv) && (st.peer < 0 || st.peer >= a.size || st.peer == a.rank))
+    if (st.kind == StepKind::copy && st.src.bytes != st.dst.bytes)
+      return os_str() + "copy of different lengths";
+    if (has_dst && st.dst.buffer == Buffer::input && st.dst.bytes > 0)
+      return os_str() + "writes the input buffer";
+    if (st.kind == StepKind::finalize && a.op != ReduceOp::avg)
+      return os_str() + "finalize without avg";
+    if ((st.kind == StepKind::send || st.kind == StepKind::recv) &&
+        (st.peer < 0 || st.peer >= a.size || st.peer == a.rank))
       return os_str() + "bad peer";
   }
   for (auto [from, to] : s.edges)
@@ -110,25 +124,40 @@ std::string find_race(const Schedule& s, const CollectiveArgs& a, RankMemory& m)
       acc[i].push_back({p, p + x.bytes, w});
     };
     switch (st.kind) {
-      case StepKind::send: add(st.src, false); break;
-      case StepKind::recv: add(st.dst, true); break;
-      case StepKind::reduce: add(st.src, false); add(st.src2, false); add(st.dst, true); break;
-      case StepKind::copy:
-        if (resolve(m, st.src) != resolve(m, st.dst)) { add(st.src, false); add(st.dst, true); }
+      case StepKind::send:
+        add(st.src, false);
         break;
-      case StepKind::finalize: add(st.dst, true); break;
+      case StepKind::recv:
+        add(st.dst, true);
+        break;
+      case StepKind::reduce:
+        add(st.src, false);
+        add(st.src2, false);
+        add(st.dst, true);
+        break;
+      case StepKind::copy:
+        if (resolve(m, st.src) != resolve(m, st.dst)) {
+          add(st.src, false);
+          add(st.dst, true);
+        }
+        break;
+      case StepKind::finalize:
+        add(st.dst, true);
+        break;
     }
   }
   for (size_t j = 0; j < n; ++j)
     for (size_t i = 0; i < j; ++i) {
       if (reach[j * words + i / 64] >> (i % 64) & 1) continue;
-      if (s.steps[i].kind == StepKind::recv && s.steps[j].kind == StepKind::recv && s.steps[i].peer == s.steps[j].peer)
+      if (s.steps[i].kind == StepKind::recv && s.steps[j].kind == StepKind::recv &&
+          s.steps[i].peer == s.steps[j].peer)
         continue;
       for (const Access& x : acc[i])
         for (const Access& y : acc[j])
           if ((x.write || y.write) && x.lo < y.hi && y.lo < x.hi)
-            return "rank " + std::to_string(a.rank) + ": steps " + std::to_string(i) + " (" + describe(s.steps[i]) +
-                   ") and " + std::to_string(j) + " (" + describe(s.steps[j]) + ") touch the same bytes unordered";
+            return "rank " + std::to_string(a.rank) + ": steps " + std::to_string(i) + " (" +
+                   describe(s.steps[i]) + ") and " + std::to_string(j) + " (" +
+                   describe(s.steps[j]) + ") touch the same bytes unordered";
     }
   return "";
 }
@@ -161,8 +190,10 @@ std::string execute(const std::vector<Schedule>& sch, const std::vector<Collecti
     }
     for (uint32_t i = 0; i < s.steps.size(); ++i) {
       const Step& step = s.steps[i];
-      if (step.kind == StepKind::send) x.sends[step.peer].push_back(i);
-      else if (step.kind == StepKind::recv) x.recvs[step.peer].push_back(i);
+      if (step.kind == StepKind::send)
+        x.sends[step.peer].push_back(i);
+      else if (step.kind == StepKind::recv)
+        x.recvs[step.peer].push_back(i);
     }
   }
   std::string error;
@@ -173,9 +204,12 @@ std::string execute(const std::vector<Schedule>& sch, const std::vector<Collecti
     for (uint32_t d : x.dependents[i])
       if (--x.remaining[d] == 0) {
         const Step& step = sch[r].steps[d];
-        if (step.kind == StepKind::send) pairs_to_try.emplace_back(r, step.peer);
-        else if (step.kind == StepKind::recv) pairs_to_try.emplace_back(step.peer, r);
-        else x.local_ready.push_back(d);
+        if (step.kind == StepKind::send)
+          pairs_to_try.emplace_back(r, step.peer);
+        else if (step.kind == StepKind::recv)
+          pairs_to_try.emplace_back(step.peer, r);
+        else
+          x.local_ready.push_back(d);
       }
   };
   auto run_local = [&](int r, uint32_t i) {
@@ -185,8 +219,8 @@ std::string execute(const std::vector<Schedule>& sch, const std::vector<Collecti
     switch (step.kind) {
       case StepKind::reduce:
         if (step.dst.bytes > 0)
-          kernels::reduce(resolve(mem[r], step.dst), resolve(mem[r], step.src), resolve(mem[r], step.src2),
-                          step.dst.bytes / es, a.dtype, a.op);
+          kernels::reduce(resolve(mem[r], step.dst), resolve(mem[r], step.src),
+                          resolve(mem[r], step.src2), step.dst.bytes / es, a.dtype, a.op);
         break;
       case StepKind::copy: {
         uint8_t* d = resolve(mem[r], step.dst);
@@ -195,9 +229,11 @@ std::string execute(const std::vector<Schedule>& sch, const std::vector<Collecti
         break;
       }
       case StepKind::finalize:
-        if (step.dst.bytes > 0) kernels::finalize_avg(resolve(mem[r], step.dst), step.dst.bytes / es, a.dtype, a.size);
+        if (step.dst.bytes > 0)
+          kernels::finalize_avg(resolve(mem[r], step.dst), step.dst.bytes / es, a.dtype, a.size);
         break;
-      default: break;
+      default:
+        break;
     }
     complete(r, i);
   };
@@ -209,9 +245,9 @@ std::string execute(const std::vector<Schedule>& sch, const std::vector<Collecti
       const Step &s = sch[a].steps[i], &d = sch[b].steps[j];
       if (s.src.bytes != d.dst.bytes) {
         if (error.empty())
-          error = "frame " + std::to_string(x.send_head[b]) + " from rank " + std::to_string(a) + " to " +
-                  std::to_string(b) + ": sent " + std::to_string(s.src.bytes) + " bytes, receive posted for " +
-                  std::to_string(d.dst.bytes);
+          error = "frame " + std::to_string(x.send_head[b]) + " from rank " + std::to_string(a) +
+                  " to " + std::to_string(b) + ": sent " + std::to_string(s.src.bytes) +
+                  " bytes, receive posted for " + std::to_string(d.dst.bytes);
         return;
       }
       if (s.src.bytes > 0) std::memcpy(resolve(mem[b], d.dst), resolve(mem[a], s.src), s.src.bytes);
@@ -225,9 +261,12 @@ std::string execute(const std::vector<Schedule>& sch, const std::vector<Collecti
     for (uint32_t i = 0; i < sch[r].steps.size(); ++i)
       if (st[r].remaining[i] == 0) {
         const Step& step = sch[r].steps[i];
-        if (step.kind == StepKind::send) pairs_to_try.emplace_back(r, step.peer);
-        else if (step.kind == StepKind::recv) pairs_to_try.emplace_back(step.peer, r);
-        else st[r].local_ready.push_back(i);
+        if (step.kind == StepKind::send)
+          pairs_to_try.emplace_back(r, step.peer);
+        else if (step.kind == StepKind::recv)
+          pairs_to_try.emplace_back(step.peer, r);
+        else
+          st[r].local_ready.push_back(i);
       }
   for (bool progress = true; progress && error.empty();) {
     progress = false;
@@ -252,7 +291,8 @@ std::string execute(const std::vector<Schedule>& sch, const std::vector<Collecti
     if (os.tellp() == 0) os << "deadlock:";
     os << " rank " << r << " finished " << st[r].done << "/" << sch[r].steps.size() << " steps";
     for (int q = 0; q < p; ++q) {
-      if (st[r].recv_head[q] < st[r].recvs[q].size()) os << ", waits for frame " << st[r].recv_head[q] << " from " << q;
+      if (st[r].recv_head[q] < st[r].recvs[q].size())
+        os << ", waits for frame " << st[r].recv_head[q] << " from " << q;
     }
     os << ";";
   }
@@ -272,7 +312,8 @@ void fill(uint8_t* buf, uint64_t first, uint64_t n, int r, DataType t, ReduceOp 
   const uint64_t es = size_of(t);
   uint8_t pattern[36 * 8];
   for (uint64_t k = 0; k < 36; ++k) store(pattern, k, t, value(r, first + k, t, op));
-  for (uint64_t i = 0; i < n; i += 36) std::memcpy(buf + i * es, pattern, std::min<uint64_t>(36, n - i) * es);
+  for (uint64_t i = 0; i < n; i += 36)
+    std::memcpy(buf + i * es, pattern, std::min<uint64_t>(36, n - i) * es);
 }
 
 struct Case {
@@ -287,8 +328,9 @@ struct Case {
 
 std::string name_of(const Case& c) {
   std::ostringstream os;
-  os << to_string(c.algo->collective) << ":" << c.algo->name << " p=" << c.p << " count=" << c.count << " "
-     << to_string(c.dtype) << " " << to_string(c.op) << (c.in_place ? " in-place" : " out-of-place");
+  os << to_string(c.algo->collective) << ":" << c.algo->name << " p=" << c.p << " count=" << c.count
+     << " " << to_string(c.dtype) << " " << to_string(c.op)
+     << (c.in_place ? " in-place" : " out-of-place");
   return os.str();
 }
 
@@ -361,12 +403,14 @@ std::string run_case(const Case& c) {
           os << "rank " << r << " element " << i << ": got " << got << ", want " << w;
           return os.str();
         }
-    if (!c.in_place && !original[r].empty() && std::memcmp(m.input, original[r].data(), original[r].size()) != 0)
+    if (!c.in_place && !original[r].empty() &&
+        std::memcmp(m.input, original[r].data(), original[r].size()) != 0)
       return "rank " + std::to_string(r) + ": the input changed";
     const uint64_t out_bytes = coll == Collective::all_gather ? total : block;
     if (m.output + out_bytes <= m.arena.data() + m.arena.size() || !c.in_place) {
       const uint8_t* end = m.output + out_bytes;  // the guard bytes after the output stay
-      const uint8_t* arena_end = c.in_place ? m.arena.data() + m.arena.size() : m.out_arena.data() + m.out_arena.size();
+      const uint8_t* arena_end =
+          c.in_place ? m.arena.data() + m.arena.size() : m.out_arena.data() + m.out_arena.size();
       for (const uint8_t* g = arena_end - 16; g < arena_end; ++g)
         if (*g != 0xcd && g >= end) return "rank " + std::to_string(r) + ": wrote past the output";
     }
@@ -379,9 +423,11 @@ std::string run_case(const Case& c) {
   return "";
 }
 
-constexpr int kWorlds[] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 24, 31, 32, 33, 64};
-constexpr DataType kTypes[] = {DataType::float32, DataType::float64, DataType::int32, DataType::int8,
-                               DataType::uint8, DataType::float16, DataType::bfloat16, DataType::int64};
+constexpr int kWorlds[] = {1,  2,  3,  4,  5,  6,  7,  8,  9,  10, 11,
+                           12, 13, 14, 15, 16, 17, 24, 31, 32, 33, 64};
+constexpr DataType kTypes[] = {DataType::float32,  DataType::float64, DataType::int32,
+                               DataType::int8,     DataType::uint8,   DataType::float16,
+                               DataType::bfloat16, DataType::int64};
 
 std::vector<const AlgorithmInfo*> rows() {
   std::vector<const AlgorithmInfo*> out;
@@ -407,17 +453,22 @@ TEST_P(Schedules, MatchReferenceForEveryWorldCountDtypeAndOp) {
       const uint64_t elems = count * (algo->collective == Collective::all_reduce ? 1 : p);
       if (count == 20003 && p > 33) continue;
       for (DataType t : kTypes) {
-        if (big && t != DataType::float32 && t != DataType::int8 && t != DataType::bfloat16 && t != DataType::float64)
+        if (big && t != DataType::float32 && t != DataType::int8 && t != DataType::bfloat16 &&
+            t != DataType::float64)
           continue;
         // The largest count beyond 9 ranks: 1- and 4-byte types, and only avg past 17.
         if (count == 20003 && p > 9 && t != DataType::float32 && t != DataType::int8) continue;
         for (ReduceOp op : kAllOps) {
           if (!reduces && op != ReduceOp::sum) continue;
-          if (big && op != ReduceOp::sum && op != ReduceOp::avg && !(t == DataType::int8 && op == ReduceOp::prod)) continue;
+          if (big && op != ReduceOp::sum && op != ReduceOp::avg &&
+              !(t == DataType::int8 && op == ReduceOp::prod))
+            continue;
           if (big && elems > 200000 && (op != ReduceOp::avg || t == DataType::float64)) continue;
           if (count == 20003 && p > 17 && op != ReduceOp::avg) continue;
           for (bool in_place : {false, true}) {
-            const bool race = t == DataType::float32 && (op == ReduceOp::sum || op == ReduceOp::avg) && elems <= 100000 && p <= 33;
+            const bool race = t == DataType::float32 &&
+                              (op == ReduceOp::sum || op == ReduceOp::avg) && elems <= 100000 &&
+                              p <= 33;
             Case c{algo, p, count, t, op, in_place, race};
             ++cases;
             std::string e = run_case(c);
@@ -513,7 +564,8 @@ TEST(Registry, DefaultIsTheFirstRowAndEveryRowHasACost) {
   CollectiveArgs a;
   a.size = 8;
   a.count = 1000;
-  for (Collective c : {Collective::all_reduce, Collective::all_gather, Collective::reduce_scatter}) {
+  for (Collective c :
+       {Collective::all_reduce, Collective::all_gather, Collective::reduce_scatter}) {
     a.collective = c;
     EXPECT_EQ(choose(a).name, "ring");
   }
@@ -536,7 +588,8 @@ TEST(Registry, DefaultIsTheFirstRowAndEveryRowHasACost) {
 }
 
 TEST(Registry, OverrideParsesAndRejectsWithClearErrors) {
-  auto rules = parse_override("all_reduce:0-64K:binomial; all_reduce:rabenseifner,all_gather:bruck");
+  auto rules =
+      parse_override("all_reduce:0-64K:binomial; all_reduce:rabenseifner,all_gather:bruck");
   ASSERT_EQ(rules.size(), 3u);
   EXPECT_EQ(rules[0].max_bytes, 64u << 10);
   EXPECT_EQ(rules[2].algorithm->name, "bruck");

@@ -13,9 +13,9 @@
 #include <random>
 #include <vector>
 
-#include "transport/shm/ring_stream.hpp"
 #include "shoal/error.hpp"
 #include "shoal/store.hpp"
+#include "transport/shm/ring_stream.hpp"
 #include "transport/shm/segment.hpp"
 #include "transport/shm/shm_mesh.hpp"
 
@@ -70,13 +70,17 @@ TEST(ShmRing, BytesArriveInOrderAcrossWrapAroundAndPartialWrites) {
       size_t n2 = std::min<size_t>(rng() % 3000, src.size() - written - n1);
       iovec iov[2] = {{src.data() + written, n1}, {src.data() + written + n1, n2}};
       ssize_t n = p.ab->writev(iov, 2);
-      if (n > 0) written += static_cast<size_t>(n);
-      else ASSERT_EQ(errno, EAGAIN);
+      if (n > 0)
+        written += static_cast<size_t>(n);
+      else
+        ASSERT_EQ(errno, EAGAIN);
       EXPECT_LE(n, static_cast<ssize_t>(Pair::kRing));
     }
     ssize_t r = p.ba->read(dst.data() + got, rng() % 5000 + 1);
-    if (r > 0) got += static_cast<size_t>(r);
-    else ASSERT_EQ(errno, EAGAIN);
+    if (r > 0)
+      got += static_cast<size_t>(r);
+    else
+      ASSERT_EQ(errno, EAGAIN);
   }
   EXPECT_EQ(src, dst);
 }
@@ -92,7 +96,7 @@ TEST(ShmRing, FullRingRefusesThenReportsReady) {
   EXPECT_TRUE(p.ba->ready());   // input waiting
   char one;
   EXPECT_EQ(p.ba->read(&one, 1), 1);
-  EXPECT_TRUE(p.ab->ready());   // room again for the writer that found the ring full
+  EXPECT_TRUE(p.ab->ready());  // room again for the writer that found the ring full
 }
 
 TEST(ShmRing, EndOfStreamOnlyAfterThePeersDataIsRead) {
@@ -166,7 +170,8 @@ TEST(ShmSegment, SweepRemovesOnlySegmentsWhoseCreatorDied) {
   EXPECT_GE(sweep_orphans(), 1);
   EXPECT_FALSE(segment_exists(comm, 1)) << "the dead creator's segment must go";
   EXPECT_TRUE(segment_exists(comm, 0)) << "a live creator's segment must stay";
-  EXPECT_TRUE(segment_exists(comm, 2)) << "a segment without a header says nothing about its creator";
+  EXPECT_TRUE(segment_exists(comm, 2))
+      << "a segment without a header says nothing about its creator";
   ::shm_unlink(segment_name(comm, 2).c_str());
 }
 
@@ -175,12 +180,14 @@ TEST(ShmMesh, AFailedSetUpRemovesEveryLocalRanksName) {
   // its name: rank 0's set-up times out waiting for the name and removes both segments.
   const uint64_t comm = 0xfa11000000ull + static_cast<uint64_t>(::getpid());
   leave_segment_from_a_dead_process(comm, 1, false);
-  const auto dir = std::filesystem::temp_directory_path() / ("shoal_test_shm_" + std::to_string(::getpid()));
+  const auto dir =
+      std::filesystem::temp_directory_path() / ("shoal_test_shm_" + std::to_string(::getpid()));
   std::filesystem::create_directories(dir);
   FileStore store((dir / "store").string(), std::chrono::milliseconds(300));
   EXPECT_THROW(ShmMesh(store, "job", 0, {0, 0}, comm), TimeoutError);
   EXPECT_FALSE(segment_exists(comm, 0)) << "this rank's own segment";
-  EXPECT_FALSE(segment_exists(comm, 1)) << "the dead peer's segment, whose name was never published";
+  EXPECT_FALSE(segment_exists(comm, 1))
+      << "the dead peer's segment, whose name was never published";
   std::filesystem::remove_all(dir);
 }
 

@@ -57,8 +57,10 @@ std::vector<uint8_t> transfer(Striped& s, const std::vector<uint8_t>& data, std:
       iovec iov[2] = {{const_cast<uint8_t*>(data.data() + sent), cut},
                       {const_cast<uint8_t*>(data.data() + sent + cut), want - cut}};
       const ssize_t n = s.a->writev(iov, 2);
-      if (n < 0) EXPECT_EQ(errno, EAGAIN);
-      else sent += static_cast<size_t>(n);
+      if (n < 0)
+        EXPECT_EQ(errno, EAGAIN);
+      else
+        sent += static_cast<size_t>(n);
     }
     s.a->notify_readable();  // moves what the rails owe
     s.b->notify_readable();
@@ -87,7 +89,8 @@ TEST(StripedStream, DeliversEveryByteInOrderOverAnyNumberOfRails) {
     ASSERT_EQ(got.size(), data.size()) << rails << " rails";
     EXPECT_TRUE(got == data) << rails << " rails: bytes corrupted or reordered";
     // Every rail carried part of it.
-    for (uint64_t bytes : s.a->bytes_per_rail()) EXPECT_GT(bytes, data.size() / (8 * rails)) << rails << " rails";
+    for (uint64_t bytes : s.a->bytes_per_rail())
+      EXPECT_GT(bytes, data.size() / (8 * rails)) << rails << " rails";
   }
 }
 

@@ -16,7 +16,8 @@ using namespace std::chrono_literals;
 namespace {
 // Drives a router against replicas of known speeds in simulated time: each task takes
 // 1/speed seconds on its replica. Returns how many tasks each replica got.
-std::map<std::string, int> simulate(Router& router, const std::map<std::string, double>& speed, int tasks) {
+std::map<std::string, int> simulate(Router& router, const std::map<std::string, double>& speed,
+                                    int tasks) {
   std::map<std::string, int> got;
   for (int i = 0; i < tasks; ++i) {
     auto r = router.choose(1.0);
@@ -77,7 +78,7 @@ TEST(Router, FailingReplicaIsBannedWithExponentialBackoff) {
   EXPECT_TRUE(router.banned("a", t0 + 199ms));  // 2nd failure: 200 ms
   router.report_failure("a", 1.0, t0);
   router.report_failure("a", 1.0, t0);
-  EXPECT_TRUE(router.banned("a", t0 + 349ms));   // capped at ban_max
+  EXPECT_TRUE(router.banned("a", t0 + 349ms));  // capped at ban_max
   EXPECT_FALSE(router.banned("a", t0 + 351ms));
   router.report_failure("b", 1.0, t0);
   EXPECT_FALSE(router.choose(1.0, t0 + 10ms).has_value());  // everyone banned

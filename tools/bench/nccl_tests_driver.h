@@ -33,7 +33,7 @@ typedef enum {
 } Coll;
 
 static const char* const kCollNames[COLL_COUNT_] = {"all_reduce", "all_gather", "reduce_scatter",
-                                                   "broadcast",  "reduce",     "all_to_all"};
+                                                    "broadcast",  "reduce",     "all_to_all"};
 
 typedef struct {
   Coll coll;
@@ -47,8 +47,8 @@ typedef struct {
 typedef struct {
   int (*accept_datatype)(const char* name); /* NULL: float only */
   int (*accept_op)(const char* name);       /* NULL: sum only */
-  const char* usage_datatype_op; /* replaces the usage's -d and -o lines */
-  const char* usage_extra;       /* appended to the usage */
+  const char* usage_datatype_op;            /* replaces the usage's -d and -o lines */
+  const char* usage_extra;                  /* appended to the usage */
   /* extra long options (up to 8, ended by a zeroed entry), their val >= 256, and handle()
    * called for each: returns 0, or -1 after printing why (on rank 0) */
   const struct option* longopts;
@@ -88,9 +88,9 @@ typedef struct {
 } PbData;
 
 typedef struct {
-  const char* name;          /* "mpi_bench" */
-  const char* library;       /* "Open MPI v4.1.4, ..." */
-  const char* details;       /* transport, algorithm: one line, or NULL */
+  const char* name;    /* "mpi_bench" */
+  const char* library; /* "Open MPI v4.1.4, ..." */
+  const char* details; /* transport, algorithm: one line, or NULL */
   int rank, size;
   RsInplaceLayout rs_inplace;
   void* ctx;
@@ -100,21 +100,21 @@ typedef struct {
   int (*has_inplace)(void* ctx, Coll c); /* 0: in-place columns print N/A */
   /* Runs the collective once on count = param_count elements. For in_place, send/recv are
    * the nccl-tests in-place pointers into the receive buffer. iter lets a peer vary tags. */
-  void (*run)(void* ctx, Coll c, const void* send, void* recv, size_t count, int root,
-              int in_place, int iter);
+  void (*run)(void* ctx, Coll c, const void* send, void* recv, size_t count, int root, int in_place,
+              int iter);
   /* Called once per (size, in_place) before timing, e.g. to build a persistent algorithm;
    * may be NULL. send_base/recv_base are the unshifted buffers. */
-  void (*prepare)(void* ctx, Coll c, void* send_base, void* recv_base, size_t count,
-                  int in_place);
+  void (*prepare)(void* ctx, Coll c, void* send_base, void* recv_base, size_t count, int in_place);
   /* Whether run() honours a shifted buffer; 0 keeps the pointers at offset 0 (a peer whose
    * algorithm is bound to its buffers at construction). */
   int (*can_shift)(void* ctx, Coll c, int in_place);
 
   /* ---- optional; zero gives the peers' behaviour ---- */
-  size_t elem_size;       /* bytes per element; 0: sizeof(float) */
-  const char* type_name;  /* type column (nccl-tests' names); NULL: "float" */
-  const char* op_name;    /* redop column of reductions; NULL: "sum" */
-  const char* header;     /* first header line after "# "; NULL: "NAME COLL: N ranks on HOST, LIBRARY" */
+  size_t elem_size;      /* bytes per element; 0: sizeof(float) */
+  const char* type_name; /* type column (nccl-tests' names); NULL: "float" */
+  const char* op_name;   /* redop column of reductions; NULL: "sum" */
+  const char*
+      header; /* first header line after "# "; NULL: "NAME COLL: N ranks on HOST, LIBRARY" */
   /* With -c 1: 0 checks one extra call at offset 0 (nccl-tests); 1 re-runs, after timing, every
    * timed iteration's call at that iteration's offset, each on fresh data, and checks each. */
   int check_every_iter;
@@ -139,11 +139,26 @@ static inline int pb_parse_coll(const char* s, Coll* out) {
     }
   }
   /* nccl-tests' and torch's spellings */
-  if (!strcmp(s, "allreduce")) { *out = COLL_ALL_REDUCE; return 1; }
-  if (!strcmp(s, "allgather")) { *out = COLL_ALL_GATHER; return 1; }
-  if (!strcmp(s, "reducescatter")) { *out = COLL_REDUCE_SCATTER; return 1; }
-  if (!strcmp(s, "alltoall") || !strcmp(s, "all2all")) { *out = COLL_ALL_TO_ALL; return 1; }
-  if (!strcmp(s, "bcast")) { *out = COLL_BROADCAST; return 1; }
+  if (!strcmp(s, "allreduce")) {
+    *out = COLL_ALL_REDUCE;
+    return 1;
+  }
+  if (!strcmp(s, "allgather")) {
+    *out = COLL_ALL_GATHER;
+    return 1;
+  }
+  if (!strcmp(s, "reducescatter")) {
+    *out = COLL_REDUCE_SCATTER;
+    return 1;
+  }
+  if (!strcmp(s, "alltoall") || !strcmp(s, "all2all")) {
+    *out = COLL_ALL_TO_ALL;
+    return 1;
+  }
+  if (!strcmp(s, "bcast")) {
+    *out = COLL_BROADCAST;
+    return 1;
+  }
   return 0;
 }
 
@@ -155,18 +170,24 @@ static inline double pb_parse_size(const char* value) {
   if (n == 1) return size;
   if (n != 2) return -1.0;
   switch (lit[0]) {
-    case 'G': case 'g': return size * 1024.0 * 1024.0 * 1024.0;
-    case 'M': case 'm': return size * 1024.0 * 1024.0;
-    case 'K': case 'k': return size * 1024.0;
-    default: return -1.0;
+    case 'G':
+    case 'g':
+      return size * 1024.0 * 1024.0 * 1024.0;
+    case 'M':
+    case 'm':
+      return size * 1024.0 * 1024.0;
+    case 'K':
+    case 'k':
+      return size * 1024.0;
+    default:
+      return -1.0;
   }
 }
 
 static inline void pb_usage(const char* prog, FILE* f, const PbParseExt* ext) {
-  const char* dtype_op =
-      ext && ext->usage_datatype_op ? ext->usage_datatype_op
-                                    : "  -d,--datatype float only float\n"
-                                      "  -o,--op sum         only sum\n";
+  const char* dtype_op = ext && ext->usage_datatype_op ? ext->usage_datatype_op
+                                                       : "  -d,--datatype float only float\n"
+                                                         "  -o,--op sum         only sum\n";
   fprintf(f,
           "usage: %s COLLECTIVE [options]\n"
           "  COLLECTIVE: all_reduce all_gather reduce_scatter broadcast reduce all_to_all\n"
@@ -189,14 +210,19 @@ static inline void pb_usage(const char* prog, FILE* f, const PbParseExt* ext) {
  * printed by rank 0). */
 static inline int pb_parse_args_ex(int argc, char** argv, int rank, BenchOptions* o,
                                    const PbParseExt* ext) {
-  static const struct option base_longopts[] = {
-      {"minbytes", required_argument, 0, 'b'},   {"maxbytes", required_argument, 0, 'e'},
-      {"stepbytes", required_argument, 0, 'i'},  {"stepfactor", required_argument, 0, 'f'},
-      {"iters", required_argument, 0, 'n'},      {"warmup_iters", required_argument, 0, 'w'},
-      {"check", required_argument, 0, 'c'},      {"op", required_argument, 0, 'o'},
-      {"datatype", required_argument, 0, 'd'},   {"root", required_argument, 0, 'r'},
-      {"average", required_argument, 0, 'a'},    {"help", no_argument, 0, 'h'},
-      {0, 0, 0, 0}};
+  static const struct option base_longopts[] = {{"minbytes", required_argument, 0, 'b'},
+                                                {"maxbytes", required_argument, 0, 'e'},
+                                                {"stepbytes", required_argument, 0, 'i'},
+                                                {"stepfactor", required_argument, 0, 'f'},
+                                                {"iters", required_argument, 0, 'n'},
+                                                {"warmup_iters", required_argument, 0, 'w'},
+                                                {"check", required_argument, 0, 'c'},
+                                                {"op", required_argument, 0, 'o'},
+                                                {"datatype", required_argument, 0, 'd'},
+                                                {"root", required_argument, 0, 'r'},
+                                                {"average", required_argument, 0, 'a'},
+                                                {"help", no_argument, 0, 'h'},
+                                                {0, 0, 0, 0}};
   enum { kBase = sizeof base_longopts / sizeof base_longopts[0] - 1, kMaxExtra = 8 };
   struct option longopts[kBase + kMaxExtra + 1];
   int nlong = 0;
@@ -224,7 +250,9 @@ static inline int pb_parse_args_ex(int argc, char** argv, int rank, BenchOptions
     return -1;
   }
   if (!pb_parse_coll(argv[1], &o->coll)) {
-    if (rank == 0) fprintf(stderr, "%s: unknown collective '%s'\n", argv[0], argv[1]), pb_usage(argv[0], stderr, ext);
+    if (rank == 0)
+      fprintf(stderr, "%s: unknown collective '%s'\n", argv[0], argv[1]),
+          pb_usage(argv[0], stderr, ext);
     return -1;
   }
   optind = 2;
@@ -240,19 +268,38 @@ static inline int pb_parse_args_ex(int argc, char** argv, int rank, BenchOptions
           if (rank == 0) fprintf(stderr, "invalid size '%s' for -%c\n", optarg, c);
           return -1;
         }
-        if (c == 'b') o->min_bytes = (size_t)v; else o->max_bytes = (size_t)v;
+        if (c == 'b')
+          o->min_bytes = (size_t)v;
+        else
+          o->max_bytes = (size_t)v;
         break;
-      case 'i': o->step_bytes = (size_t)strtoull(optarg, NULL, 0); break;
-      case 'f': o->step_factor = (size_t)strtoull(optarg, NULL, 0); break;
-      case 'n': o->iters = (int)strtol(optarg, NULL, 0); break;
-      case 'w': o->warmup = (int)strtol(optarg, NULL, 0); break;
-      case 'c': o->check = (int)strtol(optarg, NULL, 0); break;
-      case 'r': o->root = (int)strtol(optarg, NULL, 0); break;
-      case 'a': o->average = (int)strtol(optarg, NULL, 0); break;
+      case 'i':
+        o->step_bytes = (size_t)strtoull(optarg, NULL, 0);
+        break;
+      case 'f':
+        o->step_factor = (size_t)strtoull(optarg, NULL, 0);
+        break;
+      case 'n':
+        o->iters = (int)strtol(optarg, NULL, 0);
+        break;
+      case 'w':
+        o->warmup = (int)strtol(optarg, NULL, 0);
+        break;
+      case 'c':
+        o->check = (int)strtol(optarg, NULL, 0);
+        break;
+      case 'r':
+        o->root = (int)strtol(optarg, NULL, 0);
+        break;
+      case 'a':
+        o->average = (int)strtol(optarg, NULL, 0);
+        break;
       case 'd':
         if (ext && ext->accept_datatype) {
           if (!ext->accept_datatype(optarg)) {
-            if (rank == 0) fprintf(stderr, "unknown -d data type '%s'\n", optarg), pb_usage(argv[0], stderr, ext);
+            if (rank == 0)
+              fprintf(stderr, "unknown -d data type '%s'\n", optarg),
+                  pb_usage(argv[0], stderr, ext);
             return -1;
           }
         } else if (strcmp(optarg, "float") && strcmp(optarg, "float32") && strcmp(optarg, "f32")) {
@@ -264,7 +311,8 @@ static inline int pb_parse_args_ex(int argc, char** argv, int rank, BenchOptions
       case 'o':
         if (ext && ext->accept_op) {
           if (!ext->accept_op(optarg)) {
-            if (rank == 0) fprintf(stderr, "unknown -o operator '%s'\n", optarg), pb_usage(argv[0], stderr, ext);
+            if (rank == 0)
+              fprintf(stderr, "unknown -o operator '%s'\n", optarg), pb_usage(argv[0], stderr, ext);
             return -1;
           }
         } else if (strcmp(optarg, "sum")) {
@@ -290,7 +338,8 @@ static inline int pb_parse_args_ex(int argc, char** argv, int rank, BenchOptions
     return -1;
   }
   if (o->min_bytes > o->max_bytes) {
-    if (rank == 0) fprintf(stderr, "invalid sizes: minbytes %zu > maxbytes %zu\n", o->min_bytes, o->max_bytes);
+    if (rank == 0)
+      fprintf(stderr, "invalid sizes: minbytes %zu > maxbytes %zu\n", o->min_bytes, o->max_bytes);
     return -1;
   }
   if (o->iters < 1 || o->warmup < 0 || o->average < 0 || o->average > 3 ||
@@ -332,7 +381,8 @@ static inline CollCounts pb_counts(Coll c, size_t bytes, int nranks, size_t elem
       k.send_count = k.recv_count = (count / n) * n;
       k.param_count = count / n;
       break;
-    default: break;
+    default:
+      break;
   }
   return k;
 }
@@ -344,14 +394,17 @@ static inline void pb_bw(Coll c, size_t param_count, size_t elem_size, double se
   double n = (double)nranks, bytes = (double)(param_count * elem_size);
   double factor = 1.0;
   switch (c) {
-    case COLL_ALL_REDUCE: factor = 2.0 * (n - 1) / n; break;
+    case COLL_ALL_REDUCE:
+      factor = 2.0 * (n - 1) / n;
+      break;
     case COLL_ALL_GATHER:
     case COLL_REDUCE_SCATTER:
     case COLL_ALL_TO_ALL:
       bytes *= n;
       factor = (n - 1) / n;
       break;
-    default: break;
+    default:
+      break;
   }
   *alg = sec > 0 ? bytes / 1.0e9 / sec : 0.0;
   *bus = *alg * factor;
@@ -375,7 +428,7 @@ typedef struct {
   size_t elem;      /* bytes per element */
   size_t buf_bytes; /* bytes in each of send and recv */
   CollCounts k;
-  int errors;       /* (size, mode) pairs with wrong elements, like nccl-tests' errors[] */
+  int errors; /* (size, mode) pairs with wrong elements, like nccl-tests' errors[] */
   double bw_sum;
   int bw_count;
 } PbState;
@@ -408,8 +461,8 @@ static inline void pb_start(PbState* s, int in_place, int iter) {
   size_t p = s->k.param_count;
   if (p == 0) return; /* as nccl-tests' alltoall: nothing to move */
   size_t shift = pb_shift(s, in_place, iter);
-  ops->run(ops->ctx, s->o->coll, pb_send_ptr(s, in_place, shift), pb_recv_ptr(s, in_place, shift), p,
-           s->o->root, in_place, iter);
+  ops->run(ops->ctx, s->o->coll, pb_send_ptr(s, in_place, shift), pb_recv_ptr(s, in_place, shift),
+           p, s->o->root, in_place, iter);
 }
 
 static inline PbData pb_data(PbState* s, int in_place, int rep, size_t shift) {
@@ -434,7 +487,8 @@ static inline void pb_init_data(PbState* s, int in_place, int rep) {
   const size_t p = s->k.param_count;
   float* send = (float*)pb_send_ptr(s, in_place, 0);
   /* sentinel everywhere a result or an in-place input can land (never a pattern value) */
-  pb_fill((float*)s->recv, s->k.send_count > s->k.recv_count ? s->k.send_count : s->k.recv_count, -1.0f);
+  pb_fill((float*)s->recv, s->k.send_count > s->k.recv_count ? s->k.send_count : s->k.recv_count,
+          -1.0f);
   for (size_t j = 0; j < s->k.send_count; j++) send[j] = pb_val(rank, j, rep);
   float* e = s->expected;
   switch (s->o->coll) {
@@ -464,7 +518,8 @@ static inline void pb_init_data(PbState* s, int in_place, int rep) {
       for (int r = 0; r < n; r++)
         for (size_t j = 0; j < p; j++) e[(size_t)r * p + j] = pb_val(r, (size_t)rank * p + j, rep);
       break;
-    default: break;
+    default:
+      break;
   }
 }
 
@@ -488,9 +543,12 @@ static inline long long pb_check(PbState* s, int in_place) {
 }
 
 static inline void pb_format_time(double usec, char* buf, size_t len) {
-  if (usec >= 10000.0) snprintf(buf, len, "%7.0f", usec);
-  else if (usec >= 100.0) snprintf(buf, len, "%7.1f", usec);
-  else snprintf(buf, len, "%7.2f", usec);
+  if (usec >= 10000.0)
+    snprintf(buf, len, "%7.0f", usec);
+  else if (usec >= 100.0)
+    snprintf(buf, len, "%7.1f", usec);
+  else
+    snprintf(buf, len, "%7.2f", usec);
 }
 
 /* nccl-tests' BenchTime for one (size, in_place). */
@@ -558,8 +616,10 @@ static inline void pb_bench_time(PbState* s, int in_place) {
   char ts[32];
   pb_format_time(sec * 1e6, ts, sizeof ts);
   if (ops->rank == 0) {
-    if (o->check) printf("  %7s  %6.2f  %6.2f  %5lld", ts, alg, bus, wrong);
-    else printf("  %7s  %6.2f  %6.2f  %5s", ts, alg, bus, "N/A");
+    if (o->check)
+      printf("  %7s  %6.2f  %6.2f  %5lld", ts, alg, bus, wrong);
+    else
+      printf("  %7s  %6.2f  %6.2f  %5s", ts, alg, bus, "N/A");
   }
   s->bw_sum += bus;
   s->bw_count++;
@@ -611,8 +671,8 @@ static inline int peer_bench_main(const BenchOptions* o, const PeerOps* ops) {
   st.elem = ops->elem_size ? ops->elem_size : sizeof(float);
   if (o->root < 0 || o->root >= ops->size) {
     /* every rank says it: the launcher may stop the others as soon as the first one exits */
-    fprintf(stderr, "%s: rank %d: root %d out of range for %d ranks\n", ops->name, ops->rank, o->root,
-            ops->size);
+    fprintf(stderr, "%s: rank %d: root %d out of range for %d ranks\n", ops->name, ops->rank,
+            o->root, ops->size);
     return 2;
   }
   /* nccl-tests allocates max_bytes for each of send and recv; offsets stay inside */
@@ -621,7 +681,8 @@ static inline int peer_bench_main(const BenchOptions* o, const PeerOps* ops) {
   void *a = NULL, *b = NULL, *e = NULL;
   if (posix_memalign(&a, 64, st.buf_bytes) || posix_memalign(&b, 64, st.buf_bytes) ||
       posix_memalign(&e, 64, st.buf_bytes)) {
-    fprintf(stderr, "%s: rank %d: cannot allocate 3 x %zu bytes\n", ops->name, ops->rank, st.buf_bytes);
+    fprintf(stderr, "%s: rank %d: cannot allocate 3 x %zu bytes\n", ops->name, ops->rank,
+            st.buf_bytes);
     return 2;
   }
   st.send = a;
@@ -635,21 +696,32 @@ static inline int peer_bench_main(const BenchOptions* o, const PeerOps* ops) {
   if (ops->rank == 0) {
     char host[256] = "?";
     gethostname(host, sizeof host);
-    if (ops->header) printf("# %s\n", ops->header);
-    else printf("# %s %s: %d ranks on %s, %s\n", ops->name, kCollNames[o->coll], ops->size, host, ops->library);
+    if (ops->header)
+      printf("# %s\n", ops->header);
+    else
+      printf("# %s %s: %d ranks on %s, %s\n", ops->name, kCollNames[o->coll], ops->size, host,
+             ops->library);
     if (ops->details) printf("# %s\n", ops->details);
-    printf("# minBytes %zu maxBytes %zu step: %zu(%s) warmup iters: %d iters: %d validation: %d "
-           "time: %s over ranks of the per-rank average\n",
-           o->min_bytes, o->max_bytes, o->step_factor > 1 ? o->step_factor : o->step_bytes,
-           o->step_factor > 1 ? "factor" : "bytes", o->warmup, o->iters, o->check,
-           o->average == 0 ? "rank 0" : o->average == 1 ? "mean" : o->average == 2 ? "min" : "max");
+    printf(
+        "# minBytes %zu maxBytes %zu step: %zu(%s) warmup iters: %d iters: %d validation: %d "
+        "time: %s over ranks of the per-rank average\n",
+        o->min_bytes, o->max_bytes, o->step_factor > 1 ? o->step_factor : o->step_bytes,
+        o->step_factor > 1 ? "factor" : "bytes", o->warmup, o->iters, o->check,
+        o->average == 0   ? "rank 0"
+        : o->average == 1 ? "mean"
+        : o->average == 2 ? "min"
+                          : "max");
     printf("#\n");
-    printf("# %10s  %12s  %8s  %6s  %6s           out-of-place                       in-place          \n",
-           "", "", "", "", "");
+    printf(
+        "# %10s  %12s  %8s  %6s  %6s           out-of-place                       in-place         "
+        " \n",
+        "", "", "", "", "");
     printf("# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s %6s  %7s  %6s  %6s %6s\n", "size", "count",
-           "type", "redop", "root", "time", "algbw", "busbw", "#wrong", "time", "algbw", "busbw", "#wrong");
-    printf("# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s  %5s  %7s  %6s  %6s  %5s\n", "(B)", "(elements)",
-           "", "", "", "(us)", "(GB/s)", "(GB/s)", "", "(us)", "(GB/s)", "(GB/s)", "");
+           "type", "redop", "root", "time", "algbw", "busbw", "#wrong", "time", "algbw", "busbw",
+           "#wrong");
+    printf("# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s  %5s  %7s  %6s  %6s  %5s\n", "(B)",
+           "(elements)", "", "", "", "(us)", "(GB/s)", "(GB/s)", "", "(us)", "(GB/s)", "(GB/s)",
+           "");
     fflush(stdout);
   }
 
@@ -658,7 +730,8 @@ static inline int peer_bench_main(const BenchOptions* o, const PeerOps* ops) {
   size_t warm_sizes[2] = {o->max_bytes, o->min_bytes};
   for (int w = 0; w < 2; w++) {
     st.k = pb_counts(o->coll, warm_sizes[w], ops->size, st.elem);
-    if (o->warmup > 0 && ops->prepare) ops->prepare(ops->ctx, o->coll, st.send, st.recv, st.k.param_count, 0);
+    if (o->warmup > 0 && ops->prepare)
+      ops->prepare(ops->ctx, o->coll, st.send, st.recv, st.k.param_count, 0);
     for (int it = 0; it < o->warmup; it++) pb_start(&st, 0, it);
   }
 
@@ -666,8 +739,8 @@ static inline int peer_bench_main(const BenchOptions* o, const PeerOps* ops) {
        size = o->step_factor > 1 ? size * o->step_factor : size + o->step_bytes) {
     st.k = pb_counts(o->coll, size, ops->size, st.elem);
     if (ops->rank == 0)
-      printf("%12zu  %12zu  %8s  %6s  %6i", pb_shown_bytes(&st), st.k.param_count, pb_type_name(ops),
-             pb_redop_name(ops, o->coll), pb_root_shown(o));
+      printf("%12zu  %12zu  %8s  %6s  %6i", pb_shown_bytes(&st), st.k.param_count,
+             pb_type_name(ops), pb_redop_name(ops, o->coll), pb_root_shown(o));
     pb_bench_time(&st, 0);
     pb_bench_time(&st, 1);
     if (ops->rank == 0) {

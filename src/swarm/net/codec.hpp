@@ -20,7 +20,8 @@ const char* codec_name(Codec codec);
 /// Encodes `count` float32 values into a WireTensor that owns its bytes. Codec::None keeps a
 /// pointer to `values` (no copy): `owner` must keep them alive.
 WireTensor encode_float(const float* values, std::vector<int64_t> shape, Codec codec,
-                        std::shared_ptr<const void> owner = {}, uint32_t block = kDefaultQuantBlock);
+                        std::shared_ptr<const void> owner = {},
+                        uint32_t block = kDefaultQuantBlock);
 
 /// A tensor of any dtype sent as its own bytes (no copy).
 WireTensor raw_tensor(DataType dtype, const void* data, std::vector<int64_t> shape,

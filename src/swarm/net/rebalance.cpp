@@ -12,7 +12,9 @@ double mean_measured(const std::vector<PeerRecord>& peers) {
     if (p.throughput > 0) sum += p.throughput, ++n;
   return n ? sum / n : 1.0;
 }
-double rate_of(const PeerRecord& p, double fallback) { return p.throughput > 0 ? p.throughput : fallback; }
+double rate_of(const PeerRecord& p, double fallback) {
+  return p.throughput > 0 ? p.throughput : fallback;
+}
 }  // namespace
 
 std::vector<double> stage_throughputs(const std::vector<PeerRecord>& peers, int stages) {

@@ -49,7 +49,8 @@ std::optional<Router::Replica> Router::choose(double task_size, SteadyClock::tim
   for (auto& [id, s] : replicas_) {
     if (s.banned_until > now) continue;
     // On a tie an untried replica goes first: a newcomer enters at the minimum to be tried.
-    if (!best || s.vtime < best->vtime || (s.vtime == best->vtime && s.rate == 0 && best->rate > 0)) best = &s;
+    if (!best || s.vtime < best->vtime || (s.vtime == best->vtime && s.rate == 0 && best->rate > 0))
+      best = &s;
   }
   if (!best) return std::nullopt;
   best->vtime += task_size / estimate(*best);

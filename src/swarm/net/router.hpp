@@ -41,7 +41,8 @@ class Router {
   void report_success(const std::string& id, double task_size, double seconds);
   /// The call failed or timed out: bans the replica with exponential back-off and takes back
   /// its charge so its virtual time does not count work it never did.
-  void report_failure(const std::string& id, double task_size, SteadyClock::time_point now = SteadyClock::now());
+  void report_failure(const std::string& id, double task_size,
+                      SteadyClock::time_point now = SteadyClock::now());
 
   double throughput(const std::string& id) const;  // current estimate, 0 if unknown
   double virtual_time(const std::string& id) const;

@@ -146,10 +146,11 @@ std::pair<std::string, uint16_t> split_address(const std::string& address) {
   const auto colon = address.rfind(':');
   int port = -1;
   if (colon != std::string::npos && colon + 1 < address.size() &&
-      address.find_first_not_of("0123456789", colon + 1) == std::string::npos && address.size() - colon <= 6)
+      address.find_first_not_of("0123456789", colon + 1) == std::string::npos &&
+      address.size() - colon <= 6)
     port = std::stoi(address.substr(colon + 1));
-  SHOAL_CHECK(colon != std::string::npos && colon > 0 && port >= 0 && port <= 65535, InvalidArgument,
-              "expected host:port, got '" << address << "'");
+  SHOAL_CHECK(colon != std::string::npos && colon > 0 && port >= 0 && port <= 65535,
+              InvalidArgument, "expected host:port, got '" << address << "'");
   return {address.substr(0, colon), static_cast<uint16_t>(port)};
 }
 

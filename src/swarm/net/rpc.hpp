@@ -25,7 +25,8 @@ uint64_t max_message_bytes();
 class RpcServer {
  public:
   /// Handles one request and returns the reply; a shoal::Error becomes an Error reply with its
-  /// code in flags and its message in text (any other exception: ErrorCode::Internal). Called concurrently from the connections' threads.
+  /// code in flags and its message in text (any other exception: ErrorCode::Internal). Called
+  /// concurrently from the connections' threads.
   using Handler = std::function<Message(Message&& request)>;
   /// Listens on host:port (port 0 picks one) and serves until stop() or destruction.
   RpcServer(const std::string& host, uint16_t port, Handler handler);

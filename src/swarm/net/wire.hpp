@@ -28,12 +28,13 @@ inline constexpr size_t kFrameHeaderBytes = 16;
 inline constexpr uint32_t kMaxTextBytes = 16u << 20;
 
 enum class MsgType : uint8_t {
-  Forward = 1,    // stage input -> stage output
-  Backward = 2,   // stage input + output gradient (or targets, last stage) -> input gradient (+ loss)
-  GetState = 3,   // -> the stage's parameters and optimizer state (joining / migrating peers)
-  Info = 4,       // -> JSON text: stage, round, queue, throughput
+  Forward = 1,  // stage input -> stage output
+  Backward =
+      2,  // stage input + output gradient (or targets, last stage) -> input gradient (+ loss)
+  GetState = 3,  // -> the stage's parameters and optimizer state (joining / migrating peers)
+  Info = 4,      // -> JSON text: stage, round, queue, throughput
   Reply = 64,
-  Error = 65,     // text: the server's error message
+  Error = 65,  // text: the server's error message
 };
 
 /// How a tensor's bytes are encoded on the wire.
@@ -73,8 +74,8 @@ struct Message {
 /// point into `header` and the tensors' memory: move an EncodedFrame, never copy it, and keep
 /// the message's tensors alive until it is written.
 struct EncodedFrame {
-  std::vector<uint8_t> header;                          // fixed header + metadata
-  std::vector<std::pair<const void*, size_t>> pieces;   // header pieces and tensor data
+  std::vector<uint8_t> header;                         // fixed header + metadata
+  std::vector<std::pair<const void*, size_t>> pieces;  // header pieces and tensor data
   size_t total_bytes = 0;
 };
 EncodedFrame encode(const Message& msg);

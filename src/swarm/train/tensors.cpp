@@ -10,28 +10,46 @@ namespace shoal::swarm {
 namespace {
 torch::ScalarType scalar_type(DataType dtype) {
   switch (dtype) {
-    case DataType::int8: return torch::kInt8;
-    case DataType::uint8: return torch::kUInt8;
-    case DataType::int32: return torch::kInt32;
-    case DataType::int64: return torch::kInt64;
-    case DataType::float16: return torch::kFloat16;
-    case DataType::bfloat16: return torch::kBFloat16;
-    case DataType::float32: return torch::kFloat32;
-    case DataType::float64: return torch::kFloat64;
+    case DataType::int8:
+      return torch::kInt8;
+    case DataType::uint8:
+      return torch::kUInt8;
+    case DataType::int32:
+      return torch::kInt32;
+    case DataType::int64:
+      return torch::kInt64;
+    case DataType::float16:
+      return torch::kFloat16;
+    case DataType::bfloat16:
+      return torch::kBFloat16;
+    case DataType::float32:
+      return torch::kFloat32;
+    case DataType::float64:
+      return torch::kFloat64;
   }
   throw InvalidArgumentError("swarm: unknown dtype on the wire");
 }
 DataType data_type(torch::ScalarType type) {
   switch (type) {
-    case torch::kInt8: return DataType::int8;
-    case torch::kUInt8: return DataType::uint8;
-    case torch::kInt32: return DataType::int32;
-    case torch::kInt64: return DataType::int64;
-    case torch::kFloat16: return DataType::float16;
-    case torch::kBFloat16: return DataType::bfloat16;
-    case torch::kFloat32: return DataType::float32;
-    case torch::kFloat64: return DataType::float64;
-    default: throw InvalidArgumentError(std::string("swarm: cannot send tensors of type ") + c10::toString(type));
+    case torch::kInt8:
+      return DataType::int8;
+    case torch::kUInt8:
+      return DataType::uint8;
+    case torch::kInt32:
+      return DataType::int32;
+    case torch::kInt64:
+      return DataType::int64;
+    case torch::kFloat16:
+      return DataType::float16;
+    case torch::kBFloat16:
+      return DataType::bfloat16;
+    case torch::kFloat32:
+      return DataType::float32;
+    case torch::kFloat64:
+      return DataType::float64;
+    default:
+      throw InvalidArgumentError(std::string("swarm: cannot send tensors of type ") +
+                                 c10::toString(type));
   }
 }
 }  // namespace
@@ -53,12 +71,13 @@ torch::Tensor from_wire(const WireTensor& wire) {
   }
   size_t expect = static_cast<size_t>(wire.numel()) * size_of(wire.dtype);
   if (wire.bytes != expect)
-    throw InvalidArgumentError("swarm: tensor of " + std::to_string(wire.numel()) + " values carries " +
-                               std::to_string(wire.bytes) + " bytes");
+    throw InvalidArgumentError("swarm: tensor of " + std::to_string(wire.numel()) +
+                               " values carries " + std::to_string(wire.bytes) + " bytes");
   if (reinterpret_cast<uintptr_t>(wire.data) % size_of(wire.dtype) == 0 && wire.owner) {
     auto owner = wire.owner;
-    return torch::from_blob(const_cast<uint8_t*>(wire.data), wire.shape, [owner](void*) {},
-                            torch::TensorOptions().dtype(type));
+    return torch::from_blob(
+        const_cast<uint8_t*>(wire.data), wire.shape, [owner](void*) {},
+        torch::TensorOptions().dtype(type));
   }
   auto out = torch::empty(wire.shape, type);
   if (expect) std::memcpy(out.data_ptr(), wire.data, expect);

@@ -12,9 +12,14 @@
 
 namespace shoal::transport::shm {
 
-RingStream::RingStream(RingView out, RingView in, SegmentHeader* mine, SegmentHeader* peers, int socket_fd,
-                       uint64_t direct_threshold)
-    : out_(out), in_(in), mine_(mine), peers_(peers), fd_(socket_fd), direct_threshold_(direct_threshold) {}
+RingStream::RingStream(RingView out, RingView in, SegmentHeader* mine, SegmentHeader* peers,
+                       int socket_fd, uint64_t direct_threshold)
+    : out_(out),
+      in_(in),
+      mine_(mine),
+      peers_(peers),
+      fd_(socket_fd),
+      direct_threshold_(direct_threshold) {}
 
 bool RingStream::pull(void* dst, uint64_t remote_addr, uint64_t len, std::string& error) {
   return pull_from(peers_->pid, remote_addr, dst, len, error);
@@ -34,9 +39,11 @@ void post_abort_note(SegmentHeader& h, ErrorCode code, int culprit, const std::s
 std::optional<Stream::AbortNote> abort_note_of(const SegmentHeader& h) {
   if (h.aborted.load(std::memory_order_acquire) != 1) return std::nullopt;
   const uint32_t c = h.abort_code;
-  ErrorCode code = c <= static_cast<uint32_t>(ErrorCode::Internal) ? static_cast<ErrorCode>(c) : ErrorCode::Aborted;
-  return Stream::AbortNote{code, h.abort_culprit,
-                           std::string(h.abort_message, strnlen(h.abort_message, sizeof h.abort_message))};
+  ErrorCode code = c <= static_cast<uint32_t>(ErrorCode::Internal) ? static_cast<ErrorCode>(c)
+                                                                   : ErrorCode::Aborted;
+  return Stream::AbortNote{
+      code, h.abort_culprit,
+      std::string(h.abort_message, strnlen(h.abort_message, sizeof h.abort_message))};
 }
 
 bool RingStream::post_abort(ErrorCode code, int culprit, const std::string& message) {
@@ -103,11 +110,13 @@ void RingStream::drain_socket() {
 }
 
 bool RingStream::ready() const {
-  if (in_.header->head.load(std::memory_order_seq_cst) != in_.header->tail.load(std::memory_order_relaxed))
+  if (in_.header->head.load(std::memory_order_seq_cst) !=
+      in_.header->tail.load(std::memory_order_relaxed))
     return true;
   const RingHeader& o = *out_.header;
   return write_was_full_ &&
-         o.head.load(std::memory_order_relaxed) - o.tail.load(std::memory_order_seq_cst) < out_.capacity;
+         o.head.load(std::memory_order_relaxed) - o.tail.load(std::memory_order_seq_cst) <
+             out_.capacity;
 }
 
 ssize_t RingStream::read(void* dst, size_t len) {

@@ -22,15 +22,16 @@ namespace {
 // Copies `len` bytes between `local` in this process and `remote_addr` in process `pid` with
 // `copy` (process_vm_readv or process_vm_writev), resuming after partial copies.
 template <typename Copy>
-bool cross_copy(Copy copy, const char* name, int pid, uint64_t remote_addr, uint8_t* local, uint64_t len,
-                std::string& error) {
+bool cross_copy(Copy copy, const char* name, int pid, uint64_t remote_addr, uint8_t* local,
+                uint64_t len, std::string& error) {
   while (len > 0) {
     iovec here{local, len};
     iovec there{reinterpret_cast<void*>(remote_addr), len};
     const ssize_t n = copy(pid, &here, 1, &there, 1, 0);
     if (n <= 0) {
       if (n < 0 && errno == EINTR) continue;
-      error = std::string(name) + (n < 0 ? std::string(": ") + strerror(errno) : std::string(" copied nothing"));
+      error = std::string(name) +
+              (n < 0 ? std::string(": ") + strerror(errno) : std::string(" copied nothing"));
       return false;
     }
     local += n;
@@ -42,7 +43,8 @@ bool cross_copy(Copy copy, const char* name, int pid, uint64_t remote_addr, uint
 }  // namespace
 
 bool pull_from(int pid, uint64_t remote_addr, void* dst, uint64_t len, std::string& error) {
-  return cross_copy(process_vm_readv, "process_vm_readv", pid, remote_addr, static_cast<uint8_t*>(dst), len, error);
+  return cross_copy(process_vm_readv, "process_vm_readv", pid, remote_addr,
+                    static_cast<uint8_t*>(dst), len, error);
 }
 
 bool push_to(int pid, uint64_t remote_addr, const void* src, uint64_t len, std::string& error) {
@@ -52,13 +54,16 @@ bool push_to(int pid, uint64_t remote_addr, const void* src, uint64_t len, std::
 
 std::string segment_name(uint64_t comm_id, int rank) {
   char buf[64];
-  std::snprintf(buf, sizeof buf, "/shoal-%016llx-%d", static_cast<unsigned long long>(comm_id), rank);
+  std::snprintf(buf, sizeof buf, "/shoal-%016llx-%d", static_cast<unsigned long long>(comm_id),
+                rank);
   return buf;
 }
 
 namespace {
 // A flat slot: its header, then flat_bytes of data, rounded up to whole cache lines.
-size_t slot_stride(uint64_t flat_bytes) { return (Segment::kFlatSlotHeader + flat_bytes + 63) / 64 * 64; }
+size_t slot_stride(uint64_t flat_bytes) {
+  return (Segment::kFlatSlotHeader + flat_bytes + 63) / 64 * 64;
+}
 }  // namespace
 
 size_t Segment::bytes_for(uint32_t rings, uint64_t ring_bytes, uint64_t flat_bytes) {
@@ -68,26 +73,30 @@ size_t Segment::bytes_for(uint32_t rings, uint64_t ring_bytes, uint64_t flat_byt
 
 FlatSlotHeader& Segment::flat_slot(uint32_t parity) const {
   const auto& h = header();
-  uint8_t* p = base_ + sizeof(SegmentHeader) + static_cast<size_t>(h.rings) * (sizeof(RingHeader) + h.ring_bytes) +
+  uint8_t* p = base_ + sizeof(SegmentHeader) +
+               static_cast<size_t>(h.rings) * (sizeof(RingHeader) + h.ring_bytes) +
                (parity & 1) * slot_stride(h.flat_bytes);
   return *reinterpret_cast<FlatSlotHeader*>(p);
 }
 
 uint8_t* Segment::flat_result(uint32_t parity) const {
   const auto& h = header();
-  return reinterpret_cast<uint8_t*>(&flat_slot(0)) + 2 * slot_stride(h.flat_bytes) + (parity & 1) * h.flat_bytes;
+  return reinterpret_cast<uint8_t*>(&flat_slot(0)) + 2 * slot_stride(h.flat_bytes) +
+         (parity & 1) * h.flat_bytes;
 }
 
 FlatSlotHeader& Segment::flat_entry(uint32_t seq) const {
   // The queue follows the two result areas.
-  uint8_t* p = flat_result(0) + 2 * header().flat_bytes + (seq % kQueueEntries) * slot_stride(kQueuedBytes);
+  uint8_t* p =
+      flat_result(0) + 2 * header().flat_bytes + (seq % kQueueEntries) * slot_stride(kQueuedBytes);
   return *reinterpret_cast<FlatSlotHeader*>(p);
 }
 
 RingHeader& Segment::ring(uint32_t slot) const {
   const auto& h = header();
   return *reinterpret_cast<RingHeader*>(base_ + sizeof(SegmentHeader) +
-                                        static_cast<size_t>(slot) * (sizeof(RingHeader) + h.ring_bytes));
+                                        static_cast<size_t>(slot) *
+                                            (sizeof(RingHeader) + h.ring_bytes));
 }
 
 uint8_t* Segment::ring_data(uint32_t slot) const {
@@ -101,7 +110,8 @@ std::unique_ptr<Segment> Segment::create(const std::string& name, size_t bytes) 
     int e = errno;
     close(fd);
     shm_unlink(name.c_str());
-    SHOAL_THROW(Internal, "cannot size shared memory " << name << " to " << bytes << " bytes: " << strerror(e)
+    SHOAL_THROW(Internal, "cannot size shared memory " << name << " to " << bytes
+                                                       << " bytes: " << strerror(e)
                                                        << " (is /dev/shm large enough?)");
   }
   void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
@@ -117,14 +127,15 @@ std::unique_ptr<Segment> Segment::create(const std::string& name, size_t bytes) 
 std::unique_ptr<Segment> Segment::open(const std::string& name, size_t bytes) {
   int fd = shm_open(name.c_str(), O_RDWR | O_CLOEXEC, 0600);
   SHOAL_CHECK(fd >= 0, Internal, "shm_open(" << name << "): " << strerror(errno));
-  struct stat st{};
+  struct stat st {};
   if (fstat(fd, &st) != 0 || static_cast<size_t>(st.st_size) < bytes) {
     close(fd);
     SHOAL_THROW(Internal, "shared memory " << name << " is smaller than expected");
   }
   void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   close(fd);
-  SHOAL_CHECK(p != MAP_FAILED, Internal, "cannot map shared memory " << name << ": " << strerror(errno));
+  SHOAL_CHECK(p != MAP_FAILED, Internal,
+              "cannot map shared memory " << name << ": " << strerror(errno));
   auto seg = std::unique_ptr<Segment>(new Segment(name, static_cast<uint8_t*>(p), bytes));
   seg->linked_ = false;  // the owner unlinks it
   return seg;
@@ -141,7 +152,7 @@ void Segment::unlink() {
 }
 
 uint64_t own_pid_namespace() {
-  struct stat st{};
+  struct stat st {};
   return ::stat("/proc/self/ns/pid", &st) == 0 ? static_cast<uint64_t>(st.st_ino) : 0;
 }
 
@@ -178,7 +189,8 @@ int sweep_orphans() {
     if (::kill(owner->pid, 0) == 0 || errno != ESRCH) continue;  // alive (or not ours to judge)
     if (shm_unlink((std::string("/") + e->d_name).c_str()) == 0) {
       ++removed;
-      SHOAL_WARN("removed /dev/shm/" << e->d_name << ", left by rank " << owner->rank << " (pid " << owner->pid
+      SHOAL_WARN("removed /dev/shm/" << e->d_name << ", left by rank " << owner->rank << " (pid "
+                                     << owner->pid
                                      << "), which died while its communicator was being created");
     }
   }

@@ -27,7 +27,8 @@ struct Published {
 
 Published parse_published(const std::string& text, int peer) {
   const auto colon = text.rfind(':');
-  SHOAL_CHECK(colon != std::string::npos && colon > 0, Internal, "malformed address '" << text << "' of rank " << peer);
+  SHOAL_CHECK(colon != std::string::npos && colon > 0, Internal,
+              "malformed address '" << text << "' of rank " << peer);
   Published p;
   p.port = static_cast<uint16_t>(std::stoi(text.substr(colon + 1)));
   std::stringstream ss(text.substr(0, colon));
@@ -45,7 +46,8 @@ int connect_rail(const std::string& ip, uint16_t port, Hello hello, Clock::time_
   std::string err;
   if (!write_all(fd, &hello, sizeof hello, deadline, err)) {
     close(fd);
-    SHOAL_THROW(PeerFailure, "handshake with rank " << peer << " at " << ip << " failed: " << err, peer);
+    SHOAL_THROW(PeerFailure, "handshake with rank " << peer << " at " << ip << " failed: " << err,
+                peer);
   }
   if (!key.empty()) {
     try {
@@ -61,10 +63,12 @@ int connect_rail(const std::string& ip, uint16_t port, Hello hello, Clock::time_
 
 }  // namespace
 
-std::optional<std::string> HelloBook::admit(const Hello& h, int fd, std::vector<std::vector<int>>& fds) {
+std::optional<std::string> HelloBook::admit(const Hello& h, int fd,
+                                            std::vector<std::vector<int>>& fds) {
   if (auto bad = validate(h, comm_id_, size_)) return bad;
   if (h.rails > kMaxRails) return "peer announced " + std::to_string(h.rails) + " rails";
-  if (h.rank <= rank_ || !fds[h.rank].empty()) return "unexpected or duplicate rank " + std::to_string(h.rank);
+  if (h.rank <= rank_ || !fds[h.rank].empty())
+    return "unexpected or duplicate rank " + std::to_string(h.rank);
   Pending& pd = pending_[h.rank];
   // A rail twice is a stranger or a confused peer: it would give the pair a connection too many.
   if ((h.rail == 0 && pd.primary >= 0) || (h.rail != 0 && pd.extras.count(h.rail)))
@@ -78,8 +82,8 @@ std::optional<std::string> HelloBook::admit(const Hello& h, int fd, std::vector<
     pd.announced = h.rails;
   } else {
     if (pd.primary >= 0 && h.rail >= pd.announced)
-      return "rail " + std::to_string(h.rail) + " of rank " + std::to_string(h.rank) + ", which announced " +
-             std::to_string(pd.announced);
+      return "rail " + std::to_string(h.rail) + " of rank " + std::to_string(h.rank) +
+             ", which announced " + std::to_string(pd.announced);
     pd.extras[h.rail] = fd;
   }
   if (pd.primary >= 0 && pd.extras.size() + 1 == pd.announced) {
@@ -99,8 +103,9 @@ std::vector<int> HelloBook::pending_fds() const {
   return out;
 }
 
-std::vector<std::vector<int>> connect_mesh(Store& store, const std::string& key_prefix, int rank, int size,
-                                           uint64_t comm_id, const std::vector<InterfaceAddress>& rails,
+std::vector<std::vector<int>> connect_mesh(Store& store, const std::string& key_prefix, int rank,
+                                           int size, uint64_t comm_id,
+                                           const std::vector<InterfaceAddress>& rails,
                                            Clock::time_point deadline) {
   std::vector<std::vector<int>> fds(size);
   if (size == 1) return fds;
@@ -127,44 +132,52 @@ std::vector<std::vector<int>> connect_mesh(Store& store, const std::string& key_
     // the acceptor how many there are. The handshake needs no answer (a rejected connection is
     // closed by the acceptor and shows up as a broken connection at the first frame).
     for (int peer = 0; peer < rank; ++peer) {
-      const Published theirs = parse_published(store.get_string(key_prefix + "/addr/" + std::to_string(peer)), peer);
+      const Published theirs =
+          parse_published(store.get_string(key_prefix + "/addr/" + std::to_string(peer)), peer);
       std::vector<int> extras;
       std::vector<std::string> used;
       for (size_t mine = 1; mine < rails.size(); ++mine) {
         for (size_t j = 1; j < theirs.ips.size(); ++j) {
           in_addr a{};
-          if (inet_pton(AF_INET, theirs.ips[j].c_str(), &a) != 1 || !rails[mine].same_subnet(a.s_addr)) continue;
+          if (inet_pton(AF_INET, theirs.ips[j].c_str(), &a) != 1 ||
+              !rails[mine].same_subnet(a.s_addr))
+            continue;
           if (std::find(used.begin(), used.end(), theirs.ips[j]) != used.end()) continue;
-          if (std::any_of(rails.begin(), rails.end(), [&](const InterfaceAddress& r) { return r.address == a.s_addr; }))
+          if (std::any_of(rails.begin(), rails.end(),
+                          [&](const InterfaceAddress& r) { return r.address == a.s_addr; }))
             continue;  // our own address: the same network on both hosts is no rail between them
           hello.rail = static_cast<uint16_t>(extras.size() + 1);
           hello.rails = static_cast<uint16_t>(rails.size());
           try {
-            extras.push_back(connect_rail(theirs.ips[j], theirs.port, hello,
-                                          std::min(deadline, Clock::now() + std::chrono::seconds(2)), deadline, peer));
+            extras.push_back(connect_rail(
+                theirs.ips[j], theirs.port, hello,
+                std::min(deadline, Clock::now() + std::chrono::seconds(2)), deadline, peer));
             used.push_back(theirs.ips[j]);
           } catch (const Error& e) {
-            SHOAL_WARN("rank " << rank << ": no extra connection to rank " << peer << " over " << rails[mine].name
-                               << " (" << e.what() << "); using the others");
+            SHOAL_WARN("rank " << rank << ": no extra connection to rank " << peer << " over "
+                               << rails[mine].name << " (" << e.what() << "); using the others");
           }
           break;
         }
       }
       hello.rail = 0;
       hello.rails = static_cast<uint16_t>(extras.size() + 1);
-      fds[peer].push_back(connect_rail(theirs.ips.front(), theirs.port, hello, deadline, deadline, peer));
+      fds[peer].push_back(
+          connect_rail(theirs.ips.front(), theirs.port, hello, deadline, deadline, peer));
       fds[peer].insert(fds[peer].end(), extras.begin(), extras.end());
     }
     // Accept every connection of every higher rank; a rank is connected once its rail 0 and
     // the extra rails that rail 0 announced are all in (in any order).
     int expected = size - 1 - rank;
     while (expected > 0) {
-      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
+      auto left =
+          std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
       if (left <= 0) {
         std::ostringstream missing;
         for (int p = rank + 1; p < size; ++p)
           if (fds[p].empty()) missing << " " << p;
-        SHOAL_THROW(Timeout, "rank " << rank << " waited for connections from ranks" << missing.str()
+        SHOAL_THROW(Timeout, "rank " << rank << " waited for connections from ranks"
+                                     << missing.str()
                                      << " until the timeout: did they start, and can they reach "
                                      << published << "? (SHOAL_TIMEOUT, SHOAL_SOCKET_IFNAME)");
       }
@@ -187,16 +200,19 @@ std::vector<std::vector<int>> connect_mesh(Store& store, const std::string& key_
       }
       // Authentication before the handshake counts: a stranger never takes a rank's place.
       std::optional<std::string> refused;
-      if (auto bad = validate(h, comm_id, size)) refused = "invalid handshake: " + *bad;
+      if (auto bad = validate(h, comm_id, size))
+        refused = "invalid handshake: " + *bad;
       else if (key.empty() && (h.reserved & kHelloAuth))
-        refused = "it authenticates, but this rank has no SHOAL_AUTH_KEY: set the same key on every rank";
+        refused =
+            "it authenticates, but this rank has no SHOAL_AUTH_KEY: set the same key on every rank";
       else if (!key.empty() && !(h.reserved & kHelloAuth))
-        refused = "it does not authenticate (no SHOAL_AUTH_KEY there?): set the same key on every rank";
+        refused =
+            "it does not authenticate (no SHOAL_AUTH_KEY there?): set the same key on every rank";
       else if (!key.empty() && !authenticate_from(fd, h, rank, key, handshake_deadline, err))
         refused = "Unauthorized: " + err;
       if (refused) {
-        SHOAL_WARN("rank " << rank << ": dropped a connection from " << who << " claiming to be rank " << h.rank
-                           << ": " << *refused);
+        SHOAL_WARN("rank " << rank << ": dropped a connection from " << who
+                           << " claiming to be rank " << h.rank << ": " << *refused);
         close(fd);
         continue;
       }

@@ -45,8 +45,9 @@ class HelloBook {
 /// higher rank connects from each of its extra `rails` to the peer's address in the same
 /// subnet). `key_prefix` scopes the store keys to this communicator. Throws TimeoutError
 /// naming the ranks that never showed up.
-std::vector<std::vector<int>> connect_mesh(Store& store, const std::string& key_prefix, int rank, int size,
-                                           uint64_t comm_id, const std::vector<InterfaceAddress>& rails,
+std::vector<std::vector<int>> connect_mesh(Store& store, const std::string& key_prefix, int rank,
+                                           int size, uint64_t comm_id,
+                                           const std::vector<InterfaceAddress>& rails,
                                            Clock::time_point deadline);
 
 }  // namespace shoal::transport::tcp
