@@ -23,17 +23,23 @@ static thread_local std::string thread_host_id;
 
 void set_thread_host_id_for_testing(std::string id) { thread_host_id = std::move(id); }
 
-std::string host_identity() {
-  if (!thread_host_id.empty()) return thread_host_id;
-  std::string id = config::get("SHOAL_HOST_ID");
-  if (!id.empty()) return id;
+std::string machine_identity() {
   char host[256] = {0};
   gethostname(host, sizeof host - 1);
   std::string boot;
   std::ifstream("/proc/sys/kernel/random/boot_id") >> boot;
+  std::string id = std::string(host) + "/" + boot;
+  std::replace(id.begin(), id.end(), ' ', '_');  // one word of discover_topology's value
+  return id;
+}
+
+std::string host_identity() {
+  if (!thread_host_id.empty()) return thread_host_id;
+  std::string id = config::get("SHOAL_HOST_ID");
+  if (!id.empty()) return id;
   struct stat st {};
   std::string netns = stat("/proc/self/ns/net", &st) == 0 ? std::to_string(st.st_ino) : "";
-  return std::string(host) + "/" + boot + "/" + netns;
+  return machine_identity() + "/" + netns;
 }
 
 namespace {
@@ -115,18 +121,6 @@ static size_t launched_ranks_on_node() {
   for (const char* name : {"LOCAL_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS"})
     if (const char* v = std::getenv(name); v && *v) return static_cast<size_t>(std::atol(v));
   return 0;
-}
-
-// The machine, whatever SHOAL_HOST_ID or the network namespace say: emulated hosts share its
-// cores, so the ranks of all of them count for binding.
-static std::string machine_identity() {
-  char host[256] = {0};
-  gethostname(host, sizeof host - 1);
-  std::string boot;
-  std::ifstream("/proc/sys/kernel/random/boot_id") >> boot;
-  std::string id = std::string(host) + "/" + boot;
-  std::replace(id.begin(), id.end(), ' ', '_');
-  return id;
 }
 
 Topology discover_topology(Store& store, const std::string& prefix, int rank, int size) {

@@ -39,6 +39,9 @@ int choose_bind_cpu(const std::vector<std::string>& masks, const std::vector<lon
 /// kernel refuses (a CPU outside the cgroup's set), which leaves the affinity as it was.
 bool bind_process_to_cpu(int cpu);
 
+/// hostname + boot id: the machine, whatever SHOAL_HOST_ID or the network namespace say
+/// (emulated hosts share its cores).
+std::string machine_identity();
 /// SHOAL_HOST_ID, else hostname + boot id + network namespace (ranks in different network
 /// namespaces count as different hosts, which is how the emulated cluster works).
 std::string host_identity();

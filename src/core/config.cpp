@@ -187,18 +187,22 @@ std::vector<uint64_t> agreed_fingerprints() {
   return out;
 }
 
-std::string get(const char* name) {
+// The table's entry of `name`; a name missing from it is a bug in shoal.
+static const Setting& declared(const char* name) {
   const Setting* s = find(name);
   SHOAL_CHECK(s != nullptr, Internal, "setting " << name << " is not declared in config.cpp");
-  const char* v = std::getenv(name);
-  return (v && *v) ? std::string(v) : std::string(s->default_value);
+  return *s;
 }
 
 bool is_set(const char* name) {
-  SHOAL_CHECK(find(name) != nullptr, Internal,
-              "setting " << name << " is not declared in config.cpp");
+  declared(name);
   const char* v = std::getenv(name);
   return v && *v;
+}
+
+std::string get(const char* name) {
+  const Setting& s = declared(name);
+  return is_set(name) ? std::string(std::getenv(name)) : std::string(s.default_value);
 }
 
 int64_t get_int(const char* name) {
