@@ -129,7 +129,8 @@ void measure(Communicator& comm, const std::vector<uint64_t>& sizes, int iters, 
         for (size_t a = 0; a < rows.size(); ++a) {
           // Every rank sets the same, in the same order: the hierarchy on for its column (its
           // phases pick their own rows), off for the rows, whatever SHOAL_HIERARCHICAL says.
-          comm.impl().hierarchy_mode = rows[a] ? comm::HierarchyMode::off : comm::HierarchyMode::on;
+          comm.impl().planner->set_hierarchy_mode(rows[a] ? comm::HierarchyMode::off
+                                                          : comm::HierarchyMode::on);
           if (rows[a])
             algorithms::detail::set_algorithm_override(std::string(algorithms::to_string(c)) + ":" +
                                                        std::string(rows[a]->name));

@@ -50,9 +50,8 @@ void CommImpl::calibrate_cost_model() {
   std::vector<uint8_t> block(plan.large_block, static_cast<uint8_t>(rank));
   std::vector<uint8_t> gathered(plan.large_block * static_cast<uint64_t>(size));
   auto all_gather = [&](uint64_t bytes) {
-    submit(Collective::all_gather, block.data(), gathered.data(), bytes, DataType::uint8,
-           ReduceOp::sum, -1, -1, 0,
-           /*blocking=*/true, ring_all_gather)
+    call(comm::forced_call(Collective::all_gather, block.data(), gathered.data(), bytes,
+                           DataType::uint8, ReduceOp::sum, ring_all_gather))
         .wait();
   };
   std::vector<float> acc(plan.reduce_bytes / sizeof(float), 1.0f), in(acc.size(), 0.5f);
@@ -76,8 +75,8 @@ void CommImpl::calibrate_cost_model() {
     std::vector<uint8_t> mine(plan.swing_block, static_cast<uint8_t>(rank)),
         all(plan.swing_block * size);
     auto swing_all_gather = [&] {
-      submit(Collective::all_gather, mine.data(), all.data(), plan.swing_block, DataType::uint8,
-             ReduceOp::sum, -1, -1, 0, /*blocking=*/true, swing)
+      call(comm::forced_call(Collective::all_gather, mine.data(), all.data(), plan.swing_block,
+                             DataType::uint8, ReduceOp::sum, swing))
           .wait();
     };
     // Back to back from a common start, the mean: a rank that leaves one call early waits
@@ -90,8 +89,8 @@ void CommImpl::calibrate_cost_model() {
                plan.swing_calls;
   }
   // The slowest rank's times, the same bits everywhere: so is the fit, and so are the picks.
-  submit(Collective::all_reduce, times, times, 4, DataType::float64, ReduceOp::max, -1, -1, 0,
-         /*blocking=*/true, ring_all_reduce)
+  call(comm::forced_call(Collective::all_reduce, times, times, 4, DataType::float64, ReduceOp::max,
+                         ring_all_reduce))
       .wait();
   calibrated_params = tune::fit_cost_params(size, plan, {times[0], times[1], times[2], times[3]},
                                             tune::default_cost_params(context.transport),

@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <cstring>
 #include <random>
 #include <sstream>
 
@@ -56,10 +57,16 @@ CommImpl::CommImpl(std::shared_ptr<Store> st, int r, int n, const Options& optio
   store_timeout.restore();
   engine = std::make_unique<comm::Engine>(r, n, comm_id, std::move(transport.streams),
                                           std::move(transport.shm), timeout);
+  comm::Planner::Layout layout;
   if (engine->shm() && engine->shm()->all_ranks_share_memory()) {
-    flat_max_bytes_ = engine->shm()->flat_bytes();
-    flat_direct_bytes_ = engine->shm()->flat_direct_bytes();
+    layout.flat_slot_bytes = engine->shm()->flat_bytes();
+    layout.flat_direct_bytes = engine->shm()->flat_direct_bytes();
   }
+  layout.hierarchy_fits = comm::hierarchy_fits(topology);
+  planner.emplace(layout, [this] {
+    return tune::Dispatcher::from_environment(tune_context(),
+                                              calibrated_params ? &*calibrated_params : nullptr);
+  });
   // The settings every rank must hold equal are compared first, then the cost model is
   // calibrated: collectives after the vote, which must not change its outcome. A difference,
   // or a failure (a peer died or was cut off meanwhile), breaks this communicator, as any later
@@ -91,9 +98,9 @@ std::optional<comm::Disagreement> CommImpl::compare_agreed_settings() {
   std::vector<uint64_t> all(mine.size() * static_cast<size_t>(size));
   // Forced: no dispatcher (whose settings these are), no flat path, no hierarchy; Bruck, so
   // that creation pays ceil(log2 p) latencies for it, not the ring's p - 1.
-  submit(Collective::all_gather, mine.data(), all.data(), mine.size(), DataType::int64,
-         ReduceOp::sum, -1, -1, 0,
-         /*blocking=*/true, algorithms::find_algorithm(Collective::all_gather, "bruck"))
+  call(comm::forced_call(Collective::all_gather, mine.data(), all.data(), mine.size(),
+                         DataType::int64, ReduceOp::sum,
+                         algorithms::find_algorithm(Collective::all_gather, "bruck")))
       .wait();
   return comm::first_disagreement(all, mine.size());
 }
@@ -153,9 +160,11 @@ std::string CommImpl::transport_summary() const {
   return os.str();
 }
 
-algorithms::CollectiveArgs CommImpl::checked_args(Collective collective, uint64_t count,
-                                                  DataType dtype, ReduceOp op, int root, int peer,
-                                                  int tag) const {
+algorithms::CollectiveArgs CommImpl::checked_args(const comm::Request& r) const {
+  const Collective collective = r.collective;
+  const DataType dtype = r.dtype;
+  const ReduceOp op = r.op;
+  const int root = r.root, peer = r.peer;
   const auto name = algorithms::to_string(collective);
   SHOAL_CHECK(static_cast<int>(dtype) < kNumDataTypes, InvalidArgument,
               name << ": invalid data type " << static_cast<int>(dtype));
@@ -178,16 +187,16 @@ algorithms::CollectiveArgs CommImpl::checked_args(Collective collective, uint64_
     SHOAL_CHECK(peer != rank, InvalidArgument,
                 name << " to this rank itself (" << rank << ") is not supported: copy the buffer");
   }
-  SHOAL_CHECK(count <= (uint64_t{1} << 56) / size_of(dtype) / static_cast<uint64_t>(size),
-              InvalidArgument, name << ": count " << count << " is too large");
+  SHOAL_CHECK(r.count <= (uint64_t{1} << 56) / size_of(dtype) / static_cast<uint64_t>(size),
+              InvalidArgument, name << ": count " << r.count << " is too large");
   algorithms::CollectiveArgs a;
   a.collective = collective;
   a.dtype = dtype;
   a.op = op;
-  a.count = count;
+  a.count = r.count;
   a.root = rooted ? root : -1;
   a.peer = peer;
-  a.tag = tag;
+  a.tag = r.tag;
   a.rank = rank;
   a.size = size;
   a.chunk_bytes = chunk_bytes;
@@ -195,36 +204,55 @@ algorithms::CollectiveArgs CommImpl::checked_args(Collective collective, uint64_
   return a;
 }
 
-Work CommImpl::submit(Collective collective, const void* input, void* output, uint64_t count,
-                      DataType dtype, ReduceOp op, int root, int peer, int tag, bool blocking,
-                      const algorithms::AlgorithmInfo* forced) {
-  const auto name = algorithms::to_string(collective);
-  algorithms::CollectiveArgs a = checked_args(collective, count, dtype, op, root, peer, tag);
-  a.in_place = input != nullptr && input == output;
-  const bool flat = !forced && flat_eligible(a);
-  a.algorithm = forced ? forced : dispatch(a, flat);  // a SHOAL_ALGO rule still wins unless forced
-  a.forced = forced != nullptr;
-  const uint64_t in_bytes = algorithms::input_bytes(a), out_bytes = algorithms::output_bytes(a);
-  SHOAL_CHECK(in_bytes == 0 || input != nullptr, InvalidArgument,
-              name << ": the input buffer is null but " << in_bytes << " bytes are needed");
-  SHOAL_CHECK(out_bytes == 0 || output != nullptr, InvalidArgument,
-              name << ": the output buffer is null but " << out_bytes << " bytes are needed");
+Work CommImpl::call(comm::Request r) {
+  algorithms::CollectiveArgs a = checked_args(r);
+  if (r.vectored) {
+    a.in_place = r.vectored_in_place;
+  } else {
+    const auto name = algorithms::to_string(r.collective);
+    const uint64_t in_bytes = algorithms::input_bytes(a), out_bytes = algorithms::output_bytes(a);
+    SHOAL_CHECK(in_bytes == 0 || r.input != nullptr, InvalidArgument,
+                name << ": the input buffer is null but " << in_bytes << " bytes are needed");
+    SHOAL_CHECK(out_bytes == 0 || r.output != nullptr, InvalidArgument,
+                name << ": the output buffer is null but " << out_bytes << " bytes are needed");
+    a.in_place = r.input != nullptr && r.input == r.output;
+  }
+  const comm::Plan plan = planner->plan(r, a);
+  if (plan.path == comm::Path::hierarchy) return run_hierarchical(r);
+  fence_hierarchical();  // issue order behind hierarchical work
+
   comm::OpRequest req;
-  req.args = a;
-  req.input = input;
-  req.output = output;
-  req.signature = algorithms::signature(a);
+  req.args = plan.args;
+  req.input = r.input;
+  req.output = r.output;
+  req.signature = algorithms::signature(plan.args);
   // A queued broadcast's root checks nobody's call against its own: the next call carries
   // its signature (which carries the ones before) for its ranks to compare. Any other
   // collective compares every rank's, directly or along its schedule.
-  if (flat && comm::flat_queued(a, flat_max_bytes_, flat_direct_bytes_))
+  if (plan.queued)
     unchecked_ = req.signature | uint64_t{1} << 32;
-  else if (collective != Collective::send && collective != Collective::recv)
+  else if (r.collective != Collective::send && r.collective != Collective::recv)
     unchecked_ = 0;
-  if (flat) {
-    req.flat_seq = ++flat_seq_;
-    // A blocking call with nothing in flight runs here, on the caller's thread.
-    if (blocking && engine->idle()) return run_flat_here(req);
+  if (plan.path == comm::Path::schedule) {
+    req.input_pieces = std::move(r.input_pieces);
+    req.output_pieces = std::move(r.output_pieces);
+    return Work(engine->submit(req));
+  }
+  req.flat_seq = ++flat_seq_;
+  if (r.vectored) {
+    // The shared-slot path reads and writes one buffer: the pieces are packed into one and the
+    // result copied out before the Work completes.
+    auto in = std::make_shared<std::vector<uint8_t>>(algorithms::input_bytes(a));
+    auto out =
+        a.in_place ? in : std::make_shared<std::vector<uint8_t>>(algorithms::output_bytes(a));
+    for (const auto& p : r.input_pieces) std::memcpy(in->data() + p.offset, p.data, p.bytes);
+    req.input = in->data();
+    req.output = out->data();
+    req.finish = [in, out, output = std::move(r.output_pieces)] {
+      for (const auto& p : output) std::memcpy(p.data, out->data() + p.offset, p.bytes);
+    };
+  } else if (r.blocking && engine->idle()) {
+    return run_flat_here(req);  // nothing in flight: on the caller's thread
   }
   return Work(engine->submit(req));
 }
@@ -238,15 +266,6 @@ const algorithms::AlgorithmInfo* CommImpl::forced_algorithm(Collective collectiv
                   << ": no algorithm '" << call->algorithm
                   << "' (CallOptions::algorithm; shoal-info --algorithms lists them)");
   return row;
-}
-
-bool CommImpl::flat_eligible(const algorithms::CollectiveArgs& a) const {
-  if (flat_max_bytes_ == 0 || !comm::flat_fits(a, flat_max_bytes_, flat_direct_bytes_))
-    return false;
-  // Beyond the slots only the direct path is flat, and there a SHOAL_ALGO rule for the call
-  // wins, as it did before that path existed (within them the flat path stays: documented).
-  return comm::flat_decision_bytes(a) <= flat_max_bytes_ ||
-         !algorithms::override_for(a.collective, a.count * size_of(a.dtype));
 }
 
 // The Work of every blocking flat collective that succeeded (nothing to allocate per call).
@@ -328,30 +347,39 @@ int Communicator::local_rank() const { return impl_->topology.local_rank; }
 int Communicator::local_size() const { return impl_->topology.local_size; }
 int Communicator::num_hosts() const { return impl_->topology.num_hosts; }
 
+namespace {
+// A call of the public API, with the buffers as the engine reads them.
+comm::Request api_call(Collective collective, const void* input, void* output, size_t count,
+                       DataType dtype, ReduceOp op = ReduceOp::sum, int root = -1) {
+  comm::Request r;
+  r.collective = collective;
+  r.input = input;
+  r.output = output;
+  r.count = count;
+  r.dtype = dtype;
+  r.op = op;
+  r.root = root;
+  r.may_use_hierarchy = true;
+  return r;
+}
+}  // namespace
+
 Work Communicator::all_reduce_call(const void* send, void* recv, size_t count, DataType dtype,
                                    ReduceOp op, bool blocking, const CallOptions* call) {
-  const auto* forced = impl_->forced_algorithm(Collective::all_reduce, call);
-  if (!forced)
-    if (auto w = impl_->try_hierarchical({Collective::all_reduce, send, recv, count, dtype, op},
-                                         blocking))
-      return *w;
-  impl_->fence_hierarchical();
-  return impl_->submit(Collective::all_reduce, send, recv, count, dtype, op, -1, -1, 0, blocking,
-                       forced);
+  auto r = api_call(Collective::all_reduce, send, recv, count, dtype, op);
+  r.blocking = blocking;
+  r.forced = impl_->forced_algorithm(Collective::all_reduce, call);
+  return impl_->call(std::move(r));
 }
 Work Communicator::all_gather_async(const void* send, void* recv, size_t count, DataType dtype) {
   return all_gather_call(send, recv, count, dtype, false);
 }
 Work Communicator::all_gather_call(const void* send, void* recv, size_t count, DataType dtype,
                                    bool blocking, const CallOptions* call) {
-  const auto* forced = impl_->forced_algorithm(Collective::all_gather, call);
-  if (!forced)
-    if (auto w = impl_->try_hierarchical(
-            {Collective::all_gather, send, recv, count, dtype, ReduceOp::sum}, blocking))
-      return *w;
-  impl_->fence_hierarchical();
-  return impl_->submit(Collective::all_gather, send, recv, count, dtype, ReduceOp::sum, -1, -1, 0,
-                       blocking, forced);
+  auto r = api_call(Collective::all_gather, send, recv, count, dtype);
+  r.blocking = blocking;
+  r.forced = impl_->forced_algorithm(Collective::all_gather, call);
+  return impl_->call(std::move(r));
 }
 Work Communicator::reduce_scatter_async(const void* send, void* recv, size_t count, DataType dtype,
                                         ReduceOp op) {
@@ -359,14 +387,10 @@ Work Communicator::reduce_scatter_async(const void* send, void* recv, size_t cou
 }
 Work Communicator::reduce_scatter_call(const void* send, void* recv, size_t count, DataType dtype,
                                        ReduceOp op, bool blocking, const CallOptions* call) {
-  const auto* forced = impl_->forced_algorithm(Collective::reduce_scatter, call);
-  if (!forced)
-    if (auto w = impl_->try_hierarchical({Collective::reduce_scatter, send, recv, count, dtype, op},
-                                         blocking))
-      return *w;
-  impl_->fence_hierarchical();
-  return impl_->submit(Collective::reduce_scatter, send, recv, count, dtype, op, -1, -1, 0,
-                       blocking, forced);
+  auto r = api_call(Collective::reduce_scatter, send, recv, count, dtype, op);
+  r.blocking = blocking;
+  r.forced = impl_->forced_algorithm(Collective::reduce_scatter, call);
+  return impl_->call(std::move(r));
 }
 Work Communicator::broadcast_async(const void* send, void* recv, size_t count, DataType dtype,
                                    int root) {
@@ -374,10 +398,11 @@ Work Communicator::broadcast_async(const void* send, void* recv, size_t count, D
 }
 Work Communicator::broadcast_call(const void* send, void* recv, size_t count, DataType dtype,
                                   int root, bool blocking) {
-  impl_->fence_hierarchical();  // issue order behind hierarchical work
   // Only the root's input matters; elsewhere the buffer is the output.
-  return impl_->submit(Collective::broadcast, rank() == root ? send : nullptr, recv, count, dtype,
-                       ReduceOp::sum, root, -1, 0, blocking);
+  auto r = api_call(Collective::broadcast, rank() == root ? send : nullptr, recv, count, dtype,
+                    ReduceOp::sum, root);
+  r.blocking = blocking;
+  return impl_->call(std::move(r));
 }
 Work Communicator::reduce_async(const void* send, void* recv, size_t count, DataType dtype,
                                 ReduceOp op, int root) {
@@ -385,38 +410,38 @@ Work Communicator::reduce_async(const void* send, void* recv, size_t count, Data
 }
 Work Communicator::reduce_call(const void* send, void* recv, size_t count, DataType dtype,
                                ReduceOp op, int root, bool blocking) {
-  impl_->fence_hierarchical();  // issue order behind hierarchical work
-  return impl_->submit(Collective::reduce, send, rank() == root ? recv : nullptr, count, dtype, op,
-                       root, -1, 0, blocking);
+  auto r =
+      api_call(Collective::reduce, send, rank() == root ? recv : nullptr, count, dtype, op, root);
+  r.blocking = blocking;
+  return impl_->call(std::move(r));
 }
 Work Communicator::all_to_all_async(const void* send, void* recv, size_t count, DataType dtype) {
-  impl_->fence_hierarchical();  // issue order behind hierarchical work
-  return impl_->submit(Collective::all_to_all, send, recv, count, dtype, ReduceOp::sum, -1);
+  return impl_->call(api_call(Collective::all_to_all, send, recv, count, dtype));
 }
 Work Communicator::gather_async(const void* send, void* recv, size_t count, DataType dtype,
                                 int root) {
-  impl_->fence_hierarchical();  // issue order behind hierarchical work
-  return impl_->submit(Collective::gather, send, rank() == root ? recv : nullptr, count, dtype,
-                       ReduceOp::sum, root);
+  return impl_->call(api_call(Collective::gather, send, rank() == root ? recv : nullptr, count,
+                              dtype, ReduceOp::sum, root));
 }
 Work Communicator::scatter_async(const void* send, void* recv, size_t count, DataType dtype,
                                  int root) {
-  impl_->fence_hierarchical();  // issue order behind hierarchical work
-  return impl_->submit(Collective::scatter, rank() == root ? send : nullptr, recv, count, dtype,
-                       ReduceOp::sum, root);
+  return impl_->call(api_call(Collective::scatter, rank() == root ? send : nullptr, recv, count,
+                              dtype, ReduceOp::sum, root));
 }
 Work Communicator::barrier_async() {
-  impl_->fence_hierarchical();  // issue order behind hierarchical work
-  return impl_->submit(Collective::barrier, nullptr, nullptr, 0, DataType::uint8, ReduceOp::sum,
-                       -1);
+  return impl_->call(api_call(Collective::barrier, nullptr, nullptr, 0, DataType::uint8));
 }
 Work Communicator::send_async(const void* buf, size_t count, DataType dtype, int peer, int tag) {
-  impl_->fence_hierarchical();  // issue order behind hierarchical work
-  return impl_->submit(Collective::send, buf, nullptr, count, dtype, ReduceOp::sum, -1, peer, tag);
+  auto r = api_call(Collective::send, buf, nullptr, count, dtype);
+  r.peer = peer;
+  r.tag = tag;
+  return impl_->call(std::move(r));
 }
 Work Communicator::recv_async(void* buf, size_t count, DataType dtype, int peer, int tag) {
-  impl_->fence_hierarchical();  // issue order behind hierarchical work
-  return impl_->submit(Collective::recv, nullptr, buf, count, dtype, ReduceOp::sum, -1, peer, tag);
+  auto r = api_call(Collective::recv, nullptr, buf, count, dtype);
+  r.peer = peer;
+  r.tag = tag;
+  return impl_->call(std::move(r));
 }
 
 std::string Communicator::describe() const {

@@ -24,6 +24,7 @@
 
 #include "algorithms/schedule.hpp"
 #include "comm/flat.hpp"
+#include "comm/request.hpp"
 #include "comm/work_state.hpp"
 #include "transport/connection.hpp"
 #include "transport/shm/shm_mesh.hpp"
@@ -31,14 +32,6 @@
 namespace shoal::comm {
 
 using Clock = std::chrono::steady_clock;
-
-/// A piece of a vectored operation's buffer: `bytes` (> 0) at `data`, at `offset` in the buffer
-/// the pieces make up in order.
-struct Piece {
-  uint8_t* data = nullptr;
-  uint64_t bytes = 0;
-  uint64_t offset = 0;
-};
 
 struct OpRequest {
   algorithms::CollectiveArgs args;

@@ -7,7 +7,6 @@
 
 #include "comm/comm_impl.hpp"
 #include "core/check.hpp"
-#include "core/config.hpp"
 #include "core/reduce.hpp"
 
 namespace shoal {
@@ -109,9 +108,9 @@ static Work finished_work(std::exception_ptr e = nullptr) {
   return Work(s);
 }
 
-Work Hierarchy::run(const HierCall& call, bool blocking) {
+Work Hierarchy::run(const Request& call) {
   ensure_groups();
-  if (blocking && !pending()) {
+  if (call.blocking && !pending()) {
     wait_parent_idle();
     try {
       execute(call);
@@ -163,7 +162,7 @@ void Hierarchy::worker() {
 }
 
 // What every rank must agree on about a hierarchical call, whatever phases it runs.
-static uint32_t call_signature(const HierCall& c, int size) {
+static uint32_t call_signature(const Request& c, int size) {
   algorithms::CollectiveArgs a;
   a.collective = c.collective;
   a.dtype = c.dtype;
@@ -173,7 +172,7 @@ static uint32_t call_signature(const HierCall& c, int size) {
   return algorithms::signature(a);
 }
 
-void Hierarchy::execute(const HierCall& call) {
+void Hierarchy::execute(const Request& call) {
   calls_.fetch_add(1, std::memory_order_relaxed);
   // The phases alone miss a difference every rank of a host shares (sum on one host, avg on
   // another: both run sum phases), so each group's next call compares the whole call too.
@@ -226,7 +225,7 @@ static void wait_all(std::vector<Work>& works) {
 // intra-host reduce_scatter -> all_reduce of each rank's slice on its rank-aligned group ->
 // intra-host all_gather, all in place in the output; the count % ranks-per-host elements left
 // over go through an all_reduce on each group (tiny: fewer than ranks per host).
-void Hierarchy::all_reduce(const HierCall& c) {
+void Hierarchy::all_reduce(const Request& c) {
   const size_t es = size_of(c.dtype);
   const uint64_t q = c.count / per_host_, rem = c.count % per_host_;
   const auto* in = static_cast<const uint8_t*>(c.input);
@@ -252,7 +251,7 @@ void Hierarchy::all_reduce(const HierCall& c) {
 // Inter-host first: each rank exchanges its block with its rank-aligned peers, receiving
 // straight into the final places (any layout: no shuffle copy); then it forwards each block,
 // as it arrives, to the other ranks of its host, which receive into the final places too.
-void Hierarchy::all_gather(const HierCall& c) {
+void Hierarchy::all_gather(const Request& c) {
   const size_t bytes = c.count * size_of(c.dtype);
   const auto* in = static_cast<const uint8_t*>(c.input);
   auto* out = static_cast<uint8_t*>(c.output);
@@ -307,7 +306,7 @@ void Hierarchy::all_gather(const HierCall& c) {
 // Intra-host first: each rank receives from every other rank of its host the blocks this rank
 // is aligned with (block (h, its local rank) for every host h), straight from their inputs, and
 // reduces them with its own; then a reduce_scatter on its rank-aligned group leaves its block.
-void Hierarchy::reduce_scatter(const HierCall& c) {
+void Hierarchy::reduce_scatter(const Request& c) {
   const size_t es = size_of(c.dtype), bytes = c.count * es, host_bytes = hosts_ * bytes;
   const auto* in = static_cast<const uint8_t*>(c.input);
   const ReduceOp op = c.op == ReduceOp::avg ? ReduceOp::sum : c.op;
@@ -359,50 +358,14 @@ void Hierarchy::reduce_scatter(const HierCall& c) {
 
 namespace detail {
 
-bool CommImpl::hierarchy_wanted(Collective collective, uint64_t bytes) {
-  const auto index = static_cast<size_t>(collective);
-  SHOAL_CHECK(index < hierarchy_verdicts.size(), Internal,
-              algorithms::to_string(collective) << " is not hierarchical");
-  HierarchyVerdict& verdict = hierarchy_verdicts[index];
-  if (verdict.bytes != bytes)
-    verdict = {bytes, dispatcher().auto_hierarchy(collective, bytes, hierarchy_sizes).take};
-  return verdict.take;
-}
-
-std::optional<Work> CommImpl::try_hierarchical(const comm::HierCall& c, bool blocking) {
-  if (!hierarchy_mode) {
-    const std::string mode = config::get("SHOAL_HIERARCHICAL");
-    SHOAL_CHECK(mode == "auto" || mode == "on" || mode == "off", InvalidArgument,
-                "SHOAL_HIERARCHICAL='" << mode << "' must be auto, on or off");
-    hierarchy_mode = mode == "on"    ? comm::HierarchyMode::on
-                     : mode == "off" ? comm::HierarchyMode::off
-                                     : comm::HierarchyMode::automatic;
-    hierarchy_sizes = tune::Dispatcher::hierarchy_sizes_from_environment();
-    if (*hierarchy_mode != comm::HierarchyMode::off && !comm::hierarchy_fits(topology))
-      hierarchy_mode = comm::HierarchyMode::off;  // uneven hosts, one host, one rank per host
-    // A forced algorithm is meant for the whole communicator (shoal-bench --algo): auto stands
-    // aside.
-    if (*hierarchy_mode == comm::HierarchyMode::automatic && !config::get("SHOAL_ALGO").empty())
-      hierarchy_mode = comm::HierarchyMode::off;
-  }
-  if (*hierarchy_mode == comm::HierarchyMode::off || c.count == 0) return std::nullopt;
-  // Invalid arguments go to submit(), which names the problem.
-  if (static_cast<int>(c.dtype) >= kNumDataTypes || static_cast<int>(c.op) >= kNumReduceOps ||
-      !defined_for(c.op, c.dtype) || c.input == nullptr || c.output == nullptr ||
-      c.count > (uint64_t{1} << 56) / size_of(c.dtype) / static_cast<uint64_t>(size))
-    return std::nullopt;
-  // The size auto decides by: the whole vector, the gathered output, the scattered input.
-  const uint64_t bytes =
-      c.count * size_of(c.dtype) * (c.collective == Collective::all_reduce ? 1 : size);
-  if (*hierarchy_mode == comm::HierarchyMode::automatic && !hierarchy_wanted(c.collective, bytes))
-    return std::nullopt;
+Work CommImpl::run_hierarchical(const comm::Request& request) {
   if (engine->broken()) {  // the groups would not know yet
     auto state = std::make_shared<WorkState>();
     state->complete(engine->broken_error());
     return Work(state);
   }
   if (!hierarchy) hierarchy = std::make_unique<comm::Hierarchy>(*this);
-  return hierarchy->run(c, blocking);
+  return hierarchy->run(request);
 }
 
 }  // namespace detail

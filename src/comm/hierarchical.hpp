@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "algorithms/schedule.hpp"
+#include "comm/request.hpp"
 #include "comm/topology.hpp"
 #include "comm/work_state.hpp"
 #include "shoal/communicator.hpp"
@@ -28,20 +29,6 @@ class CommImpl;
 }
 
 namespace shoal::comm {
-
-/// SHOAL_HIERARCHICAL.
-enum class HierarchyMode { off, on, automatic };
-
-/// One hierarchical call; buffers as in the public API (in place: input aliases the output as
-/// there).
-struct HierCall {
-  algorithms::Collective collective;
-  const void* input;
-  void* output;
-  uint64_t count;  // per rank for all_gather and reduce_scatter, the vector for all_reduce
-  DataType dtype;
-  ReduceOp op;
-};
 
 /// True when the layout allows the hierarchy: several hosts, several ranks on each, the same
 /// number on every host (uneven layouts run the flat algorithms).
@@ -55,9 +42,9 @@ class Hierarchy {
   Hierarchy(const Hierarchy&) = delete;
   Hierarchy& operator=(const Hierarchy&) = delete;
 
-  /// Runs `call` (on this thread when blocking and nothing is queued, else on the helper
+  /// Runs `call` (on this thread when it blocks and nothing is queued, else on the helper
   /// thread); creates the sub-communicators at the first call.
-  Work run(const HierCall& call, bool blocking);
+  Work run(const Request& call);
   /// True while an operation issued here has not completed. Cheap.
   bool pending() const { return pending_.load(std::memory_order_acquire) > 0; }
   /// Waits until no operation issued here is pending.
@@ -67,15 +54,15 @@ class Hierarchy {
 
  private:
   struct Item {
-    HierCall call;
+    Request call;
     std::shared_ptr<shoal::detail::WorkState> state;
   };
   void ensure_groups();
   void wait_parent_idle() const;
-  void execute(const HierCall& call);
-  void all_reduce(const HierCall& c);
-  void all_gather(const HierCall& c);
-  void reduce_scatter(const HierCall& c);
+  void execute(const Request& call);
+  void all_reduce(const Request& c);
+  void all_gather(const Request& c);
+  void reduce_scatter(const Request& c);
   void worker();
   /// Global rank of local rank `l` of host `h`.
   int global(int h, int l) const { return ranks_of_host_[h][l]; }

@@ -20,9 +20,13 @@ Communicator CommImpl::split(int color, int key) {
   const int32_t index = splits++;
   const std::array<int32_t, 4> mine{kSplitMagic, index, color, key};
   std::vector<int32_t> all(4 * static_cast<size_t>(size));
-  submit(algorithms::Collective::all_gather, mine.data(), all.data(), 4, DataType::int32,
-         ReduceOp::sum, -1)
-      .wait();
+  comm::Request r;
+  r.collective = algorithms::Collective::all_gather;
+  r.input = mine.data();
+  r.output = all.data();
+  r.count = mine.size();
+  r.dtype = DataType::int32;
+  call(std::move(r)).wait();
   std::vector<std::pair<int, int>> members;  // (key, parent rank) of this rank's color
   for (int r = 0; r < size; ++r) {
     const int32_t* v = &all[4 * static_cast<size_t>(r)];
@@ -55,13 +59,9 @@ Communicator CommImpl::split(int color, int key) {
 
 }  // namespace detail
 
-Communicator Communicator::split(int color, int key) {
-  impl_->fence_hierarchical();
-  return impl_->split(color, key);
-}
+Communicator Communicator::split(int color, int key) { return impl_->split(color, key); }
 
 HostSplit Communicator::split_by_host() {
-  impl_->fence_hierarchical();
   const auto& t = impl_->topology;
   const int host = t.host_of[rank()];
   HostSplit s;

@@ -217,15 +217,16 @@ TEST_P(Mismatch, RaisesMismatchErrorNamingBothSidesOnEveryRank) {
         if (c.path == Path::schedules_rings && (!shm || shm->flat_bytes() != 0)) return 13;
         if (hier && comm.num_hosts() != 2) return 14;
         comm.barrier();
-        const uint32_t flat_before = comm.impl().flat_calls();
+        const auto& planner = *comm.impl().planner;
+        const uint64_t flat_before = planner.planned(comm::Path::flat),
+                       hier_before = planner.planned(comm::Path::hierarchy);
         const int code = expect_error<MismatchError>(rank, j, [&] { c.call(comm, side_of(rank)); });
-        // ...and the call took it: the flat paths count in flat_calls(), the hierarchy decides
-        // at the first call, the schedules are neither.
-        const bool flat = comm.impl().flat_calls() != flat_before;
+        // ...and the call took it (the planner counts the calls of each path).
+        const bool flat = planner.planned(comm::Path::flat) != flat_before;
         const bool flat_path =
             c.path == Path::slots || c.path == Path::direct || c.path == Path::queued;
-        const auto& mode = comm.impl().hierarchy_mode;
-        if (flat != flat_path || hier != (mode && *mode == comm::HierarchyMode::on)) return 15;
+        if (flat != flat_path || hier != (planner.planned(comm::Path::hierarchy) != hier_before))
+          return 15;
         return code;
       },
       60s);

@@ -1,0 +1,90 @@
+// The planner: the one place that decides where a call goes. Every call of a communicator
+// (Communicator's methods, and the library's own calls at creation and split) becomes a
+// Request; its arguments are checked once (CommImpl::checked_args), then Planner::plan picks
+// one path and, for a schedule, its registry row:
+//
+//   forced row (CallOptions::algorithm)  -> that row's schedule, nothing else considered
+//   hierarchy (SHOAL_HIERARCHICAL, the layout, auto's verdict) -> comm/hierarchical
+//   flat (every rank shares memory, the call fits) -> comm/flat (slots, direct or queued)
+//   otherwise -> a schedule: SHOAL_ALGO's row, else the dispatcher's (src/tune), else the first
+//
+// The plan names the final row (args.algorithm, args.forced): the engine builds exactly what
+// the ranks compare in their signatures. Every input of a plan is equal on all ranks, so
+// every rank plans alike. docs/architecture.md walks through it.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <functional>
+#include <optional>
+
+#include "algorithms/schedule.hpp"
+#include "comm/request.hpp"
+#include "tune/dispatcher.hpp"
+
+namespace shoal::comm {
+
+/// SHOAL_HIERARCHICAL, after the layout: off where the hierarchy does not fit.
+enum class HierarchyMode { off, on, automatic };
+
+enum class Path : uint8_t {
+  schedule,   // the engine runs the row's schedule (point-to-point frames)
+  flat,       // comm/flat: shared slots, direct by address, or a queued broadcast
+  hierarchy,  // comm/hierarchical: phases on the host's and the rank-aligned groups
+};
+constexpr int kNumPaths = 3;
+const char* to_string(Path path);
+
+struct Plan {
+  Path path = Path::schedule;
+  /// The checked arguments; for a schedule with its final row (args.algorithm, args.forced).
+  algorithms::CollectiveArgs args;
+  bool queued =
+      false;  // a flat queued broadcast (its root checks nobody: CollectiveArgs::unchecked)
+};
+
+class Planner {
+ public:
+  /// What the flat path and the hierarchy allow on this communicator (equal on all ranks).
+  struct Layout {
+    uint64_t flat_slot_bytes = 0;  // 0: not every rank shares memory, no flat path
+    uint64_t flat_direct_bytes = UINT64_MAX;
+    bool hierarchy_fits = false;  // comm::hierarchy_fits(topology)
+  };
+  /// `make_dispatcher` builds the dispatcher at the first call that plans (after the
+  /// communicator's calibration, whose constants it reads).
+  Planner(Layout layout, std::function<tune::Dispatcher()> make_dispatcher);
+
+  /// The path of `request`, whose arguments `checked` holds (with in_place set).
+  Plan plan(const Request& request, algorithms::CollectiveArgs checked);
+
+  /// The dispatcher (made, reading SHOAL_DISPATCH and SHOAL_TUNE_FILE, at the first call).
+  const tune::Dispatcher& dispatcher();
+  /// SHOAL_HIERARCHICAL after the layout, read at the first call that could be hierarchical.
+  HierarchyMode hierarchy_mode();
+  /// shoal-tune: times the hierarchy (on) against the rows (off) whatever the setting says.
+  void set_hierarchy_mode(HierarchyMode mode) { hierarchy_mode_ = mode; }
+  /// Calls planned onto `path` so far (tests read back the path a call took).
+  uint64_t planned(Path path) const { return planned_[static_cast<int>(path)]; }
+  const Layout& layout() const { return layout_; }
+
+ private:
+  /// auto's verdict for `collective` at `bytes`, kept per collective: a training loop repeats
+  /// its sizes, and the verdict is a pure function of them.
+  bool hierarchy_wanted(algorithms::Collective collective, uint64_t bytes);
+  bool flat_eligible(const Request& request, const algorithms::CollectiveArgs& a) const;
+
+  Layout layout_;
+  std::function<tune::Dispatcher()> make_dispatcher_;
+  std::optional<tune::Dispatcher> dispatcher_;
+  std::optional<HierarchyMode> hierarchy_mode_;
+  tune::Dispatcher::SizeRange hierarchy_sizes_;
+  struct Verdict {
+    uint64_t bytes = UINT64_MAX;  // none yet
+    bool take = false;
+  };
+  std::array<Verdict, 3> verdicts_;  // all_reduce, all_gather, reduce_scatter
+  std::array<uint64_t, kNumPaths> planned_{};
+};
+
+}  // namespace shoal::comm

@@ -1,0 +1,184 @@
+// The planner (comm/plan.hpp): each path taken where the rules of docs/architecture.md say, and
+// a schedule's row the one those rules name.
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "algorithms/registry.hpp"
+#include "comm/plan.hpp"
+#include "shoal/error.hpp"
+#include "support/env.hpp"
+
+namespace shoal::comm {
+namespace {
+
+using algorithms::Collective;
+using testing::ScopedEnv;
+
+constexpr uint64_t kSlots = 64 << 10, kDirect = 256 << 10;
+
+algorithms::CollectiveArgs args_of(const Request& r, int size) {
+  algorithms::CollectiveArgs a;
+  a.collective = r.collective;
+  a.dtype = r.dtype;
+  a.op = r.op;
+  a.count = r.count;
+  a.root = r.root;
+  a.size = size;
+  return a;
+}
+
+Request call(Collective c, uint64_t count, DataType dtype = DataType::float32) {
+  Request r;
+  r.collective = c;
+  r.count = count;
+  r.dtype = dtype;
+  r.root = c == Collective::broadcast || c == Collective::reduce ? 0 : -1;
+  r.may_use_hierarchy = true;
+  return r;
+}
+
+// Four ranks on one host (shared memory: slots of 64 KiB, direct from 256 KiB) or on two hosts
+// of two ranks each (TCP between them; the hierarchy fits).
+Planner one_host() {
+  Planner::Layout layout{kSlots, kDirect, false};
+  return Planner(layout, [] {
+    return tune::Dispatcher::from_environment(tune::make_context({0, 0, 0, 0}, true), nullptr);
+  });
+}
+Planner two_hosts() {
+  Planner::Layout layout{0, UINT64_MAX, true};
+  return Planner(layout, [] {
+    return tune::Dispatcher::from_environment(tune::make_context({0, 0, 1, 1}, false), nullptr);
+  });
+}
+
+Plan plan(Planner& p, const Request& r) { return p.plan(r, args_of(r, 4)); }
+
+class PlanTest : public ::testing::Test {
+ protected:
+  void TearDown() override { algorithms::detail::set_algorithm_override(""); }
+  ScopedEnv hierarchical_{"SHOAL_HIERARCHICAL", "off"};
+  ScopedEnv dispatch_{"SHOAL_DISPATCH", "off"};  // the first row, unless a case says otherwise
+};
+
+TEST_F(PlanTest, SmallCallsOnOneHostAreFlatAndSmallBroadcastsQueued) {
+  Planner p = one_host();
+  for (Collective c : {Collective::all_reduce, Collective::all_gather, Collective::reduce_scatter,
+                       Collective::broadcast, Collective::reduce}) {
+    const Plan flat = plan(p, call(c, 256));  // 1 KiB a rank (4 KiB in a reduce_scatter)
+    EXPECT_EQ(flat.path, Path::flat) << algorithms::to_string(c);
+    EXPECT_EQ(flat.queued, c == Collective::broadcast) << algorithms::to_string(c);
+  }
+  EXPECT_FALSE(plan(p, call(Collective::broadcast, 2048)).queued);  // 8 KiB: beyond the queue
+  for (Collective c :
+       {Collective::all_to_all, Collective::gather, Collective::scatter, Collective::barrier})
+    EXPECT_EQ(plan(p, call(c, c == Collective::barrier ? 0 : 256)).path, Path::schedule)
+        << algorithms::to_string(c);
+  EXPECT_EQ(p.planned(Path::flat), 6u);
+  EXPECT_EQ(p.planned(Path::schedule), 4u);
+}
+
+TEST_F(PlanTest, BeyondTheSlotsOnlyTheDirectPathIsFlatAndASettingRuleThereWins) {
+  Planner p = one_host();
+  // 128 KiB: beyond the slots, below the direct path.
+  EXPECT_EQ(plan(p, call(Collective::all_reduce, 32 << 10)).path, Path::schedule);
+  // 1 MiB: direct.
+  EXPECT_EQ(plan(p, call(Collective::all_reduce, 256 << 10)).path, Path::flat);
+  EXPECT_EQ(plan(p, call(Collective::all_gather, 256 << 10)).path, Path::flat);
+  algorithms::detail::set_algorithm_override("all_reduce:ring");
+  const Plan ring = plan(p, call(Collective::all_reduce, 256 << 10));
+  EXPECT_EQ(ring.path, Path::schedule);
+  EXPECT_EQ(ring.args.algorithm, algorithms::find_algorithm(Collective::all_reduce, "ring"));
+  // Within the slots the flat path stays (documented).
+  EXPECT_EQ(plan(p, call(Collective::all_reduce, 256)).path, Path::flat);
+}
+
+TEST_F(PlanTest, AVectoredCallIsFlatOnlyWithinTheSlots) {
+  Planner p = one_host();
+  Request r = call(Collective::all_reduce, 256);
+  r.vectored = true;
+  EXPECT_EQ(plan(p, r).path, Path::flat);
+  r.count = 256 << 10;  // direct for a plain call
+  EXPECT_EQ(plan(p, r).path, Path::schedule);
+}
+
+TEST_F(PlanTest, AForcedRowRunsWhateverElseWouldApply) {
+  ScopedEnv on("SHOAL_HIERARCHICAL", "on");
+  algorithms::detail::set_algorithm_override("all_reduce:ring");
+  const auto* bruck = algorithms::find_algorithm(Collective::all_gather, "bruck");
+  const auto* swing = algorithms::find_algorithm(Collective::all_reduce, "swing");
+  ASSERT_TRUE(bruck && swing);
+  Planner shm = one_host(), hosts = two_hosts();
+  Request small = call(Collective::all_gather, 4);
+  small.forced = bruck;
+  const Plan a = plan(shm, small);  // would be flat
+  EXPECT_EQ(a.path, Path::schedule);
+  EXPECT_EQ(a.args.algorithm, bruck);
+  EXPECT_TRUE(a.args.forced);
+  Request big = call(Collective::all_reduce, 1 << 20);
+  big.forced = swing;
+  const Plan b = plan(hosts, big);  // would be hierarchical, and SHOAL_ALGO names ring
+  EXPECT_EQ(b.path, Path::schedule);
+  EXPECT_EQ(b.args.algorithm, swing);
+}
+
+TEST_F(PlanTest, AScheduleNamesItsFinalRow) {
+  Planner p = two_hosts();
+  // SHOAL_DISPATCH=off: the collective's first row.
+  const Plan first = plan(p, call(Collective::reduce_scatter, 1024));
+  EXPECT_EQ(first.path, Path::schedule);
+  EXPECT_EQ(first.args.algorithm, &algorithms::first_row(Collective::reduce_scatter));
+  EXPECT_TRUE(first.args.forced);  // nothing applies again on the way to the engine
+  algorithms::detail::set_algorithm_override("reduce_scatter:0-8K:ring;all_reduce:rabenseifner");
+  EXPECT_EQ(plan(p, call(Collective::reduce_scatter, 512)).args.algorithm,
+            algorithms::find_algorithm(Collective::reduce_scatter, "ring"));
+  // 32 KiB: outside the rule's range.
+  EXPECT_EQ(plan(p, call(Collective::reduce_scatter, 2048)).args.algorithm,
+            &algorithms::first_row(Collective::reduce_scatter));
+}
+
+TEST_F(PlanTest, TheHierarchyTakesPublicReductionsAndGathersWhereTheLayoutFits) {
+  ScopedEnv on("SHOAL_HIERARCHICAL", "on");
+  Planner hosts = two_hosts();
+  for (Collective c : {Collective::all_reduce, Collective::all_gather, Collective::reduce_scatter})
+    EXPECT_EQ(plan(hosts, call(c, 1024)).path, Path::hierarchy) << algorithms::to_string(c);
+  EXPECT_EQ(plan(hosts, call(Collective::broadcast, 1024)).path, Path::schedule);
+  EXPECT_EQ(plan(hosts, call(Collective::all_reduce, 0)).path, Path::schedule);
+  Request internal = call(Collective::all_gather, 1024);
+  internal.may_use_hierarchy = false;  // the library's own calls (creation, split)
+  EXPECT_EQ(plan(hosts, internal).path, Path::schedule);
+  Request vectored = call(Collective::all_reduce, 1024);
+  vectored.vectored = true;
+  EXPECT_EQ(plan(hosts, vectored).path, Path::schedule);
+  EXPECT_EQ(hosts.planned(Path::hierarchy), 3u);
+  // One host: nothing to compose, whatever the setting says.
+  Planner shm = one_host();
+  EXPECT_EQ(shm.hierarchy_mode(), HierarchyMode::off);
+  EXPECT_NE(plan(shm, call(Collective::all_reduce, 1 << 20)).path, Path::hierarchy);
+}
+
+TEST_F(PlanTest, AutoStandsAsideForASettingRule) {
+  ScopedEnv automatic("SHOAL_HIERARCHICAL", "auto");
+  {
+    ScopedEnv algo("SHOAL_ALGO", "all_reduce:ring");
+    EXPECT_EQ(two_hosts().hierarchy_mode(), HierarchyMode::off);
+  }
+  EXPECT_EQ(two_hosts().hierarchy_mode(), HierarchyMode::automatic);
+}
+
+TEST_F(PlanTest, AMalformedHierarchySettingIsAClearError) {
+  ScopedEnv bad("SHOAL_HIERARCHICAL", "sometimes");
+  Planner p = two_hosts();
+  try {
+    plan(p, call(Collective::all_reduce, 1024));
+    FAIL() << "no error";
+  } catch (const InvalidArgumentError& e) {
+    EXPECT_NE(std::string(e.what()).find("SHOAL_HIERARCHICAL='sometimes'"), std::string::npos)
+        << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace shoal::comm
