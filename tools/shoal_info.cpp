@@ -93,7 +93,7 @@ static void print_dispatch(const tune::Context& ctx, const std::string& size_lis
       if (ch.predicted_s > 0)
         std::snprintf(predicted, sizeof predicted, "%.1f us", ch.predicted_s * 1e6);
       // A table of another world (the nearest the file has) is named: its picks transfer worse
-      // than a table of this world (docs/algorithms.md, "Worlds the file does not have").
+      // than a table of this world (docs/algorithms.md, "How well it picks").
       std::string from = forced ? "SHOAL_ALGO" : std::string(tune::to_string(ch.source));
       const tune::Measurements* table = d.table_for(coll);
       if (!forced && ch.source == tune::Choice::Source::tuning_file && table &&

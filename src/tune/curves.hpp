@@ -2,7 +2,7 @@
 // and the hierarchy's where timed) as a curve over log2(size).
 //
 // Measured times are noisy: one point of one row can be 10-40% off between two runs of the same
-// sweep (docs/algorithms.md, "Which model, and how well it picks"). The default reading is a
+// sweep (docs/algorithms.md, "How well it picks"). The default reading is a
 // smoothed one: at each size, a local-linear fit of log(time) over log2(size) through *every*
 // measured size, each weighted by a Gaussian of width `octaves` around the size. It is exact
 // for a power law (time = a x size^b: latency- and bandwidth-bound rows alike), moves one noisy
