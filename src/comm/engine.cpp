@@ -146,8 +146,8 @@ std::shared_ptr<detail::WorkState> Engine::submit(const OpRequest& request) {
   if (a.collective == Collective::recv) work->source.store(a.peer, std::memory_order_relaxed);
   {
     std::lock_guard<std::mutex> lock(submit_mutex_);
-    if (broken_) {
-      work->complete(broken_);
+    if (failure_.error()) {
+      work->complete(failure_.error());
       return work;
     }
     if (stopping_) {
@@ -203,19 +203,18 @@ uint64_t Engine::reserve_collective_number() {
 std::exception_ptr Engine::broken_error() const {
   if (!broken()) return nullptr;
   std::lock_guard<std::mutex> lock(submit_mutex_);
-  if (broken_) return broken_;
+  if (failure_.error()) return failure_.error();
   // A caller's break the progress thread has not applied yet: the words it will use.
-  return unusable_error(rank_, caller_break_->code, caller_break_->message, caller_break_->culprit);
+  const FailureCause& c = *failure_.caller_cause();
+  return unusable_error(rank_, c.code, c.message, c.culprit);
 }
 
 void Engine::break_from_caller(ErrorCode code, const std::string& message, int culprit) {
   {
     std::lock_guard<std::mutex> lock(submit_mutex_);
-    if (broken_ || caller_break_) return;
-    caller_break_ = CallerBreak{code, message, culprit};
     // From here on the caller's thread sees the break (broken(), broken_error()): a call on it
     // that does not go through the progress thread (the flat path) must not slip past it.
-    broken_flag_.store(true, std::memory_order_release);
+    if (!failure_.note_from_caller({code, message, culprit})) return;
   }
   // The same note break_comm() leaves later through the streams (the first note stays).
   if (auto* own = shm_ ? shm_->own_header() : nullptr)
@@ -258,8 +257,8 @@ std::string Engine::describe(const Op& op) const {
 
 void Engine::admit_new_ops() {
   std::unique_lock<std::mutex> lock(submit_mutex_);
-  if (caller_break_ && !broken_local_) {
-    CallerBreak b = *caller_break_;
+  if (failure_.caller_cause() && !failure_.applied()) {
+    const FailureCause b = *failure_.caller_cause();
     lock.unlock();
     break_comm(b.code, b.message, b.culprit);
     lock.lock();
@@ -272,7 +271,7 @@ void Engine::admit_new_ops() {
 }
 
 void Engine::start_ready_ops() {
-  while (!waiting_.empty() && !broken_local_) {
+  while (!waiting_.empty() && !failure_.applied()) {
     // Sends and receives start at once; a collective once no other collective runs (they share
     // the scratch buffer and their frames' order).
     Op& next = *waiting_.front();
@@ -330,7 +329,7 @@ void Engine::start(Op& op) {
     op.finished = true;
     return;
   }
-  for (uint32_t i = 0; i < n && !pending_error_; ++i)
+  for (uint32_t i = 0; i < n && !failure_.engine_cause(); ++i)
     if (op.remaining[i] == 0) make_ready(op, i);
 }
 
@@ -436,7 +435,7 @@ void Engine::step_done(Op& op, uint32_t i) {
   ++progress_count_;
   for (uint32_t k = op.first_dependent[i]; k < op.first_dependent[i + 1]; ++k) {
     uint32_t d = op.dependents[k];
-    if (--op.remaining[d] == 0 && !pending_error_) make_ready(op, d);
+    if (--op.remaining[d] == 0 && !failure_.engine_cause()) make_ready(op, d);
   }
   if (op.steps_done == op.schedule.steps.size()) op.finished = true;
 }
@@ -549,7 +548,7 @@ void Engine::on_recv_complete(uint64_t cookie) { completions_.push_back(cookie);
 void Engine::on_connection_error(int culprit, ErrorCode code, const std::string& message) {
   if (code == ErrorCode::PeerFailure && culprit >= 0 && culprit < size_ && culprit != rank_)
     peer_failed_[culprit].store(true, std::memory_order_release);
-  if (pending_error_) return;
+  if (failure_.engine_cause()) return;  // the first one stays
   std::string full = message;
   if (code == ErrorCode::PeerFailure) {
     // The first connection to break is not always the dead rank's: a survivor that saw the
@@ -561,7 +560,8 @@ void Engine::on_connection_error(int culprit, ErrorCode code, const std::string&
     if (!others.empty())
       full += "; " + others + " closed their connections too: one of them may have failed first";
   }
-  pending_error_ = PendingError{code, full, culprit};
+  // Applied at the top of the loop, never while an operation's steps are being walked.
+  failure_.note_from_engine({code, full, culprit});
 }
 
 void Engine::on_peer_abort(int peer, int culprit, ErrorCode code, const std::string& message) {
@@ -588,9 +588,9 @@ void Engine::on_peer_in_collective(int peer, uint64_t seq, uint32_t signature) {
 }
 
 void Engine::drain() {
-  while (!broken_local_) {
-    if (pending_error_) {
-      PendingError e = *pending_error_;
+  while (!failure_.applied()) {
+    if (failure_.engine_cause()) {
+      const FailureCause e = *failure_.engine_cause();
       break_comm(e.code, e.message, e.culprit);
       return;
     }
@@ -605,7 +605,7 @@ void Engine::drain() {
       std::vector<uint64_t> work;
       work.swap(completions_);
       for (uint64_t c : work) {
-        if (pending_error_) break;
+        if (failure_.engine_cause()) break;
         if (Op* op = find_op(static_cast<uint32_t>(c >> 32)))
           step_done(*op, static_cast<uint32_t>(c));
       }
@@ -632,8 +632,7 @@ void Engine::finish_ops() {
 }
 
 void Engine::break_comm(ErrorCode code, const std::string& message, int peer) {
-  if (broken_local_) return;
-  broken_local_ = true;
+  if (!failure_.begin_applying()) return;
   SHOAL_INFO("communicator breaks: " << message);
   // The out-of-band note first (shared memory): it reaches peers even over a connection that
   // is broken or mid-frame, where no abort frame can follow.
@@ -686,8 +685,7 @@ void Engine::break_comm(ErrorCode code, const std::string& message, int peer) {
   std::deque<std::unique_ptr<Op>> queued;
   {
     std::lock_guard<std::mutex> lock(submit_mutex_);
-    broken_ = unusable_error(rank_, code, message + where, culprit);
-    broken_flag_.store(true, std::memory_order_release);
+    failure_.set_broken(unusable_error(rank_, code, message + where, culprit));
     queued.swap(submitted_);
   }
   for (auto* q : {&waiting_, &queued})
@@ -702,7 +700,7 @@ void Engine::break_comm(ErrorCode code, const std::string& message, int peer) {
 }
 
 void Engine::check_timeouts() {
-  if (running_.empty() || broken_local_) return;
+  if (running_.empty() || failure_.applied()) return;
   const auto now = Clock::now();
   if (watch_peers_ && now - last_watch_ >= kWatchInterval) {
     last_watch_ = now;
@@ -749,7 +747,7 @@ bool Engine::watch_collective_peers() {
 }
 
 bool Engine::check_heartbeats(Clock::time_point now) {
-  if (heartbeat_limit_.count() == 0 || broken_local_ || now < next_heartbeat_) return false;
+  if (heartbeat_limit_.count() == 0 || failure_.applied() || now < next_heartbeat_) return false;
   // This thread itself did not run for a while (the process was stopped, the host suspended):
   // the peers' heartbeats wait unread; judge nobody before they had an interval to arrive.
   const bool self_stalled = now - next_heartbeat_ > heartbeat_limit_ / 2;
@@ -764,7 +762,7 @@ bool Engine::check_heartbeats(Clock::time_point now) {
     auto silent = c->silence(now);
     if (silent >= heartbeat_limit_) {  // read what may be waiting before judging
       c->progress();
-      if (c->broken() || pending_error_) continue;
+      if (c->broken() || failure_.engine_cause()) continue;
       silent = c->silence(now);
     }
     if (silent >= heartbeat_limit_ && !self_stalled) {
@@ -788,7 +786,7 @@ bool Engine::check_heartbeats(Clock::time_point now) {
 
 int Engine::next_timeout_ms() const {
   // The earliest of: the heartbeat check, the peers' watch, the running operations' deadlines.
-  const bool beating = heartbeat_limit_.count() > 0 && !broken_local_;
+  const bool beating = heartbeat_limit_.count() > 0 && !failure_.applied();
   if (running_.empty() && !beating) return -1;
   auto earliest = beating ? next_heartbeat_ : Clock::time_point::max();
   if (!running_.empty() && watch_peers_)
@@ -822,7 +820,7 @@ void Engine::loop() {
     // Shared-memory streams signal nothing while we poll: look at them on every turn.
     if (!running_.empty())
       for (int p : polled_) dirty_.push_back(p);
-    if (flat_running_ && !broken_local_) {
+    if (flat_running_ && !failure_.applied()) {
       advance_flat();
       drain();
       finish_ops();
@@ -868,7 +866,7 @@ void Engine::loop() {
       }
     }
   }
-  if (!broken_local_)
+  if (!failure_.applied())
     for (auto& c : conns_)
       if (c) c->say_goodbye(1000);
 }

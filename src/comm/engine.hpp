@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "algorithms/schedule.hpp"
+#include "comm/failure.hpp"
 #include "comm/flat.hpp"
 #include "comm/request.hpp"
 #include "comm/work_state.hpp"
@@ -67,7 +68,7 @@ class Engine : public transport::ConnectionListener {
   /// The error the communicator broke with, or null. `broken()` is cheap (one atomic load);
   /// both see a break_from_caller at once, before the progress thread has applied it.
   std::exception_ptr broken_error() const;
-  bool broken() const { return broken_flag_.load(std::memory_order_acquire); }
+  bool broken() const { return failure_.broken(); }
   /// Breaks the communicator from another thread: the progress thread tells the peers. The
   /// shared-memory abort note is left at once, before this returns: a caller may then free a
   /// buffer a local peer is still reading, and that peer's failed read reports this cause.
@@ -165,23 +166,16 @@ class Engine : public transport::ConnectionListener {
   std::vector<uint64_t> next_send_seq_, next_recv_seq_;
   uint64_t next_any_source_seq_ = 0;
   bool stopping_ = false;
-  std::exception_ptr broken_;  // set once; later submissions fail with it
-  std::atomic<bool> broken_flag_{false};
-  std::atomic<uint64_t> outstanding_{0};           // submitted and not yet completed
+  FailureState failure_;                  // its [lock] parts under submit_mutex_ (comm/failure.hpp)
+  std::atomic<uint64_t> outstanding_{0};  // submitted and not yet completed
   std::unique_ptr<std::atomic<uint64_t>[]> runs_;  // per registry() row (runs_of)
   std::unique_ptr<std::atomic<bool>[]> peer_closed_;
   std::unique_ptr<std::atomic<bool>[]> peer_failed_;
-  struct CallerBreak {
-    ErrorCode code;
-    std::string message;
-    int culprit;
-  };
-  std::optional<CallerBreak> caller_break_;  // guarded by submit_mutex_
-  std::string outer_context_;                // guarded by submit_mutex_ (set_outer_names)
-  std::vector<int> outer_ranks_;             // guarded by submit_mutex_
-  std::mutex listener_mutex_;                // held while the break listener runs
-  BreakListener break_listener_;             // guarded by listener_mutex_
-  Op* flat_running_ = nullptr;               // the flat collective in progress, polled
+  std::string outer_context_;     // guarded by submit_mutex_ (set_outer_names)
+  std::vector<int> outer_ranks_;  // guarded by submit_mutex_
+  std::mutex listener_mutex_;     // held while the break listener runs
+  BreakListener break_listener_;  // guarded by listener_mutex_
+  Op* flat_running_ = nullptr;    // the flat collective in progress, polled
   void advance_flat();
 
   // engine thread only
@@ -193,20 +187,11 @@ class Engine : public transport::ConnectionListener {
   std::vector<int> dirty_;             // connections to progress
   std::vector<uint8_t> scratch_;
   uint32_t next_op_id_ = 1;
-  bool broken_local_ = false;
   // Polls (yielding) for the spin budget while work may arrive soon, then sleeps in epoll_wait;
   // submitters write the wake-up eventfd only when it sleeps.
   std::atomic<bool> sleeping_{false};
   Clock::time_point last_activity_{};
   uint64_t progress_count_ = 0, progress_seen_ = 0;  // steps done, ops admitted or finished
-  // A connection error is recorded here and handled at the top of the loop, never while an
-  // operation's steps are being walked.
-  struct PendingError {
-    ErrorCode code;
-    std::string message;
-    int culprit;
-  };
-  std::optional<PendingError> pending_error_;
 };
 
 }  // namespace shoal::comm
