@@ -5,10 +5,8 @@
 //   shoal-tune --report tune.json [--picks-from other.json] [--cores N]   # no job: tables,
 //   accuracy
 //
-// Every rank forces the same algorithm in the same order (algorithms::detail::
-// set_algorithm_override, part of every frame's signature), so the sweep itself is a sequence of
-// ordinary collectives. Each point is the mean time per call of the slowest rank; the algorithms
-// of a size run interleaved, --rounds times, and the fastest round counts (shared machines drift).
+// The sweep is library code (comm/tuning_sweep.hpp); this tool parses the options, writes the
+// file (merging with --append) and reports on files (--report).
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
@@ -24,12 +22,11 @@
 #include <optional>
 #include <sstream>
 #include <string>
-#include <thread>
 #include <tuple>
 #include <vector>
 
 #include "algorithms/registry.hpp"
-#include "comm/comm_impl.hpp"
+#include "comm/tuning_sweep.hpp"
 #include "core/check.hpp"
 #include "core/config.hpp"
 #include "shoal/shoal.hpp"
@@ -43,9 +40,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-constexpr Collective kTuned[] = {Collective::all_reduce, Collective::all_gather,
-                                 Collective::reduce_scatter};
-
 std::vector<uint64_t> parse_sizes(const std::string& list) {
   std::vector<uint64_t> out;
   std::stringstream ss(list);
@@ -56,155 +50,26 @@ std::vector<uint64_t> parse_sizes(const std::string& list) {
   return out;
 }
 
-std::string human(uint64_t b) {
-  char buf[32];
-  if (b >= (1u << 20) && b % (1u << 20) == 0)
-    std::snprintf(buf, sizeof buf, "%lluM", static_cast<unsigned long long>(b >> 20));
-  else if (b >= 1024 && b % 1024 == 0)
-    std::snprintf(buf, sizeof buf, "%lluK", static_cast<unsigned long long>(b >> 10));
-  else
-    std::snprintf(buf, sizeof buf, "%llu", static_cast<unsigned long long>(b));
-  return buf;
-}
-
-// Elements per rank (float32) for `bytes` as the cost models count them, 0 if too small.
-uint64_t count_for(Collective c, uint64_t bytes, int p) {
-  const uint64_t per = c == Collective::all_reduce ? 4 : 4 * static_cast<uint64_t>(p);
-  return bytes / per;
-}
-uint64_t bytes_for(Collective c, uint64_t count, int p) {
-  return count * 4 * (c == Collective::all_reduce ? 1 : static_cast<uint64_t>(p));
-}
-
-void run_once(Communicator& comm, Collective c, const float* in, float* out, uint64_t count) {
-  switch (c) {
-    case Collective::all_reduce:
-      comm.all_reduce(in, out, count, DataType::float32, ReduceOp::sum);
-      break;
-    case Collective::all_gather:
-      comm.all_gather(in, out, count, DataType::float32);
-      break;
-    default:
-      comm.reduce_scatter(in, out, count, DataType::float32, ReduceOp::sum);
-      break;
-  }
-}
-
-// Times every algorithm of every tuned collective on `comm` at `sizes`; appends one table per
-// collective (keyed by comm's world, ranks per host and transport) to `file`.
-void measure(Communicator& comm, const std::vector<uint64_t>& sizes, int iters, int warmup,
-             int rounds, tune::TuningFile& file) {
-  const int p = comm.size();
-  const tune::Context ctx = comm.impl().tune_context();
-  uint64_t max_elems = 1;
-  for (uint64_t s : sizes) max_elems = std::max(max_elems, s / 4 + 1);
-  std::vector<float> in(max_elems, 1.0f), out(max_elems, 0.0f);
-  for (Collective c : kTuned) {
-    tune::Measurements m;
-    m.collective = c;
-    m.world = p;
-    m.ranks_per_host = ctx.ranks_per_host;
-    m.transport = ctx.transport;
-    m.cores_per_host = ctx.cores_per_host;
-    m.calibration = comm.impl().calibrated_params;
-    std::vector<const AlgorithmInfo*> rows;
-    for (const auto& row : algorithms::registry())
-      if (row.collective == c) rows.push_back(&row);
-    // Across hosts of several ranks each, the hierarchical composition is one more column
-    // (nullptr below): SHOAL_HIERARCHICAL=auto then takes it where it is the fastest.
-    const bool with_hierarchy = comm::hierarchy_fits(comm.impl().topology);
-    if (with_hierarchy) rows.push_back(nullptr);
-    std::vector<std::vector<double>> times(rows.size());
-    for (uint64_t s : sizes) {
-      const uint64_t count = count_for(c, s, p);
-      if (count == 0 || (!m.sizes.empty() && bytes_for(c, count, p) <= m.sizes.back())) continue;
-      m.sizes.push_back(bytes_for(c, count, p));
-      // Fewer iterations for large calls: the sweep must stay short; each is long enough.
-      const uint64_t scaled =
-          static_cast<uint64_t>(iters) * (256u << 10) / std::max<uint64_t>(s, 1);
-      const int n = static_cast<int>(
-          std::min<uint64_t>(static_cast<uint64_t>(iters), std::max<uint64_t>(4, scaled)));
-      std::vector<double> best(rows.size(), 1e30);
-      for (int round = 0; round < rounds; ++round)
-        for (size_t a = 0; a < rows.size(); ++a) {
-          // Every rank sets the same, in the same order: the hierarchy on for its column (its
-          // phases pick their own rows), off for the rows, whatever SHOAL_HIERARCHICAL says.
-          comm.impl().planner->set_hierarchy_mode(rows[a] ? comm::HierarchyMode::off
-                                                          : comm::HierarchyMode::on);
-          if (rows[a])
-            algorithms::detail::set_algorithm_override(std::string(algorithms::to_string(c)) + ":" +
-                                                       std::string(rows[a]->name));
-          for (int i = 0; i < warmup; ++i) run_once(comm, c, in.data(), out.data(), count);
-          comm.barrier();
-          const auto t0 = Clock::now();
-          for (int i = 0; i < n; ++i) run_once(comm, c, in.data(), out.data(), count);
-          double mean = std::chrono::duration<double>(Clock::now() - t0).count() / n;
-          algorithms::detail::set_algorithm_override("");
-          comm.all_reduce(&mean, 1, DataType::float64, ReduceOp::max);  // the slowest rank's
-          best[a] = std::min(best[a], mean);
-        }
-      for (size_t a = 0; a < rows.size(); ++a) times[a].push_back(best[a]);
-      if (comm.rank() == 0) {
-        std::printf("%-15s %8s", std::string(algorithms::to_string(c)).c_str(),
-                    human(m.sizes.back()).c_str());
-        for (size_t a = 0; a < rows.size(); ++a)
-          std::printf("  %s %.1fus", rows[a] ? std::string(rows[a]->name).c_str() : "hierarchical",
-                      best[a] * 1e6);
-        std::printf("\n");
-        std::fflush(stdout);
-      }
-    }
-    for (size_t a = 0; a < rows.size(); ++a) {
-      if (rows[a])
-        m.times.emplace_back(rows[a], std::move(times[a]));
-      else
-        m.hierarchical = std::move(times[a]);
-    }
-    if (!m.sizes.empty()) file.tables.push_back(std::move(m));
-  }
-}
-
-// `worlds` (empty: the job's size): each world w is measured on the job's first w ranks, split
-// off (the others wait), so one launch tunes every world a job will run at.
-int sweep(const std::string& out_path, const std::vector<uint64_t>& sizes, std::vector<int> worlds,
-          int iters, int warmup, int rounds, bool append, const std::string& command) {
+// Measures on the job (comm/tuning_sweep.hpp); rank 0 writes the file.
+int sweep(const std::string& out_path, comm::SweepOptions options, bool append,
+          const std::string& command) {
   // The dispatcher decides schedules; the flat shared-slot path would hide them at small sizes.
   setenv("SHOAL_FLAT_MAX_BYTES", "0", 1);
   Communicator comm = Communicator::from_environment();
-  const int p = comm.size();
-  for (int w : worlds)
-    SHOAL_CHECK(w >= 2 && w <= p, InvalidArgument,
-                "--worlds: " << w << " is not a world from 2 to the job's " << p << " ranks");
-  if (worlds.empty()) worlds = {p};
-  tune::TuningFile file;
+  for (int w : options.worlds)
+    SHOAL_CHECK(
+        w >= 2 && w <= comm.size(), InvalidArgument,
+        "--worlds: " << w << " is not a world from 2 to the job's " << comm.size() << " ranks");
   const auto start = Clock::now();
-  for (int w : worlds) {
-    if (w == p) {
-      measure(comm, sizes, iters, warmup, rounds, file);
-      continue;
-    }
-    Communicator first = comm.split(comm.rank() < w ? 0 : Communicator::kNoColor, comm.rank());
-    // The others wait for rank 0's word in the store, not in a collective: a world's sweep may
-    // take longer than SHOAL_TIMEOUT bounds a call. They stop waiting if rank 0 goes.
-    const std::string done = "shoal-tune/world-" + std::to_string(w) + "/done";
-    Store& store = *comm.impl().store;
-    if (first.valid()) {
-      measure(first, sizes, iters, warmup, rounds, file);
-      if (comm.rank() == 0) store.set(done, "1");
-    } else {
-      while (!store.check({done})) {
-        SHOAL_CHECK(!comm.impl().engine->peer_closed(0) && !comm.impl().engine->peer_failed(0),
-                    PeerFailure, "rank 0 left while measuring " << w << " ranks");
-        std::this_thread::sleep_for(std::chrono::milliseconds(20));
-      }
-    }
-    comm.barrier();
-  }
-  comm.barrier();
+  options.progress = [](const std::string& line) {
+    std::printf("%s\n", line.c_str());
+    std::fflush(stdout);
+  };
+  tune::TuningFile file = comm::measure_tuning_tables(comm, options);
   if (comm.rank() != 0) return 0;
   std::string keys;  // what this run measured, before --append adds the file's other tables
   for (const auto& t : file.tables)
-    if (t.collective == kTuned[0])
+    if (t.collective == Collective::all_reduce)
       keys += (keys.empty() ? "" : "; ") + std::to_string(t.world) + " ranks, " +
               std::to_string(t.ranks_per_host) + " per host, " +
               std::string(tune::to_string(t.transport));
@@ -229,9 +94,9 @@ int sweep(const std::string& out_path, const std::vector<uint64_t>& sizes, std::
   gethostname(host, sizeof host - 1);
   nlohmann::json extra = {{"host", host},
                           {"command", command},
-                          {"iterations", iters},
-                          {"warmup", warmup},
-                          {"rounds", rounds},
+                          {"iterations", options.iters},
+                          {"warmup", options.warmup},
+                          {"rounds", options.rounds},
                           {"seconds", std::chrono::duration<double>(Clock::now() - start).count()}};
   const std::string text = tune::to_json(file, extra.dump());
   tune::parse_tuning_file(text, out_path);  // what we write must load
@@ -355,7 +220,7 @@ int report(const std::string& path, const std::string& picks_path, int cores) {
     for (size_t i = 0; i < m.sizes.size(); ++i) {
       const uint64_t s = m.sizes[i];
       size_t best = 0;
-      std::printf("| %s |", human(s).c_str());
+      std::printf("| %s |", config::format_bytes(s).c_str());
       for (size_t a = 0; a < cols.size(); ++a) {
         const double t = (*cols[a].second)[i];
         std::printf(" %.1f |", t * 1e6);
@@ -524,7 +389,13 @@ int main(int argc, char** argv) {
     }
     std::string command;
     for (int i = 0; i < argc; ++i) command += (i ? " " : "") + std::string(argv[i]);
-    return sweep(out, sizes, worlds, iters, warmup, rounds, append, command);
+    comm::SweepOptions options;
+    options.sizes = sizes;
+    options.worlds = worlds;
+    options.iters = iters;
+    options.warmup = warmup;
+    options.rounds = rounds;
+    return sweep(out, options, append, command);
   } catch (const Error& e) {
     std::fflush(stdout);
     std::fprintf(stderr, "shoal-tune: %s error: %s\n", std::string(to_string(e.code())).c_str(),

@@ -27,7 +27,8 @@ namespace shoal {
 
 namespace detail {
 class CommImpl;
-}
+struct Internals;
+}  // namespace detail
 struct HostSplit;
 
 /// Per-communicator settings; unset fields take the SHOAL_* environment defaults.
@@ -370,9 +371,8 @@ class Communicator {
   /// Human-readable description: ranks, hosts, transport, settings in force.
   std::string describe() const;
 
-  detail::CommImpl& impl() { return *impl_; }
-
  private:
+  friend struct detail::Internals;  // the library's own access (comm/comm_impl.hpp)
   explicit Communicator(std::unique_ptr<detail::CommImpl> impl);
   /// `blocking`: the caller waits at once, so a small collective may run on its thread.
   Work all_reduce_call(const void* send, void* recv, size_t count, DataType dtype, ReduceOp op,

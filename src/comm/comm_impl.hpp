@@ -110,4 +110,10 @@ class CommImpl {
   uint64_t unchecked_ = 0;  // CollectiveArgs::unchecked of the next call
 };
 
+/// The library's access to a Communicator's implementation, which the public header grants to
+/// this struct alone (tests reach the planner's counters and the engine through it too).
+struct Internals {
+  static CommImpl& of(Communicator& c) { return *c.impl_; }
+};
+
 }  // namespace shoal::detail

@@ -86,7 +86,7 @@ Communicator Communicator::shrink(const std::vector<int>& exclude, std::chrono::
   Communicator survivors =
       create(std::make_shared<PrefixStore>(base + "/comm/", c.store),
              static_cast<int>(me - members.begin()), static_cast<int>(members.size()), options);
-  survivors.impl().job_store = c.job_store;
+  detail::Internals::of(survivors).job_store = c.job_store;
   return survivors;
 }
 
@@ -106,7 +106,7 @@ Communicator Communicator::grow(int joining, const std::string& name) {
   options.timeout = c.timeout;
   Communicator grown = create(std::make_shared<PrefixStore>(base + "/comm/", c.job_store), c.rank,
                               c.size + joining, options);
-  grown.impl().job_store = c.job_store;
+  detail::Internals::of(grown).job_store = c.job_store;
   return grown;
 }
 
@@ -133,7 +133,7 @@ Communicator Communicator::join(std::shared_ptr<Store> store, const std::string&
                        << index + 1 << " tried to join: start as many joiners as grow() was told");
   Communicator joined = create(std::make_shared<PrefixStore>(base + "/comm/", store),
                                old_size + static_cast<int>(index), old_size + joining, options);
-  joined.impl().job_store = std::move(store);
+  detail::Internals::of(joined).job_store = std::move(store);
   return joined;
 }
 

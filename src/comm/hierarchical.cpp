@@ -70,25 +70,27 @@ void Hierarchy::ensure_groups() {
     }
     return s;
   };
-  local_.impl().engine->set_outer_names("the hierarchy's intra-host group (ranks " +
-                                            list(ranks_of_host_[host_]) + " of the communicator)",
-                                        ranks_of_host_[host_]);
-  aligned_.impl().engine->set_outer_names(
+  detail::Internals::of(local_).engine->set_outer_names("the hierarchy's intra-host group (ranks " +
+                                                            list(ranks_of_host_[host_]) +
+                                                            " of the communicator)",
+                                                        ranks_of_host_[host_]);
+  detail::Internals::of(aligned_).engine->set_outer_names(
       "the hierarchy's inter-host group (ranks " + list(aligned_ranks) + " of the communicator)",
       aligned_ranks);
   // The parent breaking (a failure it saw, abort()) breaks the groups: a hierarchical call
   // waiting there fails now, not at its timeout.
-  parent_.engine->set_break_listener(
-      [this, aligned_ranks](ErrorCode code, const std::string& message, int culprit) {
-        auto index_of = [culprit](const std::vector<int>& ranks) {
-          const auto it = std::find(ranks.begin(), ranks.end(), culprit);
-          return it == ranks.end() ? Engine::outside_culprit(culprit)
-                                   : static_cast<int>(it - ranks.begin());
-        };
-        const std::string why = "the communicator of the hierarchical collective broke: " + message;
-        local_.impl().engine->break_from_caller(code, why, index_of(ranks_of_host_[host_]));
-        aligned_.impl().engine->break_from_caller(code, why, index_of(aligned_ranks));
-      });
+  parent_.engine->set_break_listener([this, aligned_ranks](
+                                         ErrorCode code, const std::string& message, int culprit) {
+    auto index_of = [culprit](const std::vector<int>& ranks) {
+      const auto it = std::find(ranks.begin(), ranks.end(), culprit);
+      return it == ranks.end() ? Engine::outside_culprit(culprit)
+                               : static_cast<int>(it - ranks.begin());
+    };
+    const std::string why = "the communicator of the hierarchical collective broke: " + message;
+    detail::Internals::of(local_).engine->break_from_caller(code, why,
+                                                            index_of(ranks_of_host_[host_]));
+    detail::Internals::of(aligned_).engine->break_from_caller(code, why, index_of(aligned_ranks));
+  });
 }
 
 // The parent's earlier operations finish before a hierarchical one starts (issue order; they
@@ -177,8 +179,8 @@ void Hierarchy::execute(const Request& call) {
   // The phases alone miss a difference every rank of a host shares (sum on one host, avg on
   // another: both run sum phases), so each group's next call compares the whole call too.
   const uint32_t whole = call_signature(call, parent_.size);
-  local_.impl().check_with_next_call(whole);
-  aligned_.impl().check_with_next_call(whole);
+  detail::Internals::of(local_).check_with_next_call(whole);
+  detail::Internals::of(aligned_).check_with_next_call(whole);
   try {
     switch (call.collective) {
       case Collective::all_reduce:
@@ -202,7 +204,8 @@ void Hierarchy::execute(const Request& call) {
     // already names the culprit by its parent rank.
     for (Communicator* c : {&local_, &aligned_})
       if (c->valid())
-        c->impl().engine->break_from_caller(e.code(), e.what(), Engine::outside_culprit(e.peer()));
+        detail::Internals::of(*c).engine->break_from_caller(e.code(), e.what(),
+                                                            Engine::outside_culprit(e.peer()));
     parent_.engine->break_from_caller(e.code(), e.what(), e.peer());
     throw;
   }
@@ -287,8 +290,8 @@ void Hierarchy::all_gather(const Request& c) {
   if (error) {
     // The receives of this host's peers cannot complete: fail them now (execute() breaks the
     // groups), then let every Work finish before the buffers are given back.
-    local_.impl().engine->break_from_caller(ErrorCode::PeerFailure,
-                                            "hierarchical all_gather failed", -1);
+    detail::Internals::of(local_).engine->break_from_caller(ErrorCode::PeerFailure,
+                                                            "hierarchical all_gather failed", -1);
     try {
       wait_all(inter);
     } catch (...) {

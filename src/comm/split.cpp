@@ -53,7 +53,7 @@ Communicator CommImpl::split(int color, int key) {
   Communicator child = Communicator::create(std::make_shared<PrefixStore>(scope, store), child_rank,
                                             static_cast<int>(members.size()), options);
   log::set_rank(rank);  // creation labelled the log with the child's rank
-  child.impl().job_store = job_store;
+  detail::Internals::of(child).job_store = job_store;
   return child;
 }
 

@@ -224,6 +224,16 @@ std::optional<double> parse_number(const std::string& text) {
   return x;
 }
 
+std::string format_bytes(uint64_t bytes) {
+  static constexpr const char* kUnits[] = {"", "K", "M", "G"};
+  int unit = 0;
+  while (unit < 3 && bytes >= 1024 && bytes % 1024 == 0) {
+    bytes /= 1024;
+    ++unit;
+  }
+  return std::to_string(bytes) + kUnits[unit];
+}
+
 uint64_t parse_bytes(const std::string& text, const char* what) {
   char* end = nullptr;
   double x = std::strtod(text.c_str(), &end);

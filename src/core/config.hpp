@@ -56,6 +56,8 @@ std::optional<int64_t> get_int_or_auto(const char* name);
 
 /// Parses "64", "4K", "16M", "1G" (powers of 1024); nullopt-like failure throws.
 uint64_t parse_bytes(const std::string& text, const char* what);
+/// What parse_bytes reads back: "64", "4K", "16M", "1G" (the largest unit that divides `bytes`).
+std::string format_bytes(uint64_t bytes);
 /// The whole of `text` as a finite number ("5e-6", "2"); nullopt when it is not one.
 std::optional<double> parse_number(const std::string& text);
 

@@ -45,7 +45,7 @@ TEST(Failures, KilledPeerMidCollectiveRaisesPeerFailureNamingItOnEverySurvivor) 
         if (rank == victim) {
           Work w = comm.all_reduce_async(buf.data(), buf.size(), DataType::float32, ReduceOp::sum);
           std::this_thread::sleep_for(150ms);
-          report_and_die(j, rank, comm.impl().comm_id);
+          report_and_die(j, rank, shoal::detail::Internals::of(comm).comm_id);
         }
         return expect_error<PeerFailureError>(rank, j, [&] {
           for (int i = 0; i < 100; ++i)
@@ -335,7 +335,7 @@ TEST(Failures, CalibrationFailingAfterTheVoteStillCreatesTheCommunicatorEverywhe
           j.report(rank, std::string("create failed: ") + e.what());
           return 3;
         }
-        if (rank == victim) report_and_die(j, rank, comm->impl().comm_id);
+        if (rank == victim) report_and_die(j, rank, shoal::detail::Internals::of(*comm).comm_id);
         const int code = expect_error<PeerFailureError>(rank, j, [&] {
           float x = 1;
           comm->all_reduce(&x, 1, DataType::float32, ReduceOp::sum);

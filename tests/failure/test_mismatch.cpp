@@ -207,7 +207,7 @@ TEST_P(Mismatch, RaisesMismatchErrorNamingBothSidesOnEveryRank) {
         o.timeout = 30s;  // detection must come from comparing the calls, far sooner
         Communicator comm = Communicator::create(j.store(), rank, ranks, o);
         // The path must be the one named (else the case tests another).
-        const auto* shm = comm.impl().engine->shm();
+        const auto* shm = shoal::detail::Internals::of(comm).engine->shm();
         const bool all_shm = shm && shm->all_ranks_share_memory();
         if ((c.path == Path::direct || c.path == Path::queued || c.path == Path::slots) && !all_shm)
           return 10;
@@ -217,7 +217,7 @@ TEST_P(Mismatch, RaisesMismatchErrorNamingBothSidesOnEveryRank) {
         if (c.path == Path::schedules_rings && (!shm || shm->flat_bytes() != 0)) return 13;
         if (hier && comm.num_hosts() != 2) return 14;
         comm.barrier();
-        const auto& planner = *comm.impl().planner;
+        const auto& planner = *shoal::detail::Internals::of(comm).planner;
         const uint64_t flat_before = planner.planned(comm::Path::flat),
                        hier_before = planner.planned(comm::Path::hierarchy);
         const int code = expect_error<MismatchError>(rank, j, [&] { c.call(comm, side_of(rank)); });

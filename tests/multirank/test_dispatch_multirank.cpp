@@ -66,12 +66,12 @@ class DispatchedCollectives : public ::testing::TestWithParam<int> {};
 std::string ran(Communicator& c, const std::function<void()>& call) {
   const auto& rows = algorithms::registry();
   std::vector<uint64_t> before;
-  for (const auto& row : rows) before.push_back(c.impl().runs_of(row));
+  for (const auto& row : rows) before.push_back(shoal::detail::Internals::of(c).runs_of(row));
   call();
   std::string which;
   int n = 0;
   for (size_t i = 0; i < rows.size(); ++i) {
-    const uint64_t d = c.impl().runs_of(rows[i]) - before[i];
+    const uint64_t d = shoal::detail::Internals::of(c).runs_of(rows[i]) - before[i];
     if (d == 0) continue;
     n += static_cast<int>(d);
     which += (which.empty() ? "" : ",") + std::string(algorithms::to_string(rows[i].collective)) +
@@ -233,7 +233,7 @@ TEST(CalibrationAtCreation, EveryRankHoldsTheSameMeasuredConstants) {
   for (int world : {2, 3, 5}) {
     std::atomic<int> agreed{0};
     const std::string err = run_ranks(world, [&](Communicator& c) {
-      const auto& params = c.impl().calibrated_params;
+      const auto& params = shoal::detail::Internals::of(c).calibrated_params;
       ASSERT_TRUE(params.has_value());
       double mine[3] = {params->alpha, params->beta, params->gamma};
       for (double x : mine) EXPECT_TRUE(std::isfinite(x) && x > 0) << x;
@@ -243,8 +243,8 @@ TEST(CalibrationAtCreation, EveryRankHoldsTheSameMeasuredConstants) {
       for (int r = 0; r < world; ++r)
         same &= std::memcmp(all.data() + 3 * r, mine, sizeof mine) == 0;
       // The dispatcher takes them (no SHOAL_TUNE_* set here).
-      const tune::Dispatcher d =
-          tune::Dispatcher::from_environment(c.impl().tune_context(), &*params);
+      const tune::Dispatcher d = tune::Dispatcher::from_environment(
+          shoal::detail::Internals::of(c).tune_context(), &*params);
       same &= d.params().alpha == params->alpha && d.params().beta == params->beta;
       agreed += same;
     });
@@ -257,9 +257,11 @@ TEST(CalibrationAtCreation, OffSwitchesMeasureNothingAndBadValuesFailCreation) {
   for (const char* setting : {"SHOAL_TUNE_CALIBRATE", "SHOAL_DISPATCH"}) {
     ScopedEnv off(setting, "off");
     std::atomic<int> none{0};
-    EXPECT_EQ(
-        run_ranks(2, [&](Communicator& c) { none += !c.impl().calibrated_params.has_value(); }),
-        "");
+    EXPECT_EQ(run_ranks(2,
+                        [&](Communicator& c) {
+                          none += !shoal::detail::Internals::of(c).calibrated_params.has_value();
+                        }),
+              "");
     EXPECT_EQ(none.load(), 2) << setting;
   }
   ScopedEnv bad("SHOAL_TUNE_CALIBRATE", "sometimes");

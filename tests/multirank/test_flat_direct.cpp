@@ -57,7 +57,8 @@ std::vector<RankResult> gather_and_broadcast(
       [&](int rank, const ProcessJob& j) {
         for (const auto& [k, v] : env) setenv(k, v, 1);
         Communicator comm = Communicator::create(j.store(), rank, ranks);
-        const uint64_t flat_before = comm.impl().planner->planned(comm::Path::flat);
+        const uint64_t flat_before =
+            shoal::detail::Internals::of(comm).planner->planned(comm::Path::flat);
         std::ostringstream errors;
         int calls = 0;
         for (DataType t : {DataType::int8, DataType::float16, DataType::float32, DataType::float64})
@@ -123,9 +124,10 @@ std::vector<RankResult> gather_and_broadcast(
             ++calls;
           }
         comm.barrier();
-        j.report(rank,
-                 std::to_string(comm.impl().planner->planned(comm::Path::flat) - flat_before) +
-                     " of " + std::to_string(calls) + " flat\n" + errors.str());
+        j.report(rank, std::to_string(
+                           shoal::detail::Internals::of(comm).planner->planned(comm::Path::flat) -
+                           flat_before) +
+                           " of " + std::to_string(calls) + " flat\n" + errors.str());
         return errors.str().empty() ? 0 : 1;
       },
       120s);
@@ -183,15 +185,16 @@ TEST(FlatDirect, AnAlgorithmRuleBeyondTheSlotsRunsThatAlgorithm) {
              {uint64_t{1000}, uint64_t{1} << 18}) {  // 4 KB (slots), 1 MiB (beyond)
           std::vector<float> v(count);
           for (uint64_t i = 0; i < count; ++i) v[i] = static_cast<float>(rank + 1 + (i % 7));
-          const uint64_t before = comm.impl().planner->planned(comm::Path::flat);
+          const uint64_t before =
+              shoal::detail::Internals::of(comm).planner->planned(comm::Path::flat);
           comm.all_reduce(v.data(), count, DataType::float32, ReduceOp::sum);
           uint64_t bad = 0;
           for (uint64_t i = 0; i < count; ++i) bad += v[i] != static_cast<float>(3 + 2 * (i % 7));
           std::vector<float> g(count * 2);
           comm.all_gather(v.data(), g.data(), count,
                           DataType::float32);  // no rule: direct beyond the slots
-          out << (comm.impl().planner->planned(comm::Path::flat) - before) << (bad ? " wrong" : "")
-              << " ";
+          out << (shoal::detail::Internals::of(comm).planner->planned(comm::Path::flat) - before)
+              << (bad ? " wrong" : "") << " ";
         }
         j.report(rank, out.str());
         return 0;
@@ -230,7 +233,7 @@ void a_killed_rank_raises_peer_failure_on_every_survivor(algorithms::Collective 
         if (rank == kVictim) {
           std::thread killer([&] {
             std::this_thread::sleep_for(300ms);
-            report_and_die(j, rank, comm.impl().comm_id);
+            report_and_die(j, rank, shoal::detail::Internals::of(comm).comm_id);
           });
           for (;;) call();
         }

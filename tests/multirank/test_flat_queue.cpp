@@ -49,7 +49,8 @@ TEST(FlatQueue, BroadcastsAmongOtherCallsMatchTheReference) {
     auto results = job.run(
         [&](int rank, const ProcessJob& j) {
           Communicator comm = Communicator::create(j.store(), rank, ranks);
-          const uint64_t flat_before = comm.impl().planner->planned(comm::Path::flat);
+          const uint64_t flat_before =
+              shoal::detail::Internals::of(comm).planner->planned(comm::Path::flat);
           std::ostringstream errors;
           uint32_t flat_expected = 0;
           std::vector<float> small(16), big(2 << 20);
@@ -101,7 +102,8 @@ TEST(FlatQueue, BroadcastsAmongOtherCallsMatchTheReference) {
             }
           }
           comm.barrier();
-          const uint64_t flat = comm.impl().planner->planned(comm::Path::flat) - flat_before;
+          const uint64_t flat =
+              shoal::detail::Internals::of(comm).planner->planned(comm::Path::flat) - flat_before;
           if (flat < flat_expected)
             errors << "only " << flat << " flat calls of at least " << flat_expected << "; ";
           j.report(rank, errors.str());
@@ -213,7 +215,7 @@ TEST(FlatQueue, AKilledRootRaisesPeerFailureOnItsReceivers) {
         if (rank == kRoot) {
           std::thread killer([&] {
             std::this_thread::sleep_for(300ms);
-            report_and_die(j, rank, comm.impl().comm_id);
+            report_and_die(j, rank, shoal::detail::Internals::of(comm).comm_id);
           });
           for (;;) comm.broadcast(buf.data(), buf.size(), DataType::uint8, kRoot);
         }

@@ -60,7 +60,7 @@ std::string run_on_hosts(const std::vector<int>& host_of,
 }
 
 uint64_t hierarchical_calls(Communicator& c) {
-  const auto& h = c.impl().hierarchy;
+  const auto& h = shoal::detail::Internals::of(c).hierarchy;
   return h ? h->calls() : 0;
 }
 

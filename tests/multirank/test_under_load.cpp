@@ -160,12 +160,12 @@ TEST(SharedCores, TheHostsCoresAreTheUnionOfItsRanksAffinity) {
         [&](int rank, const ProcessJob& j) {
           if (bound) bind_to_core(0);
           Communicator comm = Communicator::create(j.store(), rank, 3);
-          const auto ctx = comm.impl().tune_context();
+          const auto ctx = shoal::detail::Internals::of(comm).tune_context();
           std::ostringstream out;
           const int want = bound ? 1 : CPU_COUNT(&mine);
           if (ctx.cores_per_host != want)
             out << "cores_per_host " << ctx.cores_per_host << ", not " << want << "; ";
-          if (comm.impl().topology.cores_of_host != std::vector<int>{want})
+          if (shoal::detail::Internals::of(comm).topology.cores_of_host != std::vector<int>{want})
             out << "cores_of_host wrong; ";
           if (tune::ranks_share_cores(ctx) != (3 > want)) out << "ranks_share_cores wrong; ";
           if (bound && comm::spin_budget() != comm::kMinSpin)
@@ -238,7 +238,8 @@ TEST(Binding, UnboundRanksBindTheirWholeProcessToACpuEach) {
           }
           seen = true;
           before.join();
-          const int want = k.binds ? comm.impl().topology.bind_cpu : -CPU_COUNT(&mine);
+          const int want =
+              k.binds ? shoal::detail::Internals::of(comm).topology.bind_cpu : -CPU_COUNT(&mine);
           if (k.binds && want < 0) out << "not bound; ";
           for (int c : cpus)
             if (c != want) out << "a thread on " << c << ", not " << want << "; ";

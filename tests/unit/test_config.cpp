@@ -5,6 +5,8 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "core/config.hpp"
 #include "shoal/error.hpp"
@@ -106,6 +108,18 @@ TEST(Config, BytesSuffixesArePowersOf1024) {
     ScopedEnv e("SHOAL_CHUNK_BYTES", text);
     EXPECT_EQ(config::get_bytes("SHOAL_CHUNK_BYTES"), want) << text;
     EXPECT_EQ(config::parse_bytes(text, "what"), want) << text;
+  }
+}
+
+TEST(Config, FormattedBytesReadBack) {
+  const std::vector<std::pair<uint64_t, std::string>> cases = {
+      {0, "0"},           {8, "8"},
+      {1000, "1000"},     {1024, "1K"},
+      {1536, "1536"},     {16ull << 20, "16M"},
+      {3ull << 30, "3G"}, {5ull << 40, "5120G"}};
+  for (const auto& [bytes, text] : cases) {
+    EXPECT_EQ(config::format_bytes(bytes), text);
+    EXPECT_EQ(config::parse_bytes(config::format_bytes(bytes), "what"), bytes) << text;
   }
 }
 
