@@ -48,6 +48,7 @@
 #include <thread>
 #include <vector>
 
+#include "core/config.hpp"
 #include "shoal/communicator.hpp"
 #include "shoal/error.hpp"
 #include "shoal/store.hpp"
@@ -579,8 +580,7 @@ class Worker {
   int64_t epoch_ = 0, next_op_ = 0, verified_ = 0, skipped_ = 0, redone_ = 0;
   int transitions_ = 0, fds_base_ = 0, threads_base_ = 0;
   bool fresh_ = false, need_sync_ = false;
-  const bool trace_ =
-      std::getenv("CHAOS_TRACE") != nullptr;  // every op on stderr (the worker's .log)
+  const bool trace_ = shoal::config::get_int("SHOAL_CHAOS_TRACE") != 0;
   Steady::time_point last_progress_ = Steady::now();
 };
 

@@ -1,11 +1,13 @@
 #include "core/check.hpp"
 
+#include <strings.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <string>
 
 #include "core/config.hpp"
 
@@ -57,10 +59,9 @@ static std::atomic<int> g_rank{-1};
 
 Level level() {
   static const Level lvl = [] {
-    const char* v = std::getenv("SHOAL_DEBUG");
-    if (!v) return Level::Warn;
-    if (strcasecmp(v, "TRACE") == 0) return Level::Trace;
-    if (strcasecmp(v, "INFO") == 0) return Level::Info;
+    const std::string v = config::get("SHOAL_DEBUG");
+    if (strcasecmp(v.c_str(), "TRACE") == 0) return Level::Trace;
+    if (strcasecmp(v.c_str(), "INFO") == 0) return Level::Info;
     return Level::Warn;
   }();
   return lvl;

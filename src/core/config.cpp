@@ -149,6 +149,8 @@ const std::vector<Setting>& settings() {
        "accepts; a larger frame is refused before anything is allocated for it"},
       {"SHOAL_SWARM_TRACE", "int", "0",
        "1: stage servers log the timing of every averaging round (group formed, reduced, stepped)"},
+      {"SHOAL_CHAOS_TRACE", "int", "0",
+       "1: shoal-chaos workers write every operation to stderr (each worker's .log)"},
   };
   // clang-format on
   return table;
