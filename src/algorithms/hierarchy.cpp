@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <functional>
 
+#include "algorithms/tracked.hpp"
 #include "core/check.hpp"
 
 namespace shoal::algorithms {
@@ -127,64 +128,104 @@ void hierarchical(Schedule& s, const CollectiveArgs& a, const HierarchyPlan& pla
   };
 
   if (coll == Collective::all_reduce) {
-    SHOAL_CHECK(a.count % static_cast<uint64_t>(L) == 0, InvalidArgument,
-                "hierarchical all_reduce schedule: " << a.count << " elements do not split over "
-                                                     << L << " ranks per host");
-    const uint64_t c = a.count / static_cast<uint64_t>(L), mine = static_cast<uint64_t>(l) * c * es;
-    const Schedule rs = sub_schedule(a, Collective::reduce_scatter, plan.local, L, l, c);
-    const Schedule ar = sub_schedule(a, Collective::all_reduce, plan.inter, H, h, c);
-    const Schedule ag = sub_schedule(a, Collective::all_gather, plan.local, L, l, c);
-    // The phases run one after another: their scratch shares one area.
+    // The runtime's split: q elements per local rank, the rem = count % L left over through an
+    // all_reduce on the host and one on the aligned group (fewer than L elements).
+    const uint64_t q = a.count / static_cast<uint64_t>(L), rem = a.count % static_cast<uint64_t>(L);
+    const uint64_t mine = static_cast<uint64_t>(l) * q * es,
+                   tail = static_cast<uint64_t>(L) * q * es;
     const uint64_t s0 = s.scratch_bytes;
-    s.scratch_bytes += std::max({rs.scratch_bytes, ar.scratch_bytes, ag.scratch_bytes});
-    gate = append_phase(s, rs, local_peer, {Buffer::input, 0, Buffer::output, mine, s0}, gate);
-    gate =
-        append_phase(s, ar, aligned_peer, {Buffer::output, mine, Buffer::output, mine, s0}, gate);
-    if (a.op == ReduceOp::avg) {
-      const uint32_t f = s.finalize({Buffer::output, mine, c * es});
+    std::vector<Schedule> phases;
+    if (q > 0) {
+      phases.push_back(sub_schedule(a, Collective::reduce_scatter, plan.local, L, l, q));
+      phases.push_back(sub_schedule(a, Collective::all_reduce, plan.inter, H, h, q));
+      phases.push_back(sub_schedule(a, Collective::all_gather, plan.local, L, l, q));
+    }
+    if (rem > 0) {
+      phases.push_back(sub_schedule(a, Collective::all_reduce, plan.local, L, l, rem));
+      phases.push_back(sub_schedule(a, Collective::all_reduce, plan.inter, H, h, rem));
+    }
+    // The phases run one after another: their scratch shares one area.
+    uint64_t scratch = 0;
+    for (const auto& ph : phases) scratch = std::max(scratch, ph.scratch_bytes);
+    s.scratch_bytes += scratch;
+    size_t next = 0;
+    auto finalize_after = [&](Slice x) {
+      if (a.op != ReduceOp::avg) return;
+      const uint32_t f = s.finalize(x);
       after_gate(f);
       gate = {f};
+    };
+    if (q > 0) {
+      gate = append_phase(s, phases[next++], local_peer,
+                          {Buffer::input, 0, Buffer::output, mine, s0}, gate);
+      gate = append_phase(s, phases[next++], aligned_peer,
+                          {Buffer::output, mine, Buffer::output, mine, s0}, gate);
+      finalize_after({Buffer::output, mine, q * es});
+      gate = append_phase(s, phases[next++], local_peer,
+                          {Buffer::output, mine, Buffer::output, 0, s0}, gate);
     }
-    append_phase(s, ag, local_peer, {Buffer::output, mine, Buffer::output, 0, s0}, gate);
+    if (rem > 0) {
+      gate = append_phase(s, phases[next++], local_peer,
+                          {Buffer::input, tail, Buffer::output, tail, s0}, gate);
+      gate = append_phase(s, phases[next++], aligned_peer,
+                          {Buffer::output, tail, Buffer::output, tail, s0}, gate);
+      finalize_after({Buffer::output, tail, rem * es});
+    }
     return;
   }
 
   const uint64_t b = a.count * es;  // one rank's block
-  // Local-rank-major order: block (h', l') of global rank order sits at l' * H + h'.
-  auto major = [&](int hh, int ll) { return (static_cast<uint64_t>(ll) * H + hh) * b; };
-  auto global = [&](int hh, int ll) { return (static_cast<uint64_t>(hh) * L + ll) * b; };
+  auto block = [&](int hh, int ll) { return (static_cast<uint64_t>(hh) * L + ll) * b; };
+  auto rank_of = [&](int hh, int ll) { return hh * L + ll; };
+  Tracked t(s, a);
   if (coll == Collective::all_gather) {
-    const Schedule inter = sub_schedule(a, Collective::all_gather, plan.inter, H, h, a.count);
-    const Schedule local = sub_schedule(a, Collective::all_gather, plan.local, L, l, a.count * H);
-    const uint64_t gathered = s.scratch_bytes;  // H blocks: local rank l of every host
-    const uint64_t all = gathered + H * b;      // p blocks, local-rank major
-    const uint64_t s0 = all + static_cast<uint64_t>(p) * b;
-    s.scratch_bytes = s0 + std::max(inter.scratch_bytes, local.scratch_bytes);
-    gate = append_phase(s, inter, aligned_peer, {Buffer::input, 0, Buffer::scratch, gathered, s0},
-                        gate);
-    gate = join(s, append_phase(s, local, local_peer,
-                                {Buffer::scratch, gathered, Buffer::scratch, all, s0}, gate));
-    for (int hh = 0; hh < H; ++hh)
-      for (int ll = 0; ll < L; ++ll)
-        after_gate(
-            s.copy({Buffer::output, global(hh, ll), b}, {Buffer::scratch, all + major(hh, ll), b}));
+    // Inter-host first: the rank's block to its aligned peers, theirs straight into place;
+    // each block, once here, forwarded to the other ranks of the host, which receive it into
+    // place too. Blocks go in the host order nth(0), nth(1), ... on every rank of a host, so
+    // each pair's sends and receives match in order.
+    auto nth = [&](int k) { return (h - k + H) % H; };
+    t.copy(t.out(block(h, l), b), t.in(0, b));
+    for (int k = 1; k < H; ++k) t.recv(rank_of(nth(k), l), t.out(block(nth(k), l), b));
+    for (int k = 1; k < H; ++k) t.send(rank_of((h + k) % H, l), t.in(0, b));
+    for (int j = 1; j < L; ++j) {
+      const int from = (l - j + L) % L;
+      for (int k = 0; k < H; ++k) t.recv(rank_of(h, from), t.out(block(nth(k), from), b));
+    }
+    for (int k = 0; k < H; ++k)
+      for (int j = 1; j < L; ++j) t.send(rank_of(h, (l + j) % L), t.out(block(nth(k), l), b));
     return;
   }
 
-  // reduce_scatter
-  const Schedule local = sub_schedule(a, Collective::reduce_scatter, plan.local, L, l, a.count * H);
+  // reduce_scatter. Intra-host first: every other rank of the host sends this rank the H blocks
+  // aligned with it (block (h', l) for every host h'), straight from its input, and this rank
+  // sums them with its own into H blocks; an aligned reduce_scatter of those leaves its block.
   const Schedule inter = sub_schedule(a, Collective::reduce_scatter, plan.inter, H, h, a.count);
-  const uint64_t all = s.scratch_bytes;                      // p blocks, local-rank major
-  const uint64_t mine = all + static_cast<uint64_t>(p) * b;  // H blocks: summed over the host
-  const uint64_t s0 = mine + H * b;
-  s.scratch_bytes = s0 + std::max(local.scratch_bytes, inter.scratch_bytes);
-  for (int hh = 0; hh < H; ++hh)
-    for (int ll = 0; ll < L; ++ll)
-      gate.push_back(
-          s.copy({Buffer::scratch, all + major(hh, ll), b}, {Buffer::input, global(hh, ll), b}));
-  gate =
-      append_phase(s, local, local_peer, {Buffer::scratch, all, Buffer::scratch, mine, s0}, gate);
-  gate = append_phase(s, inter, aligned_peer, {Buffer::scratch, mine, Buffer::output, 0, s0}, gate);
+  const uint64_t host_bytes = static_cast<uint64_t>(H) * b;
+  const uint64_t acc = t.alloc(static_cast<uint64_t>(L) * host_bytes);  // then L-1 receive areas
+  auto area = [&](int j) { return acc + static_cast<uint64_t>(j) * host_bytes; };
+  for (int j = 1; j < L; ++j) {
+    const int from = (l - j + L) % L;
+    for (int hh = 0; hh < H; ++hh) t.recv(rank_of(h, from), t.scratch(area(j) + hh * b, b));
+  }
+  for (int j = 1; j < L; ++j) {
+    const int to = (l + j) % L;
+    for (int hh = 0; hh < H; ++hh) t.send(rank_of(h, to), t.in(block(hh, to), b));
+  }
+  if (L == 1) {
+    for (int hh = 0; hh < H; ++hh)
+      gate.push_back(t.copy(t.scratch(acc + hh * b, b), t.in(block(hh, l), b)));
+  } else {
+    for (int hh = 0; hh < H; ++hh)
+      gate.push_back(t.reduce(t.scratch(acc + hh * b, b), t.in(block(hh, l), b),
+                              t.scratch(area(1) + hh * b, b)));
+    for (int j = 2; j < L; ++j) {
+      gate = {t.reduce(t.scratch(acc, host_bytes), t.scratch(acc, host_bytes),
+                       t.scratch(area(j), host_bytes))};
+    }
+  }
+  const uint64_t s0 = s.scratch_bytes;
+  s.scratch_bytes += inter.scratch_bytes;
+  gate = append_phase(s, inter, aligned_peer, {Buffer::scratch, acc, Buffer::output, 0, s0}, gate);
   if (a.op == ReduceOp::avg) after_gate(s.finalize({Buffer::output, 0, b}));
 }
 

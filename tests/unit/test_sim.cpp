@@ -429,8 +429,9 @@ TEST(Symbolic, HierarchicalSchedulesSmallWorlds) {
         for (const auto& row : registry()) {
           if (row.collective != c) continue;
           double secs = 0;
+          // all_reduce: count % L elements left over for the runtime's second pair of calls.
           const uint64_t count =
-              c == Collective::all_reduce ? static_cast<uint64_t>(L) * (2 * p / L + 3) : 7;
+              c == Collective::all_reduce ? static_cast<uint64_t>(L) * (2 * p / L + 3) + L / 2 : 7;
           const std::string e = symbolic_run(c, hierarchy(L, local, row.name), p, count, 8, &secs);
           EXPECT_EQ(e, "") << to_string(c) << " hier(" << local << "+" << row.name << ") p=" << p
                            << " L=" << L;
@@ -445,6 +446,8 @@ TEST(Symbolic, HierarchicalSchedulesAtScale) {
          {Collective::all_reduce, Collective::all_gather, Collective::reduce_scatter})
       for (const auto& row : registry()) {
         if (row.collective != c || row.name == "binomial" || row.name == "bruck") continue;
+        // all_gather's composition runs no row: one of them stands for all.
+        if (c == Collective::all_gather && &row != &first_row(c)) continue;
         const bool recursive = row.name.starts_with("recursive") || row.name == "rabenseifner";
         if (p == 4096 && !recursive && !long_tests()) continue;
         double secs = 0;
@@ -467,9 +470,6 @@ TEST(Symbolic, HierarchicalScheduleRejectsLayoutsItCannotServe) {
   EXPECT_THROW(hierarchical(s, a, HierarchyPlan{4, "ring", "ring"}),
                InvalidArgumentError);  // 4 does not divide 6
   a.size = 8;
-  a.count = 6;
-  EXPECT_THROW(hierarchical(s, a, HierarchyPlan{4, "ring", "ring"}),
-               InvalidArgumentError);  // 6 elements over 4
   a.count = 8;
   EXPECT_THROW(hierarchical(s, a, HierarchyPlan{4, "ring", "bruck"}),
                InvalidArgumentError);  // no such all_reduce
