@@ -28,6 +28,7 @@
 #include "shoal/error.hpp"
 #include "sim/calibrate.hpp"
 #include "sim/executor.hpp"
+#include "sim/tables.hpp"
 #include "tune/tuning_file.hpp"
 
 namespace {
@@ -169,13 +170,6 @@ sim::Builder hierarchical_builder(const algorithms::HierarchyPlan& plan) {
   };
 }
 
-// Whether `coll` on `world` ranks of `ranks_per_host` per host has a hierarchical composition.
-bool hierarchy_fits(Collective coll, int world, int ranks_per_host) {
-  const bool composable = coll == Collective::all_reduce || coll == Collective::all_gather ||
-                          coll == Collective::reduce_scatter;
-  return composable && ranks_per_host > 1 && world > ranks_per_host && world % ranks_per_host == 0;
-}
-
 // `algo`: a row, "hier(LOCAL+INTER)", or "all" — every row and, when the world spans several
 // hosts of ranks_per_host ranks, hier(ring+X) for every row X of the collective.
 std::vector<Candidate> candidates_of(Collective coll, const std::string& algo, int world,
@@ -202,7 +196,7 @@ std::vector<Candidate> candidates_of(Collective coll, const std::string& algo, i
   }
   for (const auto* row : rows_of(coll, algo))
     out.push_back({std::string(row->name), sim::Builder(row->build)});
-  if (algo == "all" && hierarchy_fits(coll, world, ranks_per_host))
+  if (algo == "all" && sim::hierarchy_fits(coll, world, ranks_per_host))
     for (const auto* row : rows_of(coll, "all")) {
       const algorithms::HierarchyPlan plan{ranks_per_host, "ring", row->name};
       out.push_back({algorithms::hierarchy_name(plan), hierarchical_builder(plan)});
@@ -213,16 +207,6 @@ std::vector<Candidate> candidates_of(Collective coll, const std::string& algo, i
 // GB/s of a seconds-per-byte constant (0 for none).
 double gbps(double seconds_per_byte) {
   return seconds_per_byte > 0 ? 1e-9 / seconds_per_byte : 0.0;
-}
-
-std::string human_bytes(uint64_t b) {
-  const char* units[] = {"B", "K", "M", "G", "T"};
-  int u = 0;
-  while (u < 4 && b >= 1024 && b % 1024 == 0) {
-    b /= 1024;
-    ++u;
-  }
-  return std::to_string(b) + units[u];
 }
 
 }  // namespace
@@ -407,84 +391,18 @@ int main(int argc, char** argv) {
           "host, %.2f us\n",
           colls.size(), worlds.size(), sizes.size(), model.ranks_per_host, model.nics,
           model.nic_bw * 1e-9, model.nic_latency * 1e6);
-      for (Collective coll : colls)
-        for (int w : worlds) {
-          if (w < 2) throw InvalidArgumentError("--worlds: every world needs at least 2 ranks");
-          tune::Measurements m;
-          m.collective = coll;
-          m.world = w;
-          m.ranks_per_host = std::min(w, model.ranks_per_host);
-          m.transport = w <= model.ranks_per_host ? tune::Transport::shm : tune::Transport::tcp;
-          m.simulated = true;
-          m.sizes = sizes;
-          const bool taken =
-              std::any_of(file.tables.begin(), file.tables.end(), [&](const tune::Measurements& t) {
-                return t.collective == m.collective && t.world == m.world &&
-                       t.ranks_per_host == m.ranks_per_host && t.transport == m.transport;
-              });
-          if (taken) {
-            std::printf("# %s world %d: measured in %s, not simulated\n",
-                        std::string(algorithms::to_string(coll)).c_str(), w, tune_merge.c_str());
-            continue;
-          }
-          for (const auto* row : rows_of(coll, "all")) {
-            std::vector<double> times;
-            for (uint64_t size : sizes) {
-              auto a = sim::args_for(coll, size, w, DataType::float32);
-              a.chunk_bytes = tune_chunk;
-              const auto res = sim::simulate(sim::compile(a, row, tune_threads), model);
-              if (!res.error.empty())
-                throw InternalError(std::string(row->name) + " at " + std::to_string(w) +
-                                    " ranks, " + std::to_string(size) + " B: " + res.error);
-              times.push_back(std::max(res.time, 1e-9));
-            }
-            m.times.emplace_back(row, std::move(times));
-          }
-          // Across hosts of several ranks: the hierarchy's time, the best composition (a ring
-          // inside hosts, every row between them; the runtime's phases pick their own rows).
-          if (!tune_flat_only && hierarchy_fits(coll, w, model.ranks_per_host))
-            for (size_t i = 0; i < sizes.size(); ++i) {
-              double best = 0;
-              for (const auto* row : rows_of(coll, "all")) {
-                // all_gather's composition runs no row: its first stands for all.
-                if (coll == Collective::all_gather && row != &algorithms::first_row(coll)) continue;
-                const algorithms::HierarchyPlan plan{model.ranks_per_host, "ring", row->name};
-                auto a = sim::args_for(coll, sizes[i], w, DataType::float32);
-                a.chunk_bytes = tune_chunk;
-                const auto res =
-                    sim::simulate(sim::compile(a, hierarchical_builder(plan), tune_threads), model);
-                if (!res.error.empty())
-                  throw InternalError(algorithms::hierarchy_name(plan) + " at " +
-                                      std::to_string(w) + " ranks: " + res.error);
-                if (best == 0 || res.time < best) best = std::max(res.time, 1e-9);
-              }
-              m.hierarchical.push_back(best);
-            }
-          // Where the choice changes: the fastest row (or the hierarchy) per size, as runs of
-          // sizes.
-          std::string line, prev;
-          for (size_t i = 0; i < sizes.size(); ++i) {
-            std::string best;
-            double best_t = 0;
-            for (const auto& [row, t] : m.times)
-              if (best.empty() || t[i] < best_t) {
-                best = row->name;
-                best_t = t[i];
-              }
-            if (!m.hierarchical.empty() && m.hierarchical[i] < best_t) best = "hierarchical";
-            if (best != prev) {
-              if (!line.empty()) line += " | ";
-              line += human_bytes(sizes[i]);
-              line += ": ";
-              line += best;
-            }
-            prev = best;
-          }
-          std::printf("  %-14s %6d ranks  %s\n", std::string(algorithms::to_string(coll)).c_str(),
-                      w, line.c_str());
-          std::fflush(stdout);
-          file.tables.push_back(std::move(m));
-        }
+      sim::TableOptions options;
+      options.collectives = colls;
+      options.worlds = worlds;
+      options.sizes = sizes;
+      options.chunk_bytes = tune_chunk;
+      options.threads = tune_threads;
+      options.with_hierarchy = !tune_flat_only;
+      options.progress = [](const std::string& line) {
+        std::printf("%s\n", line.c_str());
+        std::fflush(stdout);
+      };
+      sim::predict_tuning_tables(model, options, file);
       extra["simulated_with"] = nlohmann::json::parse(sim::to_json(model));
       std::ofstream f(tune_out);
       f << tune::to_json(file, extra.dump()) << "\n";

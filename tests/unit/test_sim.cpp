@@ -27,6 +27,7 @@
 #include "shoal/error.hpp"
 #include "sim/calibrate.hpp"
 #include "sim/executor.hpp"
+#include "sim/tables.hpp"
 #include "support/temp_file.hpp"
 
 namespace shoal::testing {
@@ -492,11 +493,11 @@ ClusterModel one_rank_per_host(double bw, double latency) {
 
 sim::SimResult sim_row(const AlgorithmInfo& row, uint64_t size, int p, const ClusterModel& m,
                        uint64_t chunk = 512 << 10) {
-  auto a = sim::args_for(row.collective, size, p);
+  auto a = shoal::sim::args_for(row.collective, size, p);
   a.chunk_bytes = chunk;
-  const auto prog = sim::compile(a, &row, 1);
+  const auto prog = shoal::sim::compile(a, &row, 1);
   EXPECT_EQ(prog.error, "") << row.name;
-  return sim::simulate(prog, m);
+  return shoal::sim::simulate(prog, m);
 }
 
 TEST(Sim, LoneMessageCostsLatencyPlusBytesOverBandwidth) {
@@ -520,7 +521,7 @@ TEST(Sim, BytesConservedNoDeadlockAndBandwidthBound) {
         EXPECT_EQ(r.bytes_sent, r.bytes_received) << row->name;
         // Every rank must get (p-1)/p of n (all_gather, reduce_scatter) or send and get it twice
         // (all_reduce) through its NIC.
-        const auto a = sim::args_for(row->collective, size, p);
+        const auto a = shoal::sim::args_for(row->collective, size, p);
         const double n = static_cast<double>(model_bytes(a));
         const double bound = sim::bus_factor(row->collective, p) * n / m.nic_bw + m.nic_latency;
         EXPECT_GE(r.time, bound * (1 - 1e-9))
@@ -595,7 +596,7 @@ TEST(Sim, TokenBucketLendsIdleLinksNeverMoreThanTheShapedRate) {
     for (uint64_t size = 8 << 10; size <= (64u << 20); size *= 8) {
       const double with = sim_row(*row, size, p, bucket).time,
                    without = sim_row(*row, size, p, shaped).time;
-      const auto a = sim::args_for(row->collective, size, p);
+      const auto a = shoal::sim::args_for(row->collective, size, p);
       // What one NIC sends per call, at least (the bus bandwidth's bytes), at the shaped rate.
       const double wire =
           sim::bus_factor(row->collective, p) * static_cast<double>(model_bytes(a)) / 125e6;
@@ -636,8 +637,9 @@ TEST(Sim, HierarchicalSchedulesUseEveryNic) {
   const auto hier = hierarchy(m.ranks_per_host, "ring", "ring");
   auto time_of = [&](const sim::Builder& build, int nics) {
     m.nics = nics;
-    const auto prog = sim::compile(sim::args_for(Collective::all_gather, 64 << 20, 64), build, 1);
-    const auto r = sim::simulate(prog, m);
+    const auto prog =
+        shoal::sim::compile(shoal::sim::args_for(Collective::all_gather, 64 << 20, 64), build, 1);
+    const auto r = shoal::sim::simulate(prog, m);
     EXPECT_EQ(r.error, "");
     EXPECT_EQ(r.bytes_sent, r.bytes_received);
     return r.time;
@@ -888,6 +890,69 @@ TEST(Calibrate, RecoversTheModelItWasGivenAndReadsBenchTables) {
   EXPECT_EQ(across[0].transport, "net");
   EXPECT_EQ(across[0].hosts, 4);
   EXPECT_EQ(across[0].collective, Collective::all_gather);
+}
+
+// ---- predicted tuning tables (sim/tables.hpp, shoal-sim tune) ----
+
+TEST(SimulatedTables, EveryRowAndTheHierarchyPerWorldAsTheDispatcherReadsThem) {
+  ClusterModel m;
+  m.ranks_per_host = 2;
+  m.nics = 1;
+  m.nic_bw = 1e9;
+  m.nic_latency = 10e-6;
+  shoal::sim::TableOptions o;
+  o.collectives = {Collective::all_reduce, Collective::reduce_scatter};
+  o.worlds = {2, 4};
+  o.sizes = {1 << 10, 1 << 20};
+  o.threads = 1;
+  tune::TuningFile measured;  // a measured 2-rank all_reduce table: kept, not simulated
+  tune::Measurements kept;
+  kept.collective = Collective::all_reduce;
+  kept.world = 2;
+  kept.ranks_per_host = 2;
+  kept.transport = tune::Transport::shm;
+  kept.sizes = {1024};
+  kept.times.emplace_back(&first_row(Collective::all_reduce), std::vector<double>{1e-5});
+  measured.tables.push_back(kept);
+  std::vector<std::string> lines;
+  o.progress = [&](const std::string& line) { lines.push_back(line); };
+  shoal::sim::predict_tuning_tables(m, o, measured);
+  ASSERT_EQ(measured.tables.size(), 4u);  // the kept one and three simulated
+  EXPECT_FALSE(measured.tables[0].simulated);
+  EXPECT_EQ(lines.size(), 4u);
+  for (size_t i = 1; i < measured.tables.size(); ++i) {
+    const auto& t = measured.tables[i];
+    SCOPED_TRACE(std::string(to_string(t.collective)) + " at " + std::to_string(t.world));
+    EXPECT_TRUE(t.simulated);
+    EXPECT_EQ(t.sizes, o.sizes);
+    EXPECT_EQ(t.transport, t.world > 2 ? tune::Transport::tcp : tune::Transport::shm);
+    size_t rows = 0;
+    for (const auto& row : registry()) rows += row.collective == t.collective;
+    ASSERT_EQ(t.times.size(), rows);
+    // Each cell is the simulator's time for that row, computed here directly.
+    for (const auto& [row, times] : t.times)
+      for (size_t k = 0; k < o.sizes.size(); ++k) {
+        auto a = shoal::sim::args_for(t.collective, o.sizes[k], t.world, DataType::float32);
+        const auto res = shoal::sim::simulate(shoal::sim::compile(a, row, 1), m);
+        EXPECT_DOUBLE_EQ(times[k], std::max(res.time, 1e-9)) << row->name;
+      }
+    // Across two hosts of two ranks: the hierarchy, no faster than its best composition.
+    EXPECT_EQ(t.hierarchical.size(), t.world == 4 ? o.sizes.size() : 0u);
+    for (size_t k = 0; k < t.hierarchical.size(); ++k) {
+      auto a = shoal::sim::args_for(t.collective, o.sizes[k], t.world, DataType::float32);
+      const HierarchyPlan plan{2, "ring", "ring"};
+      const auto res = shoal::sim::simulate(
+          shoal::sim::compile(
+              a, [&](Schedule& s, const CollectiveArgs& x) { hierarchical(s, x, plan); }, 1),
+          m);
+      EXPECT_LE(t.hierarchical[k], res.time);
+      EXPECT_GT(t.hierarchical[k], 0.0);
+    }
+  }
+  // What it writes, the dispatcher loads.
+  EXPECT_EQ(tune::parse_tuning_file(tune::to_json(measured), "predicted").tables.size(), 4u);
+  o.worlds = {1};
+  EXPECT_THROW(shoal::sim::predict_tuning_tables(m, o, measured), InvalidArgumentError);
 }
 
 }  // namespace
