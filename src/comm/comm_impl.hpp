@@ -90,6 +90,7 @@ class CommImpl {
   struct Transport {
     std::vector<std::unique_ptr<transport::Stream>> streams;  // per rank (none for this one)
     std::unique_ptr<transport::shm::ShmMesh> shm;
+    std::unique_ptr<comm::FlatMemory> flat;  // in shm, where every rank shares memory
   };
   /// Rendezvous, topology, connections and shared memory of a new communicator, before the
   /// ranks vote on it (comm/agreement.hpp).

@@ -55,12 +55,13 @@ CommImpl::CommImpl(std::shared_ptr<Store> st, int r, int n, const Options& optio
   // Everyone set up: the communicator exists on every rank or on none (comm/agreement.hpp).
   comm::vote_for_creation(*store, prefix, r, n, deadline);
   store_timeout.restore();
-  engine = std::make_unique<comm::Engine>(r, n, comm_id, std::move(transport.streams),
-                                          std::move(transport.shm), timeout);
+  engine =
+      std::make_unique<comm::Engine>(r, n, comm_id, std::move(transport.streams),
+                                     std::move(transport.shm), std::move(transport.flat), timeout);
   comm::Planner::Layout layout;
-  if (engine->shm() && engine->shm()->all_ranks_share_memory()) {
-    layout.flat_slot_bytes = engine->shm()->flat_bytes();
-    layout.flat_direct_bytes = engine->shm()->flat_direct_bytes();
+  if (const comm::FlatMemory* flat = engine->flat()) {
+    layout.flat_slot_bytes = flat->slot_bytes();
+    layout.flat_direct_bytes = flat->direct_bytes();
   }
   layout.hierarchy_fits = comm::hierarchy_fits(topology);
   planner.emplace(layout, [this] {
@@ -123,9 +124,11 @@ CommImpl::Transport CommImpl::set_up(const std::string& prefix, comm::Clock::tim
   // keep the socket for wake-ups and to learn when the peer is gone.
   auto fds = transport::tcp::connect_mesh(*store, prefix, r, n, comm_id, rails, deadline);
   std::unique_ptr<transport::shm::ShmMesh> shm;
+  const auto flat_layout =
+      comm::FlatMemory::layout_from_settings(topology.local_size, topology.local_cores);
   try {
     shm = std::make_unique<transport::shm::ShmMesh>(*store, prefix, r, topology.host_of, comm_id,
-                                                    topology.local_cores);
+                                                    flat_layout.region());
   } catch (...) {
     for (auto& peer : fds)
       for (int fd : peer) close(fd);
@@ -147,7 +150,9 @@ CommImpl::Transport CommImpl::set_up(const std::string& prefix, comm::Clock::tim
       ++tcp_peers;
     }
   }
-  return {std::move(streams), std::move(shm)};
+  std::unique_ptr<comm::FlatMemory> flat;
+  if (shm->all_ranks_share_memory()) flat = std::make_unique<comm::FlatMemory>(*shm, flat_layout);
+  return {std::move(streams), std::move(shm), std::move(flat)};
 }
 
 std::string CommImpl::transport_summary() const {
@@ -308,7 +313,7 @@ Work CommImpl::run_flat_here(const comm::OpRequest& req) {
     }
   };
   try {
-    comm::FlatCollective flat(*engine->shm(), a, req.flat_seq, number, req.signature, req.input,
+    comm::FlatCollective flat(*engine->flat(), a, req.flat_seq, number, req.signature, req.input,
                               req.output);
     flat.run(check);
   } catch (const Error& e) {

@@ -73,10 +73,16 @@ struct Engine::Op {
 
 Engine::Engine(int rank, int size, uint64_t comm_id,
                std::vector<std::unique_ptr<transport::Stream>> streams,
-               std::unique_ptr<transport::shm::ShmMesh> shm, std::chrono::milliseconds timeout)
-    : rank_(rank), size_(size), comm_id_(comm_id), timeout_(timeout), shm_(std::move(shm)) {
+               std::unique_ptr<transport::shm::ShmMesh> shm, std::unique_ptr<FlatMemory> flat,
+               std::chrono::milliseconds timeout)
+    : rank_(rank),
+      size_(size),
+      comm_id_(comm_id),
+      timeout_(timeout),
+      shm_(std::move(shm)),
+      flat_(std::move(flat)) {
   if (shm_) sleeping_flag_ = shm_->sleeping_flag();
-  watch_peers_ = shm_ && size > 1 && shm_->all_ranks_share_memory();
+  watch_peers_ = flat_ && size > 1;
   peer_closed_ = std::make_unique<std::atomic<bool>[]>(size);
   peer_failed_ = std::make_unique<std::atomic<bool>[]>(size);
   runs_ = std::make_unique<std::atomic<uint64_t>[]>(algorithms::registry().size());
@@ -289,14 +295,14 @@ void Engine::start(Op& op) {
   op.id = next_op_id_++;
   op.deadline = Clock::now() + timeout_;
   if (op.request.flat_seq != 0) {  // a flat collective: polled by the loop until it is done
-    op.flat = std::make_unique<FlatCollective>(*shm_, op.request.args, op.request.flat_seq, op.seq,
+    op.flat = std::make_unique<FlatCollective>(*flat_, op.request.args, op.request.flat_seq, op.seq,
                                                op.signature, op.request.input, op.request.output);
     flat_running_ = &op;
     advance_flat();
     return;
   }
-  if (op.kind == FrameKind::collective && shm_ && shm_->all_ranks_share_memory())
-    announce_collective(*shm_, rank_, op.seq, op.signature);
+  if (op.kind == FrameKind::collective && flat_)
+    announce_collective(*flat_, rank_, op.seq, op.signature);
   auto& sch = op.schedule;
   const size_t n = sch.steps.size();
   op.remaining.assign(n, 0);
@@ -732,7 +738,7 @@ bool Engine::watch_collective_peers() {
     if (op->is_p2p() || op->flat) continue;
     for (int q = 0; q < size_; ++q) {
       if (q == rank_) continue;
-      const auto [relative, signature] = announced_by(*shm_, q, op->seq);
+      const auto [relative, signature] = announced_by(*flat_, q, op->seq);
       if (relative != 0 || signature == op->signature) continue;
       break_comm(
           ErrorCode::Mismatch,

@@ -48,12 +48,13 @@ struct OpRequest {
 
 class Engine : public transport::ConnectionListener {
  public:
-  /// Takes ownership of `streams` (one per peer, null for this rank) and of `shm` (the
-  /// shared memory some of them use; may be null). `sleeping` is this rank's flag in shared
-  /// memory, raised while the engine sleeps so that peers ring its doorbell (may be null).
+  /// Takes ownership of `streams` (one per peer, null for this rank), of `shm` (the shared
+  /// memory some of them use; may be null) and of `flat` (the flat collectives' memory in it,
+  /// where every rank shares memory; else null).
   Engine(int rank, int size, uint64_t comm_id,
          std::vector<std::unique_ptr<transport::Stream>> streams,
-         std::unique_ptr<transport::shm::ShmMesh> shm, std::chrono::milliseconds timeout);
+         std::unique_ptr<transport::shm::ShmMesh> shm, std::unique_ptr<FlatMemory> flat,
+         std::chrono::milliseconds timeout);
   /// Finishes pending operations (bounded by the timeout), says goodbye, stops the thread.
   ~Engine();
 
@@ -85,6 +86,8 @@ class Engine : public transport::ConnectionListener {
   using BreakListener = std::function<void(ErrorCode, const std::string&, int culprit)>;
   void set_break_listener(BreakListener listener);
   const transport::shm::ShmMesh* shm() const { return shm_.get(); }
+  /// The flat collectives' memory (null unless every rank shares memory).
+  const FlatMemory* flat() const { return flat_.get(); }
   /// Scheduled operations submitted so far that run `row` (registry()'s rows): what each
   /// call actually ran, after the dispatcher, SHOAL_ALGO and per-call options.
   uint64_t runs_of(const algorithms::AlgorithmInfo& row) const;
@@ -152,6 +155,7 @@ class Engine : public transport::ConnectionListener {
   const uint64_t comm_id_;
   const std::chrono::milliseconds timeout_;
   std::unique_ptr<transport::shm::ShmMesh> shm_;  // outlives conns_, whose rings it maps
+  std::unique_ptr<FlatMemory> flat_;              // in shm_'s segments
   std::vector<std::unique_ptr<transport::Connection>> conns_;
   std::vector<int> polled_;  // peers whose streams must be polled
   std::atomic<uint32_t>* sleeping_flag_ = nullptr;

@@ -14,14 +14,14 @@
 #include "comm/spin.hpp"
 #include "core/check.hpp"
 #include "core/reduce.hpp"
+#include "transport/shm/ring_stream.hpp"
+#include "transport/shm/segment.hpp"
 
 namespace shoal::comm {
 
 namespace {
 
 using algorithms::Collective;
-using transport::shm::FlatSlotHeader;
-using transport::shm::SegmentHeader;
 
 inline void cpu_relax() {
 #if defined(__x86_64__)
@@ -36,10 +36,10 @@ inline bool reached(const std::atomic<uint32_t>& word, uint32_t seq) {
 
 // Spin briefly on `word` (not on a host of more ranks than cores), then poll it for the spin
 // budget, then sleep on it in a futex (shared memory, so not a private one), with a bounded
-// sleep so that `check` runs regularly (broken communicator, timeout, mismatch). `h` is the
-// header of the word's owner.
-void wait_for(SegmentHeader& h, std::atomic<uint32_t>& word, uint32_t seq, int who,
-              bool oversubscribed, const std::function<void(int)>& check) {
+// sleep so that `check` runs regularly (broken communicator, timeout, mismatch). `h` holds the
+// words of the word's owner.
+void wait_for(FlatWords& h, std::atomic<uint32_t>& word, uint32_t seq, int who, bool oversubscribed,
+              const std::function<void(int)>& check) {
   // With more ranks than cores the peer we wait for may need this very core: spinning only
   // delays it, so such a rank yields at once and between polls; so does one that last saw the
   // peer on its own CPU (unbound ranks). Otherwise it keeps its core between polls: a yield
@@ -54,7 +54,7 @@ void wait_for(SegmentHeader& h, std::atomic<uint32_t>& word, uint32_t seq, int w
   const auto poll_until = std::chrono::steady_clock::now() + spin_budget();
   while (std::chrono::steady_clock::now() < poll_until) {
     if (reached(word, seq)) return;
-    if (oversubscribed || h.flat_cpu.load(std::memory_order_relaxed) == sched_getcpu())
+    if (oversubscribed || h.cpu.load(std::memory_order_relaxed) == sched_getcpu())
       sched_yield();
     else
       for (int i = 0; i < 32; ++i) cpu_relax();
@@ -62,25 +62,25 @@ void wait_for(SegmentHeader& h, std::atomic<uint32_t>& word, uint32_t seq, int w
   for (;;) {
     if (reached(word, seq)) return;  // a peer that published and then left is not a failure
     check(who);
-    h.flat_waiters.fetch_add(1, std::memory_order_seq_cst);
+    h.waiters.fetch_add(1, std::memory_order_seq_cst);
     const uint32_t seen = word.load(std::memory_order_seq_cst);
     if (static_cast<int32_t>(seen - seq) < 0) {
       const int64_t slept_at = monotonic_ns();
       timespec ts{0, 20 * 1000 * 1000};  // wake at least every 20 ms to run `check`
       syscall(SYS_futex, reinterpret_cast<uint32_t*>(&word), FUTEX_WAIT, seen, &ts, nullptr, 0);
-      const int64_t woken_at = h.flat_woken_ns.load(std::memory_order_relaxed);
+      const int64_t woken_at = h.woken_ns.load(std::memory_order_relaxed);
       if (woken_at > slept_at && reached(word, seq)) note_wake_latency(monotonic_ns() - woken_at);
     }
-    h.flat_waiters.fetch_sub(1, std::memory_order_seq_cst);
+    h.waiters.fetch_sub(1, std::memory_order_seq_cst);
   }
 }
 
 // Publishes `seq` in `word` (after the data it guards) and wakes peers asleep on it.
-void raise(SegmentHeader& h, std::atomic<uint32_t>& word, uint32_t seq) {
-  h.flat_cpu.store(sched_getcpu(), std::memory_order_relaxed);
+void raise(FlatWords& h, std::atomic<uint32_t>& word, uint32_t seq) {
+  h.cpu.store(sched_getcpu(), std::memory_order_relaxed);
   word.store(seq, std::memory_order_seq_cst);
-  if (h.flat_waiters.load(std::memory_order_seq_cst) != 0) {
-    h.flat_woken_ns.store(monotonic_ns(), std::memory_order_relaxed);
+  if (h.waiters.load(std::memory_order_seq_cst) != 0) {
+    h.woken_ns.store(monotonic_ns(), std::memory_order_relaxed);
     syscall(SYS_futex, reinterpret_cast<uint32_t*>(&word), FUTEX_WAKE, INT32_MAX, nullptr, nullptr,
             0);
   }
@@ -115,15 +115,14 @@ std::string closed_without_joining(int rank, uint64_t number, int peer) {
          "different sequences of calls";
 }
 
-void announce_collective(const transport::shm::ShmMesh& mesh, int rank, uint64_t number,
-                         uint32_t signature) {
-  auto& h = mesh.segment_of(rank).header();
-  h.op_announced.store(static_cast<uint64_t>(static_cast<uint32_t>(number + 1)) << 32 | signature,
-                       std::memory_order_release);
+void announce_collective(const FlatMemory& memory, int rank, uint64_t number, uint32_t signature) {
+  memory.of(rank).words().announced.store(
+      static_cast<uint64_t>(static_cast<uint32_t>(number + 1)) << 32 | signature,
+      std::memory_order_release);
 }
 
-Announcement announced_by(const transport::shm::ShmMesh& mesh, int peer, uint64_t number) {
-  const uint64_t word = mesh.segment_of(peer).header().op_announced.load(std::memory_order_acquire);
+Announcement announced_by(const FlatMemory& memory, int peer, uint64_t number) {
+  const uint64_t word = memory.of(peer).words().announced.load(std::memory_order_acquire);
   return {
       static_cast<int32_t>(static_cast<uint32_t>(word >> 32) - static_cast<uint32_t>(number + 1)),
       static_cast<uint32_t>(word)};
@@ -171,7 +170,7 @@ bool flat_direct(const algorithms::CollectiveArgs& a, uint64_t slot_bytes, uint6
 bool flat_queued(const algorithms::CollectiveArgs& a, uint64_t slot_bytes, uint64_t direct_bytes) {
   const uint64_t bytes = a.count * size_of(a.dtype);
   return a.collective == Collective::broadcast && a.size > 1 && bytes > 0 &&
-         bytes <= std::min(transport::shm::Segment::kQueuedBytes, slot_bytes) &&
+         bytes <= std::min(FlatRegion::kQueuedBytes, slot_bytes) &&
          !flat_direct(a, slot_bytes, direct_bytes);
 }
 
@@ -191,11 +190,10 @@ bool flat_fits(const algorithms::CollectiveArgs& a, uint64_t slot_bytes, uint64_
   return a.size > 1 && bytes > 0 && bytes <= slot_bytes;
 }
 
-FlatCollective::FlatCollective(const transport::shm::ShmMesh& mesh,
-                               const algorithms::CollectiveArgs& args, uint32_t seq,
-                               uint64_t op_number, uint32_t signature, const void* input,
-                               void* output)
-    : mesh_(mesh),
+FlatCollective::FlatCollective(const FlatMemory& memory, const algorithms::CollectiveArgs& args,
+                               uint32_t seq, uint64_t op_number, uint32_t signature,
+                               const void* input, void* output)
+    : memory_(memory),
       args_(args),
       seq_(seq),
       op_number_(op_number),
@@ -203,10 +201,10 @@ FlatCollective::FlatCollective(const transport::shm::ShmMesh& mesh,
       input_(input),
       output_(output),
       es_(size_of(args.dtype)),
-      direct_(flat_direct(args, mesh.flat_bytes(), mesh.flat_direct_bytes())),
+      direct_(flat_direct(args, memory.slot_bytes(), memory.direct_bytes())),
       reduces_(reduces(args.collective)),
-      queued_(flat_queued(args, mesh.flat_bytes(), mesh.flat_direct_bytes())) {
-  announce_collective(mesh, args.rank, op_number, signature);
+      queued_(flat_queued(args, memory.slot_bytes(), memory.direct_bytes())) {
+  announce_collective(memory, args.rank, op_number, signature);
 }
 
 void FlatCollective::mismatch(int peer, const std::string& what) const {
@@ -223,19 +221,17 @@ void FlatCollective::watch_peer() const {
 }
 
 void FlatCollective::watch(int q) const {
-  const auto [announced, signature] = announced_by(mesh_, q, op_number_);
+  const auto [announced, signature] = announced_by(memory_, q, op_number_);
   // A peer in this same collective with another signature issued a different call (perhaps
   // one that is not flat, so it would never publish here)...
   if (announced == 0 && signature != signature_)
     mismatch(q, "entered this collective with different arguments");
   // ...and one already past it did not run it as this flat collective: it publishes before it
   // announces the next one, so its input would be visible now.
-  if (announced > 0 && stage_ == Stage::combine &&
-      !reached(mesh_.segment_of(q).flat_slot(seq_).seq, seq_))
+  if (announced > 0 && stage_ == Stage::combine && !reached(memory_.of(q).slot(seq_).seq, seq_))
     mismatch(q,
              "moved past this collective without publishing its input: it issued a different call");
-  if (announced > 0 && stage_ == Stage::take &&
-      !reached(mesh_.segment_of(q).flat_entry(seq_).seq, seq_))
+  if (announced > 0 && stage_ == Stage::take && !reached(memory_.of(q).entry(seq_).seq, seq_))
     mismatch(q, "moved past this broadcast without queuing its data: it issued a different call");
 }
 
@@ -260,49 +256,49 @@ bool FlatCollective::advance() {
       stage_ = Stage::take;
     } else {
       // The root: into the queue entry, then done (room() made sure the entry is free).
-      const auto& mine = mesh_.segment_of(args_.rank);
+      const auto& mine = memory_.of(args_.rank);
       const uint64_t bytes = args_.count * es_;
-      FlatSlotHeader& entry = mine.flat_entry(seq_);
+      FlatSlotHeader& entry = mine.entry(seq_);
       entry.signature = signature_;
       entry.bytes = bytes;
-      std::memcpy(mine.flat_entry_data(seq_), input_, bytes);
-      raise(mine.header(), entry.seq, seq_);
+      std::memcpy(mine.entry_data(seq_), input_, bytes);
+      raise(mine.words(), entry.seq, seq_);
       if (output_ != input_) std::memcpy(output_, input_, bytes);
-      raise(mine.header(), mine.header().flat_queued_done, seq_);
+      raise(mine.words(), mine.words().queued_done, seq_);
       return true;
     }
   }
   if (stage_ == Stage::take) return take();
   if (stage_ == Stage::publish) {
-    const auto& mine = mesh_.segment_of(args_.rank);
-    FlatSlotHeader& slot = mine.flat_slot(seq_);
+    const auto& mine = memory_.of(args_.rank);
+    FlatSlotHeader& slot = mine.slot(seq_);
     const uint64_t bytes = flat_published_bytes(args_);
     slot.signature = signature_;
     slot.bytes = bytes;
     if (direct_) {
       const DirectAddresses where{reinterpret_cast<uintptr_t>(input_),
                                   reinterpret_cast<uintptr_t>(output_)};
-      std::memcpy(mine.flat_data(seq_), &where, sizeof where);
+      std::memcpy(mine.slot_data(seq_), &where, sizeof where);
     } else if (bytes > 0) {
-      std::memcpy(mine.flat_data(seq_), input_, bytes);
+      std::memcpy(mine.slot_data(seq_), input_, bytes);
     }
-    raise(mine.header(), slot.seq, seq_);
+    raise(mine.words(), slot.seq, seq_);
     stage_ = Stage::combine;
     step_ = 0;
   }
-  auto& header = mesh_.segment_of(args_.rank).header();
+  auto& words = memory_.of(args_.rank).words();
   if (stage_ == Stage::combine) {
     if (!combine()) return false;
     // Every peer published this call, so it is done with the one before.
-    uint32_t& known = mesh_.flat_known_done();
+    uint32_t& known = memory_.known_done();
     if (static_cast<int32_t>(seq_ - 1 - known) > 0) known = seq_ - 1;
     if (direct_) {
       // Everything this rank reads of the peers' buffers is read (and, all_reduce, everything
       // it writes into them written).
-      raise(header, header.flat_read, seq_);
+      raise(words, words.read, seq_);
       stage_ = Stage::release;
     } else if (args_.collective == Collective::all_reduce && args_.count * es_ > kWholeBytes) {
-      raise(header, header.flat_done, seq_);  // a slice reduced for the peers to copy
+      raise(words, words.done, seq_);  // a slice reduced for the peers to copy
       stage_ = Stage::gather;
     } else {
       return true;
@@ -317,17 +313,16 @@ bool FlatCollective::advance() {
 // used two calls back; (the root of a queued broadcast) its queue entry, kQueueEntries calls
 // back — every peer must be done with that call. After a call that waited for every peer this
 // rank knows they are (they all entered it); only queued broadcasts in between leave that
-// unknown, and then each peer's flat_queued_done tells (every call since is a queued one, which
+// unknown, and then each peer's queued_done tells (every call since is a queued one, which
 // each peer marks when done, so the wait ends).
 bool FlatCollective::room() {
   if (queued_ && args_.rank != args_.root) return true;  // writes nothing of its own
-  uint32_t& known = mesh_.flat_known_done();
-  room_for_ = seq_ - (queued_ ? transport::shm::Segment::kQueueEntries : 2);
+  uint32_t& known = memory_.known_done();
+  room_for_ = seq_ - (queued_ ? FlatRegion::kQueueEntries : 2);
   if (static_cast<int32_t>(known - room_for_) >= 0) return true;
   for (; step_ < args_.size; ++step_) {
     const int q = peer_at(step_);
-    if (q != args_.rank && !reached(mesh_.segment_of(q).header().flat_queued_done, room_for_))
-      return false;
+    if (q != args_.rank && !reached(memory_.of(q).words().queued_done, room_for_)) return false;
   }
   known = room_for_;
   return true;
@@ -335,13 +330,13 @@ bool FlatCollective::room() {
 
 // (queued broadcast, not the root) Copies the root's queue entry and marks the call done.
 bool FlatCollective::take() {
-  const auto& root = mesh_.segment_of(args_.root);
-  const FlatSlotHeader& entry = root.flat_entry(seq_);
+  const auto& root = memory_.of(args_.root);
+  const FlatSlotHeader& entry = root.entry(seq_);
   if (!reached(entry.seq, seq_)) return false;
   check_slot(args_.root, entry);
-  std::memcpy(output_, root.flat_entry_data(seq_), args_.count * es_);
-  auto& mine = mesh_.segment_of(args_.rank).header();
-  raise(mine, mine.flat_queued_done, seq_);
+  std::memcpy(output_, root.entry_data(seq_), args_.count * es_);
+  auto& mine = memory_.of(args_.rank).words();
+  raise(mine, mine.queued_done, seq_);
   return true;
 }
 
@@ -356,11 +351,11 @@ void FlatCollective::push(int q, uint64_t offset, const void* from, uint64_t len
 
 void FlatCollective::copy_with(int q, uint64_t offset, void* to, const void* from,
                                uint64_t len) const {
-  const auto& seg = mesh_.segment_of(q);
+  const auto& seg = memory_.of(q);
   DirectAddresses where{};
-  std::memcpy(&where, seg.flat_data(seq_), sizeof where);
+  std::memcpy(&where, seg.slot_data(seq_), sizeof where);
   std::string error;
-  const int pid = seg.header().pid;
+  const int pid = memory_.pid_of(q);
   if (to ? transport::shm::pull_from(pid, where.input + offset, to, len, error)
          : transport::shm::push_to(pid, where.output + offset, from, len, error))
     return;
@@ -369,7 +364,7 @@ void FlatCollective::copy_with(int q, uint64_t offset, void* to, const void* fro
                            std::to_string(op_number_);
   // A peer whose call failed leaves its note before it returns (and its user may free the
   // buffers): the note is the cause.
-  if (const auto note = transport::shm::abort_note_of(seg.header()))
+  if (const auto note = transport::shm::abort_note_of(memory_.mesh().segment_of(q).header()))
     throw_error(note->code,
                 call + ": rank " + std::to_string(q) + " failed and reported: " + note->message,
                 note->culprit);
@@ -417,7 +412,7 @@ bool FlatCollective::combine() {
     lo = algorithms::block_begin(count, p, me);
     hi = algorithms::block_begin(count, p, me + 1);
     // Direct: reduced in place in the output, and written from there into the peers'.
-    dst = direct_ ? dst + lo * es_ : mesh_.segment_of(me).flat_result(seq_) + lo * es_;
+    dst = direct_ ? dst + lo * es_ : memory_.of(me).result(seq_) + lo * es_;
   } else if (c == Collective::reduce_scatter) {
     lo = static_cast<uint64_t>(me) * count;
     hi = lo + count;
@@ -427,13 +422,13 @@ bool FlatCollective::combine() {
   const bool takes_data = c != Collective::reduce || me == args_.root;
   for (; step_ < p; ++step_) {
     const int q = peer_at(step_);
-    const auto& seg = mesh_.segment_of(q);
-    const FlatSlotHeader& slot = seg.flat_slot(seq_);
+    const auto& seg = memory_.of(q);
+    const FlatSlotHeader& slot = seg.slot(seq_);
     if (q != me && !reached(slot.seq, seq_)) return false;
     check_slot(q, slot);
     // Our own contribution is read from the input where that is safe and hot: a copy (the
     // output may alias the input, then there is nothing to copy), not a reduction.
-    const uint8_t* data = seg.flat_data(seq_) + lo * es_;
+    const uint8_t* data = seg.slot_data(seq_) + lo * es_;
     const void* from = q == me ? input_ : data;
     if (c == Collective::broadcast) {
       if (q != args_.root || output_ == from) continue;
@@ -470,12 +465,12 @@ bool FlatCollective::combine() {
 bool FlatCollective::gather() {
   for (; step_ < args_.size; ++step_) {
     const int q = peer_at(step_);
-    const auto& seg = mesh_.segment_of(q);
-    if (q != args_.rank && !reached(seg.header().flat_done, seq_)) return false;
+    const auto& seg = memory_.of(q);
+    if (q != args_.rank && !reached(seg.words().done, seq_)) return false;
     const uint64_t b = algorithms::block_begin(args_.count, args_.size, q);
     const uint64_t e = algorithms::block_begin(args_.count, args_.size, q + 1);
     if (e > b)
-      std::memcpy(static_cast<uint8_t*>(output_) + b * es_, seg.flat_result(seq_) + b * es_,
+      std::memcpy(static_cast<uint8_t*>(output_) + b * es_, seg.result(seq_) + b * es_,
                   (e - b) * es_);
   }
   return true;
@@ -488,7 +483,7 @@ bool FlatCollective::release() {
   if (args_.collective == Collective::broadcast && args_.rank != args_.root) return true;
   for (; step_ < args_.size; ++step_) {
     const int q = peer_at(step_);
-    if (q != args_.rank && !reached(mesh_.segment_of(q).header().flat_read, seq_)) return false;
+    if (q != args_.rank && !reached(memory_.of(q).words().read, seq_)) return false;
   }
   return true;
 }
@@ -500,14 +495,14 @@ void FlatCollective::run(const std::function<void(int)>& check) {
   };
   while (!advance()) {
     const int q = waiting_for();
-    const auto& peer = mesh_.segment_of(q);
-    auto& word = stage_ == Stage::room      ? peer.header().flat_queued_done
-                 : stage_ == Stage::take    ? peer.flat_entry(seq_).seq
-                 : stage_ == Stage::combine ? peer.flat_slot(seq_).seq
-                 : stage_ == Stage::gather  ? peer.header().flat_done
-                                            : peer.header().flat_read;
-    wait_for(peer.header(), word, stage_ == Stage::room ? room_for_ : seq_, q,
-             mesh_.oversubscribed(), watch_and_check);
+    const auto& peer = memory_.of(q);
+    auto& word = stage_ == Stage::room      ? peer.words().queued_done
+                 : stage_ == Stage::take    ? peer.entry(seq_).seq
+                 : stage_ == Stage::combine ? peer.slot(seq_).seq
+                 : stage_ == Stage::gather  ? peer.words().done
+                                            : peer.words().read;
+    wait_for(peer.words(), word, stage_ == Stage::room ? room_for_ : seq_, q,
+             memory_.oversubscribed(), watch_and_check);
   }
 }
 

@@ -16,7 +16,7 @@
 // straight into its output; a reduce_scatter reduces its block of every peer's input, a
 // cache-sized piece at a time, each piece over every peer while it is in cache; an all_reduce
 // reduces its slice alike into its own output and writes each reduced piece, still in cache,
-// into every peer's output (process_vm_writev). Each rank then raises `flat_read`, and returns
+// into every peer's output (process_vm_writev). Each rank then raises `read`, and returns
 // once every peer raised it (its buffers are the user's again). This path has no size limit
 // (nothing goes through the slot) and each element is still reduced by one rank only, in the
 // same order for every call.
@@ -25,7 +25,7 @@
 // and the next rule holds.
 // Queued broadcasts (up to 4 KiB) are the exception: the root copies the data into an entry
 // of its queue (16 entries, by call number) and returns; the others copy it out and mark the
-// call done in their flat_queued_done. Nobody else waits, so calls overlap the way eager
+// call done in their queued_done. Nobody else waits, so calls overlap the way eager
 // messages do: a root is ahead by up to 16 calls, a rank that overwrites anything afterwards
 // (the root its entry 16 calls on, anyone its slot) first waits for every peer's mark (room).
 // The root checks nobody: the next call whose ranks compare signatures compares this one's
@@ -40,7 +40,7 @@
 #include <string>
 
 #include "algorithms/schedule.hpp"
-#include "transport/shm/shm_mesh.hpp"
+#include "comm/flat_memory.hpp"
 
 namespace shoal::comm {
 
@@ -48,28 +48,27 @@ namespace shoal::comm {
 std::string closed_without_joining(int rank, uint64_t number, int peer);
 
 /// Announces, in this rank's segment, the collective it enters (engine or flat alike).
-void announce_collective(const transport::shm::ShmMesh& mesh, int rank, uint64_t number,
-                         uint32_t signature);
+void announce_collective(const FlatMemory& memory, int rank, uint64_t number, uint32_t signature);
 /// Where `peer` is relative to collective `number`: before it (< 0), in it (0, with the
 /// signature it entered with) or past it (> 0).
 struct Announcement {
   int32_t relative;
   uint32_t signature;
 };
-Announcement announced_by(const transport::shm::ShmMesh& mesh, int peer, uint64_t number);
+Announcement announced_by(const FlatMemory& memory, int peer, uint64_t number);
 
 /// Bytes a rank publishes in its slot for `a` (the flat path is possible when they fit).
 uint64_t flat_published_bytes(const algorithms::CollectiveArgs& a);
 /// The size every rank judges a flat call by, alike on all ranks: the input per rank (the
 /// root's, in a broadcast; the whole input of `size` blocks, in a reduce_scatter).
 uint64_t flat_decision_bytes(const algorithms::CollectiveArgs& a);
-/// Whether `a` runs direct (by address), given the mesh's flat_bytes() and flat_direct_bytes()
+/// Whether `a` runs direct (by address), given FlatMemory's slot_bytes() and direct_bytes()
 /// (the same on every rank): all_gather, broadcast and reduce_scatter from `direct_bytes` of
 /// input per rank, all_reduce from there but only beyond the slots.
 bool flat_direct(const algorithms::CollectiveArgs& a, uint64_t slot_bytes, uint64_t direct_bytes);
-/// Whether `a` is a queued broadcast (up to Segment::kQueuedBytes, and within the slots): the
+/// Whether `a` is a queued broadcast (up to FlatRegion::kQueuedBytes, within the slots): the
 /// root leaves the data in its queue and returns; each other rank copies it from there. Only
-/// those two wait for each other, so a root runs up to Segment::kQueueEntries calls ahead.
+/// those two wait for each other, so a root runs up to FlatRegion::kQueueEntries calls ahead.
 bool flat_queued(const algorithms::CollectiveArgs& a, uint64_t slot_bytes, uint64_t direct_bytes);
 /// Whether `a` has a flat version: one that fits slots of `slot_bytes`, or a direct one.
 bool flat_fits(const algorithms::CollectiveArgs& a, uint64_t slot_bytes, uint64_t direct_bytes);
@@ -78,9 +77,8 @@ bool flat_fits(const algorithms::CollectiveArgs& a, uint64_t slot_bytes, uint64_
 /// collective number `op_number` of the communicator, with `signature`.
 class FlatCollective {
  public:
-  FlatCollective(const transport::shm::ShmMesh& mesh, const algorithms::CollectiveArgs& args,
-                 uint32_t seq, uint64_t op_number, uint32_t signature, const void* input,
-                 void* output);
+  FlatCollective(const FlatMemory& memory, const algorithms::CollectiveArgs& args, uint32_t seq,
+                 uint64_t op_number, uint32_t signature, const void* input, void* output);
   /// Does what can be done without waiting; true once finished. Throws MismatchError when a
   /// peer published a different call.
   bool advance();
@@ -109,10 +107,10 @@ class FlatCollective {
   void copy_with(int q, uint64_t offset, void* to, const void* from, uint64_t len) const;
   void reduce_direct(uint64_t lo, uint64_t n, uint8_t* dst) const;
   void watch(int q) const;
-  void check_slot(int q, const transport::shm::FlatSlotHeader& slot) const;
+  void check_slot(int q, const FlatSlotHeader& slot) const;
   [[noreturn]] void mismatch(int peer, const std::string& what) const;
 
-  const transport::shm::ShmMesh& mesh_;
+  const FlatMemory& memory_;
   const algorithms::CollectiveArgs args_;
   const uint32_t seq_;
   const uint64_t op_number_;

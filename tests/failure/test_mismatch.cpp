@@ -207,14 +207,18 @@ TEST_P(Mismatch, RaisesMismatchErrorNamingBothSidesOnEveryRank) {
         o.timeout = 30s;  // detection must come from comparing the calls, far sooner
         Communicator comm = Communicator::create(j.store(), rank, ranks, o);
         // The path must be the one named (else the case tests another).
-        const auto* shm = shoal::detail::Internals::of(comm).engine->shm();
-        const bool all_shm = shm && shm->all_ranks_share_memory();
+        const auto& engine = *shoal::detail::Internals::of(comm).engine;
+        const auto* shm = engine.shm();
+        const auto* flat_memory = engine.flat();  // where every rank shares memory
+        const bool all_shm = flat_memory != nullptr;
         if ((c.path == Path::direct || c.path == Path::queued || c.path == Path::slots) && !all_shm)
           return 10;
-        if (c.path == Path::direct && shm->flat_direct_bytes() == UINT64_MAX)
+        if (c.path == Path::direct && flat_memory->direct_bytes() == UINT64_MAX)
           return 11;  // no cross-memory attach
         if ((c.path == Path::schedules_tcp || hier) && all_shm) return 12;
-        if (c.path == Path::schedules_rings && (!shm || shm->flat_bytes() != 0)) return 13;
+        if (c.path == Path::schedules_rings &&
+            (!shm || !flat_memory || flat_memory->slot_bytes() != 0))
+          return 13;
         if (hier && comm.num_hosts() != 2) return 14;
         comm.barrier();
         const auto& planner = *shoal::detail::Internals::of(comm).planner;

@@ -59,37 +59,15 @@ std::string segment_name(uint64_t comm_id, int rank) {
   return buf;
 }
 
-namespace {
-// A flat slot: its header, then flat_bytes of data, rounded up to whole cache lines.
-size_t slot_stride(uint64_t flat_bytes) {
-  return (Segment::kFlatSlotHeader + flat_bytes + 63) / 64 * 64;
-}
-}  // namespace
-
-size_t Segment::bytes_for(uint32_t rings, uint64_t ring_bytes, uint64_t flat_bytes) {
+size_t Segment::bytes_for(uint32_t rings, uint64_t ring_bytes, uint64_t region_bytes) {
   return sizeof(SegmentHeader) + static_cast<size_t>(rings) * (sizeof(RingHeader) + ring_bytes) +
-         2 * slot_stride(flat_bytes) + 2 * flat_bytes + kQueueEntries * slot_stride(kQueuedBytes);
+         region_bytes;
 }
 
-FlatSlotHeader& Segment::flat_slot(uint32_t parity) const {
+uint8_t* Segment::region() const {
   const auto& h = header();
-  uint8_t* p = base_ + sizeof(SegmentHeader) +
-               static_cast<size_t>(h.rings) * (sizeof(RingHeader) + h.ring_bytes) +
-               (parity & 1) * slot_stride(h.flat_bytes);
-  return *reinterpret_cast<FlatSlotHeader*>(p);
-}
-
-uint8_t* Segment::flat_result(uint32_t parity) const {
-  const auto& h = header();
-  return reinterpret_cast<uint8_t*>(&flat_slot(0)) + 2 * slot_stride(h.flat_bytes) +
-         (parity & 1) * h.flat_bytes;
-}
-
-FlatSlotHeader& Segment::flat_entry(uint32_t seq) const {
-  // The queue follows the two result areas.
-  uint8_t* p =
-      flat_result(0) + 2 * header().flat_bytes + (seq % kQueueEntries) * slot_stride(kQueuedBytes);
-  return *reinterpret_cast<FlatSlotHeader*>(p);
+  return base_ + sizeof(SegmentHeader) +
+         static_cast<size_t>(h.rings) * (sizeof(RingHeader) + h.ring_bytes);
 }
 
 RingHeader& Segment::ring(uint32_t slot) const {

@@ -35,7 +35,7 @@ Mode transport_mode() {
 }
 
 ShmMesh::ShmMesh(Store& store, const std::string& prefix, int rank, const std::vector<int>& host_of,
-                 uint64_t comm_id, int host_cores)
+                 uint64_t comm_id, const RegionSpec& region)
     : rank_(rank) {
   const int size = static_cast<int>(host_of.size());
   use_.assign(size, false);
@@ -48,17 +48,7 @@ ShmMesh::ShmMesh(Store& store, const std::string& prefix, int rank, const std::v
   if (mode == Mode::tcp_only || nlocal == 1) return;
 
   ring_bytes_ = std::bit_ceil(std::max<uint64_t>(4096, config::get_bytes("SHOAL_SHM_RING_BYTES")));
-  // Flat collectives' capacity: the same on every rank (a different value fails the mapping).
-  flat_bytes_ = (config::get_bytes("SHOAL_FLAT_MAX_BYTES") + 63) / 64 * 64;
-  // Direct flat collectives: with more ranks than cores only beyond the slots (there the
-  // copy they save is worth less than the wait for every reader, which forces every rank onto
-  // a core before any returns: measured in docs/benchmarks.md).
-  const uint64_t direct = config::get_bytes("SHOAL_FLAT_DIRECT_BYTES");
-  oversubscribed_ = nlocal > (host_cores > 0 ? host_cores : sysconf(_SC_NPROCESSORS_ONLN));
-  direct_bytes_ = flat_bytes_ == 0 || direct == 0 ? 0
-                  : oversubscribed_               ? std::max(direct, flat_bytes_ + 1)
-                                                  : direct;
-  const size_t bytes = Segment::bytes_for(static_cast<uint32_t>(nlocal), ring_bytes_, flat_bytes_);
+  const size_t bytes = Segment::bytes_for(static_cast<uint32_t>(nlocal), ring_bytes_, region.bytes);
   sweep_orphans();
   try {
     std::string my_name;
@@ -69,8 +59,8 @@ ShmMesh::ShmMesh(Store& store, const std::string& prefix, int rank, const std::v
       h->comm_id = comm_id;
       h->ring_bytes = ring_bytes_;
       h->rings = static_cast<uint32_t>(nlocal);
-      h->flat_bytes = flat_bytes_;
-      h->flat_direct_bytes = direct_bytes_;
+      h->region_bytes = region.bytes;
+      h->region_check = region.check;
       h->pid = getpid();
       h->pid_namespace = own_pid_namespace();
       h->probe_address = reinterpret_cast<uint64_t>(&kProbe);
@@ -95,12 +85,8 @@ ShmMesh::ShmMesh(Store& store, const std::string& prefix, int rank, const std::v
           SHOAL_THROW(Internal, "shared memory "
                                     << name << " does not belong to rank " << q
                                     << " (or SHOAL_SHM_RING_BYTES differs between ranks)");
-        if (h.flat_bytes != flat_bytes_ || h.flat_direct_bytes != direct_bytes_)
-          SHOAL_THROW(
-              Internal,
-              "SHOAL_FLAT_MAX_BYTES or SHOAL_FLAT_DIRECT_BYTES (or the number of cores) differs "
-              "between this rank and rank "
-                  << q);
+        if (h.region_bytes != region.bytes || h.region_check != region.check)
+          SHOAL_THROW(Internal, region.what << " differs between this rank and rank " << q);
         // Before our map is published: a peer reads can_pull only after it sees the map.
         if (local_index_[q] < 256 && can_read_probe(seg->header()))
           mine_->header().can_pull[local_index_[q]] = 1;
@@ -123,7 +109,7 @@ ShmMesh::ShmMesh(Store& store, const std::string& prefix, int rank, const std::v
       for (int j = 0; j < size && all_shared_; ++j)
         if (i != j) all_shared_ = static_cast<int>(maps[i].size()) > j && maps[i][j] == '1';
     // Each rank wrote its can_pull row before its map, and every map is read: all agree.
-    all_pull_ = all_shared_ && size <= 256 && direct_bytes_ > 0;
+    all_pull_ = all_shared_ && size <= 256;
     for (int r = 0; r < size && all_pull_; ++r)
       for (int q = 0; q < size && all_pull_; ++q)
         if (q != r) all_pull_ = segment_of(r).header().can_pull[q] != 0;

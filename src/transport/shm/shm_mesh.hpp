@@ -14,16 +14,24 @@
 namespace shoal::transport::shm {
 
 enum class Mode { automatic, tcp_only, shm_only };
+
+/// A region the layer above lays out in every segment after the rings (the flat collectives':
+/// comm/flat_memory.hpp). The transport maps it and checks that every peer's has the same size
+/// and `check`; `what` names the settings a difference comes from.
+struct RegionSpec {
+  uint64_t bytes = 0;
+  uint64_t check = 0;
+  std::string what = "the shared region's settings";
+};
 /// SHOAL_TRANSPORT, parsed (InvalidArgumentError for another value).
 Mode transport_mode();
 
 class ShmMesh {
  public:
-  /// `host_of[r]` is rank r's host index; `host_cores`: the CPUs this host's ranks may run on,
-  /// equal on all of them (0: the CPUs online). Returns a mesh even when no pair uses shared
-  /// memory.
+  /// `host_of[r]` is rank r's host index; `region`: what every segment holds after the rings.
+  /// Returns a mesh even when no pair uses shared memory.
   ShmMesh(Store& store, const std::string& prefix, int rank, const std::vector<int>& host_of,
-          uint64_t comm_id, int host_cores = 0);
+          uint64_t comm_id, const RegionSpec& region = {});
   ~ShmMesh();
 
   bool uses_shm(int peer) const {
@@ -33,24 +41,17 @@ class ShmMesh {
   /// The stream to `peer` over shared memory, taking ownership of its TCP socket.
   std::unique_ptr<RingStream> stream_to(int peer, int socket_fd);
   /// True on every rank when all ranks share this host and every pair maps the other's
-  /// segment: then flat collectives (src/comm/flat.cpp) may be used. The same on all ranks.
+  /// segment (then every rank's region is mapped here). The same on all ranks.
   bool all_ranks_share_memory() const { return all_shared_; }
-  /// From how many bytes of input per rank a flat collective may run direct, its buffers read
-  /// in place by the peers with process_vm_readv (SHOAL_FLAT_DIRECT_BYTES, raised beyond the
-  /// slots on a host of more ranks than cores; comm/flat.hpp's flat_direct() decides per
-  /// collective); UINT64_MAX unless all ranks share memory and each can read every other's
-  /// (probed at set-up). The same on all ranks.
-  uint64_t flat_direct_bytes() const { return all_pull_ ? direct_bytes_ : UINT64_MAX; }
-  /// More ranks on this host than it has cores.
-  bool oversubscribed() const { return oversubscribed_; }
+  /// All ranks share memory and each can read and write every other's with process_vm_readv
+  /// and process_vm_writev (probed at set-up). The same on all ranks.
+  bool all_can_pull() const { return all_pull_; }
+  /// The communicator's ranks.
+  int size() const { return static_cast<int>(use_.size()); }
   /// Rank r's segment (this rank's own included); only when all_ranks_share_memory().
   const Segment& segment_of(int r) const { return r == rank_ ? *mine_ : *peers_[r]; }
   /// This rank's own segment header (null without shared memory).
   SegmentHeader* own_header() const { return mine_ ? &mine_->header() : nullptr; }
-  /// The last flat collective that this rank knows every peer has finished (comm/flat.cpp:
-  /// after one it waited for every peer in, the one before; after queued broadcasts, what it
-  /// saw in their flat_queued_done). Flat collectives of this communicator run one at a time.
-  uint32_t& flat_known_done() const { return flat_known_done_; }
   /// This rank's "my progress thread sleeps" flag (null without shared memory).
   std::atomic<uint32_t>* sleeping_flag() const {
     return mine_ ? &mine_->header().sleeping : nullptr;
@@ -64,15 +65,9 @@ class ShmMesh {
   std::vector<bool> use_;
   bool all_shared_ = false;
   bool all_pull_ = false;
-  bool oversubscribed_ = false;
   uint64_t ring_bytes_ = 0;
-  uint64_t flat_bytes_ = 0;
-  uint64_t direct_bytes_ = 0;
-  mutable uint32_t flat_known_done_ = 0;
 
  public:
-  /// Data capacity of the flat collectives' slots (SHOAL_FLAT_MAX_BYTES, rounded up).
-  uint64_t flat_bytes() const { return flat_bytes_; }
   std::unique_ptr<Segment> mine_;
   std::vector<std::unique_ptr<Segment>> peers_;
 };
