@@ -1,4 +1,4 @@
-// shoal-chaos: a bounded chaos soak (issue 8, item 6). A driver hosts the rendezvous store and
+// shoal-chaos: a bounded chaos soak. A driver hosts the rendezvous store and
 // runs N worker processes that issue random collectives and verify every result exactly, while
 // it kills (SIGKILL), freezes (SIGSTOP ... SIGCONT) and cuts (ss -K, one TCP connection between
 // two workers) them, one fault at a time. Survivors shrink and continue; restarted workers
