@@ -9,6 +9,7 @@
 #include "algorithms/schedule.hpp"
 #include "comm/agreement.hpp"
 #include "comm/engine.hpp"
+#include "comm/executor.hpp"
 #include "comm/hierarchical.hpp"
 #include "comm/plan.hpp"
 #include "comm/request.hpp"
@@ -24,7 +25,7 @@ class CommImpl {
 
   /// Runs one call: checks its arguments (InvalidArgumentError before anything is sent), plans
   /// it (comm/plan.hpp) and starts it on the executor the plan names.
-  Work call(comm::Request request);
+  Work call(const comm::Request& request);
   /// The row `call` names for `collective` (null when it names none); InvalidArgumentError
   /// for a name the registry does not have for that collective.
   const algorithms::AlgorithmInfo* forced_algorithm(algorithms::Collective collective,
@@ -72,8 +73,6 @@ class CommImpl {
   // ---- split and hierarchical collectives (comm/split.cpp, comm/hierarchical.cpp) ----
   /// The child of Communicator::split (collective); empty for a negative color.
   Communicator split(int color, int key);
-  /// The hierarchy's executor: starts `request` there (made at the first hierarchical call).
-  Work run_hierarchical(const comm::Request& request);
   /// Keeps issue order: waits for hierarchical work issued before (one load when there is none).
   void fence_hierarchical() {
     if (hierarchy && hierarchy->pending()) hierarchy->drain();
@@ -105,9 +104,8 @@ class CommImpl {
 
   /// The arguments of a call, checked (InvalidArgumentError); buffers and in_place not set.
   algorithms::CollectiveArgs checked_args(const comm::Request& r) const;
-  /// The flat executor, on the caller's thread (a blocking call with nothing in flight).
-  Work run_flat_here(const comm::OpRequest& request);
-  uint32_t flat_seq_ = 0;
+  /// One per path of the planner (comm/executor.hpp), by comm::Path.
+  std::array<std::unique_ptr<comm::Executor>, comm::kNumPaths> executors_;
   uint64_t unchecked_ = 0;  // CollectiveArgs::unchecked of the next call
 };
 

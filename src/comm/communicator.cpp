@@ -64,6 +64,12 @@ CommImpl::CommImpl(std::shared_ptr<Store> st, int r, int n, const Options& optio
     layout.flat_direct_bytes = flat->direct_bytes();
   }
   layout.hierarchy_fits = comm::hierarchy_fits(topology);
+  executors_[static_cast<int>(comm::Path::schedule)] =
+      std::make_unique<comm::ScheduleExecutor>(*engine);
+  executors_[static_cast<int>(comm::Path::flat)] =
+      std::make_unique<comm::FlatExecutor>(*engine, timeout);
+  executors_[static_cast<int>(comm::Path::hierarchy)] =
+      std::make_unique<comm::HierarchyExecutor>(*this);
   planner.emplace(layout, [this] {
     return tune::Dispatcher::from_environment(tune_context(),
                                               calibrated_params ? &*calibrated_params : nullptr);
@@ -209,10 +215,10 @@ algorithms::CollectiveArgs CommImpl::checked_args(const comm::Request& r) const 
   return a;
 }
 
-Work CommImpl::call(comm::Request r) {
+Work CommImpl::call(const comm::Request& r) {
   algorithms::CollectiveArgs a = checked_args(r);
   if (r.vectored) {
-    a.in_place = r.vectored_in_place;
+    a.in_place = r.vectored->in_place;
   } else {
     const auto name = algorithms::to_string(r.collective);
     const uint64_t in_bytes = algorithms::input_bytes(a), out_bytes = algorithms::output_bytes(a);
@@ -223,43 +229,17 @@ Work CommImpl::call(comm::Request r) {
     a.in_place = r.input != nullptr && r.input == r.output;
   }
   const comm::Plan plan = planner->plan(r, a);
-  if (plan.path == comm::Path::hierarchy) return run_hierarchical(r);
-  fence_hierarchical();  // issue order behind hierarchical work
-
-  comm::OpRequest req;
-  req.args = plan.args;
-  req.input = r.input;
-  req.output = r.output;
-  req.signature = algorithms::signature(plan.args);
-  // A queued broadcast's root checks nobody's call against its own: the next call carries
-  // its signature (which carries the ones before) for its ranks to compare. Any other
-  // collective compares every rank's, directly or along its schedule.
-  if (plan.queued)
-    unchecked_ = req.signature | uint64_t{1} << 32;
-  else if (r.collective != Collective::send && r.collective != Collective::recv)
-    unchecked_ = 0;
-  if (plan.path == comm::Path::schedule) {
-    req.input_pieces = std::move(r.input_pieces);
-    req.output_pieces = std::move(r.output_pieces);
-    return Work(engine->submit(req));
+  if (plan.path != comm::Path::hierarchy) {
+    fence_hierarchical();  // issue order behind hierarchical work
+    // A queued broadcast's root checks nobody's call against its own: the next call carries
+    // its signature (which carries the ones before) for its ranks to compare. Any other
+    // collective compares every rank's, directly or along its schedule.
+    if (plan.queued)
+      unchecked_ = plan.signature | uint64_t{1} << 32;
+    else if (r.collective != Collective::send && r.collective != Collective::recv)
+      unchecked_ = 0;
   }
-  req.flat_seq = ++flat_seq_;
-  if (r.vectored) {
-    // The shared-slot path reads and writes one buffer: the pieces are packed into one and the
-    // result copied out before the Work completes.
-    auto in = std::make_shared<std::vector<uint8_t>>(algorithms::input_bytes(a));
-    auto out =
-        a.in_place ? in : std::make_shared<std::vector<uint8_t>>(algorithms::output_bytes(a));
-    for (const auto& p : r.input_pieces) std::memcpy(in->data() + p.offset, p.data, p.bytes);
-    req.input = in->data();
-    req.output = out->data();
-    req.finish = [in, out, output = std::move(r.output_pieces)] {
-      for (const auto& p : output) std::memcpy(p.data, out->data() + p.offset, p.bytes);
-    };
-  } else if (r.blocking && engine->idle()) {
-    return run_flat_here(req);  // nothing in flight: on the caller's thread
-  }
-  return Work(engine->submit(req));
+  return executors_[static_cast<int>(plan.path)]->start(plan, r);
 }
 
 const algorithms::AlgorithmInfo* CommImpl::forced_algorithm(Collective collective,
@@ -271,59 +251,6 @@ const algorithms::AlgorithmInfo* CommImpl::forced_algorithm(Collective collectiv
                   << ": no algorithm '" << call->algorithm
                   << "' (CallOptions::algorithm; shoal-info --algorithms lists them)");
   return row;
-}
-
-// The Work of every blocking flat collective that succeeded (nothing to allocate per call).
-static const std::shared_ptr<WorkState>& succeeded_work() {
-  static const auto state = [] {
-    auto s = std::make_shared<WorkState>();
-    s->complete();
-    return s;
-  }();
-  return state;
-}
-
-static Work failed_work(std::exception_ptr e) {
-  auto state = std::make_shared<WorkState>();
-  state->complete(std::move(e));
-  return Work(state);
-}
-
-Work CommImpl::run_flat_here(const comm::OpRequest& req) {
-  const auto& a = req.args;
-  if (engine->broken()) return failed_work(engine->broken_error());
-  const uint64_t number = engine->reserve_collective_number();
-  // Checked only once the operation has to wait (so the fast path reads no clock).
-  comm::Clock::time_point deadline{};
-  auto check = [&](int waiting_for) {
-    if (engine->broken()) std::rethrow_exception(engine->broken_error());
-    if (engine->peer_closed(waiting_for))
-      throw PeerFailureError(comm::closed_without_joining(rank, number, waiting_for), waiting_for);
-    const auto now = comm::Clock::now();
-    if (deadline == comm::Clock::time_point{}) deadline = now + timeout;
-    if (now > deadline) {
-      std::ostringstream os;
-      os << "rank " << rank << ": " << algorithms::to_string(a.collective) << " #" << number << " ("
-         << a.count << " x " << to_string(a.dtype) << ", shared memory) did not finish within the "
-         << std::chrono::duration<double>(timeout).count()
-         << " s timeout (SHOAL_TIMEOUT), waiting for rank " << waiting_for
-         << ". Are all ranks alive and issuing the same calls in the same order?";
-      engine->break_from_caller(ErrorCode::Timeout, os.str(), waiting_for);
-      throw TimeoutError(os.str(), waiting_for);
-    }
-  };
-  try {
-    comm::FlatCollective flat(*engine->flat(), a, req.flat_seq, number, req.signature, req.input,
-                              req.output);
-    flat.run(check);
-  } catch (const Error& e) {
-    // The peers may still be waiting in this collective (for this rank's buffers, or for it
-    // to read theirs): a failed one breaks the communicator, so that they learn of it too
-    // (its abort note is in place before this returns: Engine::break_from_caller).
-    engine->break_from_caller(e.code(), e.what(), e.peer());
-    return failed_work(std::current_exception());
-  }
-  return Work(succeeded_work());
 }
 
 }  // namespace detail
@@ -374,7 +301,7 @@ Work Communicator::all_reduce_call(const void* send, void* recv, size_t count, D
   auto r = api_call(Collective::all_reduce, send, recv, count, dtype, op);
   r.blocking = blocking;
   r.forced = impl_->forced_algorithm(Collective::all_reduce, call);
-  return impl_->call(std::move(r));
+  return impl_->call(r);
 }
 Work Communicator::all_gather_async(const void* send, void* recv, size_t count, DataType dtype) {
   return all_gather_call(send, recv, count, dtype, false);
@@ -384,7 +311,7 @@ Work Communicator::all_gather_call(const void* send, void* recv, size_t count, D
   auto r = api_call(Collective::all_gather, send, recv, count, dtype);
   r.blocking = blocking;
   r.forced = impl_->forced_algorithm(Collective::all_gather, call);
-  return impl_->call(std::move(r));
+  return impl_->call(r);
 }
 Work Communicator::reduce_scatter_async(const void* send, void* recv, size_t count, DataType dtype,
                                         ReduceOp op) {
@@ -395,7 +322,7 @@ Work Communicator::reduce_scatter_call(const void* send, void* recv, size_t coun
   auto r = api_call(Collective::reduce_scatter, send, recv, count, dtype, op);
   r.blocking = blocking;
   r.forced = impl_->forced_algorithm(Collective::reduce_scatter, call);
-  return impl_->call(std::move(r));
+  return impl_->call(r);
 }
 Work Communicator::broadcast_async(const void* send, void* recv, size_t count, DataType dtype,
                                    int root) {
@@ -407,7 +334,7 @@ Work Communicator::broadcast_call(const void* send, void* recv, size_t count, Da
   auto r = api_call(Collective::broadcast, rank() == root ? send : nullptr, recv, count, dtype,
                     ReduceOp::sum, root);
   r.blocking = blocking;
-  return impl_->call(std::move(r));
+  return impl_->call(r);
 }
 Work Communicator::reduce_async(const void* send, void* recv, size_t count, DataType dtype,
                                 ReduceOp op, int root) {
@@ -418,7 +345,7 @@ Work Communicator::reduce_call(const void* send, void* recv, size_t count, DataT
   auto r =
       api_call(Collective::reduce, send, rank() == root ? recv : nullptr, count, dtype, op, root);
   r.blocking = blocking;
-  return impl_->call(std::move(r));
+  return impl_->call(r);
 }
 Work Communicator::all_to_all_async(const void* send, void* recv, size_t count, DataType dtype) {
   return impl_->call(api_call(Collective::all_to_all, send, recv, count, dtype));
@@ -440,13 +367,13 @@ Work Communicator::send_async(const void* buf, size_t count, DataType dtype, int
   auto r = api_call(Collective::send, buf, nullptr, count, dtype);
   r.peer = peer;
   r.tag = tag;
-  return impl_->call(std::move(r));
+  return impl_->call(r);
 }
 Work Communicator::recv_async(void* buf, size_t count, DataType dtype, int peer, int tag) {
   auto r = api_call(Collective::recv, nullptr, buf, count, dtype);
   r.peer = peer;
   r.tag = tag;
-  return impl_->call(std::move(r));
+  return impl_->call(r);
 }
 
 std::string Communicator::describe() const {

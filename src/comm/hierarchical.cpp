@@ -359,17 +359,4 @@ void Hierarchy::reduce_scatter(const Request& c) {
 
 }  // namespace comm
 
-namespace detail {
-
-Work CommImpl::run_hierarchical(const comm::Request& request) {
-  if (engine->broken()) {  // the groups would not know yet
-    auto state = std::make_shared<WorkState>();
-    state->complete(engine->broken_error());
-    return Work(state);
-  }
-  if (!hierarchy) hierarchy = std::make_unique<comm::Hierarchy>(*this);
-  return hierarchy->run(request);
-}
-
-}  // namespace detail
 }  // namespace shoal

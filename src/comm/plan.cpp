@@ -72,12 +72,14 @@ bool Planner::flat_eligible(const Request& r, const algorithms::CollectiveArgs& 
   return in_slots || !algorithms::override_for(a.collective, a.count * size_of(a.dtype));
 }
 
-Plan Planner::plan(const Request& r, algorithms::CollectiveArgs a) {
+Plan Planner::plan(const Request& r, const algorithms::CollectiveArgs& checked) {
   Plan p;
+  p.args = checked;
+  algorithms::CollectiveArgs& a = p.args;
   if (r.forced) {
     a.algorithm = r.forced;
     a.forced = true;
-    p.args = a;
+    p.signature = algorithms::signature(a);
     ++planned_[static_cast<int>(Path::schedule)];
     return p;
   }
@@ -92,7 +94,6 @@ Plan Planner::plan(const Request& r, algorithms::CollectiveArgs a) {
         (a.collective == Collective::all_reduce ? 1 : static_cast<uint64_t>(a.size));
     if (hierarchy_mode() == HierarchyMode::on || hierarchy_wanted(a.collective, bytes)) {
       p.path = Path::hierarchy;
-      p.args = a;
       ++planned_[static_cast<int>(Path::hierarchy)];
       return p;
     }
@@ -102,7 +103,7 @@ Plan Planner::plan(const Request& r, algorithms::CollectiveArgs a) {
   if (flat_eligible(r, a)) {
     p.path = Path::flat;
     p.queued = flat_queued(a, layout_.flat_slot_bytes, layout_.flat_direct_bytes);
-    p.args = a;
+    p.signature = algorithms::signature(a);
     ++planned_[static_cast<int>(Path::flat)];
     return p;
   }
@@ -111,7 +112,7 @@ Plan Planner::plan(const Request& r, algorithms::CollectiveArgs a) {
   a.algorithm = d.choose(a.collective, algorithms::model_bytes(a)).algorithm;
   a.algorithm = &algorithms::choose(a);
   a.forced = true;
-  p.args = a;
+  p.signature = algorithms::signature(a);
   ++planned_[static_cast<int>(Path::schedule)];
   return p;
 }

@@ -39,8 +39,11 @@ struct Plan {
   Path path = Path::schedule;
   /// The checked arguments; for a schedule with its final row (args.algorithm, args.forced).
   algorithms::CollectiveArgs args;
-  bool queued =
-      false;  // a flat queued broadcast (its root checks nobody: CollectiveArgs::unchecked)
+  /// A flat queued broadcast (its root checks nobody: CollectiveArgs::unchecked).
+  bool queued = false;
+  /// What the ranks compare (algorithms::signature of args); 0 on the hierarchy's path, whose
+  /// groups compare their own calls.
+  uint32_t signature = 0;
 };
 
 class Planner {
@@ -56,7 +59,7 @@ class Planner {
   Planner(Layout layout, std::function<tune::Dispatcher()> make_dispatcher);
 
   /// The path of `request`, whose arguments `checked` holds (with in_place set).
-  Plan plan(const Request& request, algorithms::CollectiveArgs checked);
+  Plan plan(const Request& request, const algorithms::CollectiveArgs& checked);
 
   /// The dispatcher (made, reading SHOAL_DISPATCH and SHOAL_TUNE_FILE, at the first call).
   const tune::Dispatcher& dispatcher();

@@ -18,6 +18,12 @@ struct Piece {
   uint64_t offset = 0;
 };
 
+/// The buffers of a vectored call, as pieces.
+struct Pieces {
+  std::vector<Piece> input, output;
+  bool in_place = false;  // the same pieces on both sides
+};
+
 /// One call, as the API issued it. Buffers as in the public API: in place when input aliases
 /// output; a non-root's unused buffer is null.
 struct Request {
@@ -36,10 +42,10 @@ struct Request {
   /// A call of the public API, which the hierarchy may take; the library's own calls (at
   /// creation and split) never do.
   bool may_use_hierarchy = false;
-  /// A vectored call (the Segment forms): the buffers are these pieces, not input and output.
-  bool vectored = false;
-  bool vectored_in_place = false;
-  std::vector<Piece> input_pieces, output_pieces;
+  /// A vectored call (the Segment forms): its buffers are these pieces, not input and output
+  /// (the caller's, until an executor takes them). Null for every other call, which keeps a
+  /// Request a plain, cheaply copied value.
+  Pieces* vectored = nullptr;
 };
 
 /// A blocking call of the library's own (at creation) that runs `row`, and nothing else.

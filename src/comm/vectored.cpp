@@ -43,10 +43,11 @@ bool same_pieces(const std::vector<comm::Piece>& a, const std::vector<comm::Piec
          });
 }
 
-// `count` as in the buffer forms; the pieces' totals are checked against it by the caller.
-comm::Request vectored(Collective collective, std::vector<comm::Piece> input,
-                       std::vector<comm::Piece> output, uint64_t count, DataType dtype, ReduceOp op,
-                       bool in_place, const algorithms::AlgorithmInfo* forced) {
+// `count` as in the buffer forms (the pieces' totals are checked against it by the caller);
+// the call's buffers are `pieces`, which must outlive the call (not its Work: the executor
+// takes them).
+Work vectored(detail::CommImpl& impl, Collective collective, comm::Pieces& pieces, uint64_t count,
+              DataType dtype, ReduceOp op, const algorithms::AlgorithmInfo* forced) {
   comm::Request r;
   r.collective = collective;
   r.count = count;
@@ -54,11 +55,8 @@ comm::Request vectored(Collective collective, std::vector<comm::Piece> input,
   r.op = op;
   r.forced = forced;
   r.may_use_hierarchy = true;
-  r.vectored = true;
-  r.vectored_in_place = in_place;
-  r.input_pieces = std::move(input);
-  r.output_pieces = std::move(output);
-  return r;
+  r.vectored = &pieces;
+  return impl.call(r);
 }
 
 }  // namespace
@@ -73,9 +71,9 @@ Work Communicator::all_reduce_async(std::span<const ConstSegment> send,
   if (send.size() == 1 && recv.size() == 1)
     return all_reduce_async(send[0].data, recv[0].data, in, dtype, op, call);
   const bool in_place = same_pieces(input, output);
-  return impl_->call(vectored(Collective::all_reduce, std::move(input), std::move(output), in,
-                              dtype, op, in_place,
-                              impl_->forced_algorithm(Collective::all_reduce, &call)));
+  comm::Pieces pieces{std::move(input), std::move(output), in_place};
+  return vectored(*impl_, Collective::all_reduce, pieces, in, dtype, op,
+                  impl_->forced_algorithm(Collective::all_reduce, &call));
 }
 
 Work Communicator::all_gather_async(std::span<const ConstSegment> send,
@@ -87,9 +85,9 @@ Work Communicator::all_gather_async(std::span<const ConstSegment> send,
   check_equal(in * static_cast<uint64_t>(size()), out, "all_gather");
   if (send.size() == 1 && recv.size() == 1)
     return all_gather_async(send[0].data, recv[0].data, in, dtype, call);
-  return impl_->call(vectored(Collective::all_gather, std::move(input), std::move(output), in,
-                              dtype, ReduceOp::sum, false,
-                              impl_->forced_algorithm(Collective::all_gather, &call)));
+  comm::Pieces pieces{std::move(input), std::move(output), false};
+  return vectored(*impl_, Collective::all_gather, pieces, in, dtype, ReduceOp::sum,
+                  impl_->forced_algorithm(Collective::all_gather, &call));
 }
 
 Work Communicator::reduce_scatter_async(std::span<const ConstSegment> send,
@@ -101,9 +99,9 @@ Work Communicator::reduce_scatter_async(std::span<const ConstSegment> send,
   check_equal(in, out * static_cast<uint64_t>(size()), "reduce_scatter");
   if (send.size() == 1 && recv.size() == 1)
     return reduce_scatter_async(send[0].data, recv[0].data, out, dtype, op, call);
-  return impl_->call(vectored(Collective::reduce_scatter, std::move(input), std::move(output), out,
-                              dtype, op, false,
-                              impl_->forced_algorithm(Collective::reduce_scatter, &call)));
+  comm::Pieces pieces{std::move(input), std::move(output), false};
+  return vectored(*impl_, Collective::reduce_scatter, pieces, out, dtype, op,
+                  impl_->forced_algorithm(Collective::reduce_scatter, &call));
 }
 
 }  // namespace shoal

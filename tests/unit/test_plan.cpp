@@ -98,7 +98,8 @@ TEST_F(PlanTest, BeyondTheSlotsOnlyTheDirectPathIsFlatAndASettingRuleThereWins) 
 TEST_F(PlanTest, AVectoredCallIsFlatOnlyWithinTheSlots) {
   Planner p = one_host();
   Request r = call(Collective::all_reduce, 256);
-  r.vectored = true;
+  Pieces pieces;
+  r.vectored = &pieces;
   EXPECT_EQ(plan(p, r).path, Path::flat);
   r.count = 256 << 10;  // direct for a plain call
   EXPECT_EQ(plan(p, r).path, Path::schedule);
@@ -150,7 +151,8 @@ TEST_F(PlanTest, TheHierarchyTakesPublicReductionsAndGathersWhereTheLayoutFits) 
   internal.may_use_hierarchy = false;  // the library's own calls (creation, split)
   EXPECT_EQ(plan(hosts, internal).path, Path::schedule);
   Request vectored = call(Collective::all_reduce, 1024);
-  vectored.vectored = true;
+  Pieces pieces;
+  vectored.vectored = &pieces;
   EXPECT_EQ(plan(hosts, vectored).path, Path::schedule);
   EXPECT_EQ(hosts.planned(Path::hierarchy), 3u);
   // One host: nothing to compose, whatever the setting says.
