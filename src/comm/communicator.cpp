@@ -283,14 +283,7 @@ namespace {
 // A call of the public API, with the buffers as the engine reads them.
 comm::Request api_call(Collective collective, const void* input, void* output, size_t count,
                        DataType dtype, ReduceOp op = ReduceOp::sum, int root = -1) {
-  comm::Request r;
-  r.collective = collective;
-  r.input = input;
-  r.output = output;
-  r.count = count;
-  r.dtype = dtype;
-  r.op = op;
-  r.root = root;
+  comm::Request r = comm::request_of(collective, input, output, count, dtype, op, root);
   r.may_use_hierarchy = true;
   return r;
 }

@@ -48,10 +48,10 @@ struct Request {
   Pieces* vectored = nullptr;
 };
 
-/// A blocking call of the library's own (at creation) that runs `row`, and nothing else.
-inline Request forced_call(algorithms::Collective collective, const void* input, void* output,
-                           uint64_t count, DataType dtype, ReduceOp op,
-                           const algorithms::AlgorithmInfo* row) {
+/// A call of `collective` on these buffers, every other field at its default.
+inline Request request_of(algorithms::Collective collective, const void* input, void* output,
+                          uint64_t count, DataType dtype, ReduceOp op = ReduceOp::sum,
+                          int root = -1) {
   Request r;
   r.collective = collective;
   r.input = input;
@@ -59,6 +59,15 @@ inline Request forced_call(algorithms::Collective collective, const void* input,
   r.count = count;
   r.dtype = dtype;
   r.op = op;
+  r.root = root;
+  return r;
+}
+
+/// A blocking call of the library's own (at creation) that runs `row`, and nothing else.
+inline Request forced_call(algorithms::Collective collective, const void* input, void* output,
+                           uint64_t count, DataType dtype, ReduceOp op,
+                           const algorithms::AlgorithmInfo* row) {
+  Request r = request_of(collective, input, output, count, dtype, op);
   r.blocking = true;
   r.forced = row;
   return r;

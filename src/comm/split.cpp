@@ -20,13 +20,9 @@ Communicator CommImpl::split(int color, int key) {
   const int32_t index = splits++;
   const std::array<int32_t, 4> mine{kSplitMagic, index, color, key};
   std::vector<int32_t> all(4 * static_cast<size_t>(size));
-  comm::Request r;
-  r.collective = algorithms::Collective::all_gather;
-  r.input = mine.data();
-  r.output = all.data();
-  r.count = mine.size();
-  r.dtype = DataType::int32;
-  call(std::move(r)).wait();
+  call(comm::request_of(algorithms::Collective::all_gather, mine.data(), all.data(), mine.size(),
+                        DataType::int32))
+      .wait();
   std::vector<std::pair<int, int>> members;  // (key, parent rank) of this rank's color
   for (int r = 0; r < size; ++r) {
     const int32_t* v = &all[4 * static_cast<size_t>(r)];

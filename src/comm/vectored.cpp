@@ -48,11 +48,7 @@ bool same_pieces(const std::vector<comm::Piece>& a, const std::vector<comm::Piec
 // takes them).
 Work vectored(detail::CommImpl& impl, Collective collective, comm::Pieces& pieces, uint64_t count,
               DataType dtype, ReduceOp op, const algorithms::AlgorithmInfo* forced) {
-  comm::Request r;
-  r.collective = collective;
-  r.count = count;
-  r.dtype = dtype;
-  r.op = op;
+  comm::Request r = comm::request_of(collective, nullptr, nullptr, count, dtype, op);
   r.forced = forced;
   r.may_use_hierarchy = true;
   r.vectored = &pieces;
