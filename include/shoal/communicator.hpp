@@ -42,7 +42,10 @@ struct Options {
 struct CallOptions {
   /// A registry row of the collective (`shoal-info --algorithms`), e.g. "rabenseifner": it runs
   /// this call, before SHOAL_ALGO and the dispatcher, and never the flat or hierarchical paths.
-  /// Empty: the usual choice. An unknown name is an InvalidArgumentError.
+  /// Or a path: "flat" (every rank on one host's shared memory, a call the slots or the direct
+  /// path serve) or "hierarchical" (hosts of equal rank counts, several of each). Empty: the
+  /// usual choice. An unknown name, or a path the call cannot take, is an InvalidArgumentError
+  /// raised before anything is sent.
   std::string algorithm;
 };
 

@@ -26,10 +26,9 @@ class CommImpl {
   /// Runs one call: checks its arguments (InvalidArgumentError before anything is sent), plans
   /// it (comm/plan.hpp) and starts it on the executor the plan names.
   Work call(const comm::Request& request);
-  /// The row `call` names for `collective` (null when it names none); InvalidArgumentError
-  /// for a name the registry does not have for that collective.
-  const algorithms::AlgorithmInfo* forced_algorithm(algorithms::Collective collective,
-                                                    const CallOptions* call) const;
+  /// Sets what `call` names for `r` (CallOptions::algorithm): a row (r.forced) or a path
+  /// (r.forced_path). InvalidArgumentError for a name that is neither, for r's collective.
+  void apply_call_options(comm::Request& r, const CallOptions* call) const;
 
   /// What the dispatcher's choice depends on (equal on all ranks): world, ranks per host, shm
   /// when every rank shares one host's memory, else tcp, and the cores the hosts give their ranks.

@@ -242,15 +242,22 @@ Work CommImpl::call(const comm::Request& r) {
   return executors_[static_cast<int>(plan.path)]->start(plan, r);
 }
 
-const algorithms::AlgorithmInfo* CommImpl::forced_algorithm(Collective collective,
-                                                            const CallOptions* call) const {
-  if (!call || call->algorithm.empty()) return nullptr;
-  const auto* row = algorithms::find_algorithm(collective, call->algorithm);
-  SHOAL_CHECK(row, InvalidArgument,
-              algorithms::to_string(collective)
+void CommImpl::apply_call_options(comm::Request& r, const CallOptions* call) const {
+  if (!call || call->algorithm.empty()) return;
+  if (call->algorithm == "flat") {
+    r.forced_path = comm::Request::ForcedPath::flat;
+    return;
+  }
+  if (call->algorithm == "hierarchical") {
+    r.forced_path = comm::Request::ForcedPath::hierarchy;
+    return;
+  }
+  r.forced = algorithms::find_algorithm(r.collective, call->algorithm);
+  SHOAL_CHECK(r.forced, InvalidArgument,
+              algorithms::to_string(r.collective)
                   << ": no algorithm '" << call->algorithm
-                  << "' (CallOptions::algorithm; shoal-info --algorithms lists them)");
-  return row;
+                  << "' (CallOptions::algorithm: a row shoal-info --algorithms lists, 'flat' or "
+                     "'hierarchical')");
 }
 
 }  // namespace detail
@@ -293,7 +300,7 @@ Work Communicator::all_reduce_call(const void* send, void* recv, size_t count, D
                                    ReduceOp op, bool blocking, const CallOptions* call) {
   auto r = api_call(Collective::all_reduce, send, recv, count, dtype, op);
   r.blocking = blocking;
-  r.forced = impl_->forced_algorithm(Collective::all_reduce, call);
+  impl_->apply_call_options(r, call);
   return impl_->call(r);
 }
 Work Communicator::all_gather_async(const void* send, void* recv, size_t count, DataType dtype) {
@@ -303,7 +310,7 @@ Work Communicator::all_gather_call(const void* send, void* recv, size_t count, D
                                    bool blocking, const CallOptions* call) {
   auto r = api_call(Collective::all_gather, send, recv, count, dtype);
   r.blocking = blocking;
-  r.forced = impl_->forced_algorithm(Collective::all_gather, call);
+  impl_->apply_call_options(r, call);
   return impl_->call(r);
 }
 Work Communicator::reduce_scatter_async(const void* send, void* recv, size_t count, DataType dtype,
@@ -314,7 +321,7 @@ Work Communicator::reduce_scatter_call(const void* send, void* recv, size_t coun
                                        ReduceOp op, bool blocking, const CallOptions* call) {
   auto r = api_call(Collective::reduce_scatter, send, recv, count, dtype, op);
   r.blocking = blocking;
-  r.forced = impl_->forced_algorithm(Collective::reduce_scatter, call);
+  impl_->apply_call_options(r, call);
   return impl_->call(r);
 }
 Work Communicator::broadcast_async(const void* send, void* recv, size_t count, DataType dtype,

@@ -60,16 +60,20 @@ bool Planner::hierarchy_wanted(Collective collective, uint64_t bytes) {
   return verdict.take;
 }
 
-bool Planner::flat_eligible(const Request& r, const algorithms::CollectiveArgs& a) const {
+bool Planner::flat_fits_here(const Request& r, const algorithms::CollectiveArgs& a) const {
   const uint64_t slots = layout_.flat_slot_bytes;
   if (slots == 0 || !flat_fits(a, slots, layout_.flat_direct_bytes)) return false;
-  const bool in_slots = flat_decision_bytes(a) <= slots;
   // Vectored: within the slots the flat path is faster than a schedule by far more than
   // packing the pieces costs; beyond them (direct, by address) it is not.
-  if (r.vectored) return in_slots;
+  return !r.vectored || flat_decision_bytes(a) <= slots;
+}
+
+bool Planner::flat_eligible(const Request& r, const algorithms::CollectiveArgs& a) const {
+  if (!flat_fits_here(r, a)) return false;
   // Beyond the slots only the direct path is flat, and there a SHOAL_ALGO rule for the call
   // wins (within them the flat path stays: documented).
-  return in_slots || !algorithms::override_for(a.collective, a.count * size_of(a.dtype));
+  return r.vectored || flat_decision_bytes(a) <= layout_.flat_slot_bytes ||
+         !algorithms::override_for(a.collective, a.count * size_of(a.dtype));
 }
 
 Plan Planner::plan(const Request& r, const algorithms::CollectiveArgs& checked) {
@@ -86,8 +90,26 @@ Plan Planner::plan(const Request& r, const algorithms::CollectiveArgs& checked) 
   const bool hierarchical_collective = a.collective == Collective::all_reduce ||
                                        a.collective == Collective::all_gather ||
                                        a.collective == Collective::reduce_scatter;
-  if (r.may_use_hierarchy && !r.vectored && hierarchical_collective && a.count > 0 &&
-      hierarchy_mode() != HierarchyMode::off) {
+  if (r.forced_path == Request::ForcedPath::hierarchy) {
+    // Every input is equal on all ranks: every rank refuses alike, before anything is sent.
+    SHOAL_CHECK(layout_.hierarchy_fits && hierarchical_collective && !r.vectored, InvalidArgument,
+                algorithms::to_string(a.collective)
+                    << ": CallOptions 'hierarchical' needs all_reduce, all_gather or "
+                       "reduce_scatter, not vectored, on hosts of equal rank counts, several "
+                       "ranks and hosts each");
+    if (a.count > 0) {
+      p.path = Path::hierarchy;
+      ++planned_[static_cast<int>(Path::hierarchy)];
+      return p;
+    }
+  } else if (r.forced_path == Request::ForcedPath::flat && a.count > 0) {
+    SHOAL_CHECK(flat_fits_here(r, a), InvalidArgument,
+                algorithms::to_string(a.collective)
+                    << ": CallOptions 'flat' needs every rank on one host's shared memory and a "
+                       "call the slots (SHOAL_FLAT_MAX_BYTES) or the direct path serve");
+  }
+  if (r.forced_path == Request::ForcedPath::none && r.may_use_hierarchy && !r.vectored &&
+      hierarchical_collective && a.count > 0 && hierarchy_mode() != HierarchyMode::off) {
     // The size auto decides by: the whole vector, the gathered output, the scattered input.
     const uint64_t bytes =
         a.count * size_of(a.dtype) *
@@ -100,7 +122,7 @@ Plan Planner::plan(const Request& r, const algorithms::CollectiveArgs& checked) 
   }
   // Made at the first call whatever its path: its settings are checked there, on every rank.
   const tune::Dispatcher& d = dispatcher();
-  if (flat_eligible(r, a)) {
+  if ((r.forced_path == Request::ForcedPath::flat && a.count > 0) || flat_eligible(r, a)) {
     p.path = Path::flat;
     p.queued = flat_queued(a, layout_.flat_slot_bytes, layout_.flat_direct_bytes);
     p.signature = algorithms::signature(a);

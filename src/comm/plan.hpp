@@ -4,6 +4,7 @@
 // one path and, for a schedule, its registry row:
 //
 //   forced row (CallOptions::algorithm)  -> that row's schedule, nothing else considered
+//   forced path ("flat", "hierarchical") -> that path, or InvalidArgumentError if it cannot
 //   hierarchy (SHOAL_HIERARCHICAL, the layout, auto's verdict) -> comm/hierarchical
 //   flat (every rank shares memory, the call fits) -> comm/flat (slots, direct or queued)
 //   otherwise -> a schedule: SHOAL_ALGO's row, else the dispatcher's (src/tune), else the first
@@ -65,8 +66,6 @@ class Planner {
   const tune::Dispatcher& dispatcher();
   /// SHOAL_HIERARCHICAL after the layout, read at the first call that could be hierarchical.
   HierarchyMode hierarchy_mode();
-  /// shoal-tune: times the hierarchy (on) against the rows (off) whatever the setting says.
-  void set_hierarchy_mode(HierarchyMode mode) { hierarchy_mode_ = mode; }
   /// Calls planned onto `path` so far (tests read back the path a call took).
   uint64_t planned(Path path) const { return planned_[static_cast<int>(path)]; }
   const Layout& layout() const { return layout_; }
@@ -75,6 +74,9 @@ class Planner {
   /// auto's verdict for `collective` at `bytes`, kept per collective: a training loop repeats
   /// its sizes, and the verdict is a pure function of them.
   bool hierarchy_wanted(algorithms::Collective collective, uint64_t bytes);
+  /// Whether the flat path can serve the call (the layout, its size, vectored within slots).
+  bool flat_fits_here(const Request& request, const algorithms::CollectiveArgs& a) const;
+  /// ... and whether the planner takes it unless told otherwise.
   bool flat_eligible(const Request& request, const algorithms::CollectiveArgs& a) const;
 
   Layout layout_;

@@ -39,6 +39,9 @@ struct Request {
   bool blocking = false;  // the caller waits at once (a flat call may then run on its thread)
   /// The row the caller named (CallOptions::algorithm): it runs, past everything else.
   const algorithms::AlgorithmInfo* forced = nullptr;
+  /// The path the caller named instead (CallOptions::algorithm "flat" or "hierarchical").
+  enum class ForcedPath : uint8_t { none, flat, hierarchy };
+  ForcedPath forced_path = ForcedPath::none;
   /// A call of the public API, which the hierarchy may take; the library's own calls (at
   /// creation and split) never do.
   bool may_use_hierarchy = false;

@@ -32,11 +32,9 @@ uint64_t bytes_for(Collective c, uint64_t count, int p) {
   return count * 4 * (c == Collective::all_reduce ? 1 : static_cast<uint64_t>(p));
 }
 
-// One call of `c`; `call` null: the planner's choice (the hierarchy, in the sweep).
+// One call of `c`, of the row or path `options` names.
 void run_once(Communicator& comm, Collective c, const float* in, float* out, uint64_t count,
-              const CallOptions* call) {
-  static const CallOptions kNone;
-  const CallOptions& options = call ? *call : kNone;
+              const CallOptions& options) {
   switch (c) {
     case Collective::all_reduce:
       comm.all_reduce(in, out, count, DataType::float32, ReduceOp::sum, options);
@@ -55,12 +53,10 @@ void measure(Communicator& comm, const SweepOptions& o, tune::TuningFile& file) 
   detail::CommImpl& impl = detail::Internals::of(comm);
   const int p = comm.size();
   const tune::Context ctx = impl.tune_context();
-  // Across hosts of several ranks each the hierarchy is one more column, taken by calls that
-  // name no row (its phases pick their own rows): SHOAL_HIERARCHICAL=auto then takes it where
-  // it is the fastest. Calls that name a row never take it.
+  // Across hosts of several ranks each the hierarchy is one more column (its phases pick their
+  // own rows): SHOAL_HIERARCHICAL=auto then takes it where it is the fastest. Each call names
+  // its row or the hierarchy (CallOptions).
   const bool with_hierarchy = impl.planner->layout().hierarchy_fits;
-  const HierarchyMode setting = impl.planner->hierarchy_mode();
-  impl.planner->set_hierarchy_mode(with_hierarchy ? HierarchyMode::on : HierarchyMode::off);
   uint64_t max_elems = 1;
   for (uint64_t s : o.sizes) max_elems = std::max(max_elems, s / 4 + 1);
   std::vector<float> in(max_elems, 1.0f), out(max_elems, 0.0f);
@@ -78,7 +74,7 @@ void measure(Communicator& comm, const SweepOptions& o, tune::TuningFile& file) 
     if (with_hierarchy) rows.push_back(nullptr);
     std::vector<CallOptions> forced(rows.size());
     for (size_t a = 0; a < rows.size(); ++a)
-      if (rows[a]) forced[a].algorithm = std::string(rows[a]->name);
+      forced[a].algorithm = rows[a] ? std::string(rows[a]->name) : "hierarchical";
     std::vector<std::vector<double>> times(rows.size());
     for (uint64_t s : o.sizes) {
       const uint64_t count = count_for(c, s, p);
@@ -92,11 +88,11 @@ void measure(Communicator& comm, const SweepOptions& o, tune::TuningFile& file) 
       std::vector<double> best(rows.size(), 1e30);
       for (int round = 0; round < o.rounds; ++round)
         for (size_t a = 0; a < rows.size(); ++a) {
-          const CallOptions* call = rows[a] ? &forced[a] : nullptr;
-          for (int i = 0; i < o.warmup; ++i) run_once(comm, c, in.data(), out.data(), count, call);
+          for (int i = 0; i < o.warmup; ++i)
+            run_once(comm, c, in.data(), out.data(), count, forced[a]);
           comm.barrier();
           const auto t0 = Clock::now();
-          for (int i = 0; i < n; ++i) run_once(comm, c, in.data(), out.data(), count, call);
+          for (int i = 0; i < n; ++i) run_once(comm, c, in.data(), out.data(), count, forced[a]);
           double mean = std::chrono::duration<double>(Clock::now() - t0).count() / n;
           comm.all_reduce(&mean, 1, DataType::float64, ReduceOp::max);  // the slowest rank's
           best[a] = std::min(best[a], mean);
@@ -120,7 +116,6 @@ void measure(Communicator& comm, const SweepOptions& o, tune::TuningFile& file) 
     }
     if (!m.sizes.empty()) file.tables.push_back(std::move(m));
   }
-  impl.planner->set_hierarchy_mode(setting);
 }
 
 }  // namespace

@@ -47,9 +47,9 @@ bool same_pieces(const std::vector<comm::Piece>& a, const std::vector<comm::Piec
 // the call's buffers are `pieces`, which must outlive the call (not its Work: the executor
 // takes them).
 Work vectored(detail::CommImpl& impl, Collective collective, comm::Pieces& pieces, uint64_t count,
-              DataType dtype, ReduceOp op, const algorithms::AlgorithmInfo* forced) {
+              DataType dtype, ReduceOp op, const CallOptions& call) {
   comm::Request r = comm::request_of(collective, nullptr, nullptr, count, dtype, op);
-  r.forced = forced;
+  impl.apply_call_options(r, &call);
   r.may_use_hierarchy = true;
   r.vectored = &pieces;
   return impl.call(r);
@@ -68,8 +68,7 @@ Work Communicator::all_reduce_async(std::span<const ConstSegment> send,
     return all_reduce_async(send[0].data, recv[0].data, in, dtype, op, call);
   const bool in_place = same_pieces(input, output);
   comm::Pieces pieces{std::move(input), std::move(output), in_place};
-  return vectored(*impl_, Collective::all_reduce, pieces, in, dtype, op,
-                  impl_->forced_algorithm(Collective::all_reduce, &call));
+  return vectored(*impl_, Collective::all_reduce, pieces, in, dtype, op, call);
 }
 
 Work Communicator::all_gather_async(std::span<const ConstSegment> send,
@@ -82,8 +81,7 @@ Work Communicator::all_gather_async(std::span<const ConstSegment> send,
   if (send.size() == 1 && recv.size() == 1)
     return all_gather_async(send[0].data, recv[0].data, in, dtype, call);
   comm::Pieces pieces{std::move(input), std::move(output), false};
-  return vectored(*impl_, Collective::all_gather, pieces, in, dtype, ReduceOp::sum,
-                  impl_->forced_algorithm(Collective::all_gather, &call));
+  return vectored(*impl_, Collective::all_gather, pieces, in, dtype, ReduceOp::sum, call);
 }
 
 Work Communicator::reduce_scatter_async(std::span<const ConstSegment> send,
@@ -96,8 +94,7 @@ Work Communicator::reduce_scatter_async(std::span<const ConstSegment> send,
   if (send.size() == 1 && recv.size() == 1)
     return reduce_scatter_async(send[0].data, recv[0].data, out, dtype, op, call);
   comm::Pieces pieces{std::move(input), std::move(output), false};
-  return vectored(*impl_, Collective::reduce_scatter, pieces, out, dtype, op,
-                  impl_->forced_algorithm(Collective::reduce_scatter, &call));
+  return vectored(*impl_, Collective::reduce_scatter, pieces, out, dtype, op, call);
 }
 
 }  // namespace shoal

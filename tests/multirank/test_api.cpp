@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "algorithms/registry.hpp"
+#include "comm/comm_impl.hpp"
 #include "support/processes.hpp"
 #include "support/ranks.hpp"
 
@@ -484,6 +485,39 @@ TEST(CallOptions, DifferentAlgorithmsOnTwoRanksAreAMismatchAndUnknownNamesAreRej
             MismatchError);
       },
       options);
+  EXPECT_EQ(err, "");
+}
+
+// CallOptions can name a path instead of a row: "flat" runs the call through the shared slots
+// or the direct path (counted by the planner) with the reference result; "hierarchical" on one
+// host is refused on every rank before anything is sent, and the communicator stays usable.
+TEST(CallOptions, APathByNameRunsThereOrIsRefusedWhereTheCallCannotTakeIt) {
+  std::string err = run_ranks(3, [](Communicator& c) {
+    const int p = c.size(), r = c.rank();
+    const auto& planner = *shoal::detail::Internals::of(c).planner;
+    CallOptions flat;
+    flat.algorithm = "flat";
+    for (size_t n : {size_t{7}, size_t{300000}}) {  // in the slots, and direct beyond them
+      std::vector<int32_t> in(n), out(n);
+      for (size_t i = 0; i < n; ++i) in[i] = static_cast<int32_t>(i % 1000) * (r + 1);
+      const uint64_t before = planner.planned(shoal::comm::Path::flat);
+      c.all_reduce(in.data(), out.data(), n, DataType::int32, ReduceOp::sum, flat);
+      EXPECT_EQ(planner.planned(shoal::comm::Path::flat), before + 1) << n;
+      for (size_t i = 0; i < n; i += 997)
+        EXPECT_EQ(out[i], static_cast<int32_t>(i % 1000) * p * (p + 1) / 2) << n;
+    }
+    CallOptions hier;
+    hier.algorithm = "hierarchical";
+    std::vector<float> x(1000, 1.0f);
+    try {
+      c.all_reduce(x.data(), x.data(), x.size(), DataType::float32, ReduceOp::sum, hier);
+      ADD_FAILURE() << "one host: no hierarchy to take";
+    } catch (const InvalidArgumentError& e) {
+      EXPECT_NE(std::string(e.what()).find("'hierarchical' needs"), std::string::npos) << e.what();
+    }
+    c.all_reduce(x.data(), x.data(), x.size(), DataType::float32, ReduceOp::sum);
+    EXPECT_EQ(x[0], static_cast<float>(p));  // still usable: nothing was sent
+  });
   EXPECT_EQ(err, "");
 }
 

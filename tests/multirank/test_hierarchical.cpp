@@ -216,6 +216,30 @@ std::string sizes_in_turn(const std::vector<int>& hosts, uint64_t after_small, u
   return err;
 }
 
+// CallOptions "hierarchical" takes the hierarchy whatever SHOAL_HIERARCHICAL says, with the
+// reference result on every rank; the next plain call follows the setting again.
+TEST(HierarchicalByName, CallOptionsTakesTheHierarchyWithTheSettingOff) {
+  ScopedEnv off("SHOAL_HIERARCHICAL", "off");
+  EXPECT_EQ(run_on_hosts({0, 0, 1, 1},
+                         [](Communicator& c) {
+                           const int p = c.size(), r = c.rank();
+                           CallOptions hier;
+                           hier.algorithm = "hierarchical";
+                           std::vector<int64_t> in(1003), out(1003);
+                           for (size_t i = 0; i < in.size(); ++i)
+                             in[i] = static_cast<int64_t>(i) * (r + 1);
+                           c.all_reduce(in.data(), out.data(), in.size(), DataType::int64,
+                                        ReduceOp::sum, hier);
+                           EXPECT_EQ(hierarchical_calls(c), 1u);
+                           for (size_t i = 0; i < out.size(); ++i)
+                             ASSERT_EQ(out[i], static_cast<int64_t>(i) * p * (p + 1) / 2) << i;
+                           c.all_reduce(in.data(), out.data(), in.size(), DataType::int64,
+                                        ReduceOp::sum);
+                           EXPECT_EQ(hierarchical_calls(c), 1u);  // off: flat
+                         }),
+            "");
+}
+
 // Without a tuning file auto follows the cost model (tune::Dispatcher::hierarchy_cost), whose
 // constants the settings replace here. On 3 hosts of 2 with slow NICs and free memory work the
 // hierarchy sends 1.0 n through a host's NICs against the best flat row's 1.5 n: taken at

@@ -182,5 +182,22 @@ TEST_F(PlanTest, AMalformedHierarchySettingIsAClearError) {
   }
 }
 
+TEST_F(PlanTest, APathByNameIsTakenWhereTheCallCanTakeItAndRefusedElsewhere) {
+  Planner shm = one_host(), hosts = two_hosts();
+  Request flat = call(Collective::all_gather, 64 << 10);  // 256 KiB a rank: direct
+  flat.forced_path = Request::ForcedPath::flat;
+  algorithms::detail::set_algorithm_override("all_gather:ring");  // would win beyond the slots
+  EXPECT_EQ(plan(shm, flat).path, Path::flat);
+  EXPECT_THROW(plan(hosts, flat), InvalidArgumentError);  // no shared memory across hosts
+  Request hier = call(Collective::reduce_scatter, 1024);
+  hier.forced_path = Request::ForcedPath::hierarchy;  // SHOAL_HIERARCHICAL is off here
+  EXPECT_EQ(plan(hosts, hier).path, Path::hierarchy);
+  EXPECT_THROW(plan(shm, hier), InvalidArgumentError);  // one host
+  Request bcast = call(Collective::broadcast, 1024);
+  bcast.forced_path = Request::ForcedPath::hierarchy;
+  EXPECT_THROW(plan(hosts, bcast), InvalidArgumentError);  // no hierarchical broadcast
+  EXPECT_EQ(hosts.planned(Path::hierarchy), 1u);
+}
+
 }  // namespace
 }  // namespace shoal::comm
