@@ -1,6 +1,8 @@
 #include "sim/tables.hpp"
 
 #include <algorithm>
+#include <cstdio>
+#include <string>
 
 #include "algorithms/hierarchy.hpp"
 #include "algorithms/registry.hpp"
