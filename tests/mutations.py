@@ -51,7 +51,7 @@ MUTATIONS = [
      "test_mismatch", "*schedules_tcp*:*schedules_rings*",
      "a rank told of a mismatch by its peer's abort frame names itself as the culprit (Error::peer())"),
     ("queued-broadcast-unchecked", "src/comm/communicator.cpp",
-     "    unchecked_ = req.signature | uint64_t{1} << 32;", "    unchecked_ = 0;",
+     "      unchecked_ = plan.signature | uint64_t{1} << 32;", "      unchecked_ = 0;",
      "test_mismatch", "*queued_root*",
      "a queued broadcast's root checks nobody and nothing carries its signature on: two roots never fail"),
     ("dispatch-takes-first-row", "src/comm/plan.cpp",

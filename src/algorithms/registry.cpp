@@ -225,6 +225,20 @@ std::vector<OverrideRule> parse_override(std::string_view spec) {
                   "SHOAL_ALGO: byte range '" << range << "' in '" << item << "' is empty");
     }
     const std::string_view name = parts.back();
+    if (name == "flat" || name == "hierarchical") {
+      const Collective c = rule.collective;
+      const bool composed = c == Collective::all_reduce || c == Collective::all_gather ||
+                            c == Collective::reduce_scatter;
+      const bool ok =
+          composed || (name == "flat" && (c == Collective::broadcast || c == Collective::reduce));
+      SHOAL_CHECK(ok, InvalidArgument,
+                  "SHOAL_ALGO: " << parts[0] << " has no '" << name
+                                 << "' path (flat: all_reduce, all_gather, reduce_scatter, "
+                                    "broadcast, reduce; hierarchical: the first three)");
+      rule.path = name == "flat" ? std::string_view("flat") : std::string_view("hierarchical");
+      rules.push_back(rule);
+      continue;
+    }
     rule.algorithm = find_algorithm(rule.collective, name);
     if (!rule.algorithm) {
       std::string serves;
@@ -264,14 +278,29 @@ void set_thread_algorithm_override(std::string_view spec) {
 
 }  // namespace detail
 
-const AlgorithmInfo* override_for(Collective collective, uint64_t bytes) {
-  if (!thread_rules && process_override().none.load(std::memory_order_acquire)) return nullptr;
-  const Rules rules = current_rules();
+namespace {
+// The first rule for `collective` whose range holds `bytes`, or null.
+const OverrideRule* first_match(const Rules& rules, Collective collective, uint64_t bytes) {
   if (rules)
     for (const auto& rule : *rules)
       if (rule.collective == collective && bytes >= rule.min_bytes && bytes <= rule.max_bytes)
-        return rule.algorithm;
+        return &rule;
   return nullptr;
+}
+}  // namespace
+
+const AlgorithmInfo* override_for(Collective collective, uint64_t bytes) {
+  if (!thread_rules && process_override().none.load(std::memory_order_acquire)) return nullptr;
+  const Rules rules = current_rules();
+  const OverrideRule* rule = first_match(rules, collective, bytes);
+  return rule ? rule->algorithm : nullptr;
+}
+
+std::string_view override_path_for(Collective collective, uint64_t bytes) {
+  if (!thread_rules && process_override().none.load(std::memory_order_acquire)) return {};
+  const Rules rules = current_rules();
+  const OverrideRule* rule = first_match(rules, collective, bytes);
+  return rule ? rule->path : std::string_view{};  // a literal: outlives the rules
 }
 
 const AlgorithmInfo& first_row(Collective collective) {

@@ -55,19 +55,24 @@ const AlgorithmInfo& choose(const CollectiveArgs& args);
 /// The first row that serves `collective` (the choice without override or dispatcher).
 const AlgorithmInfo& first_row(Collective collective);
 
-/// The SHOAL_ALGO rule's row for this collective and count x element size, or nullptr.
+/// The SHOAL_ALGO rule's row for this collective and count x element size, or nullptr (no rule
+/// matches, or the first that does names a path).
 const AlgorithmInfo* override_for(Collective collective, uint64_t bytes);
+/// The path the first matching SHOAL_ALGO rule names ("flat", "hierarchical"), or empty.
+std::string_view override_path_for(Collective collective, uint64_t bytes);
 
 /// `n` of the cost models for a call: the whole vector of all_reduce, broadcast and reduce, the
 /// gathered output of all_gather and gather, the input of reduce_scatter and scatter (count x
 /// element size x p), a rank's buffer for all_to_all. The dispatcher and tuning files use it.
 uint64_t model_bytes(const CollectiveArgs& args);
 
-/// One rule of an override: collective, inclusive byte range of count x element size, row.
+/// One rule of an override: collective, inclusive byte range of count x element size, and a
+/// row or a path (the planner's "flat" or "hierarchical", taken where the call can take it).
 struct OverrideRule {
   Collective collective;
   uint64_t min_bytes = 0, max_bytes = UINT64_MAX;
-  const AlgorithmInfo* algorithm = nullptr;
+  const AlgorithmInfo* algorithm = nullptr;  // null for a path
+  std::string_view path;                     // empty for a row
 };
 /// Parses "all_reduce:rabenseifner;all_gather:bruck;all_reduce:0-64K:binomial" (';' or ','
 /// between rules, the first matching rule wins; "64K-" has no upper bound). Unknown

@@ -1,6 +1,7 @@
 #include "comm/plan.hpp"
 
 #include <string>
+#include <string_view>
 
 #include "algorithms/registry.hpp"
 #include "comm/flat.hpp"
@@ -108,8 +109,21 @@ Plan Planner::plan(const Request& r, const algorithms::CollectiveArgs& checked) 
                     << ": CallOptions 'flat' needs every rank on one host's shared memory and a "
                        "call the slots (SHOAL_FLAT_MAX_BYTES) or the direct path serve");
   }
-  if (r.forced_path == Request::ForcedPath::none && r.may_use_hierarchy && !r.vectored &&
-      hierarchical_collective && a.count > 0 && hierarchy_mode() != HierarchyMode::off) {
+  // A SHOAL_ALGO rule may name a path: taken where the call can take it, else the rows decide.
+  const std::string_view rule_path =
+      r.forced_path == Request::ForcedPath::none
+          ? algorithms::override_path_for(a.collective, a.count * size_of(a.dtype))
+          : std::string_view{};
+  if (rule_path == "hierarchical" && r.may_use_hierarchy && !r.vectored &&
+      hierarchical_collective && a.count > 0 && layout_.hierarchy_fits) {
+    p.path = Path::hierarchy;
+    ++planned_[static_cast<int>(Path::hierarchy)];
+    return p;
+  }
+  const bool flat_by_rule = rule_path == "flat" && a.count > 0 && flat_fits_here(r, a);
+  if (r.forced_path == Request::ForcedPath::none && rule_path.empty() && r.may_use_hierarchy &&
+      !r.vectored && hierarchical_collective && a.count > 0 &&
+      hierarchy_mode() != HierarchyMode::off) {
     // The size auto decides by: the whole vector, the gathered output, the scattered input.
     const uint64_t bytes =
         a.count * size_of(a.dtype) *
@@ -122,7 +136,8 @@ Plan Planner::plan(const Request& r, const algorithms::CollectiveArgs& checked) 
   }
   // Made at the first call whatever its path: its settings are checked there, on every rank.
   const tune::Dispatcher& d = dispatcher();
-  if ((r.forced_path == Request::ForcedPath::flat && a.count > 0) || flat_eligible(r, a)) {
+  if ((r.forced_path == Request::ForcedPath::flat && a.count > 0) || flat_by_rule ||
+      flat_eligible(r, a)) {
     p.path = Path::flat;
     p.queued = flat_queued(a, layout_.flat_slot_bytes, layout_.flat_direct_bytes);
     p.signature = algorithms::signature(a);

@@ -199,5 +199,25 @@ TEST_F(PlanTest, APathByNameIsTakenWhereTheCallCanTakeItAndRefusedElsewhere) {
   EXPECT_EQ(hosts.planned(Path::hierarchy), 1u);
 }
 
+TEST_F(PlanTest, ASettingRuleMayNameAPathTakenWhereTheCallCanTakeIt) {
+  Planner shm = one_host(), hosts = two_hosts();
+  algorithms::detail::set_algorithm_override(
+      "all_reduce:0-1M:hierarchical;all_gather:flat;all_reduce:ring");
+  EXPECT_EQ(plan(hosts, call(Collective::all_reduce, 1024)).path, Path::hierarchy);
+  const Plan big = plan(hosts, call(Collective::all_reduce, 1 << 20));  // 4 MiB: the ring rule
+  EXPECT_EQ(big.path, Path::schedule);
+  EXPECT_EQ(big.args.algorithm, algorithms::find_algorithm(Collective::all_reduce, "ring"));
+  // One host: no hierarchy to take, so the rows decide (the flat path within the slots).
+  EXPECT_EQ(plan(shm, call(Collective::all_reduce, 256)).path, Path::flat);
+  // 128 KiB a rank: beyond the slots, below the direct path; flat named, but it cannot.
+  EXPECT_EQ(plan(shm, call(Collective::all_gather, 32 << 10)).path, Path::schedule);
+  EXPECT_EQ(plan(shm, call(Collective::all_gather, 64 << 10)).path, Path::flat);
+  EXPECT_EQ(plan(hosts, call(Collective::all_gather, 64 << 10)).path, Path::schedule);
+  // Paths only where the planner has them.
+  EXPECT_THROW(algorithms::parse_override("broadcast:hierarchical"), InvalidArgumentError);
+  EXPECT_THROW(algorithms::parse_override("all_to_all:flat"), InvalidArgumentError);
+  EXPECT_EQ(algorithms::parse_override("reduce:flat").front().path, "flat");
+}
+
 }  // namespace
 }  // namespace shoal::comm
