@@ -210,9 +210,31 @@ std::exception_ptr Engine::broken_error() const {
   if (!broken()) return nullptr;
   std::lock_guard<std::mutex> lock(submit_mutex_);
   if (failure_.error()) return failure_.error();
-  // A caller's break the progress thread has not applied yet: the words it will use.
+  // A caller's break the progress thread has not applied yet: the words, and the culprit, it
+  // will use (a culprit relayed from outside this group decoded, as break_comm does).
   const FailureCause& c = *failure_.caller_cause();
-  return unusable_error(rank_, c.code, c.message, c.culprit);
+  std::string where;
+  const int culprit = outer_culprit(c.culprit, where);
+  return unusable_error(rank_, c.code, c.message + where, culprit);
+}
+
+int Engine::outer_culprit(int peer, std::string& where) const {
+  // Inside another communicator: the culprit by its outer rank too (the caller knows only those).
+  if (outer_context_.empty()) return peer;
+  int culprit = peer;
+  where = " [in " + outer_context_;
+  if (peer >= 0 && peer < static_cast<int>(outer_ranks_.size())) {
+    culprit = outer_ranks_[peer];
+    where += ": its rank " + std::to_string(peer) + " is rank " + std::to_string(culprit);
+  } else if (peer <= -2) {
+    culprit = -2 - peer;  // outside_culprit(): a failure relayed from outside this group
+  }
+  // The message names this rank by its rank in here too ("cut off from rank 3").
+  if (rank_ < static_cast<int>(outer_ranks_.size()))
+    where += "; this is its rank " + std::to_string(rank_) + ", rank " +
+             std::to_string(outer_ranks_[rank_]);
+  where += "]";
+  return culprit;
 }
 
 void Engine::break_from_caller(ErrorCode code, const std::string& message, int culprit) {
@@ -660,25 +682,11 @@ void Engine::break_comm(ErrorCode code, const std::string& message, int peer) {
   dirty_.clear();
   if (code == ErrorCode::PeerFailure && peer >= 0 && peer < size_ && peer != rank_)
     peer_failed_[peer].store(true, std::memory_order_release);
-  // Inside another communicator: the culprit by its outer rank too (the caller knows only those).
   std::string where;
-  int culprit = peer;
+  int culprit;
   {
     std::lock_guard<std::mutex> lock(submit_mutex_);
-    if (!outer_context_.empty()) {
-      where = " [in " + outer_context_;
-      if (peer >= 0 && peer < static_cast<int>(outer_ranks_.size())) {
-        culprit = outer_ranks_[peer];
-        where += ": its rank " + std::to_string(peer) + " is rank " + std::to_string(culprit);
-      } else if (peer <= -2) {
-        culprit = -2 - peer;  // outside_culprit(): a failure relayed from outside this group
-      }
-      // The message names this rank by its rank in here too ("cut off from rank 3").
-      if (rank_ < static_cast<int>(outer_ranks_.size()))
-        where += "; this is its rank " + std::to_string(rank_) + ", rank " +
-                 std::to_string(outer_ranks_[rank_]);
-      where += "]";
-    }
+    culprit = outer_culprit(peer, where);
   }
   const std::string who = "rank " + std::to_string(rank_) + ": ";
   for (auto& op : running_) {

@@ -127,6 +127,9 @@ class Engine : public transport::ConnectionListener {
   bool watch_peers_ = false;
   Clock::time_point last_watch_{};
   void break_comm(ErrorCode code, const std::string& message, int peer);
+  /// `peer` as the errors name it (under submit_mutex_): inside another communicator, by its
+  /// outer rank (a relayed outside_culprit() decoded), with `where` saying so; else itself.
+  int outer_culprit(int peer, std::string& where) const;
   std::string describe(const Op& op) const;
   Op* find_op(uint32_t id);
   uint8_t* resolve(Op& op, const algorithms::Slice& s);
