@@ -164,12 +164,6 @@ struct Candidate {
   sim::Builder build;
 };
 
-sim::Builder hierarchical_builder(const algorithms::HierarchyPlan& plan) {
-  return [plan](algorithms::Schedule& s, const algorithms::CollectiveArgs& a) {
-    algorithms::hierarchical(s, a, plan);
-  };
-}
-
 // `algo`: a row, "hier(LOCAL+INTER)", or "all" — every row and, when the world spans several
 // hosts of ranks_per_host ranks, hier(ring+X) for every row X of the collective.
 std::vector<Candidate> candidates_of(Collective coll, const std::string& algo, int world,
@@ -191,7 +185,7 @@ std::vector<Candidate> candidates_of(Collective coll, const std::string& algo, i
                                  std::string(algorithms::to_string(coll)) + " has no algorithm '" +
                                  inner.substr(plus + 1) + "'");
     const algorithms::HierarchyPlan plan{ranks_per_host, local->name, inter->name};
-    out.push_back({algorithms::hierarchy_name(plan), hierarchical_builder(plan)});
+    out.push_back({algorithms::hierarchy_name(plan), sim::hierarchical_builder(plan)});
     return out;
   }
   for (const auto* row : rows_of(coll, algo))
@@ -199,7 +193,7 @@ std::vector<Candidate> candidates_of(Collective coll, const std::string& algo, i
   if (algo == "all" && sim::hierarchy_fits(coll, world, ranks_per_host))
     for (const auto* row : rows_of(coll, "all")) {
       const algorithms::HierarchyPlan plan{ranks_per_host, "ring", row->name};
-      out.push_back({algorithms::hierarchy_name(plan), hierarchical_builder(plan)});
+      out.push_back({algorithms::hierarchy_name(plan), sim::hierarchical_builder(plan)});
     }
   return out;
 }

@@ -77,10 +77,9 @@ int sweep(const std::string& out_path, comm::SweepOptions options, bool append,
   if (append && access(out_path.c_str(), F_OK) == 0) {
     tune::TuningFile old = tune::load_tuning_file(out_path);
     for (auto& t : old.tables) {
-      bool replaced = false;
-      for (const auto& n : file.tables)
-        replaced |= n.collective == t.collective && n.world == t.world &&
-                    n.ranks_per_host == t.ranks_per_host && n.transport == t.transport;
+      const bool replaced =
+          std::any_of(file.tables.begin(), file.tables.end(),
+                      [&](const tune::Measurements& n) { return tune::same_key(n, t); });
       if (!replaced) file.tables.push_back(std::move(t));
     }
   }

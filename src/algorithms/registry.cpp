@@ -225,17 +225,17 @@ std::vector<OverrideRule> parse_override(std::string_view spec) {
                   "SHOAL_ALGO: byte range '" << range << "' in '" << item << "' is empty");
     }
     const std::string_view name = parts.back();
-    if (name == "flat" || name == "hierarchical") {
+    if (const NamedPath path = named_path(name); path != NamedPath::none) {
       const Collective c = rule.collective;
       const bool composed = c == Collective::all_reduce || c == Collective::all_gather ||
                             c == Collective::reduce_scatter;
-      const bool ok =
-          composed || (name == "flat" && (c == Collective::broadcast || c == Collective::reduce));
+      const bool ok = composed || (path == NamedPath::flat &&
+                                   (c == Collective::broadcast || c == Collective::reduce));
       SHOAL_CHECK(ok, InvalidArgument,
                   "SHOAL_ALGO: " << parts[0] << " has no '" << name
                                  << "' path (flat: all_reduce, all_gather, reduce_scatter, "
                                     "broadcast, reduce; hierarchical: the first three)");
-      rule.path = name == "flat" ? std::string_view("flat") : std::string_view("hierarchical");
+      rule.path = path;
       rules.push_back(rule);
       continue;
     }
@@ -296,11 +296,17 @@ const AlgorithmInfo* override_for(Collective collective, uint64_t bytes) {
   return rule ? rule->algorithm : nullptr;
 }
 
-std::string_view override_path_for(Collective collective, uint64_t bytes) {
+std::optional<OverrideRule> override_rule_for(Collective collective, uint64_t bytes) {
   if (!thread_rules && process_override().none.load(std::memory_order_acquire)) return {};
   const Rules rules = current_rules();
   const OverrideRule* rule = first_match(rules, collective, bytes);
-  return rule ? rule->path : std::string_view{};  // a literal: outlives the rules
+  return rule ? std::optional<OverrideRule>(*rule) : std::nullopt;
+}
+
+NamedPath named_path(std::string_view name) {
+  return name == "flat"           ? NamedPath::flat
+         : name == "hierarchical" ? NamedPath::hierarchical
+                                  : NamedPath::none;
 }
 
 const AlgorithmInfo& first_row(Collective collective) {

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -55,11 +56,16 @@ const AlgorithmInfo& choose(const CollectiveArgs& args);
 /// The first row that serves `collective` (the choice without override or dispatcher).
 const AlgorithmInfo& first_row(Collective collective);
 
-/// The SHOAL_ALGO rule's row for this collective and count x element size, or nullptr (no rule
-/// matches, or the first that does names a path).
+/// A path of the planner's that SHOAL_ALGO and CallOptions name like a row.
+enum class NamedPath : uint8_t { none, flat, hierarchical };
+/// "flat" and "hierarchical"; none for any other name.
+NamedPath named_path(std::string_view name);
+
+struct OverrideRule;
+/// The first SHOAL_ALGO rule that matches this collective and count x element size, if any.
+std::optional<OverrideRule> override_rule_for(Collective collective, uint64_t bytes);
+/// Its row, or nullptr (no rule matches, or the first that does names a path).
 const AlgorithmInfo* override_for(Collective collective, uint64_t bytes);
-/// The path the first matching SHOAL_ALGO rule names ("flat", "hierarchical"), or empty.
-std::string_view override_path_for(Collective collective, uint64_t bytes);
 
 /// `n` of the cost models for a call: the whole vector of all_reduce, broadcast and reduce, the
 /// gathered output of all_gather and gather, the input of reduce_scatter and scatter (count x
@@ -72,7 +78,7 @@ struct OverrideRule {
   Collective collective;
   uint64_t min_bytes = 0, max_bytes = UINT64_MAX;
   const AlgorithmInfo* algorithm = nullptr;  // null for a path
-  std::string_view path;                     // empty for a row
+  NamedPath path = NamedPath::none;          // none for a row
 };
 /// Parses "all_reduce:rabenseifner;all_gather:bruck;all_reduce:0-64K:binomial" (';' or ','
 /// between rules, the first matching rule wins; "64K-" has no upper bound). Unknown

@@ -5,6 +5,7 @@
 #include <cstring>
 #include <random>
 #include <sstream>
+#include <tuple>
 
 #include "comm/agreement.hpp"
 #include "comm/comm_impl.hpp"
@@ -172,10 +173,8 @@ std::string CommImpl::transport_summary() const {
 }
 
 algorithms::CollectiveArgs CommImpl::checked_args(const comm::Request& r) const {
-  const Collective collective = r.collective;
-  const DataType dtype = r.dtype;
-  const ReduceOp op = r.op;
-  const int root = r.root, peer = r.peer;
+  const auto [collective, dtype, op, root, peer] =
+      std::tuple(r.collective, r.dtype, r.op, r.root, r.peer);
   const auto name = algorithms::to_string(collective);
   SHOAL_CHECK(static_cast<int>(dtype) < kNumDataTypes, InvalidArgument,
               name << ": invalid data type " << static_cast<int>(dtype));
@@ -244,14 +243,8 @@ Work CommImpl::call(const comm::Request& r) {
 
 void CommImpl::apply_call_options(comm::Request& r, const CallOptions* call) const {
   if (!call || call->algorithm.empty()) return;
-  if (call->algorithm == "flat") {
-    r.forced_path = comm::Request::ForcedPath::flat;
-    return;
-  }
-  if (call->algorithm == "hierarchical") {
-    r.forced_path = comm::Request::ForcedPath::hierarchy;
-    return;
-  }
+  r.forced_path = algorithms::named_path(call->algorithm);
+  if (r.forced_path != algorithms::NamedPath::none) return;
   r.forced = algorithms::find_algorithm(r.collective, call->algorithm);
   SHOAL_CHECK(r.forced, InvalidArgument,
               algorithms::to_string(r.collective)

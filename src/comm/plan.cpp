@@ -10,6 +10,7 @@
 
 namespace shoal::comm {
 
+using algorithms::AlgorithmInfo;
 using algorithms::Collective;
 
 const char* to_string(Path path) {
@@ -69,89 +70,73 @@ bool Planner::flat_fits_here(const Request& r, const algorithms::CollectiveArgs&
   return !r.vectored || flat_decision_bytes(a) <= slots;
 }
 
-bool Planner::flat_eligible(const Request& r, const algorithms::CollectiveArgs& a) const {
-  if (!flat_fits_here(r, a)) return false;
-  // Beyond the slots only the direct path is flat, and there a SHOAL_ALGO rule for the call
-  // wins (within them the flat path stays: documented).
-  return r.vectored || flat_decision_bytes(a) <= layout_.flat_slot_bytes ||
-         !algorithms::override_for(a.collective, a.count * size_of(a.dtype));
-}
-
 Plan Planner::plan(const Request& r, const algorithms::CollectiveArgs& checked) {
+  using algorithms::NamedPath;
   Plan p;
   p.args = checked;
   algorithms::CollectiveArgs& a = p.args;
+  auto take = [&](Path path) -> Plan& {
+    p.path = path;
+    if (path == Path::flat)
+      p.queued = flat_queued(a, layout_.flat_slot_bytes, layout_.flat_direct_bytes);
+    // The hierarchy's groups compare their own calls.
+    if (path != Path::hierarchy) p.signature = algorithms::signature(a);
+    ++planned_[static_cast<int>(path)];
+    return p;
+  };
   if (r.forced) {
     a.algorithm = r.forced;
     a.forced = true;
-    p.signature = algorithms::signature(a);
-    ++planned_[static_cast<int>(Path::schedule)];
-    return p;
+    return take(Path::schedule);
   }
-  const bool hierarchical_collective = a.collective == Collective::all_reduce ||
-                                       a.collective == Collective::all_gather ||
-                                       a.collective == Collective::reduce_scatter;
-  if (r.forced_path == Request::ForcedPath::hierarchy) {
-    // Every input is equal on all ranks: every rank refuses alike, before anything is sent.
-    SHOAL_CHECK(layout_.hierarchy_fits && hierarchical_collective && !r.vectored, InvalidArgument,
+  // A public all_reduce, all_gather or reduce_scatter of one buffer: what the hierarchy takes.
+  const bool composable =
+      r.may_use_hierarchy && !r.vectored &&
+      (a.collective == Collective::all_reduce || a.collective == Collective::all_gather ||
+       a.collective == Collective::reduce_scatter);
+  const bool can_compose = composable && layout_.hierarchy_fits && a.count > 0;
+  const bool can_flat = a.count > 0 && flat_fits_here(r, a);
+  // A path the call names is taken, or every rank refuses alike (every input is equal on all
+  // ranks), before anything is sent; one a SHOAL_ALGO rule names, where the call can take it.
+  if (r.forced_path == NamedPath::hierarchical)
+    SHOAL_CHECK(composable && layout_.hierarchy_fits, InvalidArgument,
                 algorithms::to_string(a.collective)
                     << ": CallOptions 'hierarchical' needs all_reduce, all_gather or "
                        "reduce_scatter, not vectored, on hosts of equal rank counts, several "
                        "ranks and hosts each");
-    if (a.count > 0) {
-      p.path = Path::hierarchy;
-      ++planned_[static_cast<int>(Path::hierarchy)];
-      return p;
-    }
-  } else if (r.forced_path == Request::ForcedPath::flat && a.count > 0) {
-    SHOAL_CHECK(flat_fits_here(r, a), InvalidArgument,
+  if (r.forced_path == NamedPath::flat)
+    SHOAL_CHECK(can_flat || a.count == 0, InvalidArgument,
                 algorithms::to_string(a.collective)
                     << ": CallOptions 'flat' needs every rank on one host's shared memory and a "
                        "call the slots (SHOAL_FLAT_MAX_BYTES) or the direct path serve");
-  }
-  // A SHOAL_ALGO rule may name a path: taken where the call can take it, else the rows decide.
-  const std::string_view rule_path =
-      r.forced_path == Request::ForcedPath::none
-          ? algorithms::override_path_for(a.collective, a.count * size_of(a.dtype))
-          : std::string_view{};
-  if (rule_path == "hierarchical" && r.may_use_hierarchy && !r.vectored &&
-      hierarchical_collective && a.count > 0 && layout_.hierarchy_fits) {
-    p.path = Path::hierarchy;
-    ++planned_[static_cast<int>(Path::hierarchy)];
-    return p;
-  }
-  const bool flat_by_rule = rule_path == "flat" && a.count > 0 && flat_fits_here(r, a);
-  if (r.forced_path == Request::ForcedPath::none && rule_path.empty() && r.may_use_hierarchy &&
-      !r.vectored && hierarchical_collective && a.count > 0 &&
-      hierarchy_mode() != HierarchyMode::off) {
-    // The size auto decides by: the whole vector, the gathered output, the scattered input.
-    const uint64_t bytes =
-        a.count * size_of(a.dtype) *
-        (a.collective == Collective::all_reduce ? 1 : static_cast<uint64_t>(a.size));
-    if (hierarchy_mode() == HierarchyMode::on || hierarchy_wanted(a.collective, bytes)) {
-      p.path = Path::hierarchy;
-      ++planned_[static_cast<int>(Path::hierarchy)];
-      return p;
-    }
+  // One lookup of SHOAL_ALGO per call: the row or the path of its first matching rule.
+  const auto rule = r.forced_path == NamedPath::none
+                        ? algorithms::override_rule_for(a.collective, a.count * size_of(a.dtype))
+                        : std::nullopt;
+  const NamedPath named = rule ? rule->path : r.forced_path;
+  if (named == NamedPath::hierarchical && can_compose) return take(Path::hierarchy);
+  if (named == NamedPath::flat && can_flat) return take(Path::flat);
+  // SHOAL_HIERARCHICAL, where no path is named (its mode checked at the first call that could
+  // be hierarchical, whatever the layout).
+  if (named == NamedPath::none && composable && a.count > 0) {
+    const HierarchyMode mode = hierarchy_mode();
+    if (mode == HierarchyMode::on || (mode == HierarchyMode::automatic &&
+                                      hierarchy_wanted(a.collective, algorithms::model_bytes(a))))
+      return take(Path::hierarchy);
   }
   // Made at the first call whatever its path: its settings are checked there, on every rank.
   const tune::Dispatcher& d = dispatcher();
-  if ((r.forced_path == Request::ForcedPath::flat && a.count > 0) || flat_by_rule ||
-      flat_eligible(r, a)) {
-    p.path = Path::flat;
-    p.queued = flat_queued(a, layout_.flat_slot_bytes, layout_.flat_direct_bytes);
-    p.signature = algorithms::signature(a);
-    ++planned_[static_cast<int>(Path::flat)];
-    return p;
+  // The flat path where it fits; beyond the slots (the direct path) a rule naming a row wins,
+  // within them the flat path stays (documented); vectored calls only within the slots.
+  const AlgorithmInfo* rule_row = rule ? rule->algorithm : nullptr;
+  if (can_flat && (r.vectored || flat_decision_bytes(a) <= layout_.flat_slot_bytes || !rule_row)) {
+    return take(Path::flat);
   }
-  // A schedule: the dispatcher's row, then the final one (a SHOAL_ALGO rule wins), fixed here
-  // so that the signature and the engine see the same.
-  a.algorithm = d.choose(a.collective, algorithms::model_bytes(a)).algorithm;
-  a.algorithm = &algorithms::choose(a);
+  // A schedule: the rule's row, else the dispatcher's, fixed here so that the signature and
+  // the engine see the same.
+  a.algorithm = rule_row ? rule_row : d.choose(a.collective, algorithms::model_bytes(a)).algorithm;
   a.forced = true;
-  p.signature = algorithms::signature(a);
-  ++planned_[static_cast<int>(Path::schedule)];
-  return p;
+  return take(Path::schedule);
 }
 
 }  // namespace shoal::comm

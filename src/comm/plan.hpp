@@ -76,8 +76,6 @@ class Planner {
   bool hierarchy_wanted(algorithms::Collective collective, uint64_t bytes);
   /// Whether the flat path can serve the call (the layout, its size, vectored within slots).
   bool flat_fits_here(const Request& request, const algorithms::CollectiveArgs& a) const;
-  /// ... and whether the planner takes it unless told otherwise.
-  bool flat_eligible(const Request& request, const algorithms::CollectiveArgs& a) const;
 
   Layout layout_;
   std::function<tune::Dispatcher()> make_dispatcher_;

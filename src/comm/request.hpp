@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "algorithms/registry.hpp"
 #include "algorithms/schedule.hpp"
 #include "shoal/types.hpp"
 
@@ -40,8 +41,7 @@ struct Request {
   /// The row the caller named (CallOptions::algorithm): it runs, past everything else.
   const algorithms::AlgorithmInfo* forced = nullptr;
   /// The path the caller named instead (CallOptions::algorithm "flat" or "hierarchical").
-  enum class ForcedPath : uint8_t { none, flat, hierarchy };
-  ForcedPath forced_path = ForcedPath::none;
+  algorithms::NamedPath forced_path = algorithms::NamedPath::none;
   /// A call of the public API, which the hierarchy may take; the library's own calls (at
   /// creation and split) never do.
   bool may_use_hierarchy = false;

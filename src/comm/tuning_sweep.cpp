@@ -5,7 +5,6 @@
 #include <iomanip>
 #include <sstream>
 #include <string>
-#include <string_view>
 #include <thread>
 
 #include "algorithms/registry.hpp"
@@ -103,8 +102,7 @@ void measure(Communicator& comm, const SweepOptions& o, tune::TuningFile& file) 
         line << algorithms::to_string(c) << " " << config::format_bytes(m.sizes.back()) << ":"
              << std::fixed << std::setprecision(1);
         for (size_t a = 0; a < rows.size(); ++a)
-          line << " " << (rows[a] ? rows[a]->name : std::string_view("hierarchical")) << " "
-               << best[a] * 1e6 << "us";
+          line << " " << forced[a].algorithm << " " << best[a] * 1e6 << "us";
         o.progress(line.str());
       }
     }

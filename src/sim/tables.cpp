@@ -14,6 +14,12 @@ namespace shoal::sim {
 
 using algorithms::Collective;
 
+Builder hierarchical_builder(const algorithms::HierarchyPlan& plan) {
+  return [plan](algorithms::Schedule& s, const algorithms::CollectiveArgs& a) {
+    algorithms::hierarchical(s, a, plan);
+  };
+}
+
 bool hierarchy_fits(Collective c, int world, int ranks_per_host) {
   const bool composable =
       c == Collective::all_reduce || c == Collective::all_gather || c == Collective::reduce_scatter;
@@ -70,10 +76,8 @@ void predict_tuning_tables(const ClusterModel& model, const TableOptions& o,
       m.simulated = true;
       m.sizes = o.sizes;
       const bool measured =
-          std::any_of(file.tables.begin(), file.tables.end(), [&](const tune::Measurements& t) {
-            return t.collective == m.collective && t.world == m.world &&
-                   t.ranks_per_host == m.ranks_per_host && t.transport == m.transport;
-          });
+          std::any_of(file.tables.begin(), file.tables.end(),
+                      [&](const tune::Measurements& t) { return tune::same_key(t, m); });
       if (measured) {
         if (o.progress)
           o.progress(std::string(algorithms::to_string(c)) + " world " + std::to_string(w) +
@@ -96,11 +100,8 @@ void predict_tuning_tables(const ClusterModel& model, const TableOptions& o,
             // all_gather's composition runs no row: its first stands for all.
             if (c == Collective::all_gather && &row != &algorithms::first_row(c)) continue;
             const algorithms::HierarchyPlan plan{model.ranks_per_host, "ring", row.name};
-            const Builder build = [plan](algorithms::Schedule& s,
-                                         const algorithms::CollectiveArgs& a) {
-              algorithms::hierarchical(s, a, plan);
-            };
-            const double t = predicted(model, o, c, bytes, w, build, hierarchy_name(plan));
+            const double t =
+                predicted(model, o, c, bytes, w, hierarchical_builder(plan), hierarchy_name(plan));
             if (best == 0 || t < best) best = t;
           }
           m.hierarchical.push_back(best);

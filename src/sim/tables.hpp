@@ -9,11 +9,16 @@
 #include <string>
 #include <vector>
 
+#include "algorithms/hierarchy.hpp"
 #include "algorithms/schedule.hpp"
+#include "sim/executor.hpp"
 #include "sim/model.hpp"
 #include "tune/tuning_file.hpp"
 
 namespace shoal::sim {
+
+/// The schedule builder of a hierarchical composition (algorithms::hierarchical with `plan`).
+Builder hierarchical_builder(const algorithms::HierarchyPlan& plan);
 
 /// Whether `collective` on `world` ranks of `ranks_per_host` per host has a hierarchical
 /// composition (algorithms/hierarchy.hpp): several hosts, several ranks on each, equal hosts.

@@ -185,9 +185,7 @@ TuningFile parse_tuning_file(std::string_view text, std::string_view source) {
     const std::string where = "tables[" + std::to_string(i) + "]";
     Measurements m = parse_table(tables[i], source, where);
     for (const auto& other : file.tables)
-      TUNE_CHECK(other.collective != m.collective || other.world != m.world ||
-                     other.ranks_per_host != m.ranks_per_host || other.transport != m.transport,
-                 where,
+      TUNE_CHECK(!same_key(other, m), where,
                  "a second table for " << algorithms::to_string(m.collective) << " world "
                                        << m.world << " ranks_per_host " << m.ranks_per_host
                                        << " transport " << to_string(m.transport));

@@ -50,6 +50,13 @@ struct Measurements {
   std::vector<double> hierarchical;
 };
 
+/// Whether two tables have the same key (collective, world, ranks per host, transport): a file
+/// holds one table per key.
+inline bool same_key(const Measurements& a, const Measurements& b) {
+  return a.collective == b.collective && a.world == b.world &&
+         a.ranks_per_host == b.ranks_per_host && a.transport == b.transport;
+}
+
 struct TuningFile {
   std::string source;  // where it came from, for messages
   std::vector<Measurements> tables;

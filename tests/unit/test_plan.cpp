@@ -185,16 +185,16 @@ TEST_F(PlanTest, AMalformedHierarchySettingIsAClearError) {
 TEST_F(PlanTest, APathByNameIsTakenWhereTheCallCanTakeItAndRefusedElsewhere) {
   Planner shm = one_host(), hosts = two_hosts();
   Request flat = call(Collective::all_gather, 64 << 10);  // 256 KiB a rank: direct
-  flat.forced_path = Request::ForcedPath::flat;
+  flat.forced_path = algorithms::NamedPath::flat;
   algorithms::detail::set_algorithm_override("all_gather:ring");  // would win beyond the slots
   EXPECT_EQ(plan(shm, flat).path, Path::flat);
   EXPECT_THROW(plan(hosts, flat), InvalidArgumentError);  // no shared memory across hosts
   Request hier = call(Collective::reduce_scatter, 1024);
-  hier.forced_path = Request::ForcedPath::hierarchy;  // SHOAL_HIERARCHICAL is off here
+  hier.forced_path = algorithms::NamedPath::hierarchical;  // SHOAL_HIERARCHICAL is off here
   EXPECT_EQ(plan(hosts, hier).path, Path::hierarchy);
   EXPECT_THROW(plan(shm, hier), InvalidArgumentError);  // one host
   Request bcast = call(Collective::broadcast, 1024);
-  bcast.forced_path = Request::ForcedPath::hierarchy;
+  bcast.forced_path = algorithms::NamedPath::hierarchical;
   EXPECT_THROW(plan(hosts, bcast), InvalidArgumentError);  // no hierarchical broadcast
   EXPECT_EQ(hosts.planned(Path::hierarchy), 1u);
 }
@@ -216,7 +216,7 @@ TEST_F(PlanTest, ASettingRuleMayNameAPathTakenWhereTheCallCanTakeIt) {
   // Paths only where the planner has them.
   EXPECT_THROW(algorithms::parse_override("broadcast:hierarchical"), InvalidArgumentError);
   EXPECT_THROW(algorithms::parse_override("all_to_all:flat"), InvalidArgumentError);
-  EXPECT_EQ(algorithms::parse_override("reduce:flat").front().path, "flat");
+  EXPECT_EQ(algorithms::parse_override("reduce:flat").front().path, algorithms::NamedPath::flat);
 }
 
 }  // namespace
