@@ -63,6 +63,14 @@ MUTATIONS = [
      "  if (h.magic != kFrameMagic) {", "  if (false) {",
      "test_failures", "*MalformedFrames*",
      "a frame with a bad magic is taken (the test must fail, not abort the binary)"),
+    ("chaos-oracle-skips-last-member", "src/chaos/workload.cpp",
+     "for (size_t r = 1; r < size; ++r) acc = combine", "for (size_t r = 1; r + 1 < size; ++r) acc = combine",
+     "test_chaos_workload", "*ExpectedResults*:*FourRanks*",
+     "the soak's expected all_reduce leaves the last member out: every soak would report corruption"),
+    ("swarm-lr-six-decimals", "src/swarm/train/settings.cpp",
+     "exact(c.optim.lr)", "std::to_string(c.optim.lr)",
+     "test_swarm_settings", "*EveryField*",
+     "a launched swarm's learning rate keeps six decimals: 2.5e-7 reaches the peers as 0"),
 ]
 
 
