@@ -4,9 +4,13 @@
 #include <cstdio>
 #include <cstdlib>
 #include <sstream>
+#include <string>
 #include <vector>
 
 #include "algorithms/registry.hpp"
+#include "comm/flat_memory.hpp"
+#include "comm/plan.hpp"
+#include "comm/request.hpp"
 #include "comm/topology.hpp"
 #include "core/config.hpp"
 #include "shoal/shoal.hpp"
@@ -35,6 +39,20 @@ static void print_algorithms() {
     std::printf("%-15s %-19s %-50s %s\n", std::string(algorithms::to_string(a.collective)).c_str(),
                 std::string(a.name).c_str(), std::string(a.constraints).c_str(),
                 std::string(a.description).c_str());
+  std::printf(
+      "\n# paths beside the rows (the planner, comm/plan.hpp): SHOAL_ALGO=collective:path and "
+      "CallOptions name them like a row\n");
+  for (const auto& path : algorithms::paths()) {
+    std::string serves;
+    for (const auto c : path.collectives) {
+      if (!serves.empty()) serves += ',';
+      serves += algorithms::to_string(c);
+    }
+    std::printf("%s\n  serves:      %s\n  needs:       %s\n  what:        %s\n  priced by:   %s\n",
+                std::string(path.name).c_str(), serves.c_str(),
+                std::string(path.constraints).c_str(), std::string(path.description).c_str(),
+                std::string(path.cost).c_str());
+  }
 }
 
 // Which row the dispatcher takes per collective and size for a job of `ctx` (SHOAL_TUNE_FILE,
@@ -79,8 +97,40 @@ static void print_dispatch(const tune::Context& ctx, const std::string& size_lis
     }
     return (verdict.take ? "yes (" : "no (") + why + ")";
   };
-  std::printf("%-15s %12s %-19s %-19s %-12s %s\n", "collective", "bytes", "algorithm", "from",
-              "predicted", "hierarchy");
+  // What a call takes (the planner itself, on this layout: comm/plan.hpp): the flat path where
+  // every rank shares one host's memory and the call fits, the hierarchy, else a row.
+  comm::Planner::Layout planner_layout;
+  if (ctx.transport == tune::Transport::shm && ctx.world == ctx.ranks_per_host) {
+    const auto flat =
+        comm::FlatMemory::layout_from_settings(ctx.ranks_per_host, ctx.cores_per_host);
+    planner_layout.flat_slot_bytes = flat.slot_bytes;
+    if (flat.direct_bytes > 0) planner_layout.flat_direct_bytes = flat.direct_bytes;
+  }
+  planner_layout.hierarchy_fits = layout;
+  comm::Planner planner(planner_layout, [&] { return tune::Dispatcher::from_environment(ctx); });
+  auto takes = [&](algorithms::Collective coll, uint64_t bytes) -> std::string {
+    algorithms::CollectiveArgs a;
+    a.collective = coll;
+    a.dtype = DataType::float32;
+    a.size = ctx.world;
+    a.count = (coll == algorithms::Collective::all_reduce ? bytes : bytes / ctx.world) / 4;
+    if (a.count == 0) return "-";
+    comm::Request r = comm::request_of(coll, nullptr, nullptr, a.count, a.dtype);
+    r.may_use_hierarchy = true;
+    r.blocking = true;
+    const comm::Plan plan = planner.plan(r, a);
+    switch (plan.path) {
+      case comm::Path::flat:
+        return "flat";
+      case comm::Path::hierarchy:
+        return "hierarchical";
+      case comm::Path::schedule:
+        break;
+    }
+    return std::string(plan.args.algorithm->name);
+  };
+  std::printf("%-15s %12s %-19s %-19s %-12s %-19s %s\n", "collective", "bytes", "algorithm", "from",
+              "predicted", "takes (float32)", "hierarchy (auto)");
   for (auto coll : {algorithms::Collective::all_reduce, algorithms::Collective::all_gather,
                     algorithms::Collective::reduce_scatter}) {
     for (uint64_t bytes : sizes) {
@@ -100,11 +150,11 @@ static void print_dispatch(const tune::Context& ctx, const std::string& size_lis
           (table->world != ctx.world || table->ranks_per_host != ctx.ranks_per_host))
         from +=
             " (" + std::to_string(table->world) + "x" + std::to_string(table->ranks_per_host) + ")";
-      std::printf("%-15s %12llu %-19s %-19s %-12s %s\n",
-                  std::string(algorithms::to_string(coll)).c_str(),
-                  static_cast<unsigned long long>(bytes),
-                  std::string(forced ? forced->name : ch.algorithm->name).c_str(), from.c_str(),
-                  forced ? "-" : predicted, hierarchy(coll, bytes).c_str());
+      std::printf(
+          "%-15s %12llu %-19s %-19s %-12s %-19s %s\n",
+          std::string(algorithms::to_string(coll)).c_str(), static_cast<unsigned long long>(bytes),
+          std::string(forced ? forced->name : ch.algorithm->name).c_str(), from.c_str(),
+          forced ? "-" : predicted, takes(coll, bytes).c_str(), hierarchy(coll, bytes).c_str());
     }
   }
 }

@@ -1,5 +1,6 @@
 #include "algorithms/registry.hpp"
 
+#include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <memory>
@@ -226,15 +227,20 @@ std::vector<OverrideRule> parse_override(std::string_view spec) {
     }
     const std::string_view name = parts.back();
     if (const NamedPath path = named_path(name); path != NamedPath::none) {
-      const Collective c = rule.collective;
-      const bool composed = c == Collective::all_reduce || c == Collective::all_gather ||
-                            c == Collective::reduce_scatter;
-      const bool ok = composed || (path == NamedPath::flat &&
-                                   (c == Collective::broadcast || c == Collective::reduce));
-      SHOAL_CHECK(ok, InvalidArgument,
-                  "SHOAL_ALGO: " << parts[0] << " has no '" << name
-                                 << "' path (flat: all_reduce, all_gather, reduce_scatter, "
-                                    "broadcast, reduce; hierarchical: the first three)");
+      if (!find_path(rule.collective, name)) {
+        std::string serves;
+        for (const auto& info : paths()) {
+          serves += serves.empty() ? "" : "; ";
+          serves += info.name;
+          serves += ':';
+          for (const Collective c : info.collectives) {
+            serves += ' ';
+            serves += to_string(c);
+          }
+        }
+        SHOAL_THROW(InvalidArgument, "SHOAL_ALGO: " << parts[0] << " has no '" << name << "' path ("
+                                                    << serves << ")");
+      }
       rule.path = path;
       rules.push_back(rule);
       continue;
@@ -279,11 +285,15 @@ void set_thread_algorithm_override(std::string_view spec) {
 }  // namespace detail
 
 namespace {
-// The first rule for `collective` whose range holds `bytes`, or null.
-const OverrideRule* first_match(const Rules& rules, Collective collective, uint64_t bytes) {
+// The first rule for `collective` whose range holds `bytes` and that names a row or a path the
+// call can take (`takeable`), or null: a path the call cannot take is as if not written.
+const OverrideRule* first_match(const Rules& rules, Collective collective, uint64_t bytes,
+                                PathSet takeable) {
   if (rules)
     for (const auto& rule : *rules)
-      if (rule.collective == collective && bytes >= rule.min_bytes && bytes <= rule.max_bytes)
+      if (rule.collective == collective && bytes >= rule.min_bytes && bytes <= rule.max_bytes &&
+          (rule.path == NamedPath::none || (rule.path == NamedPath::flat && takeable.flat) ||
+           (rule.path == NamedPath::hierarchical && takeable.hierarchical)))
         return &rule;
   return nullptr;
 }
@@ -292,21 +302,55 @@ const OverrideRule* first_match(const Rules& rules, Collective collective, uint6
 const AlgorithmInfo* override_for(Collective collective, uint64_t bytes) {
   if (!thread_rules && process_override().none.load(std::memory_order_acquire)) return nullptr;
   const Rules rules = current_rules();
-  const OverrideRule* rule = first_match(rules, collective, bytes);
+  const OverrideRule* rule = first_match(rules, collective, bytes, PathSet{});
   return rule ? rule->algorithm : nullptr;
 }
 
-std::optional<OverrideRule> override_rule_for(Collective collective, uint64_t bytes) {
+std::optional<OverrideRule> override_rule_for(Collective collective, uint64_t bytes,
+                                              PathSet takeable) {
   if (!thread_rules && process_override().none.load(std::memory_order_acquire)) return {};
   const Rules rules = current_rules();
-  const OverrideRule* rule = first_match(rules, collective, bytes);
+  const OverrideRule* rule = first_match(rules, collective, bytes, takeable);
   return rule ? std::optional<OverrideRule>(*rule) : std::nullopt;
 }
 
+const std::vector<PathInfo>& paths() {
+  static const std::vector<PathInfo> table = {
+      {NamedPath::flat,
+       "flat",
+       {Collective::all_reduce, Collective::all_gather, Collective::reduce_scatter,
+        Collective::broadcast, Collective::reduce},
+       "every rank on one host's shared memory; within SHOAL_FLAT_MAX_BYTES, or direct by "
+       "address from SHOAL_FLAT_DIRECT_BYTES",
+       "every rank writes its input to a shared slot (or exposes it by address) and reads or "
+       "reduces its part from the others': one step, no messages",
+       "none: taken wherever it fits (one copy in, one read per peer, no message latency); a "
+       "SHOAL_ALGO row wins only beyond the slots"},
+      {NamedPath::hierarchical,
+       "hierarchical",
+       {Collective::all_reduce, Collective::all_gather, Collective::reduce_scatter},
+       "hosts of equal rank counts, several ranks and hosts each; not vectored",
+       "phases on the host's group (flat or shm rows) and on the rank-aligned group across "
+       "hosts (comm/hierarchical)",
+       "SHOAL_HIERARCHICAL=auto: a tuning file's hierarchical times against its rows' where "
+       "measured, else the cost model's phases against the best flat row (shoal-info shows "
+       "both)"},
+  };
+  return table;
+}
+
 NamedPath named_path(std::string_view name) {
-  return name == "flat"           ? NamedPath::flat
-         : name == "hierarchical" ? NamedPath::hierarchical
-                                  : NamedPath::none;
+  for (const auto& info : paths())
+    if (info.name == name) return info.path;
+  return NamedPath::none;
+}
+
+const PathInfo* find_path(Collective collective, std::string_view name) {
+  for (const auto& info : paths())
+    if (info.name == name && std::find(info.collectives.begin(), info.collectives.end(),
+                                       collective) != info.collectives.end())
+      return &info;
+  return nullptr;
 }
 
 const AlgorithmInfo& first_row(Collective collective) {

@@ -61,10 +61,33 @@ enum class NamedPath : uint8_t { none, flat, hierarchical };
 /// "flat" and "hierarchical"; none for any other name.
 NamedPath named_path(std::string_view name);
 
+/// A path's row beside the schedules' (comm/plan.hpp takes it): what it serves, what it
+/// needs, and how the planner prices it against the rows. shoal-info lists them.
+struct PathInfo {
+  NamedPath path;
+  std::string_view name;
+  std::vector<Collective> collectives;
+  std::string_view constraints;
+  std::string_view description;
+  std::string_view cost;
+};
+/// Both paths, flat first.
+const std::vector<PathInfo>& paths();
+/// The path named `name` if it serves `collective`, else nullptr.
+const PathInfo* find_path(Collective collective, std::string_view name);
+
 struct OverrideRule;
-/// The first SHOAL_ALGO rule that matches this collective and count x element size, if any.
-std::optional<OverrideRule> override_rule_for(Collective collective, uint64_t bytes);
-/// Its row, or nullptr (no rule matches, or the first that does names a path).
+/// The paths a call can take, for the rules that name one.
+struct PathSet {
+  bool flat = false, hierarchical = false;
+};
+/// The first SHOAL_ALGO rule that matches this collective and count x element size and names a
+/// row or a path in `takeable`, if any: a rule naming a path the call cannot take is skipped,
+/// as if it were not written.
+std::optional<OverrideRule> override_rule_for(Collective collective, uint64_t bytes,
+                                              PathSet takeable);
+/// The row of the first rule that names a row and matches, or nullptr (for callers that run
+/// only rows).
 const AlgorithmInfo* override_for(Collective collective, uint64_t bytes);
 
 /// `n` of the cost models for a call: the whole vector of all_reduce, broadcast and reduce, the

@@ -109,9 +109,11 @@ Plan Planner::plan(const Request& r, const algorithms::CollectiveArgs& checked) 
                 algorithms::to_string(a.collective)
                     << ": CallOptions 'flat' needs every rank on one host's shared memory and a "
                        "call the slots (SHOAL_FLAT_MAX_BYTES) or the direct path serve");
-  // One lookup of SHOAL_ALGO per call: the row or the path of its first matching rule.
+  // One lookup of SHOAL_ALGO per call: its first matching rule that names a row or a path this
+  // call can take (a path it cannot take is as if not written).
   const auto rule = r.forced_path == NamedPath::none
-                        ? algorithms::override_rule_for(a.collective, a.count * size_of(a.dtype))
+                        ? algorithms::override_rule_for(a.collective, a.count * size_of(a.dtype),
+                                                        {can_flat, can_compose})
                         : std::nullopt;
   const NamedPath named = rule ? rule->path : r.forced_path;
   if (named == NamedPath::hierarchical && can_compose) return take(Path::hierarchy);

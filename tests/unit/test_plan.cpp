@@ -219,5 +219,50 @@ TEST_F(PlanTest, ASettingRuleMayNameAPathTakenWhereTheCallCanTakeIt) {
   EXPECT_EQ(algorithms::parse_override("reduce:flat").front().path, algorithms::NamedPath::flat);
 }
 
+// A rule naming a path the call cannot take is as if not written: the next matching rule
+// decides.
+TEST_F(PlanTest, ARuleWhosePathTheCallCannotTakeGivesWayToTheNext) {
+  Planner tcp_one_host(Planner::Layout{0, UINT64_MAX, false}, [] {
+    return tune::Dispatcher::from_environment(tune::make_context({0, 0, 0, 0}, false), nullptr);
+  });
+  Planner hosts = two_hosts(), shm = one_host();
+  algorithms::detail::set_algorithm_override(
+      "all_reduce:0-1M:hierarchical;all_reduce:0-1M:flat;all_reduce:rabenseifner");
+  const Plan p = plan(tcp_one_host, call(Collective::all_reduce, 1024));
+  EXPECT_EQ(p.path, Path::schedule);
+  EXPECT_EQ(p.args.algorithm, algorithms::find_algorithm(Collective::all_reduce, "rabenseifner"));
+  EXPECT_EQ(plan(hosts, call(Collective::all_reduce, 1024)).path, Path::hierarchy);
+  EXPECT_EQ(plan(shm, call(Collective::all_reduce, 1024)).path, Path::flat);
+}
+
+// The paths' table (what shoal-info lists and SHOAL_ALGO accepts) says what the planner does:
+// each path takes every collective it lists, on a layout that has it, and refuses the others.
+TEST_F(PlanTest, ThePathsTableIsWhatThePlannerTakes) {
+  Planner shm = one_host(), hosts = two_hosts();
+  ASSERT_EQ(algorithms::paths().size(), 2u);
+  for (const auto& info : algorithms::paths()) {
+    Planner& layout = info.path == algorithms::NamedPath::flat ? shm : hosts;
+    const Path want = info.path == algorithms::NamedPath::flat ? Path::flat : Path::hierarchy;
+    for (Collective c : {Collective::all_reduce, Collective::all_gather, Collective::reduce_scatter,
+                         Collective::broadcast, Collective::reduce, Collective::all_to_all,
+                         Collective::gather, Collective::scatter}) {
+      const std::string rule = std::string(algorithms::to_string(c)) + ":" + std::string(info.name);
+      Request r = call(c, 256);
+      r.root = c == Collective::broadcast || c == Collective::reduce || c == Collective::gather ||
+                       c == Collective::scatter
+                   ? 0
+                   : -1;
+      r.forced_path = info.path;
+      if (algorithms::find_path(c, info.name)) {
+        EXPECT_NO_THROW(algorithms::parse_override(rule)) << rule;
+        EXPECT_EQ(plan(layout, r).path, want) << rule;
+      } else {
+        EXPECT_THROW(algorithms::parse_override(rule), InvalidArgumentError) << rule;
+        EXPECT_THROW(plan(layout, r), InvalidArgumentError) << rule;
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace shoal::comm

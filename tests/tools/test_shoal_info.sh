@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# shoal-info --algorithms: the rows and the planner's two paths (flat, hierarchical) listed
+# together, and per collective and size what a call takes — the planner itself on the layout
+# given (comm/plan.hpp) — under SHOAL_HIERARCHICAL and SHOAL_ALGO; a path named for a
+# collective it does not serve is refused with the choices.
+# Usage: bash test_shoal_info.sh BIN_DIR     (ctest passes the build's bin directory)
+source "$(dirname "$0")/tool_test.sh" test_shoal_info "${1:-}" shoal-info
+INFO=$BIN/shoal-info
+# takes COLLECTIVE BYTES: the "takes" column of that line of $D/out
+takes() { awk -v c="$1" -v b="$2" '$1 == c && $2 == b { for (i = 3; i <= NF; ++i) if ($i == "us" || $i == "-") { print $(i + 1); exit } }' "$D/out"; }
+
+# 1. Both paths are listed beside the rows, with what they serve and how they are priced.
+if "$INFO" --algorithms >"$D/out" 2>&1 && grep -q "^flat$" "$D/out" && grep -q "^hierarchical$" "$D/out" &&
+  grep -q "serves:      all_reduce,all_gather,reduce_scatter,broadcast,reduce" "$D/out" &&
+  (($(grep -c "priced by:" "$D/out") == 2)); then
+  pass
+else
+  fail "the paths are listed"
+fi
+
+# 2. One host over shared memory: the flat path takes what fits.
+if "$INFO" --algorithms --world 4 --sizes 64K >"$D/out" 2>&1 && [[ $(takes all_reduce 65536) == flat ]] &&
+  [[ $(takes reduce_scatter 65536) == flat ]]; then
+  pass
+else
+  fail "flat on one host"
+fi
+
+# 3. Two hosts of 4 over TCP: SHOAL_HIERARCHICAL=on takes the hierarchy, off the dispatcher's row.
+if SHOAL_HIERARCHICAL=on "$INFO" --algorithms --world 8 --ranks-per-host 4 --transport tcp --sizes 1K >"$D/out" 2>&1 &&
+  [[ $(takes all_gather 1024) == hierarchical ]] &&
+  SHOAL_HIERARCHICAL=off "$INFO" --algorithms --world 8 --ranks-per-host 4 --transport tcp --sizes 1K >"$D/out" 2>&1 &&
+  [[ $(takes all_gather 1024) == $(awk '$1 == "all_gather" && $2 == 1024 { print $3 }' "$D/out") ]] &&
+  [[ $(takes all_gather 1024) != hierarchical ]]; then
+  pass
+else
+  fail "SHOAL_HIERARCHICAL on and off"
+fi
+
+# 4. SHOAL_ALGO names a path for a range and a row beyond it; one host of 4 ranks over TCP has
+# no hierarchy, so that rule is as if not written and the next (ring) decides.
+RULE="all_reduce:0-4K:hierarchical;all_reduce:ring"
+if SHOAL_ALGO=$RULE "$INFO" --algorithms --world 8 --ranks-per-host 4 --transport tcp --sizes 1K,1M >"$D/out" 2>&1 &&
+  [[ $(takes all_reduce 1024) == hierarchical ]] && [[ $(takes all_reduce 1048576) == ring ]] &&
+  SHOAL_ALGO=$RULE "$INFO" --algorithms --world 4 --transport tcp --sizes 1K >"$D/out" 2>&1 &&
+  [[ $(takes all_reduce 1024) == ring ]]; then
+  pass
+else
+  fail "SHOAL_ALGO's path and row"
+fi
+
+# 5. A path for a collective it does not serve: refused, naming what each path serves.
+if SHOAL_ALGO=broadcast:hierarchical "$INFO" --algorithms >"$D/out" 2>&1; then
+  fail "broadcast:hierarchical was accepted"
+elif grep -q "broadcast has no 'hierarchical' path (flat: all_reduce all_gather reduce_scatter broadcast reduce; hierarchical: all_reduce all_gather reduce_scatter)" "$D/out"; then
+  pass
+else
+  fail "broadcast:hierarchical names the choices"
+fi
+summary
