@@ -7,7 +7,9 @@
 
 Every rank draws its own batches from a generator seeded with (seed, rank, step), so a run is
 reproducible and the losses of two backends can be compared step by step. Rank 0 prints
-"step N loss X" and, with --json, one JSON line with every loss and the median step time.
+"step N loss X" and, with --json, one JSON line with every loss, the median step time, the
+wall-clock time at the end of each step (times_s) and what the host's interfaces sent
+(bytes_sent; examples/gpt.py's host_tx_bytes).
 Needs PYTHONPATH=<build>/python for --backend shoal (docs/torch.md).
 """
 
@@ -22,7 +24,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from gpt import add_common_args, batch, launch, make_model, parse_args
+from gpt import add_common_args, batch, host_tx_bytes, launch, make_model, parse_args
 
 
 def register_hook(ddp, hook):
@@ -46,7 +48,9 @@ def train(args):
     ddp = DDP(model, bucket_cap_mb=args.bucket_mb)
     register_hook(ddp, args.hook)
     opt = torch.optim.AdamW(ddp.parameters(), lr=args.lr)
-    losses, times = [], []
+    losses, times, ends = [], [], []
+    dist.barrier()
+    tx0, begin = host_tx_bytes(), time.perf_counter()
     for step in range(args.steps):
         x, y = batch(args, rank, step)
         start = time.perf_counter()
@@ -55,12 +59,15 @@ def train(args):
         loss.backward()
         opt.step()
         times.append(time.perf_counter() - start)
+        ends.append(time.perf_counter() - begin)
         losses.append(loss.item())
         if rank == 0 and not args.quiet:
             print(f"step {step} loss {loss.item():.6f}", flush=True)
+    wall, tx1 = time.perf_counter() - begin, host_tx_bytes()
     warm = times[args.warmup:] or times
     result = {"backend": args.backend, "hook": args.hook, "world": world, "losses": losses,
-              "step_ms": 1000 * statistics.median(warm), "params": sum(p.numel() for p in model.parameters())}
+              "step_ms": 1000 * statistics.median(warm), "params": sum(p.numel() for p in model.parameters()),
+              "times_s": ends, "wall_s": wall, "bytes_sent": None if tx0 is None or tx1 is None else tx1 - tx0}
     if rank == 0 and args.json:
         print("JSON " + json.dumps(result), flush=True)
     return result

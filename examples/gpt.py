@@ -103,6 +103,23 @@ def batch(args, rank, step):
     return data[:, :-1], data[:, 1:]
 
 
+def host_tx_bytes():
+    """Bytes the network interfaces of this network namespace have sent, loopback left out (the
+    kernel's counters: with a rank per emulated host, scripts/netcluster.sh, what that rank
+    sent on the wire), or None where there are none."""
+    total, found = 0, False
+    for name in os.listdir("/sys/class/net"):
+        if name == "lo":
+            continue
+        try:
+            with open(f"/sys/class/net/{name}/statistics/tx_bytes") as f:
+                total += int(f.read())
+            found = True
+        except OSError:
+            pass
+    return total if found else None
+
+
 def add_common_args(p, layers, corpus="synthetic", dim=64, batch=8, seq=32):
     """The flags every training example takes (model size, data, steps, launch, output)."""
     p.add_argument("--backend", default="shoal", choices=["shoal", "gloo"])

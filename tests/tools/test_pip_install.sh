@@ -42,6 +42,8 @@ for tool in shoal-run shoal-info shoal-bench shoal-tune shoal-sim; do
   [[ -x $D/env/bin/$tool ]] || fail "$tool is not in the environment's bin/"
 done
 "$D/env/bin/shoal-info" >/dev/null || fail "shoal-info does not run"
+# shoal.torch imported before torch: torch's autoload meets the half-imported module
+"$D/env/bin/python" -c 'from shoal.torch.diloco import DiLoCo' || fail "from shoal.torch.diloco import DiLoCo (before torch)"
 echo "PASS: shoal and the tools are installed in the environment"
 
 cat >"$D/job.py" <<'EOF'
@@ -80,7 +82,7 @@ wheel=$(ls "$D"/dist/shoal-*.whl 2>/dev/null | head -1)
 import sys, zipfile
 wheel = zipfile.ZipFile(sys.argv[1])
 names = wheel.namelist()
-missing = [n for n in ["shoal/__init__.py", "shoal/torch.py"] if n not in names]
+missing = [n for n in ["shoal/__init__.py", "shoal/torch/__init__.py", "shoal/torch/diloco.py"] if n not in names]
 if not any(n.startswith("shoal/_C") and n.endswith(".so") for n in names):
     missing.append("shoal/_C*.so")
 for tool in ["shoal-run", "shoal-info", "shoal-bench", "shoal-tune", "shoal-sim"]:

@@ -3,7 +3,7 @@
 Importing this module registers the backend, after which::
 
     import shoal.torch
-    import torch.distributed as dist
+    import torch.distributed as dist  # noqa: E402
     dist.init_process_group("shoal")      # under torchrun or shoal-run, or with init_method=...
 
 works like "gloo" for CPU tensors. See docs/torch.md.
@@ -12,10 +12,21 @@ works like "gloo" for CPU tensors. See docs/torch.md.
 import atexit
 import datetime
 
-import torch
+
+def _autoload():
+    """torch's entry point ("torch.backends" in pyproject.toml). Defined before `import torch`:
+    a program that imports shoal.torch first makes torch, while it is imported from here, load
+    this entry point from the half-initialised module; registration then happens at the end of
+    this module, as it does when torch imports it."""
+    register = globals().get("_register")
+    if register is not None:
+        register()
+
+
+import torch  # noqa: E402  (after _autoload, above)
 import torch.distributed as dist
 
-from . import _C
+from .. import _C  # noqa: E402
 
 __all__ = ["BACKEND", "Options", "describe", "grow", "is_registered", "join", "shrink"]
 
@@ -141,12 +152,6 @@ def _register():
     # torch would then put barrier()'s tensor on a GPU that is not there.
     devices = ["cpu", "cuda"] if torch.cuda.is_available() else ["cpu"]
     dist.Backend.register_backend(BACKEND, _create_process_group, extended_api=True, devices=devices)
-
-
-def _autoload():
-    """torch's entry point ("torch.backends" in pyproject.toml): importing this module, which
-    torch does to find this function, registered the backend."""
-    _register()
 
 
 _register()

@@ -1,0 +1,113 @@
+#!/usr/bin/env bash
+# diloco_cluster.sh: DiLoCo against DDP across emulated hosts with slow links
+# (scripts/netcluster.sh), every variant in one run, one worker per host started by torchrun
+# (an agent per host inside its network namespace, static rendezvous at host 0).
+#
+#   bench/diloco_cluster.sh [--hosts 4] [--rate 100mbit] [--steps 160] [--diloco-steps 800]
+#                           [--inner-steps 40]
+#                           [--rounds 1] [--variants "ddp-gloo ddp-shoal diloco ..."]
+#                           [--out diloco-cluster] [-- TRAIN_ARGS...]   (TRAIN_ARGS after the model's)
+#
+# Variants: ddp-gloo and ddp-shoal (examples/ddp_train.py: an all_reduce of the gradients every
+# step, --steps of them), diloco (examples/diloco_train.py over shoal: an outer step every
+# --inner-steps, --diloco-steps inner steps: DiLoCo's steps are cheaper), diloco-stream (4
+# fragments, the delayed outer step), diloco-int8 (int8 pseudo-gradients with error feedback),
+# diloco-stream-int8 (all three). Each run's JSON line goes to OUT/runs.jsonl; bench/diloco_report.py writes
+# OUT/report.md and OUT/loss.png and exits non-zero when a run failed or DiLoCo never reaches
+# the loss DDP over gloo ends with. Needs root (namespaces) and a build (make build).
+set -Eeuo pipefail
+
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+BUILD=${SHOAL_BUILD_DIR:-$ROOT/build}
+PY=$ROOT/.venv/bin/python
+NC=$ROOT/scripts/netcluster.sh
+HOSTS=4
+RATE=100mbit
+STEPS=160
+DILOCO_STEPS=800
+INNER=40
+# The model and data of every variant: gpt.py's GPT (0.8 M parameters) on Debian's fortunes
+MODEL=(--dim 128 --layers 4 --corpus /usr/share/games/fortunes)
+ROUNDS=1
+VARIANTS="ddp-gloo ddp-shoal diloco diloco-stream diloco-int8 diloco-stream-int8"
+OUT=diloco-cluster
+PREFIX=dl
+EXTRA=()
+
+die() { echo "diloco_cluster.sh: $*" >&2; exit 1; }
+while [[ $# -gt 0 ]]; do
+  case $1 in
+    --hosts) HOSTS=$2; shift 2 ;;
+    --rate) RATE=$2; shift 2 ;;
+    --steps) STEPS=$2; shift 2 ;;
+    --diloco-steps) DILOCO_STEPS=$2; shift 2 ;;
+    --inner-steps) INNER=$2; shift 2 ;;
+    --rounds) ROUNDS=$2; shift 2 ;;
+    --variants) VARIANTS=$2; shift 2 ;;
+    --out) OUT=$2; shift 2 ;;
+    --) shift; EXTRA=("$@"); break ;;
+    -h|--help) sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    *) die "unknown argument '$1' (--help)" ;;
+  esac
+done
+[[ $(id -u) == 0 ]] || die "needs root: the hosts are network namespaces"
+[[ -x $PY ]] || die "no $PY: run scripts/install-deps.sh"
+[[ -d $BUILD/python/shoal ]] || die "no $BUILD/python/shoal: run make build"
+
+mkdir -p "$OUT/logs"
+RUNS=$OUT/runs.jsonl
+: >"$RUNS"
+cleanup() {
+  pkill -KILL -f "$ROOT/examples/(ddp|diloco)_train.py" 2>/dev/null || true
+  "$NC" down --prefix "$PREFIX" >/dev/null 2>&1 || true
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+# variant -> script and its arguments
+args_of() {
+  case $1 in
+    ddp-gloo) echo "ddp_train.py --backend gloo --steps $STEPS" ;;
+    ddp-shoal) echo "ddp_train.py --backend shoal --steps $STEPS" ;;
+    diloco) echo "diloco_train.py --backend shoal --steps $DILOCO_STEPS --inner-steps $INNER" ;;
+    diloco-stream) echo "diloco_train.py --backend shoal --steps $DILOCO_STEPS --inner-steps $INNER --fragments 4 --delayed" ;;
+    diloco-int8) echo "diloco_train.py --backend shoal --steps $DILOCO_STEPS --inner-steps $INNER --codec int8" ;;
+    diloco-stream-int8) echo "diloco_train.py --backend shoal --steps $DILOCO_STEPS --inner-steps $INNER --fragments 4 --delayed --codec int8" ;;
+    *) die "unknown variant '$1'" ;;
+  esac
+}
+
+run() {  # VARIANT ROUND
+  local variant=$1 round=$2 tag=$1-r$2
+  # shellcheck disable=SC2207  # words on purpose
+  local words=($(args_of "$variant"))
+  local script=$ROOT/examples/${words[0]}
+  local port=$((29400 + RANDOM % 500)) pids=() h rc=0
+  for ((h = 0; h < HOSTS; h++)); do
+    ip netns exec "$PREFIX-h$h" env GLOO_SOCKET_IFNAME=eth0 PYTHONPATH="$BUILD/python" OMP_NUM_THREADS=1 \
+      timeout -s KILL 900 "$PY" -m torch.distributed.run --nnodes "$HOSTS" --node_rank "$h" \
+      --nproc_per_node 1 --master_addr 198.18.0.1 --master_port "$port" \
+      "$script" "${words[@]:1}" "${MODEL[@]}" --json --quiet "${EXTRA[@]}" \
+      >"$OUT/logs/$tag-host$h.log" 2>&1 &
+    pids+=($!)
+  done
+  for h in "${pids[@]}"; do wait "$h" || rc=1; done
+  local line
+  line=$(grep -h '^JSON ' "$OUT"/logs/"$tag"-host*.log | head -1 | cut -c6-)
+  if [[ -z $line || $rc != 0 ]]; then
+    echo "  $tag FAILED (logs: $OUT/logs/$tag-host*.log)"
+    echo "{\"variant\": \"$variant\", \"round\": $round, \"failed\": true}" >>"$RUNS"
+    return
+  fi
+  echo "$line" | "$PY" -c 'import json, sys; d = json.loads(sys.stdin.read()); d.update(variant=sys.argv[1], round=int(sys.argv[2]), hosts=int(sys.argv[3]), rate=sys.argv[4]); print(json.dumps(d))' \
+    "$variant" "$round" "$HOSTS" "$RATE" >>"$RUNS"
+  echo "  $tag done"
+}
+
+"$NC" down --prefix "$PREFIX" >/dev/null 2>&1 || true
+"$NC" up --prefix "$PREFIX" --hosts "$HOSTS" --nics 1 --rate "$RATE" >/dev/null
+echo "$HOSTS hosts, a worker each, 1 NIC of $RATE; DDP $STEPS steps, DiLoCo $DILOCO_STEPS, H = $INNER"
+for ((round = 1; round <= ROUNDS; round++)); do
+  for variant in $VARIANTS; do run "$variant" "$round"; done
+done
+/usr/bin/python3 "$ROOT/bench/diloco_report.py" "$OUT"  # Debian's python: matplotlib

@@ -1,0 +1,106 @@
+#!/usr/bin/env python3
+"""Report of bench/diloco_cluster.sh: OUT/runs.jsonl -> OUT/report.md (and OUT/loss.png where
+matplotlib is installed). Per variant: the loss it ends with (the mean of its last 10 steps'),
+when it first reaches the loss DDP over gloo ends with (the same mean over a sliding window of
+10 steps), that time against DDP over gloo's, the bytes its host sent per inner step (the
+kernel's counter) and the fraction of the wall-clock time spent in inner steps. Exits non-zero
+when a run failed or a DiLoCo variant never reaches DDP over gloo's final loss.
+
+    bench/diloco_report.py OUT [--baseline ddp-gloo] [--window 10]
+"""
+
+import argparse
+import json
+import os
+import sys
+
+
+def smoothed(losses, window):
+    out, acc = [], 0.0
+    for i, v in enumerate(losses):
+        acc += v
+        if i >= window:
+            acc -= losses[i - window]
+        out.append(acc / min(i + 1, window))
+    return out
+
+
+def first_time_at_or_below(run, target, window):
+    for i, (loss, t) in enumerate(zip(smoothed(run["losses"], window), run["times_s"])):
+        if i + 1 >= window and loss <= target:
+            return t
+    return None
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("out")
+    p.add_argument("--baseline", default="ddp-gloo")
+    p.add_argument("--window", type=int, default=10)
+    args = p.parse_args()
+    with open(os.path.join(args.out, "runs.jsonl")) as f:
+        runs = [json.loads(line) for line in f if line.strip()]
+    failed = [r for r in runs if r.get("failed")]
+    ok = [r for r in runs if not r.get("failed")]
+    by_variant = {}
+    for r in ok:  # the first round of each variant
+        by_variant.setdefault(r["variant"], r)
+    if args.baseline not in by_variant:
+        print(f"diloco_report.py: no {args.baseline} run in {args.out}/runs.jsonl", file=sys.stderr)
+        return 1
+    base = by_variant[args.baseline]
+    target = smoothed(base["losses"], args.window)[-1]
+    t_base = first_time_at_or_below(base, target, args.window)
+    r0 = base
+    lines = [f"# DiLoCo against DDP: {r0.get('hosts')} hosts, a worker each, links of {r0.get('rate')}",
+             "",
+             f"Target: the loss {args.baseline} ends with, {target:.4f} (mean of its last {args.window} steps), "
+             f"reached at {t_base:.1f} s.",
+             "",
+             "| variant | steps | wall s | final loss | reaches target at s | sooner than " + args.baseline
+             + " | bytes sent / inner step | bytes vs " + args.baseline + " | compute utilisation |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    status = 0
+    base_bytes = base["bytes_sent"] / len(base["losses"]) if base.get("bytes_sent") else None
+    for name, r in by_variant.items():
+        n = len(r["losses"])
+        t = first_time_at_or_below(r, target, args.window)
+        per_step = r["bytes_sent"] / n if r.get("bytes_sent") is not None else None
+        util = r.get("compute_utilisation")
+        lines.append("| {} | {} | {:.1f} | {:.4f} | {} | {} | {} | {} | {} |".format(
+            name, n, r["wall_s"], smoothed(r["losses"], args.window)[-1],
+            f"{t:.1f}" if t is not None else "never", f"{t_base / t:.2f}x" if t else "-",
+            f"{per_step:,.0f}" if per_step is not None else "-",
+            ("-" if not per_step or not base_bytes else f"{base_bytes / per_step:.0f}x fewer"
+             if base_bytes / per_step >= 1.5 else f"{per_step / base_bytes:.2f}x"),
+            f"{util:.0%}" if util is not None else "-"))
+        if name.startswith("diloco") and t is None:
+            status = 1
+    for r in failed:
+        lines.append(f"\n{r['variant']} round {r['round']} FAILED (logs in {args.out}/logs)")
+        status = 1
+    text = "\n".join(lines) + "\n"
+    with open(os.path.join(args.out, "report.md"), "w") as f:
+        f.write(text)
+    print(text)
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+        fig, ax = plt.subplots(figsize=(7, 4))
+        for name, r in by_variant.items():
+            ax.plot(r["times_s"], smoothed(r["losses"], args.window), label=name)
+        ax.axhline(target, color="grey", linestyle=":", linewidth=1)
+        ax.set_xlabel("wall-clock s")
+        ax.set_ylabel(f"training loss (mean of {args.window} steps)")
+        ax.set_xscale("log")
+        ax.legend()
+        fig.tight_layout()
+        fig.savefig(os.path.join(args.out, "loss.png"), dpi=110)
+    except ImportError:
+        pass
+    return status
+
+
+if __name__ == "__main__":
+    sys.exit(main())
