@@ -12,7 +12,7 @@
 # step, --steps of them), diloco (examples/diloco_train.py over shoal: an outer step every
 # --inner-steps, --diloco-steps inner steps: DiLoCo's steps are cheaper), diloco-stream (4
 # fragments, the delayed outer step), diloco-int8 (int8 pseudo-gradients with error feedback),
-# diloco-stream-int8 (all three). Each run's JSON line goes to OUT/runs.jsonl; bench/diloco_report.py writes
+# diloco-stream-int8 (all three); ddp-shoal-ring (ddp-shoal with SHOAL_ALGO=all_reduce:ring). Each run's JSON line goes to OUT/runs.jsonl; bench/diloco_report.py writes
 # OUT/report.md and OUT/loss.png and exits non-zero when a run failed or DiLoCo never reaches
 # the loss DDP over gloo ends with. Needs root (namespaces) and a build (make build).
 set -Eeuo pipefail
@@ -69,6 +69,7 @@ args_of() {
   case $1 in
     ddp-gloo) echo "ddp_train.py --backend gloo --steps $STEPS" ;;
     ddp-shoal) echo "ddp_train.py --backend shoal --steps $STEPS" ;;
+    ddp-shoal-ring) echo "ddp_train.py --backend shoal --steps $STEPS" ;;
     diloco) echo "diloco_train.py --backend shoal --steps $DILOCO_STEPS --inner-steps $INNER" ;;
     diloco-stream) echo "diloco_train.py --backend shoal --steps $DILOCO_STEPS --inner-steps $INNER --fragments 4 --delayed" ;;
     diloco-int8) echo "diloco_train.py --backend shoal --steps $DILOCO_STEPS --inner-steps $INNER --codec int8" ;;
@@ -77,6 +78,9 @@ args_of() {
   esac
 }
 
+# variant -> settings of its ranks: ddp-shoal-ring forces the ring for every all_reduce
+env_of() { [[ $1 == ddp-shoal-ring ]] && echo "SHOAL_ALGO=all_reduce:ring" || echo "SHOAL_ALGO="; }
+
 run() {  # VARIANT ROUND
   local variant=$1 round=$2 tag=$1-r$2
   # shellcheck disable=SC2207  # words on purpose
@@ -84,7 +88,8 @@ run() {  # VARIANT ROUND
   local script=$ROOT/examples/${words[0]}
   local port=$((29400 + RANDOM % 500)) pids=() h rc=0
   for ((h = 0; h < HOSTS; h++)); do
-    ip netns exec "$PREFIX-h$h" env GLOO_SOCKET_IFNAME=eth0 PYTHONPATH="$BUILD/python" OMP_NUM_THREADS=1 \
+    # shellcheck disable=SC2046  # NAME=VALUE words
+    ip netns exec "$PREFIX-h$h" env $(env_of "$variant") GLOO_SOCKET_IFNAME=eth0 PYTHONPATH="$BUILD/python" OMP_NUM_THREADS=1 \
       timeout -s KILL 900 "$PY" -m torch.distributed.run --nnodes "$HOSTS" --node_rank "$h" \
       --nproc_per_node 1 --master_addr 198.18.0.1 --master_port "$port" \
       "$script" "${words[@]:1}" "${MODEL[@]}" --json --quiet "${EXTRA[@]}" \

@@ -2,7 +2,8 @@
 simulated in one process, no process group): the outer step, streaming fragments, the delayed
 outer step; error feedback conserving the sum; the state check; bad options."""
 
-import copy
+import os
+import signal
 
 import pytest
 import torch
@@ -45,9 +46,10 @@ def _fragments_of(params, fragments):
     return out
 
 
-def _reference(world, steps, H, fragments=1, delayed=False):
+def _reference(world, steps, H, fragments=1, delayed=False, dead=None, dead_from=None):
     """Every worker's model in this process; the outer step by hand: Nesterov SGD on the average
-    of (shared - local), buf = m*buf + g, shared -= lr*(g + m*buf)."""
+    of (shared - local), buf = m*buf + g, shared -= lr*(g + m*buf). Worker `dead` takes no part
+    from step `dead_from` on."""
     models = [_model() for _ in range(world)]
     opts = [torch.optim.SGD(m.parameters(), lr=INNER_LR) for m in models]
     params = [list(m.parameters()) for m in models]
@@ -64,7 +66,8 @@ def _reference(world, steps, H, fragments=1, delayed=False):
 
     def sync(f, now):
         progress = {i: [params[w][i].detach() - snap[w][i] for w in range(world)] for i in frags[f]}
-        avg = {i: sum(-d for d in progress[i]) / world for i in frags[f]}
+        live = [w for w in range(world) if w != dead or step < dead_from]
+        avg = {i: sum(-progress[i][w] for w in live) / len(live) for i in frags[f]}
         if now:
             outer(f, avg)
         else:
@@ -77,8 +80,12 @@ def _reference(world, steps, H, fragments=1, delayed=False):
                     params[w][i].copy_(shared[i] if now else shared[i] + progress[i][w])
                     snap[w][i] = params[w][i].detach().clone()
 
+    step = 0
     for s in range(1, steps + 1):
+        step = s
         for w in range(world):
+            if dead is not None and s >= dead_from and w == dead:
+                continue
             _inner_step(models[w], opts[w], w, s)
         for f in range(fragments):
             offset = (f + 1) * H // fragments
@@ -89,6 +96,41 @@ def _reference(world, steps, H, fragments=1, delayed=False):
             outer(f, pending[f])
         sync(f, True)
     return [p.detach() for p in params[0]]
+
+
+def _killed_mid_outer_step(rank, world, steps, H, victim, at):
+    model = _model()
+    opt = torch.optim.SGD(model.parameters(), lr=INNER_LR)
+    diloco = DiLoCo(model, inner_steps=H, outer_lr=OUTER_LR, outer_momentum=MOMENTUM, elastic=True)
+    for s in range(1, steps + 1):
+        if rank == victim and s == at:  # before its inner step: the others are then in the averaging
+            os.kill(os.getpid(), signal.SIGKILL)
+        _inner_step(model, opt, rank, s)
+        diloco.step()
+    diloco.finish()
+    return [p.detach().tolist() for p in model.parameters()], diloco.outer_steps, diloco.state_hash(), \
+        diloco.shrinks, diloco.world
+
+
+def test_a_worker_killed_during_an_outer_step_leaves_the_others_to_take_it_without_it():
+    world, steps, H, victim, at = 3, 10, 3, 2, 6  # dies at step 6, when outer step 2 averages
+    got = run_ranks(_killed_mid_outer_step, world, steps, H, victim, at, timeout_s=60, expect_exit=(victim,))
+    assert sorted(got) == [0, 1]
+    want = _reference(world, steps, H, dead=victim, dead_from=at)
+    assert got[0][2] == got[1][2], "the survivors share one state"
+    for r in (0, 1):
+        params, outer_steps, _, shrinks, size = got[r]
+        assert (outer_steps, shrinks, size) == (steps // H + 1, 1, 2), "no outer step lost"
+        for p, q in zip(params, want):
+            torch.testing.assert_close(torch.tensor(p), q, rtol=1e-5, atol=1e-6)
+
+
+def test_elastic_needs_a_shoal_group():
+    def gloo_rank(rank, world):
+        with pytest.raises(TypeError, match="shoal"):
+            DiLoCo(_model(), inner_steps=2, elastic=True)
+        return True
+    assert run_ranks(gloo_rank, 2, backend="gloo") == {0: True, 1: True}
 
 
 def _train(rank, world, steps, H, options):

@@ -20,7 +20,8 @@ from step (f+1)·H/F), so that each outer step moves 1/F of the bytes; ``delayed
 averaging of outer step t with the inner steps of t+1 and applies it one outer step late (a
 worker continues from the shared parameters plus its own latest progress). After every outer
 step the workers compare a hash of the shared state (``check_state``): a worker that differs is
-named in a RuntimeError.
+named in a RuntimeError. ``elastic`` (a shoal group): a worker that dies or freezes during an
+outer step makes the others shrink the group (shoal.torch.shrink) and take that step without it.
 
 Any torch.distributed group serves (shoal's, gloo's); all arguments are checked before any
 communication. See docs/diloco.md.
@@ -64,7 +65,7 @@ class DiLoCo:
 
     def __init__(self, model, *, inner_steps, outer_lr=0.7, outer_momentum=0.9, nesterov=True,
                  codec="none", block_size=256, fragments=1, delayed=False, check_state=True,
-                 group=None):
+                 elastic=False, group=None):
         if not isinstance(inner_steps, int) or isinstance(inner_steps, bool) or inner_steps < 1:
             raise ValueError(f"DiLoCo: inner_steps must be an integer >= 1, got {inner_steps!r}")
         if codec not in CODECS:
@@ -85,6 +86,11 @@ class DiLoCo:
                              "(a fragment is one or more whole tensors)")
         if any(p.dtype != torch.float32 for p in self._params):
             raise ValueError("DiLoCo: the parameters must be float32 (the outer state is kept in float32)")
+        if elastic and dist.get_backend(group) != "shoal":
+            raise TypeError(f"DiLoCo: elastic needs a shoal group (it shrinks it with shoal.torch.shrink), "
+                            f"not a {dist.get_backend(group)} one")
+        self.elastic = elastic
+        self.shrinks = 0  # elastic: how often the group lost workers
         self.inner_steps = inner_steps
         self.codec = codec
         self.block_size = block_size
@@ -238,8 +244,15 @@ class DiLoCo:
 
     def _compare(self, state_hash, f, outer_step):
         mine = torch.tensor([state_hash], dtype=torch.int64)
-        every = [torch.zeros(1, dtype=torch.int64) for _ in range(self.world)]
-        dist.all_gather(every, mine, group=self.group)
+        while True:
+            every = [torch.zeros(1, dtype=torch.int64) for _ in range(self.world)]
+            try:
+                dist.all_gather(every, mine, group=self.group)
+                break
+            except RuntimeError:
+                if not self.elastic:
+                    raise
+                self._shrink()
         values = [int(t.item()) for t in every]
         most = max(set(values), key=values.count)
         differ = [r for r, v in enumerate(values) if v != most]
@@ -248,13 +261,31 @@ class DiLoCo:
                                f"outer step {outer_step} (fragment {f}): hashes {values}")
 
     def _average(self, f, pseudo):
-        """The average over the group of every worker's `pseudo` (float32, flat)."""
-        if self.codec == "none":
-            buf = pseudo.clone()
-            self.bytes_sent += 2 * (self.world - 1) * buf.numel() * 4 // self.world
-            dist.all_reduce(buf, group=self.group)
-            return buf / self.world
-        return self._average_compressed(f, pseudo)
+        """The average over the group of every worker's `pseudo` (float32, flat). Elastic: a
+        failure (a worker died or froze) makes the survivors shrink the group and average again
+        among themselves, so that the outer step is taken, without the lost workers."""
+        attempt = (self._average_plain if self.codec == "none" else self._average_compressed)
+        v = pseudo if self._residual[f] is None or self.codec == "none" else pseudo + self._residual[f]
+        while True:
+            try:
+                return attempt(f, v)
+            except RuntimeError:
+                if not self.elastic:
+                    raise
+                self._shrink()
+
+    def _shrink(self):
+        from . import shrink
+        self.group = shrink(self.group)  # raises if this worker was left out
+        self.world, self.rank = self.group.size(), self.group.rank()
+        self._sum_residual = [None] * len(self._fragments)  # parts were laid out for the old size
+        self.shrinks += 1
+
+    def _average_plain(self, f, v):
+        buf = v.clone()
+        self.bytes_sent += 2 * (self.world - 1) * buf.numel() * 4 // self.world
+        dist.all_reduce(buf, group=self.group)
+        return buf / self.world
 
     def _encode(self, v):
         """A float32 vector (a multiple of block_size long) as byte tensors, and back."""
@@ -268,19 +299,19 @@ class DiLoCo:
             return payload[0].view(_FLOAT_CODECS[self.codec]).to(torch.float32)
         return _dequantize(payload[0], payload[1].view(torch.float32), self.codec, self.block_size)
 
-    def _average_compressed(self, f, pseudo):
+    def _average_compressed(self, f, v):
         """Compressed with error feedback in two phases, so that no sum is taken in the codec:
         every worker's codes of each rank's part go to that rank (all_to_all), which decodes,
         sums in float32 and encodes the sum, then every part goes to everyone (all_gather):
         2(k-1)/k of the codes a worker, as a ring all_reduce. What the worker's encoding drops
-        is added to its next pseudo-gradient, what the part's encoding drops to its next sum."""
-        v = pseudo if self._residual[f] is None else pseudo + self._residual[f]
+        is added to its next pseudo-gradient, what the part's encoding drops to its next sum.
+        `v`: the pseudo-gradient plus what the last encoding dropped."""
         n, k, block = v.numel(), self.world, self.block_size
         part = -(-n // (k * block)) * block  # a rank's part: whole blocks
         padded = torch.zeros(part * k, dtype=torch.float32)
         padded[:n] = v
         payload = self._encode(padded)
-        self._residual[f] = v - self._decode(payload)[:n]
+        residual = v - self._decode(payload)[:n]
         got = [torch.empty_like(t) for t in payload]
         for out, t in zip(got, payload):
             dist.all_to_all_single(out, t, group=self.group)
@@ -295,5 +326,6 @@ class DiLoCo:
         for out, t in zip(every, mine):
             dist.all_gather_into_tensor(out, t, group=self.group)
         self.bytes_sent += 2 * (k - 1) * sum(t.numel() for t in mine)
+        self._residual[f] = residual  # sent: from now on what the encoding dropped is owed
         average = torch.cat([self._decode([t.view(k, -1)[r] for t in every]) for r in range(k)])
         return average[:n] / k
