@@ -46,10 +46,16 @@ def _fragments_of(params, fragments):
     return out
 
 
-def _reference(world, steps, H, fragments=1, delayed=False, dead=None, dead_from=None):
+def _reference(world, steps, H, fragments=1, delayed=False, dead=None, dead_from=None, joiner=None,
+               join_at=None):
     """Every worker's model in this process; the outer step by hand: Nesterov SGD on the average
     of (shared - local), buf = m*buf + g, shared -= lr*(g + m*buf). Worker `dead` takes no part
-    from step `dead_from` on."""
+    from step `dead_from` on; worker `joiner` none before step `join_at`, where it starts from the
+    shared parameters."""
+
+    def takes_part(w, s):
+        return (w != dead or s < dead_from) and (w != joiner or s >= join_at)
+
     models = [_model() for _ in range(world)]
     opts = [torch.optim.SGD(m.parameters(), lr=INNER_LR) for m in models]
     params = [list(m.parameters()) for m in models]
@@ -66,7 +72,7 @@ def _reference(world, steps, H, fragments=1, delayed=False, dead=None, dead_from
 
     def sync(f, now):
         progress = {i: [params[w][i].detach() - snap[w][i] for w in range(world)] for i in frags[f]}
-        live = [w for w in range(world) if w != dead or step < dead_from]
+        live = [w for w in range(world) if takes_part(w, step)]
         avg = {i: sum(-progress[i][w] for w in live) / len(live) for i in frags[f]}
         if now:
             outer(f, avg)
@@ -83,10 +89,14 @@ def _reference(world, steps, H, fragments=1, delayed=False, dead=None, dead_from
     step = 0
     for s in range(1, steps + 1):
         step = s
+        if joiner is not None and s == join_at:
+            with torch.no_grad():
+                for i, p in enumerate(params[joiner]):
+                    p.copy_(shared[i])
+                    snap[joiner][i] = p.detach().clone()
         for w in range(world):
-            if dead is not None and s >= dead_from and w == dead:
-                continue
-            _inner_step(models[w], opts[w], w, s)
+            if takes_part(w, s):
+                _inner_step(models[w], opts[w], w, s)
         for f in range(fragments):
             offset = (f + 1) * H // fragments
             if s >= offset and (s - offset) % H == 0:
@@ -123,6 +133,61 @@ def test_a_worker_killed_during_an_outer_step_leaves_the_others_to_take_it_witho
         assert (outer_steps, shrinks, size) == (steps // H + 1, 1, 2), "no outer step lost"
         for p, q in zip(params, want):
             torch.testing.assert_close(torch.tensor(p), q, rtol=1e-5, atol=1e-6)
+
+
+_keep = []  # the joiner's store: never destroyed (its destructor would count towards deleting the file)
+
+
+def _join_midway(rank, world, steps, H, at, joiner_options):
+    import ranks
+    model = _model()
+    opt = torch.optim.SGD(model.parameters(), lr=INNER_LR)
+    options = dict(inner_steps=H, outer_lr=OUTER_LR, outer_momentum=MOMENTUM)
+    if rank < world:
+        diloco = DiLoCo(model, elastic=True, **options)
+        for s in range(1, at):
+            _inner_step(model, opt, rank, s)
+            diloco.step()
+        diloco.admit(1, "diloco-join")
+    else:
+        with torch.no_grad():
+            for p in model.parameters():
+                p.add_(1.0)  # other weights than the workers': the state must come from them
+        _keep.append(dist.FileStore(ranks.store_path, 1 << 20))
+        diloco = DiLoCo.join(model, _keep[-1], "diloco-join", **dict(options, **joiner_options))
+        assert diloco.step_count == at - 1
+    for s in range(at, steps + 1):
+        _inner_step(model, opt, rank, s)
+        diloco.step()
+    diloco.finish()
+    return [p.detach().tolist() for p in model.parameters()], diloco.outer_steps, diloco.state_hash(), diloco.world
+
+
+def test_a_worker_joins_between_outer_steps_with_the_shared_state():
+    world, steps, H, at = 2, 10, 3, 5  # joins after step 4, between outer steps 1 and 2
+    got = run_ranks(_join_midway, world, steps, H, at, {}, timeout_s=60, late=1)
+    want = _reference(world + 1, steps, H, joiner=world, join_at=at)
+    assert len({got[r][2] for r in range(world + 1)}) == 1, "one shared state, the joiner's too"
+    for r in range(world + 1):
+        params, outer_steps, _, size = got[r]
+        assert (outer_steps, size) == (steps // H + 1, world + 1)
+        for p, q in zip(params, want):
+            torch.testing.assert_close(torch.tensor(p), q, rtol=1e-5, atol=1e-6)
+
+
+def _join_with_other_options(rank, world):
+    try:
+        _join_midway(rank, world, 6, 3, 2, {"inner_steps": 4})
+    except ValueError as e:
+        return str(e)
+    return "joined"
+
+
+def test_a_joiner_with_other_options_fails_on_every_worker():
+    got = run_ranks(_join_with_other_options, 2, timeout_s=60, late=1)
+    assert set(got) == {0, 1, 2}
+    for r in got:
+        assert "option inner_steps is 4 on worker 2, 3 on worker 0" in got[r], got[r]
 
 
 def test_elastic_needs_a_shoal_group():

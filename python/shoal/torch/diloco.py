@@ -21,7 +21,8 @@ averaging of outer step t with the inner steps of t+1 and applies it one outer s
 worker continues from the shared parameters plus its own latest progress). After every outer
 step the workers compare a hash of the shared state (``check_state``): a worker that differs is
 named in a RuntimeError. ``elastic`` (a shoal group): a worker that dies or freezes during an
-outer step makes the others shrink the group (shoal.torch.shrink) and take that step without it.
+outer step makes the others shrink the group (shoal.torch.shrink) and take that step without it,
+and new workers join between inner steps (admit() on the workers, DiLoCo.join() on the newcomer).
 
 Any torch.distributed group serves (shoal's, gloo's); all arguments are checked before any
 communication. See docs/diloco.md.
@@ -151,6 +152,63 @@ class DiLoCo:
         for f in range(len(self._fragments)):
             self._sync_now(f)
 
+    # ---- membership: workers that join between outer steps ----
+
+    def admit(self, joining, name):
+        """Every worker calls this between two inner steps while `joining` new processes call
+        DiLoCo.join(model, store, name, ...) with the same options: the group grows
+        (shoal.torch.grow), the newcomers receive the shared state from worker 0, and every
+        worker checks its hash. What is in flight (delayed) is applied first. Elastic only."""
+        if not self.elastic:
+            raise ValueError("DiLoCo.admit: workers join an elastic DiLoCo only (elastic=True)")
+        from . import grow
+        for f in range(len(self._fragments)):
+            self._apply_pending(f)
+        self._collect_checks(wait=True)
+        self._set_group(grow(int(joining), str(name), self.group))
+        self._share_state(newcomer=False)
+
+    @classmethod
+    def join(cls, model, store, name, **options):
+        """The newcomer's side of admit(): joins the job's group through `store` (the job's
+        torch.distributed Store) under `name`, takes the shared state of worker 0 (parameters,
+        outer momentum, step counts) and returns a DiLoCo that goes on from there. `options`
+        must be the workers' (ValueError naming the first that differs)."""
+        from . import join
+        group = join(store, str(name))
+        options = dict(options, elastic=True, group=group)
+        diloco = cls(model, **options)
+        diloco._share_state(newcomer=True)
+        return diloco
+
+    def _set_group(self, group):
+        self.group = group
+        self.world, self.rank = group.size(), group.rank()
+        self._sum_residual = [None] * len(self._fragments)  # parts were laid out for the old size
+
+    def _options(self):
+        return {"inner_steps": self.inner_steps, "codec": self.codec, "block_size": self.block_size,
+                "fragments": len(self._fragments), "delayed": self.delayed,
+                "outer": {k: v for k, v in self._outer.defaults.items() if k in ("lr", "momentum", "nesterov")},
+                "shapes": [tuple(p.shape) for p in self._params]}
+
+    def _share_state(self, newcomer):
+        """Worker 0's state to the newcomers (the others keep their own progress)."""
+        payload = [{"state": self.state_dict(), "options": self._options()} if self.rank == 0 else None]
+        dist.broadcast_object_list(payload, group_src=0, group=self.group)
+        theirs = payload[0]["options"]
+        differ = next((f"option {key} is {mine!r} on worker {self.rank}, {theirs[key]!r} on worker 0"
+                       for key, mine in self._options().items() if theirs[key] != mine), "")
+        every = [None] * self.world  # every worker fails alike, before anything else is sent
+        dist.all_gather_object(every, differ, group=self.group)
+        bad = next((d for d in every if d), "")
+        if bad:
+            raise ValueError(f"DiLoCo.join: {bad}")
+        if newcomer:
+            self.load_state_dict(payload[0]["state"])
+        if self.check_state:
+            self._compare(self.state_hash(), f"admitting workers at outer step {self.outer_steps}")
+
     # ---- state: the joiner's copy, and the check ----
 
     def state_dict(self):
@@ -234,15 +292,16 @@ class DiLoCo:
         if not self.check_state:
             return
         if self._executor:  # compared on the averaging thread, reported at a later sync
-            self._checks.append(self._executor.submit(self._compare, self.state_hash(), f, self.outer_steps))
+            self._checks.append(self._executor.submit(self._compare, self.state_hash(),
+                                                      f"outer step {self.outer_steps} (fragment {f})"))
         else:
-            self._compare(self.state_hash(), f, self.outer_steps)
+            self._compare(self.state_hash(), f"outer step {self.outer_steps} (fragment {f})")
 
     def _collect_checks(self, wait):
         while self._checks and (wait or self._checks[0].done()):
             self._checks.pop(0).result()  # raises the mismatch
 
-    def _compare(self, state_hash, f, outer_step):
+    def _compare(self, state_hash, when):
         mine = torch.tensor([state_hash], dtype=torch.int64)
         while True:
             every = [torch.zeros(1, dtype=torch.int64) for _ in range(self.world)]
@@ -258,7 +317,7 @@ class DiLoCo:
         differ = [r for r, v in enumerate(values) if v != most]
         if differ:
             raise RuntimeError(f"DiLoCo: the shared state of worker(s) {differ} differs from the others' after "
-                               f"outer step {outer_step} (fragment {f}): hashes {values}")
+                               f"{when}: hashes {values}")
 
     def _average(self, f, pseudo):
         """The average over the group of every worker's `pseudo` (float32, flat). Elastic: a
@@ -276,9 +335,7 @@ class DiLoCo:
 
     def _shrink(self):
         from . import shrink
-        self.group = shrink(self.group)  # raises if this worker was left out
-        self.world, self.rank = self.group.size(), self.group.rank()
-        self._sum_residual = [None] * len(self._fragments)  # parts were laid out for the old size
+        self._set_group(shrink(self.group))  # raises if this worker was left out
         self.shrinks += 1
 
     def _average_plain(self, f, v):
