@@ -12,7 +12,9 @@
 # step, --steps of them), diloco (examples/diloco_train.py over shoal: an outer step every
 # --inner-steps, --diloco-steps inner steps: DiLoCo's steps are cheaper), diloco-stream (4
 # fragments, the delayed outer step), diloco-int8 (int8 pseudo-gradients with error feedback),
-# diloco-stream-int8 (all three); ddp-shoal-ring (ddp-shoal with SHOAL_ALGO=all_reduce:ring). Each run's JSON line goes to OUT/runs.jsonl; bench/diloco_report.py writes
+# diloco-stream-int8 (all three); ddp-shoal-ring (ddp-shoal with SHOAL_ALGO=all_reduce:ring);
+# torchft-diloco (torchft's DiLoCo over gloo, bench/peers/torchft_diloco.py, with its lighthouse
+# on host 0; every host gets its own hostname, its address, as torchft advertises hostnames). Each run's JSON line goes to OUT/runs.jsonl; bench/diloco_report.py writes
 # OUT/report.md and OUT/loss.png and exits non-zero when a run failed or DiLoCo never reaches
 # the loss DDP over gloo ends with. Needs root (namespaces) and a build (make build).
 set -Eeuo pipefail
@@ -29,7 +31,7 @@ INNER=40
 # The model and data of every variant: gpt.py's GPT (0.8 M parameters) on Debian's fortunes
 MODEL=(--dim 128 --layers 4 --corpus /usr/share/games/fortunes)
 ROUNDS=1
-VARIANTS="ddp-gloo ddp-shoal diloco diloco-stream diloco-int8 diloco-stream-int8"
+VARIANTS="ddp-gloo ddp-shoal diloco diloco-stream diloco-int8 diloco-stream-int8 torchft-diloco"
 OUT=diloco-cluster
 PREFIX=dl
 EXTRA=()
@@ -58,7 +60,7 @@ mkdir -p "$OUT/logs"
 RUNS=$OUT/runs.jsonl
 : >"$RUNS"
 cleanup() {
-  pkill -KILL -f "$ROOT/examples/(ddp|diloco)_train.py" 2>/dev/null || true
+  pkill -KILL -f "$ROOT/(examples/(ddp|diloco)_train|bench/peers/torchft_(diloco|lighthouse)).py" 2>/dev/null || true
   "$NC" down --prefix "$PREFIX" >/dev/null 2>&1 || true
 }
 trap cleanup EXIT
@@ -74,6 +76,7 @@ args_of() {
     diloco-stream) echo "diloco_train.py --backend shoal --steps $DILOCO_STEPS --inner-steps $INNER --fragments 4 --delayed" ;;
     diloco-int8) echo "diloco_train.py --backend shoal --steps $DILOCO_STEPS --inner-steps $INNER --codec int8" ;;
     diloco-stream-int8) echo "diloco_train.py --backend shoal --steps $DILOCO_STEPS --inner-steps $INNER --fragments 4 --delayed --codec int8" ;;
+    torchft-diloco) echo "" ;;
     *) die "unknown variant '$1'" ;;
   esac
 }
@@ -81,13 +84,34 @@ args_of() {
 # variant -> settings of its ranks: ddp-shoal-ring forces the ring for every all_reduce
 env_of() { [[ $1 == ddp-shoal-ring ]] && echo "SHOAL_ALGO=all_reduce:ring" || echo "SHOAL_ALGO="; }
 
+# torchft's DiLoCo: no torchrun; a lighthouse on host 0, one replica group per host
+run_torchft() {  # TAG
+  local tag=$1 pids=() h ip rc=0
+  ip netns exec "$PREFIX-h0" "$PY" "$ROOT/bench/peers/torchft_lighthouse.py" --bind 0.0.0.0:29510 \
+    --min-replicas "$HOSTS" >"$OUT/logs/$tag-lighthouse.log" 2>&1 &
+  local lighthouse=$!
+  sleep 2
+  for ((h = 0; h < HOSTS; h++)); do
+    ip=198.18.0.$((h + 1))
+    ip netns exec "$PREFIX-h$h" unshare --uts sh -c "hostname $ip && exec env GLOO_SOCKET_IFNAME=eth0 \
+      OMP_NUM_THREADS=1 timeout -s KILL 900 $PY $ROOT/bench/peers/torchft_diloco.py --replica $h \
+      --replicas $HOSTS --lighthouse http://198.18.0.1:29510 --host $ip --inner-steps $INNER \
+      --steps $DILOCO_STEPS ${MODEL[*]} --json --quiet ${EXTRA[*]}" >"$OUT/logs/$tag-host$h.log" 2>&1 &
+    pids+=($!)
+  done
+  for h in "${pids[@]}"; do wait "$h" || rc=1; done
+  kill "$lighthouse" 2>/dev/null; wait "$lighthouse" 2>/dev/null || true
+  return $rc
+}
+
 run() {  # VARIANT ROUND
   local variant=$1 round=$2 tag=$1-r$2
   # shellcheck disable=SC2207  # words on purpose
   local words=($(args_of "$variant"))
-  local script=$ROOT/examples/${words[0]}
+  local script=$ROOT/examples/${words[0]:-}
   local port=$((29400 + RANDOM % 500)) pids=() h rc=0
-  for ((h = 0; h < HOSTS; h++)); do
+  if [[ $variant == torchft-diloco ]]; then run_torchft "$tag" || rc=1; fi
+  for ((h = 0; h < HOSTS && ${#words[@]} > 0; h++)); do
     # shellcheck disable=SC2046  # NAME=VALUE words
     ip netns exec "$PREFIX-h$h" env $(env_of "$variant") GLOO_SOCKET_IFNAME=eth0 PYTHONPATH="$BUILD/python" OMP_NUM_THREADS=1 \
       timeout -s KILL 900 "$PY" -m torch.distributed.run --nnodes "$HOSTS" --node_rank "$h" \
@@ -98,7 +122,7 @@ run() {  # VARIANT ROUND
   done
   for h in "${pids[@]}"; do wait "$h" || rc=1; done
   local line
-  line=$(grep -h '^JSON ' "$OUT"/logs/"$tag"-host*.log | head -1 | cut -c6-)
+  line=$(grep -h '^JSON ' "$OUT"/logs/"$tag"-host*.log | head -1 | cut -c6- || true)
   if [[ -z $line || $rc != 0 ]]; then
     echo "  $tag FAILED (logs: $OUT/logs/$tag-host*.log)"
     echo "{\"variant\": \"$variant\", \"round\": $round, \"failed\": true}" >>"$RUNS"

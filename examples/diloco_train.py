@@ -5,6 +5,7 @@ outer Nesterov step (docs/diloco.md).
 
     .venv/bin/torchrun --standalone --nproc_per_node 4 examples/diloco_train.py --inner-steps 20
     .venv/bin/python examples/diloco_train.py --nproc 4 --inner-steps 20 --fragments 2 --delayed --codec int8
+    .venv/bin/python examples/diloco_train.py --nproc 4 --replicas-per-host 2    # 2 workers of 2 ranks
 
 Rank 0 prints "step N loss X" (its own worker's training loss) and, with --json, one line
 `JSON {...}`: losses (one per inner step), times_s (wall-clock seconds at the end of each inner
@@ -24,6 +25,7 @@ import time
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
+from torch.nn.parallel import DistributedDataParallel as DDP
 
 from gpt import FORTUNES, add_common_args, batch, host_tx_bytes, launch, make_model, parse_args
 
@@ -33,10 +35,19 @@ def train(args):
 
     rank, world = dist.get_rank(), dist.get_world_size()
     model = make_model(args)  # the same initial weights on every worker
+    forward, local, aligned = model, None, None
+    if args.replicas_per_host > 1:  # a worker = a DDP group of a host's consecutive ranks
+        per_host = args.replicas_per_host
+        if world % per_host:
+            sys.exit(f"diloco_train.py: --replicas-per-host {per_host} does not divide {world} ranks")
+        locals_ = [dist.new_group(list(range(h * per_host, (h + 1) * per_host))) for h in range(world // per_host)]
+        aligned_ = [dist.new_group(list(range(i, world, per_host))) for i in range(per_host)]
+        local, aligned = locals_[rank // per_host], aligned_[rank % per_host]
+        forward = DDP(model, process_group=local)
     inner = torch.optim.AdamW(model.parameters(), lr=args.lr)
     diloco = DiLoCo(model, inner_steps=args.inner_steps, outer_lr=args.outer_lr,
                     outer_momentum=args.outer_momentum, codec=args.codec, fragments=args.fragments,
-                    delayed=args.delayed)
+                    delayed=args.delayed, group=aligned, local_group=local)
     dist.barrier()
     tx0, start = host_tx_bytes(), time.perf_counter()
     losses, times, compute = [], [], 0.0
@@ -44,7 +55,7 @@ def train(args):
         x, y = batch(args, rank, step)
         t0 = time.perf_counter()
         inner.zero_grad(set_to_none=True)
-        loss = F.cross_entropy(model(x).reshape(-1, args.vocab), y.reshape(-1))
+        loss = F.cross_entropy(forward(x).reshape(-1, args.vocab), y.reshape(-1))
         loss.backward()
         inner.step()
         compute += time.perf_counter() - t0
@@ -57,7 +68,8 @@ def train(args):
     wall = time.perf_counter() - start
     tx1 = host_tx_bytes()
     result = {"method": "diloco", "backend": args.backend, "world": world, "inner_steps": args.inner_steps,
-              "fragments": args.fragments, "delayed": args.delayed, "codec": args.codec, "losses": losses,
+              "fragments": args.fragments, "delayed": args.delayed, "codec": args.codec,
+              "replicas_per_host": args.replicas_per_host, "losses": losses,
               "times_s": times, "params": sum(p.numel() for p in model.parameters()), "wall_s": wall,
               "bytes_sent": None if tx0 is None or tx1 is None else tx1 - tx0,
               "bytes_averaged": diloco.bytes_sent, "compute_s": compute, "compute_utilisation": compute / wall,
@@ -76,6 +88,9 @@ def main():
                    "its averaging overlapping the next inner steps")
     p.add_argument("--codec", default="none", choices=["none", "bf16", "fp16", "int8", "int4"],
                    help="pseudo-gradient compression (with error feedback)")
+    p.add_argument("--replicas-per-host", type=int, default=1,
+                   help="ranks a worker is made of: a DDP group on one host; the outer average runs among "
+                        "rank-aligned peers across hosts, each rank its share")
     p.add_argument("--outer-lr", type=float, default=0.7)
     p.add_argument("--outer-momentum", type=float, default=0.9)
     args = parse_args(p)

@@ -190,6 +190,71 @@ def test_a_joiner_with_other_options_fails_on_every_worker():
         assert "option inner_steps is 4 on worker 2, 3 on worker 0" in got[r], got[r]
 
 
+def _inner_groups(rank, world, steps, H, codec):
+    """Two hosts of two ranks: a DDP group per host (gradients averaged inside it by hand, as
+    DDP does), DiLoCo across hosts among rank-aligned peers."""
+    hosts = [[0, 1], [2, 3]]
+    local = [dist.new_group(h) for h in hosts][rank // 2]
+    aligned = [dist.new_group([0, 2]), dist.new_group([1, 3])][rank % 2]
+    model = _model()
+    opt = torch.optim.SGD(model.parameters(), lr=INNER_LR)
+    diloco = DiLoCo(model, inner_steps=H, outer_lr=OUTER_LR, outer_momentum=MOMENTUM, codec=codec,
+                    group=aligned, local_group=local)
+    for s in range(1, steps + 1):
+        x, y = _batch(rank, s)
+        opt.zero_grad()
+        torch.nn.functional.mse_loss(model(x), y).backward()
+        for p in model.parameters():
+            dist.all_reduce(p.grad, group=local)
+            p.grad /= 2
+        opt.step()
+        diloco.step()
+    diloco.finish()
+    return [p.detach().tolist() for p in model.parameters()], diloco.bytes_sent
+
+
+def _reference_inner_groups(steps, H):
+    """Worker w = host w: its gradient is the mean of ranks 2w and 2w+1's."""
+    models = [_model() for _ in range(2)]
+    opts = [torch.optim.SGD(m.parameters(), lr=INNER_LR) for m in models]
+    shared = [p.detach().clone() for p in models[0].parameters()]
+    momentum = [torch.zeros_like(p) for p in shared]
+    for s in range(1, steps + 1):
+        for w in range(2):
+            opts[w].zero_grad()
+            grads = []
+            for r in (2 * w, 2 * w + 1):
+                x, y = _batch(r, s)
+                g = torch.autograd.grad(torch.nn.functional.mse_loss(models[w](x), y), list(models[w].parameters()))
+                grads.append(g)
+            for p, g0, g1 in zip(models[w].parameters(), *grads):
+                p.grad = (g0 + g1) / 2
+            opts[w].step()
+        if s % H == 0 or s == steps:  # an outer step, or finish()
+            avg = [sum(shared[i] - list(models[w].parameters())[i].detach() for w in range(2)) / 2
+                   for i in range(len(shared))]
+            for i in range(len(shared)):
+                momentum[i] = MOMENTUM * momentum[i] + avg[i]
+                shared[i] = shared[i] - OUTER_LR * (avg[i] + MOMENTUM * momentum[i])
+            for m in models:
+                with torch.no_grad():
+                    for p, q in zip(m.parameters(), shared):
+                        p.copy_(q)
+    return shared
+
+
+def test_workers_that_are_groups_average_their_shares_across_hosts():
+    steps, H = 8, 3  # outer steps at 3 and 6, then finish() at 8
+    got = run_ranks(_inner_groups, 4, steps, H, "none", timeout_s=60)
+    want = _reference_inner_groups(steps, H)
+    for r in range(4):
+        for p, q in zip(got[r][0], want):
+            torch.testing.assert_close(torch.tensor(p), q, rtol=1e-5, atol=1e-6)
+    n = sum(p.numel() for p in _model().parameters())
+    # Each rank sends its half of the vector across hosts: a 2-worker all_reduce of n/2 floats.
+    assert got[0][1] == 3 * (2 * (2 - 1) * ((n + 1) // 2) * 4 // 2)
+
+
 def test_elastic_needs_a_shoal_group():
     def gloo_rank(rank, world):
         with pytest.raises(TypeError, match="shoal"):

@@ -23,6 +23,9 @@ step the workers compare a hash of the shared state (``check_state``): a worker 
 named in a RuntimeError. ``elastic`` (a shoal group): a worker that dies or freezes during an
 outer step makes the others shrink the group (shoal.torch.shrink) and take that step without it,
 and new workers join between inner steps (admit() on the workers, DiLoCo.join() on the newcomer).
+``local_group``: each worker is itself a group of L ranks on one host with equal parameters (DDP);
+``group`` is then the rank's aligned peers on the other hosts, each local rank averages 1/L of
+the pseudo-gradient across hosts (every rank and NIC carries a share) and the host gathers them.
 
 Any torch.distributed group serves (shoal's, gloo's); all arguments are checked before any
 communication. See docs/diloco.md.
@@ -66,7 +69,7 @@ class DiLoCo:
 
     def __init__(self, model, *, inner_steps, outer_lr=0.7, outer_momentum=0.9, nesterov=True,
                  codec="none", block_size=256, fragments=1, delayed=False, check_state=True,
-                 elastic=False, group=None):
+                 elastic=False, group=None, local_group=None):
         if not isinstance(inner_steps, int) or isinstance(inner_steps, bool) or inner_steps < 1:
             raise ValueError(f"DiLoCo: inner_steps must be an integer >= 1, got {inner_steps!r}")
         if codec not in CODECS:
@@ -90,6 +93,11 @@ class DiLoCo:
         if elastic and dist.get_backend(group) != "shoal":
             raise TypeError(f"DiLoCo: elastic needs a shoal group (it shrinks it with shoal.torch.shrink), "
                             f"not a {dist.get_backend(group)} one")
+        if local_group is not None and elastic:
+            raise ValueError("DiLoCo: elastic with a local_group is not supported (shrink one group, not two)")
+        self.local_group = local_group
+        self.local_size = dist.get_world_size(local_group) if local_group is not None else 1
+        self.local_rank = dist.get_rank(local_group) if local_group is not None else 0
         self.elastic = elastic
         self.shrinks = 0  # elastic: how often the group lost workers
         self.inner_steps = inner_steps
@@ -320,7 +328,23 @@ class DiLoCo:
                                f"{when}: hashes {values}")
 
     def _average(self, f, pseudo):
-        """The average over the group of every worker's `pseudo` (float32, flat). Elastic: a
+        """The average over the workers of `pseudo` (float32, flat). With a local group (a worker
+        that is itself a DDP group of L ranks with equal parameters), local rank l averages the
+        l-th L-th of the vector with its rank-aligned peers (`group`), so that every rank, and
+        every NIC of a host, carries its share, and the host's ranks then gather the parts."""
+        if self.local_group is None:
+            return self._average_among_workers(f, pseudo)
+        n, L = pseudo.numel(), self.local_size
+        part = -(-n // L)
+        padded = torch.zeros(part * L, dtype=torch.float32)
+        padded[:n] = pseudo
+        mine = self._average_among_workers(f, padded[self.local_rank * part:(self.local_rank + 1) * part])
+        whole = torch.empty(part * L, dtype=torch.float32)
+        dist.all_gather_into_tensor(whole, mine.contiguous(), group=self.local_group)
+        return whole[:n]
+
+    def _average_among_workers(self, f, pseudo):
+        """The average over `group` of every worker's `pseudo` (float32, flat). Elastic: a
         failure (a worker died or froze) makes the survivors shrink the group and average again
         among themselves, so that the outer step is taken, without the lost workers."""
         attempt = (self._average_plain if self.codec == "none" else self._average_compressed)
