@@ -4,15 +4,10 @@
 #include <random>
 #include <sstream>
 
+#include "core/mix.hpp"
+
 namespace shoal::chaos {
 namespace {
-
-uint64_t splitmix(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ull;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
-}
 
 template <class T>
 T combine(ReduceOp op, T a, T b) {
@@ -74,8 +69,8 @@ const char* kind_name(Kind k) {
 }
 
 OpSpec derive_op(uint64_t seed, int64_t epoch, int64_t op, int size) {
-  std::mt19937_64 rng(splitmix(
-      seed ^ splitmix(static_cast<uint64_t>(epoch) * 1000003ull + static_cast<uint64_t>(op))));
+  std::mt19937_64 rng(splitmix64(
+      seed ^ splitmix64(static_cast<uint64_t>(epoch) * 1000003ull + static_cast<uint64_t>(op))));
   OpSpec s{};
   const int k = static_cast<int>(rng() % 100);
   s.kind = k < 45   ? Kind::all_reduce

@@ -8,19 +8,13 @@
 #include <iterator>
 #include <random>
 
+#include "core/mix.hpp"
 #include "shoal/error.hpp"
 
 namespace shoal::swarm {
 namespace {
 
 namespace fs = std::filesystem;
-
-uint64_t splitmix64(uint64_t x) {
-  x += 0x9E3779B97F4A7C15ULL;
-  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ULL;
-  x = (x ^ (x >> 27)) * 0x94D049BB133111EBULL;
-  return x ^ (x >> 31);
-}
 
 void append_file(const fs::path& file, std::vector<uint8_t>& out) {
   std::ifstream in(file, std::ios::binary);

@@ -11,17 +11,11 @@
 #include <limits>
 #include <sstream>
 
+#include "core/mix.hpp"
 #include "shoal/error.hpp"
 
 namespace shoal::swarm {
 namespace {
-
-uint64_t splitmix64(uint64_t x) {
-  x += 0x9E3779B97F4A7C15ULL;
-  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ULL;
-  x = (x ^ (x >> 27)) * 0x94D049BB133111EBULL;
-  return x ^ (x >> 31);
-}
 
 // One generator per model component, keyed by the component's place in the whole model (not by
 // stage), so the S-stage chain starts from exactly the parameters of the 1-stage model.
