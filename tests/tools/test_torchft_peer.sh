@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# The peer of shoal.torch.diloco works here: torchft's own DiLoCo and local-SGD tests (healthy,
+# recovery, streaming, upscale, commit failure: torchft/local_sgd_integ_test.py and
+# local_sgd_test.py, shipped in its wheel) run against the project's torch. Its
+# diloco_regression_test.py needs fixture files the wheel does not ship, so it is left out.
+# Usage: bash test_torchft_peer.sh BIN_DIR     (ctest passes the build's bin directory)
+source "$(dirname "$0")/tool_test.sh" test_torchft_peer "${1:-}"
+if [[ ! -x $TORCH_PY ]] || ! "$TORCH_PY" -c "import torchft, parameterized" 2>/dev/null; then
+  echo "SKIP: torchft (python/requirements.txt) is not in $TORCH_PY's environment: scripts/install-deps.sh"
+  exit 77
+fi
+dir=$("$TORCH_PY" -c 'import os, torchft; print(os.path.dirname(torchft.__file__))')
+cd "$D" || exit 1
+if OMP_NUM_THREADS=1 timeout 300 "$TORCH_PY" -m pytest -q -p no:cacheprovider "$dir/local_sgd_integ_test.py" \
+  "$dir/local_sgd_test.py" >"$D/out" 2>&1 && grep -qE "^[0-9]+ passed" "$D/out"; then
+  pass
+else
+  fail "torchft's own DiLoCo tests"
+fi
+summary
