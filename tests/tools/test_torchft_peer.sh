@@ -9,6 +9,11 @@ if [[ ! -x $TORCH_PY ]] || ! "$TORCH_PY" -c "import torchft, parameterized" 2>/d
   echo "SKIP: torchft (python/requirements.txt) is not in $TORCH_PY's environment: scripts/install-deps.sh"
   exit 77
 fi
+# torchft's tests bind their lighthouse to [::]: they need IPv6 sockets
+if ! "$TORCH_PY" -c "import socket; socket.socket(socket.AF_INET6).bind(('::', 0))" 2>/dev/null; then
+  echo "SKIP: no IPv6 sockets here, which torchft's tests bind"
+  exit 77
+fi
 dir=$("$TORCH_PY" -c 'import os, torchft; print(os.path.dirname(torchft.__file__))')
 cd "$D" || exit 1
 if OMP_NUM_THREADS=1 timeout 300 "$TORCH_PY" -m pytest -q -p no:cacheprovider "$dir/local_sgd_integ_test.py" \
