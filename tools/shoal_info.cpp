@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "algorithms/hierarchy.hpp"
 #include "algorithms/registry.hpp"
 #include "comm/flat_memory.hpp"
 #include "comm/plan.hpp"
@@ -81,8 +82,7 @@ static void print_dispatch(const tune::Context& ctx, const std::string& size_lis
   // the same number >1 of ranks), and why; "-" where the layout has no hierarchy.
   const std::string mode = config::get("SHOAL_HIERARCHICAL");
   const auto hierarchy_sizes = tune::Dispatcher::hierarchy_sizes_from_environment();
-  const bool layout = ctx.ranks_per_host > 1 && ctx.world > ctx.ranks_per_host &&
-                      ctx.world % ctx.ranks_per_host == 0;
+  const bool layout = algorithms::hierarchy_fits(ctx.world, ctx.ranks_per_host);
   auto hierarchy = [&](algorithms::Collective coll, uint64_t bytes) -> std::string {
     if (!layout) return "-";
     if (mode != "auto") return mode == "on" ? "yes (on)" : "no (off)";

@@ -114,9 +114,8 @@ void hierarchical(Schedule& s, const CollectiveArgs& a, const HierarchyPlan& pla
   SHOAL_CHECK(L >= 1 && p % L == 0, InvalidArgument,
               "hierarchical schedule: " << L << " ranks per host do not divide " << p << " ranks");
   const Collective coll = a.collective;
-  SHOAL_CHECK(coll == Collective::all_reduce || coll == Collective::all_gather ||
-                  coll == Collective::reduce_scatter,
-              InvalidArgument, "hierarchical schedule: none for " << to_string(coll));
+  SHOAL_CHECK(composable(coll), InvalidArgument,
+              "hierarchical schedule: none for " << to_string(coll));
   const int H = p / L, h = a.rank / L, l = a.rank % L;
   const uint64_t es = size_of(a.dtype);
   const std::function<int(int)> local_peer = [&](int j) { return h * L + j; };

@@ -27,6 +27,18 @@
 
 namespace shoal::algorithms {
 
+/// The collectives the composition serves (the planner's "hierarchical" path).
+inline bool composable(Collective c) {
+  return c == Collective::all_reduce || c == Collective::all_gather ||
+         c == Collective::reduce_scatter;
+}
+
+/// Whether `world` ranks on hosts of `ranks_per_host` each have a hierarchy to compose: several
+/// hosts, several ranks on each, every host alike.
+inline bool hierarchy_fits(int world, int ranks_per_host) {
+  return ranks_per_host > 1 && world > ranks_per_host && world % ranks_per_host == 0;
+}
+
 struct HierarchyPlan {
   int ranks_per_host = 1;           // L; must divide the world size
   std::string_view local = "ring";  // the row of all_reduce's intra-host phases

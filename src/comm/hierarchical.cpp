@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "algorithms/hierarchy.hpp"
 #include "comm/comm_impl.hpp"
 #include "core/check.hpp"
 #include "core/reduce.hpp"
@@ -22,11 +23,11 @@ constexpr int kPhaseTag = static_cast<int>(transport::kOrderedP2pTag);
 }  // namespace
 
 bool hierarchy_fits(const Topology& t) {
-  if (t.num_hosts < 2) return false;
   std::vector<int> per_host(t.num_hosts, 0);
   for (int h : t.host_of) ++per_host[h];
-  return per_host[0] > 1 &&
-         std::all_of(per_host.begin(), per_host.end(), [&](int n) { return n == per_host[0]; });
+  return !per_host.empty() &&
+         std::all_of(per_host.begin(), per_host.end(), [&](int n) { return n == per_host[0]; }) &&
+         algorithms::hierarchy_fits(static_cast<int>(t.host_of.size()), per_host[0]);
 }
 
 Hierarchy::Hierarchy(shoal::detail::CommImpl& parent) : parent_(parent) {

@@ -3,6 +3,7 @@
 #include <string>
 #include <string_view>
 
+#include "algorithms/hierarchy.hpp"
 #include "algorithms/registry.hpp"
 #include "comm/flat.hpp"
 #include "core/check.hpp"
@@ -91,9 +92,7 @@ Plan Planner::plan(const Request& r, const algorithms::CollectiveArgs& checked) 
   }
   // A public all_reduce, all_gather or reduce_scatter of one buffer: what the hierarchy takes.
   const bool composable =
-      r.may_use_hierarchy && !r.vectored &&
-      (a.collective == Collective::all_reduce || a.collective == Collective::all_gather ||
-       a.collective == Collective::reduce_scatter);
+      r.may_use_hierarchy && !r.vectored && algorithms::composable(a.collective);
   const bool can_compose = composable && layout_.hierarchy_fits && a.count > 0;
   const bool can_flat = a.count > 0 && flat_fits_here(r, a);
   // A path the call names is taken, or every rank refuses alike (every input is equal on all

@@ -21,9 +21,7 @@ Builder hierarchical_builder(const algorithms::HierarchyPlan& plan) {
 }
 
 bool hierarchy_fits(Collective c, int world, int ranks_per_host) {
-  const bool composable =
-      c == Collective::all_reduce || c == Collective::all_gather || c == Collective::reduce_scatter;
-  return composable && ranks_per_host > 1 && world > ranks_per_host && world % ranks_per_host == 0;
+  return algorithms::composable(c) && algorithms::hierarchy_fits(world, ranks_per_host);
 }
 
 namespace {

@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "algorithms/hierarchy.hpp"
 #include "core/check.hpp"
 
 namespace shoal::tune {
@@ -18,11 +19,6 @@ using nlohmann::json;
 
 constexpr std::string_view kFormat = "shoal-tune 1";
 constexpr std::string_view kHierarchical = "hierarchical";
-
-bool hierarchical_serves(Collective c) {
-  return c == Collective::all_reduce || c == Collective::all_gather ||
-         c == Collective::reduce_scatter;
-}
 
 // Every problem names the file and where in it: "tuning file 'x.json': tables[2].sizes: ...".
 #define TUNE_CHECK(cond, where, msg) \
@@ -125,7 +121,7 @@ Measurements parse_table(const json& t, std::string_view source, const std::stri
     const AlgorithmInfo* row =
         hierarchical ? nullptr : algorithms::find_algorithm(m.collective, name);
     if (hierarchical) {
-      TUNE_CHECK(hierarchical_serves(m.collective), w,
+      TUNE_CHECK(algorithms::composable(m.collective), w,
                  "only all_reduce, all_gather and reduce_scatter have a hierarchical composition");
       TUNE_CHECK(m.ranks_per_host > 1 && m.ranks_per_host < m.world, w,
                  "needs several hosts of several ranks (world " << m.world << ", ranks_per_host "
@@ -135,7 +131,7 @@ Measurements parse_table(const json& t, std::string_view source, const std::stri
                  "unknown algorithm '"
                      << name << "' for " << algorithms::to_string(m.collective)
                      << " (it has: " << names_for(m.collective)
-                     << (hierarchical_serves(m.collective) ? ", hierarchical" : "") << ")");
+                     << (algorithms::composable(m.collective) ? ", hierarchical" : "") << ")");
     }
     TUNE_CHECK(
         list.is_array() && list.size() == m.sizes.size(), w,

@@ -57,6 +57,19 @@ def _quantize(v, codec, block):
     return q, scale.to(torch.float32)
 
 
+def _check_count(name, value):
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise ValueError(f"DiLoCo: {name} must be an integer >= 1, got {value!r}")
+
+
+def _padded(v, parts, multiple=1):
+    """`v` zero-padded to `parts` parts of a multiple of `multiple` elements; (padded, part)."""
+    part = -(-v.numel() // (parts * multiple)) * multiple
+    padded = torch.zeros(part * parts, dtype=torch.float32)
+    padded[:v.numel()] = v
+    return padded, part
+
+
 def _dequantize(q, scale, codec, block):
     levels = _LEVELS[codec]
     if codec == "int4":
@@ -70,8 +83,7 @@ class DiLoCo:
     def __init__(self, model, *, inner_steps, outer_lr=0.7, outer_momentum=0.9, nesterov=True,
                  codec="none", block_size=256, fragments=1, delayed=False, check_state=True,
                  elastic=False, group=None, local_group=None):
-        if not isinstance(inner_steps, int) or isinstance(inner_steps, bool) or inner_steps < 1:
-            raise ValueError(f"DiLoCo: inner_steps must be an integer >= 1, got {inner_steps!r}")
+        _check_count("inner_steps", inner_steps)
         if codec not in CODECS:
             raise ValueError(f"DiLoCo: unknown codec {codec!r} (one of {', '.join(CODECS)})")
         if not isinstance(block_size, int) or block_size < 2 or block_size % 2:
@@ -83,8 +95,7 @@ class DiLoCo:
         self._params = [p for p in model.parameters() if p.requires_grad]
         if not self._params:
             raise ValueError("DiLoCo: the model has no parameters that require grad")
-        if not isinstance(fragments, int) or isinstance(fragments, bool) or fragments < 1:
-            raise ValueError(f"DiLoCo: fragments must be an integer >= 1, got {fragments!r}")
+        _check_count("fragments", fragments)
         if fragments > len(self._params):
             raise ValueError(f"DiLoCo: {fragments} fragments for {len(self._params)} parameter tensors "
                              "(a fragment is one or more whole tensors)")
@@ -121,6 +132,8 @@ class DiLoCo:
                 end = len(self._params)
             self._fragments.append(list(range(start, end)))
             start = end
+        # The inner step of each fragment's first outer step; then every inner_steps.
+        self._offsets = [(f + 1) * inner_steps // fragments for f in range(fragments)]
         # The outer (shared) parameters and their optimizer; the start of each fragment's progress.
         with torch.no_grad():
             self._global = [p.detach().clone() for p in self._params]
@@ -143,17 +156,14 @@ class DiLoCo:
     def step(self):
         """After an inner step: the outer step of every fragment that is due."""
         self.step_count += 1
-        for f in range(len(self._fragments)):
-            offset = (f + 1) * self.inner_steps // len(self._fragments)
+        for f, offset in enumerate(self._offsets):
             if self.step_count >= offset and (self.step_count - offset) % self.inner_steps == 0:
                 self._sync(f)
 
     def finish(self):
         """Applies what is in flight and averages every fragment's remaining progress: every
         worker ends with the same parameters. The object is done after it."""
-        for f in range(len(self._fragments)):
-            self._apply_pending(f)
-        self._collect_checks(wait=True)
+        self._drain()
         if self._executor:
             self._executor.shutdown()
             self._executor = None
@@ -170,9 +180,7 @@ class DiLoCo:
         if not self.elastic:
             raise ValueError("DiLoCo.admit: workers join an elastic DiLoCo only (elastic=True)")
         from . import grow
-        for f in range(len(self._fragments)):
-            self._apply_pending(f)
-        self._collect_checks(wait=True)
+        self._drain()
         self._set_group(grow(int(joining), str(name), self.group))
         self._share_state(newcomer=False)
 
@@ -247,8 +255,10 @@ class DiLoCo:
 
     # ---- outer steps ----
 
-    def _flat(self, f):
-        return torch.cat([self._params[i].detach().reshape(-1) for i in self._fragments[f]]).clone()
+    def _flat(self, f, tensors=None):
+        """Fragment f of the model's parameters (or of `tensors`, e.g. the shared copy), flat."""
+        tensors = self._params if tensors is None else tensors
+        return torch.cat([tensors[i].detach().reshape(-1) for i in self._fragments[f]])
 
     def _unflat(self, f, flat, targets):
         offset = 0
@@ -269,16 +279,21 @@ class DiLoCo:
         local = self._flat(f)
         progress = local - self._snapshot[f]
         self._apply_pending(f)
-        global_flat = torch.cat([self._global[i].reshape(-1) for i in self._fragments[f]])
-        self._unflat(f, global_flat + progress, self._params)
+        self._unflat(f, self._flat(f, self._global) + progress, self._params)
         self._snapshot[f] = self._flat(f)
         self._pending[f] = self._executor.submit(self._average, f, -progress)
 
     def _sync_now(self, f):
         pseudo = self._snapshot[f] - self._flat(f)
         self._outer_step(f, self._average(f, pseudo))
-        self._unflat(f, torch.cat([self._global[i].reshape(-1) for i in self._fragments[f]]), self._params)
+        self._unflat(f, self._flat(f, self._global), self._params)
         self._snapshot[f] = self._flat(f)
+
+    def _drain(self):
+        """Delayed: applies every averaging in flight and reports every state check."""
+        for f in range(len(self._fragments)):
+            self._apply_pending(f)
+        self._collect_checks(wait=True)
 
     def _apply_pending(self, f):
         if self._pending[f] is not None:
@@ -311,15 +326,13 @@ class DiLoCo:
 
     def _compare(self, state_hash, when):
         mine = torch.tensor([state_hash], dtype=torch.int64)
-        while True:
+
+        def gather():
             every = [torch.zeros(1, dtype=torch.int64) for _ in range(self.world)]
-            try:
-                dist.all_gather(every, mine, group=self.group)
-                break
-            except RuntimeError:
-                if not self.elastic:
-                    raise
-                self._shrink()
+            dist.all_gather(every, mine, group=self.group)
+            return every
+
+        every = self._resilient(gather)
         values = [int(t.item()) for t in every]
         most = max(set(values), key=values.count)
         differ = [r for r, v in enumerate(values) if v != most]
@@ -334,33 +347,32 @@ class DiLoCo:
         every NIC of a host, carries its share, and the host's ranks then gather the parts."""
         if self.local_group is None:
             return self._average_among_workers(f, pseudo)
-        n, L = pseudo.numel(), self.local_size
-        part = -(-n // L)
-        padded = torch.zeros(part * L, dtype=torch.float32)
-        padded[:n] = pseudo
+        padded, part = _padded(pseudo, self.local_size)
         mine = self._average_among_workers(f, padded[self.local_rank * part:(self.local_rank + 1) * part])
-        whole = torch.empty(part * L, dtype=torch.float32)
+        whole = torch.empty_like(padded)
         dist.all_gather_into_tensor(whole, mine.contiguous(), group=self.local_group)
-        return whole[:n]
+        return whole[:pseudo.numel()]
 
     def _average_among_workers(self, f, pseudo):
         """The average over `group` of every worker's `pseudo` (float32, flat). Elastic: a
         failure (a worker died or froze) makes the survivors shrink the group and average again
         among themselves, so that the outer step is taken, without the lost workers."""
         attempt = (self._average_plain if self.codec == "none" else self._average_compressed)
-        v = pseudo if self._residual[f] is None or self.codec == "none" else pseudo + self._residual[f]
+        v = pseudo if self._residual[f] is None else pseudo + self._residual[f]
+        return self._resilient(lambda: attempt(f, v))
+
+    def _resilient(self, collective):
+        """collective(); elastic: after a failure, on the survivors' shrunk group, until it is
+        taken (shoal.torch.shrink raises if this worker was left out)."""
         while True:
             try:
-                return attempt(f, v)
+                return collective()
             except RuntimeError:
                 if not self.elastic:
                     raise
-                self._shrink()
-
-    def _shrink(self):
-        from . import shrink
-        self._set_group(shrink(self.group))  # raises if this worker was left out
-        self.shrinks += 1
+                from . import shrink
+                self._set_group(shrink(self.group))
+                self.shrinks += 1
 
     def _average_plain(self, f, v):
         buf = v.clone()
@@ -387,10 +399,8 @@ class DiLoCo:
         2(k-1)/k of the codes a worker, as a ring all_reduce. What the worker's encoding drops
         is added to its next pseudo-gradient, what the part's encoding drops to its next sum.
         `v`: the pseudo-gradient plus what the last encoding dropped."""
-        n, k, block = v.numel(), self.world, self.block_size
-        part = -(-n // (k * block)) * block  # a rank's part: whole blocks
-        padded = torch.zeros(part * k, dtype=torch.float32)
-        padded[:n] = v
+        n, k = v.numel(), self.world
+        padded, part = _padded(v, k, self.block_size)  # a rank's part: whole blocks
         payload = self._encode(padded)
         residual = v - self._decode(payload)[:n]
         got = [torch.empty_like(t) for t in payload]
