@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # netcluster.sh: an emulated multi-host cluster on one Linux machine, made of network namespaces.
 #
-#   netcluster.sh up --hosts H --nics K --rate 1gbit [--prefix shoal]
+#   netcluster.sh up --hosts H --nics K --rate 1gbit [--regions R --between 100mbit] [--prefix shoal]
 #   netcluster.sh down [--prefix shoal]
 #   netcluster.sh status [--prefix shoal]
 #   netcluster.sh exec HOST [--prefix shoal] -- CMD [ARGS...]
@@ -19,6 +19,13 @@
 #                    hosts the rendezvous store (shoal-run --netns without --master-addr hosts
 #                    it inside the first host instead, at 198.18.0.1)
 #
+# Regions (--regions R, R >= 2): host h is in region h mod R (hosts alternate, as a launcher that
+# knows nothing of the regions numbers them). Each region has its own switch per rail,
+# <prefix>-r<r>b<k>, where its hosts' NICs are ports; its uplink, the veth pair <prefix>-r<r>u<k>
+# (region end) / <prefix>-r<r>d<k> (core end), joins the rail's core bridge <prefix>-br<k>, and
+# is shaped at --between each way: every flow between two regions shares the two uplinks (two
+# data centres and the link between them). Inside a region hosts meet at --rate.
+#
 # Shaping: a tbf qdisc at --rate on both ends of every veth: the namespace end shapes what the
 # host sends on that NIC, the bridge end what it receives. Traffic between two ranks of one
 # host (loopback, shared memory) is not shaped. --rate takes tc's bit rates (100mbit, 1gbit,
@@ -34,6 +41,8 @@ PREFIX=shoal
 HOSTS=""
 NICS=""
 RATE=""
+REGIONS=1
+BETWEEN=""
 RAILS=""
 SECONDS_BW=2
 LOOPBACK=0
@@ -49,6 +58,7 @@ usage() { sed -n '2,9p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
 ns_name() { echo "$PREFIX-h$1"; }
 br_name() { echo "$PREFIX-br$1"; }
 port_name() { echo "$PREFIX-h$1e$2"; }     # the bridge end of host $1's NIC $2
+region_br() { echo "$PREFIX-r$1b$2"; }      # region $1's switch on rail $2
 addr_of() { echo "198.18.$2.$(($1 + 1))"; } # host $1, rail $2
 ROOT_ADDR=198.18.0.254
 
@@ -102,7 +112,7 @@ cmd_down() {
   done
   # Bridges, and veth ends whose namespace is already gone (an interrupted `up`).
   for link in $(ip -o link show 2>/dev/null | awk -F': ' '{print $2}' | sed 's/@.*//' |
-                grep -E "^$PREFIX-(br[0-9]+|h[0-9]+e[0-9]+)\$" || true); do
+                grep -E "^$PREFIX-(br[0-9]+|h[0-9]+e[0-9]+|r[0-9]+[bud][0-9]+)\$" || true); do
     ip link del "$link" 2>/dev/null || true
   done
   rm -f "$STATE_DIR/$PREFIX.conf"
@@ -114,8 +124,12 @@ cmd_up() {
     die "--hosts must be in 1..$MAX_HOSTS"
   [[ $NICS =~ ^[0-9]+$ ]] && ((NICS >= 1 && NICS <= MAX_NICS)) || die "--nics must be in 1..$MAX_NICS"
   [[ -n $RATE ]] || die "--rate is required (e.g. 1gbit, or none)"
-  local bits
+  [[ $REGIONS =~ ^[0-9]+$ ]] && ((REGIONS >= 1 && REGIONS <= 9 && REGIONS <= HOSTS)) ||
+    die "--regions must be in 1..9 and at most --hosts"
+  ((REGIONS == 1)) || [[ -n $BETWEEN ]] || die "--regions needs --between (e.g. 100mbit)"
+  local bits between_bits=0
   bits=$(rate_bits "$RATE")
+  ((REGIONS == 1)) || between_bits=$(rate_bits "$BETWEEN")
   need_root
   cmd_down  # re-running recreates cleanly
   trap 'echo "$PROG: up failed; removing what it created" >&2; cmd_down' ERR
@@ -127,6 +141,23 @@ cmd_up() {
     # No IPv6 on the switches: no router solicitations or DAD traffic on the wires.
     sysctl -qw "net.ipv6.conf.$br.disable_ipv6=1" 2>/dev/null || true
     ip link set "$br" up
+    local r up down
+    for ((r = 0; REGIONS > 1 && r < REGIONS; r++)); do
+      ip link add "$(region_br "$r" "$k")" type bridge forward_delay 0 stp_state 0
+      sysctl -qw "net.ipv6.conf.$(region_br "$r" "$k").disable_ipv6=1" 2>/dev/null || true
+      ip link set "$(region_br "$r" "$k")" up
+      up=$PREFIX-r${r}u$k down=$PREFIX-r${r}d$k
+      ip link add "$up" type veth peer name "$down"
+      for dev in "$up" "$down"; do
+        sysctl -qw "net.ipv6.conf.$dev.disable_ipv6=1" 2>/dev/null || true
+      done
+      ip link set "$up" master "$(region_br "$r" "$k")"
+      ip link set "$down" master "$br"
+      ip link set "$up" up
+      ip link set "$down" up
+      shape "$up" "$between_bits"    # out of the region
+      shape "$down" "$between_bits"  # into it
+    done
   done
   # One root address per machine: a second cluster (another --prefix) holding it too would
   # make the root namespace's route to 198.18.0.0/24 ambiguous for both.
@@ -150,7 +181,11 @@ cmd_up() {
       port=$(port_name "$h" "$k")
       ip link add "$port" type veth peer name "eth$k" netns "$ns"
       sysctl -qw "net.ipv6.conf.$port.disable_ipv6=1" 2>/dev/null || true
-      ip link set "$port" master "$(br_name "$k")"
+      if ((REGIONS > 1)); then
+        ip link set "$port" master "$(region_br $((h % REGIONS)) "$k")"
+      else
+        ip link set "$port" master "$(br_name "$k")"
+      fi
       ip link set "$port" up
       ip -n "$ns" addr add "$(addr_of "$h" "$k")/24" dev "eth$k"
       ip -n "$ns" link set "eth$k" up
@@ -160,8 +195,10 @@ cmd_up() {
   done
   trap - ERR
   mkdir -p "$STATE_DIR"
-  printf 'hosts=%s\nnics=%s\nrate=%s\n' "$HOSTS" "$NICS" "$RATE" >"$STATE_DIR/$PREFIX.conf"
+  printf 'hosts=%s\nnics=%s\nrate=%s\nregions=%s\nbetween=%s\n' "$HOSTS" "$NICS" "$RATE" \
+    "$REGIONS" "$BETWEEN" >"$STATE_DIR/$PREFIX.conf"
   echo "$PROG: up: $HOSTS hosts ($(ns_name 0) .. $(ns_name $((HOSTS - 1)))) x $NICS NICs at $RATE;" \
+       "$( ((REGIONS > 1)) && echo "$REGIONS regions (host h in region h mod $REGIONS), $BETWEEN between;")" \
        "root namespace address: $([[ -z $holder ]] && echo "$ROOT_ADDR" || echo none)"
 }
 
@@ -313,6 +350,8 @@ while (($#)); do
     --hosts) HOSTS=${2:?}; shift 2 ;;
     --nics) NICS=${2:?}; shift 2 ;;
     --rate) RATE=${2:?}; shift 2 ;;
+    --regions) REGIONS=${2:?}; shift 2 ;;
+    --between) BETWEEN=${2:?}; shift 2 ;;
     --prefix) PREFIX=${2:?}; shift 2 ;;
     --rails) RAILS=${2:?}; shift 2 ;;
     --seconds) SECONDS_BW=${2:?}; shift 2 ;;

@@ -71,6 +71,16 @@ MUTATIONS = [
      "exact(c.optim.lr)", "std::to_string(c.optim.lr)",
      "test_swarm_settings", "*EveryField*",
      "a launched swarm's learning rate keeps six decimals: 2.5e-7 reaches the peers as 0"),
+    ("link-ring-blocks-by-rank", "src/algorithms/ring.cpp",
+     "    b.offset.push_back(static_cast<uint64_t>(order ? (*order)[i] : i) * count * es);",
+     "    b.offset.push_back(static_cast<uint64_t>(i) * count * es);",
+     "test_schedules", "LinkRing.*",
+     "the ring in measured order takes the block at a position for the block of that rank: all_gather and reduce_scatter land rank blocks in the wrong places"),
+    ("signature-drops-ring-order", "src/algorithms/schedule.cpp",
+     "    for (int r : *a.ring_order) mix(static_cast<uint64_t>(r));",
+     "    for (int r : *a.ring_order) (void)r;",
+     "test_dispatch_multirank", "MeasuredLinks.DifferentRates*",
+     "ranks that hold different link rates go around different rings: the wrong blocks are reduced, or the ranks wait for frames that never come"),
 ]
 
 

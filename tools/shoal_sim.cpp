@@ -17,6 +17,7 @@
 #include <fstream>
 #include <iostream>
 #include <iterator>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
@@ -28,7 +29,9 @@
 #include "shoal/error.hpp"
 #include "sim/calibrate.hpp"
 #include "sim/executor.hpp"
+#include "sim/model.hpp"
 #include "sim/tables.hpp"
+#include "tune/links.hpp"
 #include "tune/tuning_file.hpp"
 
 namespace {
@@ -77,6 +80,7 @@ struct ModelFlags {
   std::string path;
   bool frontier = false;
   int rph = 0, nics = 0, hosts_per_leaf = -1, stripe = -1;
+  bool alternate_leaves = false;
   uint64_t nic_burst_bytes = 0;
   double nic_gbps = 0, nic_burst_gbps = 0, latency_us = 0, intra_gbps = 0, intra_flow_gbps = 0,
          intra_latency_us = 0, reduce_gbps = 0, copy_gbps = 0, overhead_us = 0, taper = 0;
@@ -116,6 +120,9 @@ struct ModelFlags {
                     "hosts under a leaf switch (0: full bisection)");
     sub->add_option("--taper", taper,
                     "core taper of the fat tree (needs --hosts-per-leaf; default 16 hosts)");
+    sub->add_flag("--alternate-leaves", alternate_leaves,
+                  "host h under leaf h mod leaves (a launcher that knows nothing of the tree); "
+                  "default: in blocks of --hosts-per-leaf");
   }
 
   sim::ClusterModel build() const {
@@ -141,6 +148,7 @@ struct ModelFlags {
       model.taper = taper;
       if (model.hosts_per_leaf == 0) model.hosts_per_leaf = 16;
     }
+    if (alternate_leaves) model.alternate_leaves = 1;
     if (model.ranks_per_host < 1 || model.nics < 1 || model.nic_bw <= 0 || model.taper <= 0)
       throw InvalidArgumentError("ranks per host, NICs, NIC bandwidth and taper must be positive");
     return model;
@@ -164,10 +172,23 @@ struct Candidate {
   sim::Builder build;
 };
 
+// The builder of `row`; a row that follows links runs in `ring_order` (links.hpp).
+sim::Builder builder_of(const algorithms::AlgorithmInfo* row,
+                        std::shared_ptr<const std::vector<int>> ring_order) {
+  if (!row->follows_links) return sim::Builder(row->build);
+  return [row, ring_order](algorithms::Schedule& s, const algorithms::CollectiveArgs& a) {
+    algorithms::CollectiveArgs with = a;
+    with.ring_order = ring_order.get();
+    row->build(s, with);
+  };
+}
+
 // `algo`: a row, "hier(LOCAL+INTER)", or "all" — every row and, when the world spans several
-// hosts of ranks_per_host ranks, hier(ring+X) for every row X of the collective.
+// hosts of ranks_per_host ranks, hier(ring+X) for every row X of the collective. Rows that
+// follow links go around `ring_order`.
 std::vector<Candidate> candidates_of(Collective coll, const std::string& algo, int world,
-                                     int ranks_per_host) {
+                                     int ranks_per_host,
+                                     std::shared_ptr<const std::vector<int>> ring_order) {
   std::vector<Candidate> out;
   if (algo.starts_with("hier(") && algo.ends_with(")")) {
     const std::string inner = algo.substr(5, algo.size() - 6);
@@ -189,9 +210,10 @@ std::vector<Candidate> candidates_of(Collective coll, const std::string& algo, i
     return out;
   }
   for (const auto* row : rows_of(coll, algo))
-    out.push_back({std::string(row->name), sim::Builder(row->build)});
+    out.push_back({std::string(row->name), builder_of(row, ring_order)});
   if (algo == "all" && sim::hierarchy_fits(coll, world, ranks_per_host))
     for (const auto* row : rows_of(coll, "all")) {
+      if (row->follows_links) continue;  // the inter-host groups measure no links
       const algorithms::HierarchyPlan plan{ranks_per_host, "ring", row->name};
       out.push_back({algorithms::hierarchy_name(plan), sim::hierarchical_builder(plan)});
     }
@@ -411,7 +433,13 @@ int main(int argc, char** argv) {
     const Collective coll = parse_collective(coll_name);
     const auto dtype = parse_data_type(dtype_name);
     if (!dtype) throw InvalidArgumentError("--dtype: unknown '" + dtype_name + "'");
-    const auto candidates = candidates_of(coll, algo, world, model.ranks_per_host);
+    // The order the model's links give (the rates each pair has alone, as measure_links finds
+    // them); rank order beyond 1,024 ranks, whose p x p rates this does not build.
+    std::shared_ptr<const std::vector<int>> ring_order;
+    if (world >= 2 && world <= 1024)
+      ring_order = std::make_shared<const std::vector<int>>(
+          tune::ring_order({world, sim::pair_rates(model, world)}));
+    const auto candidates = candidates_of(coll, algo, world, model.ranks_per_host, ring_order);
     const auto sizes = parse_sizes(sizes_text);
     const int hosts = (world + model.ranks_per_host - 1) / model.ranks_per_host;
     std::printf(
@@ -420,7 +448,8 @@ int main(int argc, char** argv) {
         coll_name.c_str(), world, hosts, model.ranks_per_host, model.nics, model.nic_bw * 1e-9,
         model.nic_latency * 1e6, model.intra_bw * 1e-9, model.intra_latency * 1e6);
     if (model.hosts_per_leaf > 0)
-      std::printf("; fat tree %d hosts/leaf, taper %.2f", model.hosts_per_leaf, model.taper);
+      std::printf("; fat tree %d hosts/leaf%s, taper %.2f", model.hosts_per_leaf,
+                  model.alternate_leaves ? " (alternating)" : "", model.taper);
     std::printf("), dtype %s, chunk %llu B\n", dtype_name.c_str(),
                 static_cast<unsigned long long>(chunk));
     std::printf("# %-29s %12s %12s %8s %6s %12s %8s %8s %10s %8s\n", "algorithm", "size", "count",

@@ -345,6 +345,20 @@ class Communicator {
     recv(buf.data(), buf.size(), data_type_of_v<T>, peer, tag);
   }
 
+  // ---- links: the rate of every directed pair of ranks, and the ring that follows them ----
+  /// Times every directed pair of ranks, one pair at a time (SHOAL_LINKS_BYTES each way), and
+  /// uses the rates (use_links). Collective; returns bytes per second at [from * size() + to],
+  /// 0 on the diagonal, equal on every rank. SHOAL_LINKS=measure does it at creation.
+  std::vector<double> measure_links();
+  /// Uses these rates (bytes per second, as measure_links returns them; the same on every
+  /// rank, from the next call on): the planner prices all_reduce, all_gather and reduce_scatter
+  /// on them (docs/algorithms.md, "Links") and the link_ring rows go around in the order they
+  /// give. InvalidArgumentError for a rate that is not positive and finite off the diagonal.
+  void use_links(std::span<const double> bytes_per_s);
+  /// The ranks in the order the link_ring rows go around them: rank order until links are
+  /// known.
+  std::vector<int> ring_order() const;
+
   // ---- failures ----
   /// Fails every pending and later operation of this communicator with AbortedError, here and
   /// (through abort frames, or the abort note in shared memory) on every rank it can reach.

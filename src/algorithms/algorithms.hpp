@@ -9,6 +9,10 @@ namespace shoal::algorithms {
 void ring_all_gather(Schedule& s, const CollectiveArgs& a);
 void ring_reduce_scatter(Schedule& s, const CollectiveArgs& a);
 void ring_all_reduce(Schedule& s, const CollectiveArgs& a);
+// The same rings in CollectiveArgs::ring_order (rank order where it is null)
+void link_ring_all_gather(Schedule& s, const CollectiveArgs& a);
+void link_ring_reduce_scatter(Schedule& s, const CollectiveArgs& a);
+void link_ring_all_reduce(Schedule& s, const CollectiveArgs& a);
 
 // tree.cpp — binomial trees, pipelined by chunk
 void binomial_broadcast(Schedule& s, const CollectiveArgs& a);

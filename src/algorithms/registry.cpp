@@ -74,6 +74,9 @@ double barrier_cost(int p, uint64_t, const CostParams& c) { return lg(p) * c.alp
 double direct_cost(int, uint64_t n, const CostParams& c) { return c.alpha + n * c.beta; }
 
 constexpr std::string_view kAnyFolded = "any world size (non-powers of two fold: +2 steps)";
+constexpr std::string_view kLinkRing =
+    "the ring in the order of measured links: widest bottleneck, then fewest slow hops (TSP)";
+constexpr std::string_view kLinksMeasured = "links measured (SHOAL_LINKS, measure_links)";
 
 }  // namespace
 
@@ -82,6 +85,8 @@ const std::vector<AlgorithmInfo>& registry() {
       {"ring", Collective::all_reduce,
        "reduce-scatter then all-gather around a ring, chunk-pipelined", "any world size",
        ring_all_reduce, ring_all_reduce_cost, /*pipelined=*/true},
+      {"link_ring", Collective::all_reduce, kLinkRing, kLinksMeasured, link_ring_all_reduce,
+       ring_all_reduce_cost, /*pipelined=*/true, /*follows_links=*/true},
       {"rabenseifner", Collective::all_reduce,
        "reduce-scatter by recursive halving, then all-gather by recursive doubling", kAnyFolded,
        rabenseifner_all_reduce, butterfly_all_reduce_cost},
@@ -96,6 +101,8 @@ const std::vector<AlgorithmInfo>& registry() {
        "any world size", binomial_all_reduce, binomial_all_reduce_cost},
       {"ring", Collective::all_gather, "p-1 steps around a ring, chunk-pipelined", "any world size",
        ring_all_gather, ring_all_gather_cost, /*pipelined=*/true},
+      {"link_ring", Collective::all_gather, kLinkRing, kLinksMeasured, link_ring_all_gather,
+       ring_all_gather_cost, /*pipelined=*/true, /*follows_links=*/true},
       {"recursive_doubling", Collective::all_gather,
        "log2 p exchanges of doubling block ranges with ranks 2^k apart", kAnyFolded,
        recursive_doubling_all_gather, butterfly_all_gather_cost},
@@ -107,6 +114,9 @@ const std::vector<AlgorithmInfo>& registry() {
       {"ring", Collective::reduce_scatter,
        "p-1 steps around a ring, reduction overlapping transfer", "any world size",
        ring_reduce_scatter, ring_reduce_scatter_cost, /*pipelined=*/true},
+      {"link_ring", Collective::reduce_scatter, kLinkRing, kLinksMeasured, link_ring_reduce_scatter,
+       ring_reduce_scatter_cost, /*pipelined=*/true,
+       /*follows_links=*/true},
       {"recursive_halving", Collective::reduce_scatter,
        "log2 p steps, each halving the range a rank reduces, partners 2^k apart", kAnyFolded,
        recursive_halving_reduce_scatter, butterfly_reduce_scatter_cost},

@@ -40,6 +40,10 @@ struct AlgorithmInfo {
   /// next, so across hosts its memory work hides behind the NICs; otherwise every step waits
   /// for the whole of the previous one (the butterflies, Bruck, the trees of whole blocks).
   bool pipelined = false;
+  /// Runs in the order of measured links (CollectiveArgs::ring_order): the planner offers it
+  /// only on a communicator that has measured them, and tuning sweeps and the simulator's
+  /// tables, which time rows without links, leave it out.
+  bool follows_links = false;
 };
 
 /// Every algorithm, in order of preference per collective.

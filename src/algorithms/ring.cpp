@@ -1,12 +1,15 @@
 // Ring all_gather, reduce_scatter and all_reduce (Patarasuk & Yuan; NCCL's rings): p-1 steps,
 // each rank sending to its right and receiving from its left neighbour. Blocks are cut into
 // chunks, and every chunk moves on as soon as it is reduced, so the reduction of one chunk
-// overlaps the transfer of the next.
+// overlaps the transfer of the next. The rows "ring" go around in rank order; "link_ring" in
+// CollectiveArgs::ring_order (the order measured links give, tune/links.hpp): the phases
+// below work on positions around the ring, and the blocks are indexed by position.
 #include <algorithm>
 #include <unordered_map>
 #include <vector>
 
 #include "algorithms/algorithms.hpp"
+#include "core/check.hpp"
 
 namespace shoal::algorithms {
 
@@ -17,6 +20,21 @@ constexpr uint64_t kRecvSlots = 8;  // chunk-sized receive buffers in flight per
 struct Blocks {
   std::vector<uint64_t> offset, bytes;  // byte range of each rank's block in the input
 };
+
+// This rank's place on the ring: its position and the ranks at the positions either side.
+struct Ring {
+  int pos = 0, p = 1, right = 0, left = 0;
+};
+
+Ring ring_of(const CollectiveArgs& a, const std::vector<int>* order) {
+  const int p = a.size;
+  if (!order) return {a.rank, p, mod(a.rank + 1, p), mod(a.rank - 1, p)};
+  const auto& o = *order;
+  SHOAL_CHECK(o.size() == static_cast<size_t>(p), Internal,
+              "a ring order of " << o.size() << " ranks for a call on " << p);
+  const int pos = static_cast<int>(std::find(o.begin(), o.end(), a.rank) - o.begin());
+  return {pos, p, o[mod(pos + 1, p)], o[mod(pos - 1, p)]};
+}
 
 struct Piece {
   uint32_t producer;  // step that makes it ready (kNone: ready at start)
@@ -29,11 +47,11 @@ struct Piece {
 // `acc(t, b, off, len)` gives where the partial sum of block b at ring step t is kept; a
 // reduce into it waits for the send that last read the same place (write after read).
 template <class AccFn>
-void reduce_scatter_phase(Schedule& s, const CollectiveArgs& a, const Blocks& blk,
+void reduce_scatter_phase(Schedule& s, const CollectiveArgs& a, const Ring& ring, const Blocks& blk,
                           uint64_t final_offset, Buffer final_buffer, AccFn acc,
                           std::vector<std::vector<uint32_t>>& last_use,
                           std::vector<uint32_t>& finals) {
-  const int p = a.size, r = a.rank, right = mod(r + 1, p), left = mod(r - 1, p);
+  const int p = ring.p, r = ring.pos, right = ring.right, left = ring.left;
   const uint64_t es = size_of(a.dtype), chunk = chunk_of(a);
   uint64_t max_block = 0;
   for (uint64_t b : blk.bytes) max_block = std::max(max_block, b);
@@ -90,10 +108,10 @@ void reduce_scatter_phase(Schedule& s, const CollectiveArgs& a, const Blocks& bl
 // All-gather phase: block `r` of `out` is ready chunk by chunk (producers), the other blocks
 // arrive from the left. `guard` (may be empty) are steps that must finish before a block of
 // the output is overwritten.
-void all_gather_phase(Schedule& s, const CollectiveArgs& a, const Blocks& out,
+void all_gather_phase(Schedule& s, const CollectiveArgs& a, const Ring& ring, const Blocks& out,
                       std::vector<uint32_t> producers,
                       const std::vector<std::vector<uint32_t>>* guard) {
-  const int p = a.size, r = a.rank, right = mod(r + 1, p), left = mod(r - 1, p);
+  const int p = ring.p, r = ring.pos, right = ring.right, left = ring.left;
   const uint64_t es = size_of(a.dtype), chunk = chunk_of(a);
   for (int t = 0; t <= p - 2; ++t) {
     const int sb = mod(r - t, p), rb = mod(r - t - 1, p);
@@ -119,31 +137,33 @@ Blocks even_blocks(uint64_t count, int p, uint64_t es) {
   return b;
 }
 
-Blocks equal_blocks(uint64_t count, int p, uint64_t es) {
+// Rank i's block of count elements at i x count, listed by position around the ring.
+Blocks equal_blocks(uint64_t count, const Ring& ring, uint64_t es, const std::vector<int>* order) {
   Blocks b;
-  for (int i = 0; i < p; ++i) {
-    b.offset.push_back(static_cast<uint64_t>(i) * count * es);
+  for (int i = 0; i < ring.p; ++i) {
+    b.offset.push_back(static_cast<uint64_t>(order ? (*order)[i] : i) * count * es);
     b.bytes.push_back(count * es);
   }
   return b;
 }
 
-}  // namespace
-
-void ring_all_gather(Schedule& s, const CollectiveArgs& a) {
+void all_gather_on(Schedule& s, const CollectiveArgs& a, const std::vector<int>* order) {
   const uint64_t es = size_of(a.dtype), bytes = a.count * es;
-  Blocks out = equal_blocks(a.count, a.size, es);
+  const Ring ring = ring_of(a, order);
+  Blocks out = equal_blocks(a.count, ring, es, order);
   Chunking own{bytes, chunk_of(a), es};
   std::vector<uint32_t> producers;
   for (uint64_t c = 0; c < own.pieces(); ++c)
-    producers.push_back(s.copy({Buffer::output, out.offset[a.rank] + own.offset(c), own.length(c)},
-                               {Buffer::input, own.offset(c), own.length(c)}));
-  all_gather_phase(s, a, out, producers, nullptr);
+    producers.push_back(
+        s.copy({Buffer::output, out.offset[ring.pos] + own.offset(c), own.length(c)},
+               {Buffer::input, own.offset(c), own.length(c)}));
+  all_gather_phase(s, a, ring, out, producers, nullptr);
 }
 
-void ring_reduce_scatter(Schedule& s, const CollectiveArgs& a) {
+void reduce_scatter_on(Schedule& s, const CollectiveArgs& a, const std::vector<int>* order) {
   const uint64_t es = size_of(a.dtype), bytes = a.count * es;
-  Blocks in = equal_blocks(a.count, a.size, es);
+  const Ring ring = ring_of(a, order);
+  Blocks in = equal_blocks(a.count, ring, es, order);
   std::vector<uint32_t> finals;
   if (a.size == 1) {
     Chunking ch{bytes, chunk_of(a), es};
@@ -158,7 +178,7 @@ void ring_reduce_scatter(Schedule& s, const CollectiveArgs& a) {
     auto acc = [&](int t, int, uint64_t off, uint64_t len) {
       return Slice{Buffer::scratch, acc_base + static_cast<uint64_t>(t % 2) * bytes + off, len};
     };
-    reduce_scatter_phase(s, a, in, 0, Buffer::output, acc, last_use, finals);
+    reduce_scatter_phase(s, a, ring, in, 0, Buffer::output, acc, last_use, finals);
   }
   if (a.op == ReduceOp::avg) {
     Chunking ch{bytes, chunk_of(a), es};
@@ -167,10 +187,13 @@ void ring_reduce_scatter(Schedule& s, const CollectiveArgs& a) {
   }
 }
 
-void ring_all_reduce(Schedule& s, const CollectiveArgs& a) {
+// Blocks are by position: which rank reduces which part of the vector does not change the
+// result, and every rank ends with the same bits.
+void all_reduce_on(Schedule& s, const CollectiveArgs& a, const std::vector<int>* order) {
   const uint64_t es = size_of(a.dtype);
   Blocks blk = even_blocks(a.count, a.size, es);
-  const int r = a.rank;
+  const Ring ring = ring_of(a, order);
+  const int r = ring.pos;
   std::vector<uint32_t> finals;
   if (a.size == 1) {
     Chunking ch{blk.bytes[0], chunk_of(a), es};
@@ -185,7 +208,7 @@ void ring_all_reduce(Schedule& s, const CollectiveArgs& a) {
   auto acc = [&](int, int b, uint64_t off, uint64_t len) {
     return Slice{Buffer::output, blk.offset[b] + off, len};
   };
-  reduce_scatter_phase(s, a, blk, blk.offset[r], Buffer::output, acc, last_use, finals);
+  reduce_scatter_phase(s, a, ring, blk, blk.offset[r], Buffer::output, acc, last_use, finals);
   if (a.op == ReduceOp::avg) {
     Chunking ch{blk.bytes[r], chunk_of(a), es};
     for (uint64_t c = 0; c < ch.pieces(); ++c)
@@ -194,7 +217,23 @@ void ring_all_reduce(Schedule& s, const CollectiveArgs& a) {
   }
   // A block of the output may be overwritten by the gather only after the reduce-scatter has
   // forwarded it (and, in place, read this rank's input there).
-  all_gather_phase(s, a, blk, finals, &last_use);
+  all_gather_phase(s, a, ring, blk, finals, &last_use);
+}
+
+}  // namespace
+
+void ring_all_gather(Schedule& s, const CollectiveArgs& a) { all_gather_on(s, a, nullptr); }
+void ring_reduce_scatter(Schedule& s, const CollectiveArgs& a) { reduce_scatter_on(s, a, nullptr); }
+void ring_all_reduce(Schedule& s, const CollectiveArgs& a) { all_reduce_on(s, a, nullptr); }
+
+void link_ring_all_gather(Schedule& s, const CollectiveArgs& a) {
+  all_gather_on(s, a, a.ring_order);
+}
+void link_ring_reduce_scatter(Schedule& s, const CollectiveArgs& a) {
+  reduce_scatter_on(s, a, a.ring_order);
+}
+void link_ring_all_reduce(Schedule& s, const CollectiveArgs& a) {
+  all_reduce_on(s, a, a.ring_order);
 }
 
 }  // namespace shoal::algorithms

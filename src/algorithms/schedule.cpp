@@ -107,13 +107,16 @@ uint32_t signature(const CollectiveArgs& a) {
   mix(a.unchecked);
   // The algorithm too: ranks that chose differently (SHOAL_ALGO differs) fail with a
   // MismatchError on the first frame instead of waiting for frames that never come.
-  const std::string_view name = choose(a).name;
+  const AlgorithmInfo& row = choose(a);
+  const std::string_view name = row.name;
   for (size_t i = 0; i < name.size(); i += 8) {
     uint64_t word = 0;
     std::memcpy(&word, name.data() + i, std::min<size_t>(8, name.size() - i));
     mix(word);
   }
   mix(name.size());
+  if (a.ring_order && row.follows_links)
+    for (int r : *a.ring_order) mix(static_cast<uint64_t>(r));
   return static_cast<uint32_t>(h ^ (h >> 32));
 }
 

@@ -56,6 +56,10 @@ struct CollectiveArgs {
   /// of the last queued flat broadcast, which chains those before it; 0: none), mixed into
   /// signature() so that the next call that compares signatures catches a difference there.
   uint64_t unchecked = 0;
+  /// The rows that follow measured links (AlgorithmInfo::follows_links): the ranks in ring
+  /// order, a permutation of 0..size-1 equal on every rank (tune/links.hpp computes it); null:
+  /// rank order. Mixed into signature().
+  const std::vector<int>* ring_order = nullptr;
 };
 
 enum class Buffer : uint8_t { input, output, scratch };

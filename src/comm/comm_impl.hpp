@@ -5,6 +5,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "algorithms/schedule.hpp"
 #include "comm/agreement.hpp"
@@ -16,6 +17,7 @@
 #include "comm/topology.hpp"
 #include "shoal/communicator.hpp"
 #include "tune/dispatcher.hpp"
+#include "tune/links.hpp"
 
 namespace shoal::detail {
 
@@ -37,6 +39,17 @@ class CommImpl {
                               engine->shm() != nullptr && engine->shm()->all_ranks_share_memory(),
                               topology.cores_of_host);
   }
+
+  // ---- measured links (comm/links.cpp) ----
+  /// Times every directed pair of ranks, one pair at a time (SHOAL_LINKS_BYTES each way), and
+  /// uses the rates (use_links). Collective; the same rates on every rank.
+  tune::Links measure_links();
+  /// Uses `measured` from the next call on: the order link_ring follows and the planner's
+  /// prices (tune/links.hpp). Every rank passes the same rates (ranks that differ order their
+  /// rings differently, which the first link_ring call's signatures catch).
+  void use_links(tune::Links measured);
+  std::shared_ptr<const tune::Links> links;            // null until measured
+  std::shared_ptr<const std::vector<int>> ring_order;  // the order links give; null until then
 
   /// Scheduled calls issued so far that ran `row` (tests read back what a call ran).
   uint64_t runs_of(const algorithms::AlgorithmInfo& row) const { return engine->runs_of(row); }
@@ -106,6 +119,10 @@ class CommImpl {
   /// One per path of the planner (comm/executor.hpp), by comm::Path.
   std::array<std::unique_ptr<comm::Executor>, comm::kNumPaths> executors_;
   uint64_t unchecked_ = 0;  // CollectiveArgs::unchecked of the next call
+  /// Every ring order this communicator has used: calls in flight hold them by address.
+  std::vector<std::shared_ptr<const std::vector<int>>> ring_orders_;
+  /// SHOAL_LINKS, checked before the creation vote: measure at creation.
+  bool links_wanted() const;
 };
 
 /// The library's access to a Communicator's implementation, which the public header grants to

@@ -45,9 +45,10 @@ CommImpl::CommImpl(std::shared_ptr<Store> st, int r, int n, const Options& optio
   shoal::store::ScopedTimeout store_timeout(*store, timeout);
   const std::string prefix = "shoal/comm" + std::to_string(store->next_communicator_index());
   Transport transport;
-  bool calibrate = false;
+  bool calibrate = false, measure = false;
   try {
     calibrate = calibration_wanted();
+    measure = links_wanted();
     transport = set_up(prefix, deadline);
   } catch (const std::exception& e) {
     comm::vote_against_creation(*store, prefix, r, n, e.what());
@@ -72,8 +73,8 @@ CommImpl::CommImpl(std::shared_ptr<Store> st, int r, int n, const Options& optio
   executors_[static_cast<int>(comm::Path::hierarchy)] =
       std::make_unique<comm::HierarchyExecutor>(*this);
   planner.emplace(layout, [this] {
-    return tune::Dispatcher::from_environment(tune_context(),
-                                              calibrated_params ? &*calibrated_params : nullptr);
+    return tune::Dispatcher::from_environment(
+        tune_context(), calibrated_params ? &*calibrated_params : nullptr, {links, ring_order});
   });
   // The settings every rank must hold equal are compared first, then the cost model is
   // calibrated: collectives after the vote, which must not change its outcome. A difference,
@@ -85,8 +86,9 @@ CommImpl::CommImpl(std::shared_ptr<Store> st, int r, int n, const Options& optio
     try {
       if (const auto differ = compare_agreed_settings()) {
         engine->break_from_caller(ErrorCode::Mismatch, differ->message, differ->rank);
-      } else if (calibrate) {
-        calibrate_cost_model();
+      } else {
+        if (calibrate) calibrate_cost_model();
+        if (measure) measure_links();
       }
     } catch (const Error& e) {
       SHOAL_WARN(
@@ -211,6 +213,7 @@ algorithms::CollectiveArgs CommImpl::checked_args(const comm::Request& r) const 
   a.size = size;
   a.chunk_bytes = chunk_bytes;
   a.unchecked = unchecked_;
+  a.ring_order = ring_order.get();
   return a;
 }
 

@@ -64,6 +64,12 @@ class Planner {
 
   /// The dispatcher (made, reading SHOAL_DISPATCH and SHOAL_TUNE_FILE, at the first call).
   const tune::Dispatcher& dispatcher();
+  /// Makes the dispatcher again at the next call (what it prices from has changed: measured
+  /// links). Every rank calls it between the same two calls.
+  void remake_dispatcher() {
+    dispatcher_.reset();
+    verdicts_ = {};
+  }
   /// SHOAL_HIERARCHICAL after the layout, read at the first call that could be hierarchical.
   HierarchyMode hierarchy_mode();
   /// Calls planned onto `path` so far (tests read back the path a call took).

@@ -69,7 +69,7 @@ void measure(Communicator& comm, const SweepOptions& o, tune::TuningFile& file) 
     m.calibration = impl.calibrated_params;
     std::vector<const AlgorithmInfo*> rows;  // nullptr: the hierarchy
     for (const auto& row : algorithms::registry())
-      if (row.collective == c) rows.push_back(&row);
+      if (row.collective == c && !row.follows_links) rows.push_back(&row);  // tables know no links
     if (with_hierarchy) rows.push_back(nullptr);
     std::vector<CallOptions> forced(rows.size());
     for (size_t a = 0; a < rows.size(); ++a)

@@ -74,6 +74,15 @@ const std::vector<Setting>& settings() {
        "octaves: how the dispatcher reads a tuning file's measured times between and at its sizes: a "
        "local-linear fit of log time over log size through every size, Gaussian weights of this "
        "width; 0: time linear in log(size) between the two measured neighbours. Equal on all ranks", Agreement::value},
+      {"SHOAL_LINKS", "enum", "off",
+       "measure: a new communicator times every directed pair of ranks, one pair at a time "
+       "(SHOAL_LINKS_BYTES each way), and from then on the planner prices all_reduce, all_gather and "
+       "reduce_scatter on those links and the link_ring rows follow the ring order they give "
+       "(Communicator::measure_links does it on demand); off: no measurement. Equal on all ranks",
+       Agreement::value},
+      {"SHOAL_LINKS_BYTES", "bytes", "1M",
+       "the payload each way of a pair's timing when links are measured. Equal on all ranks",
+       Agreement::value},
       {"SHOAL_TUNE_CALIBRATE", "enum", "on",
        "on: a new communicator times a few ring all_gathers and a reduction (milliseconds; across "
        "hosts of several ranks also a Swing all_gather of about 16 MiB) and the cost model uses the "

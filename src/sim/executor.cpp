@@ -433,7 +433,7 @@ class Simulator {
       fl.res[fl.nres++] = hs * m_.nics + m_.nic_of(ch.src);
       fl.res[fl.nres++] = nic_slots + hd * m_.nics + m_.nic_of(ch.dst);
       if (leaves_ > 0) {
-        const int ls = hs / m_.hosts_per_leaf, ld = hd / m_.hosts_per_leaf;
+        const int ls = m_.leaf_of(hs, hosts_), ld = m_.leaf_of(hd, hosts_);
         if (ls != ld) {
           fl.res[fl.nres++] = 2 * nic_slots + hosts_ + ls;
           fl.res[fl.nres++] = 2 * nic_slots + hosts_ + leaves_ + ld;

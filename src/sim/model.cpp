@@ -1,5 +1,6 @@
 #include "sim/model.hpp"
 
+#include <algorithm>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -30,6 +31,7 @@ void for_each_field(ClusterModel& m, Fn&& fn) {
   fn("nic_burst_bw", m.nic_burst_bw);
   fn("hosts_per_leaf", m.hosts_per_leaf);
   fn("taper", m.taper);
+  fn("alternate_leaves", m.alternate_leaves);
 }
 
 }  // namespace
@@ -90,6 +92,25 @@ ClusterModel frontier_model() {
   m.reduce_cost = 1.0 / 1.0e12;  // HBM-bound reduction on a GCD
   m.copy_cost = 0.5 / 1.0e12;
   return m;
+}
+
+std::vector<double> pair_rates(const ClusterModel& m, int p) {
+  const int hosts = (p + m.ranks_per_host - 1) / m.ranks_per_host;
+  const double nic = m.nic_bw * (m.stripe ? m.nics : 1),
+               uplink = m.hosts_per_leaf * m.nics * m.nic_bw / m.taper;
+  std::vector<double> rates(static_cast<size_t>(p) * static_cast<size_t>(p), 0);
+  for (int i = 0; i < p; ++i)
+    for (int j = 0; j < p; ++j) {
+      if (i == j) continue;
+      const int hi = m.host_of(i), hj = m.host_of(j);
+      double r = nic;
+      if (hi == hj)
+        r = m.intra_flow_bw > 0 ? std::min(m.intra_bw, m.intra_flow_bw) : m.intra_bw;
+      else if (m.hosts_per_leaf > 0 && m.leaf_of(hi, hosts) != m.leaf_of(hj, hosts))
+        r = std::min(nic, uplink);
+      rates[static_cast<size_t>(i) * static_cast<size_t>(p) + static_cast<size_t>(j)] = r;
+    }
+  return rates;
 }
 
 }  // namespace shoal::sim

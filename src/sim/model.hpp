@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace shoal::sim {
 
@@ -33,10 +34,24 @@ struct ClusterModel {
   // the core carries hosts_per_leaf * nics * nic_bw / taper. 0: a full-bisection network.
   int hosts_per_leaf = 0;
   double taper = 1;
+  // 1: host h hangs under leaf h mod leaves (hosts alternate between the leaves, as a launcher
+  // that knows nothing of the tree numbers them); 0: in blocks of hosts_per_leaf.
+  int alternate_leaves = 0;
 
   int host_of(int rank) const { return rank / ranks_per_host; }
   int nic_of(int rank) const { return stripe ? 0 : (rank % ranks_per_host) % nics; }
+  /// The leaf of `host` among `hosts` (hosts_per_leaf > 0).
+  int leaf_of(int host, int hosts) const {
+    const int leaves = (hosts + hosts_per_leaf - 1) / hosts_per_leaf;
+    return alternate_leaves ? host % leaves : host / hosts_per_leaf;
+  }
 };
+
+/// The rate each ordered pair of `p` ranks gets alone on `m` (bytes per second, [from * p + to],
+/// 0 on the diagonal): what measuring the links of a communicator (tune/links.hpp) would find
+/// there. Ranks of one host: its memory bus (or one transfer's cap); of two hosts: a NIC (all
+/// of them, striped), and through the core, a leaf's uplink.
+std::vector<double> pair_rates(const ClusterModel& m, int p);
 
 /// JSON text of the model (every field, SI units as above).
 std::string to_json(const ClusterModel& m);

@@ -81,6 +81,8 @@ std::string_view to_string(Choice::Source s) {
       return "tuning file";
     case Choice::Source::simulation:
       return "simulation";
+    case Choice::Source::links:
+      return "links";
   }
   return "?";
 }
@@ -196,7 +198,7 @@ const AlgorithmInfo& cost_model_choice(Collective collective,
 }
 
 Dispatcher::Dispatcher(Context context, CostParams params, std::shared_ptr<const TuningFile> file,
-                       bool enabled, Reading reading)
+                       bool enabled, Reading reading, const MeasuredLinks& links)
     : context_(context),
       params_(params),
       file_(std::move(file)),
@@ -215,6 +217,15 @@ Dispatcher::Dispatcher(Context context, CostParams params, std::shared_ptr<const
         if (row.collective == c)
           work_[&row - algorithms::registry().data()] =
               host_work(row, context_.world, context_.ranks_per_host);
+  }
+  // Measured links: what each row's schedules (link_ring's in the measured order) load them with.
+  if (links && enabled_) {
+    link_cost_.assign(algorithms::registry().size(), 0);
+    for (Collective c : kModelled)
+      for (const auto& row : algorithms::registry())
+        if (row.collective == c)
+          link_cost_[&row - algorithms::registry().data()] =
+              link_seconds_per_byte(row, *links.links, *links.ring_order);
   }
   // Across hosts of several ranks: the bytes each row sends through a host's NICs and its
   // memory work, flat and in the hierarchy's inter-host phase (schedules built once here, not
@@ -264,7 +275,8 @@ void Dispatcher::choose_tables() {
   }
 }
 
-Dispatcher Dispatcher::from_environment(const Context& context, const CostParams* measured) {
+Dispatcher Dispatcher::from_environment(const Context& context, const CostParams* measured,
+                                        const MeasuredLinks& links) {
   const std::string mode = config::get("SHOAL_DISPATCH");
   SHOAL_CHECK(mode == "on" || mode == "off", InvalidArgument,
               "SHOAL_DISPATCH='" << mode << "' is not on or off");
@@ -278,7 +290,7 @@ Dispatcher Dispatcher::from_environment(const Context& context, const CostParams
     file =
         std::make_shared<const TuningFile>(load_tuning_file(path, /*keep_simulated=*/sim == "on"));
   return Dispatcher(context, cost_params(context.transport, measured), std::move(file),
-                    mode == "on", reading);
+                    mode == "on", reading, links);
 }
 
 const Measurements* Dispatcher::table_for(Collective collective) const {
@@ -291,7 +303,11 @@ Choice Dispatcher::choose(Collective collective, uint64_t bytes) const {
     choice.algorithm = &algorithms::first_row(collective);
     return choice;
   }
-  if (const Measurements* m = tables_[static_cast<int>(collective)]) {
+  const bool on_links = !link_cost_.empty() && (collective == Collective::all_reduce ||
+                                                collective == Collective::all_gather ||
+                                                collective == Collective::reduce_scatter);
+  const Measurements* m = on_links ? nullptr : tables_[static_cast<int>(collective)];
+  if (m) {
     // Outside the measured sizes, the ranking at the nearest one: beyond the largest every
     // row is bound by bandwidth and keeps its place, below the smallest by latency; the
     // measurement knows the machine better than the model does.
@@ -312,13 +328,20 @@ Choice Dispatcher::choose(Collective collective, uint64_t bytes) const {
   // Nothing measured: the cost model.
   const auto cost = [&](const AlgorithmInfo& row) { return row_cost(row, bytes); };
   choice.algorithm = &cost_model_choice(collective, cost);
-  choice.source = Choice::Source::cost_model;
+  choice.source = on_links ? Choice::Source::links : Choice::Source::cost_model;
   choice.predicted_s = cost(*choice.algorithm);
   return choice;
 }
 
 double Dispatcher::row_cost(const AlgorithmInfo& row, uint64_t bytes) const {
   const size_t i = &row - algorithms::registry().data();
+  if (!link_cost_.empty() && link_cost_[i] > 0) {
+    const double n = static_cast<double>(bytes), wire = link_cost_[i] * n,
+                 reduce = row.cost(context_.world, bytes, {0, 0, params_.gamma, 0});
+    return row.cost(context_.world, bytes, {params_.alpha, 0, 0, 0}) +
+           (row.pipelined ? std::max(wire, reduce) : wire + reduce);
+  }
+  if (row.follows_links) return std::numeric_limits<double>::infinity();
   const HostTraffic* traffic =
       nic_aware_[static_cast<int>(row.collective)] ? &traffic_[i] : nullptr;
   const double queued =

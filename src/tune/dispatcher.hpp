@@ -18,6 +18,7 @@
 
 #include "algorithms/registry.hpp"
 #include "tune/curves.hpp"
+#include "tune/links.hpp"
 #include "tune/tuning_file.hpp"
 
 namespace shoal::tune {
@@ -28,6 +29,14 @@ struct Context {
   int ranks_per_host = 1;  // the most ranks on one host
   Transport transport = Transport::shm;
   int cores_per_host = 0;  // the fewest CPUs a host gives its ranks; 0: unknown (a core per rank)
+};
+
+/// Measured links (Communicator::measure_links) and the ring order they give; where present,
+/// the rows of all_reduce, all_gather and reduce_scatter are priced on them (links.hpp).
+struct MeasuredLinks {
+  std::shared_ptr<const Links> links;
+  std::shared_ptr<const std::vector<int>> ring_order;
+  explicit operator bool() const { return links && ring_order; }
 };
 
 /// The context of a communicator: `host_of` is every rank's host index; `all_shared` says
@@ -94,7 +103,7 @@ const algorithms::AlgorithmInfo& cost_model_choice(
     const std::function<double(const algorithms::AlgorithmInfo&)>& cost);
 
 struct Choice {
-  enum class Source : uint8_t { first_row, cost_model, tuning_file, simulation };
+  enum class Source : uint8_t { first_row, cost_model, tuning_file, simulation, links };
   const algorithms::AlgorithmInfo* algorithm = nullptr;
   Source source = Source::first_row;
   double predicted_s = 0;  // the model's or the table's time; 0 for first_row
@@ -106,16 +115,19 @@ class Dispatcher {
   /// `file` may be null (cost model only); `enabled` false always gives the first row;
   /// `reading`: how the file's tables are read at a call's size (tune/curves.hpp).
   Dispatcher(Context context, algorithms::CostParams params, std::shared_ptr<const TuningFile> file,
-             bool enabled = true, Reading reading = {});
+             bool enabled = true, Reading reading = {}, const MeasuredLinks& links = {});
 
   /// From SHOAL_DISPATCH, SHOAL_TUNE_FILE (read and checked here), SHOAL_TUNE_SIM,
   /// SHOAL_TUNE_SMOOTHING and SHOAL_TUNE_ALPHA/BETA/GAMMA/BUSY_GAMMA; `measured`: the constants
   /// calibrated at creation.
   static Dispatcher from_environment(const Context& context,
-                                     const algorithms::CostParams* measured = nullptr);
+                                     const algorithms::CostParams* measured = nullptr,
+                                     const MeasuredLinks& links = {});
 
   /// The row for a call of `collective` moving `bytes` (algorithms::model_bytes). Does not look
-  /// at SHOAL_ALGO: algorithms::choose gives that priority.
+  /// at SHOAL_ALGO: algorithms::choose gives that priority. With measured links, all_reduce,
+  /// all_gather and reduce_scatter are priced on them (they know the links, which the tables
+  /// and the constants do not); elsewhere the rows that follow links are never picked.
   Choice choose(algorithms::Collective collective, uint64_t bytes) const;
 
   /// Whether the hierarchical composition (comm/hierarchical.hpp) is faster than every row for
@@ -183,10 +195,14 @@ class Dispatcher {
   /// Where ranks share cores, per registry row of all_reduce, all_gather and reduce_scatter:
   /// host_work at this context. Empty otherwise.
   std::vector<HostWork> work_;
+  /// With measured links, per registry row of all_reduce, all_gather and reduce_scatter:
+  /// tune::link_seconds_per_byte. Empty otherwise.
+  std::vector<double> link_cost_;
   void choose_tables();
   /// The cost model's time of `row` for `bytes`: its alpha-beta-gamma model, across hosts of
-  /// several ranks the across-hosts model (HostTraffic), plus shared_cores_cost where ranks
-  /// share cores.
+  /// several ranks the across-hosts model (HostTraffic), with measured links their model
+  /// (alpha per step, the busiest link, gamma per byte reduced), plus shared_cores_cost where
+  /// ranks share cores; infinite for a row that follows links where none are measured.
   double row_cost(const algorithms::AlgorithmInfo& row, uint64_t bytes) const;
 };
 

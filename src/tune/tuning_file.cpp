@@ -31,7 +31,8 @@ size_t registry_index(const AlgorithmInfo* row) {
 std::string names_for(Collective c) {
   std::string out;
   for (const auto& row : algorithms::registry())
-    if (row.collective == c) out += (out.empty() ? "" : ", ") + std::string(row.name);
+    if (row.collective == c && !row.follows_links)
+      out += (out.empty() ? "" : ", ") + std::string(row.name);
   return out;
 }
 
@@ -127,6 +128,10 @@ Measurements parse_table(const json& t, std::string_view source, const std::stri
                  "needs several hosts of several ranks (world " << m.world << ", ranks_per_host "
                                                                 << m.ranks_per_host << ")");
     } else {
+      TUNE_CHECK(
+          !row || !row->follows_links, w,
+          name << " follows measured links, which a table does not know (docs/algorithms.md, "
+                  "\"Links\")");
       TUNE_CHECK(row != nullptr, w,
                  "unknown algorithm '"
                      << name << "' for " << algorithms::to_string(m.collective)

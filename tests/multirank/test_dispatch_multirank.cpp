@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <cstdio>
@@ -14,6 +15,8 @@
 #include <fstream>
 #include <functional>
 #include <sstream>
+#include <string>
+#include <vector>
 
 #include "algorithms/registry.hpp"
 #include "comm/comm_impl.hpp"
@@ -290,6 +293,139 @@ TEST(DispatchedCollectives, MalformedFileFailsTheCall) {
   });
   std::remove(name);
   EXPECT_EQ(named.load(), 2);
+}
+
+// Measured links (SHOAL_LINKS, Communicator::measure_links and use_links; tune/links.hpp).
+
+// Two regions, ranks alternating between them: fast links inside, slow between.
+std::vector<double> alternating_regions(int p) {
+  std::vector<double> rates(static_cast<size_t>(p * p), 0);
+  for (int i = 0; i < p; ++i)
+    for (int j = 0; j < p; ++j)
+      if (i != j) rates[i * p + j] = i % 2 == j % 2 ? 125e6 : 12.5e6;
+  return rates;
+}
+
+TEST(MeasuredLinks, EveryRankHoldsTheSameRatesAndTheirOrder) {
+  ScopedEnv measure("SHOAL_LINKS", "measure"), bytes("SHOAL_LINKS_BYTES", "64K");
+  for (const char* transport : {"shm", "tcp"}) {
+    ScopedEnv over("SHOAL_TRANSPORT", transport);
+    std::atomic<int> agreed{0};
+    const std::string err = run_ranks(4, [&](Communicator& c) {
+      const auto& impl = shoal::detail::Internals::of(c);
+      ASSERT_TRUE(impl.links && impl.ring_order);
+      const std::vector<double>& mine = impl.links->bandwidth;
+      for (int i = 0; i < 4; ++i)
+        for (int j = 0; j < 4; ++j)
+          EXPECT_TRUE(i == j ? mine[i * 4 + j] == 0
+                             : std::isfinite(mine[i * 4 + j]) && mine[i * 4 + j] > 0)
+              << i << "->" << j << ": " << mine[i * 4 + j];
+      std::vector<double> all(16 * 4);
+      c.all_gather(mine.data(), all.data(), 16, DataType::float64);
+      bool same = true;
+      for (int r = 0; r < 4; ++r) same &= std::memcmp(all.data() + 16 * r, mine.data(), 128) == 0;
+      std::vector<int> order = c.ring_order();
+      std::sort(order.begin(), order.end());
+      agreed += same && order == std::vector<int>{0, 1, 2, 3};
+      // On demand, again: new rates, the same on every rank.
+      const std::vector<double> again = c.measure_links();
+      EXPECT_EQ(again, shoal::detail::Internals::of(c).links->bandwidth);
+    });
+    EXPECT_EQ(err, "") << transport;
+    EXPECT_EQ(agreed.load(), 4) << transport;
+  }
+}
+
+// Links where regions alternate: the planner prices the rows on them and takes link_ring for
+// large all_reduce and reduce_scatter calls, which goes around the measured order (each region's
+// ranks in a row) and gives the reference result.
+TEST(MeasuredLinks, TheRingFollowsThemAndMatchesReference) {
+  ScopedEnv no_flat("SHOAL_FLAT_MAX_BYTES", "0"), no_direct("SHOAL_FLAT_DIRECT_BYTES", "0");
+  ScopedEnv on("SHOAL_DISPATCH", "on"), no_hierarchy("SHOAL_HIERARCHICAL", "off");
+  // Six ranks: on four, halving and doubling send less through the slow pipes than any ring
+  // (tests/unit/test_links.cpp).
+  const int p = 6;
+  const std::string err = run_ranks(p, [&](Communicator& c) {
+    const int r = c.rank();
+    const uint64_t count = 300001;  // MBs: bandwidth decides
+    auto run_all = [&](const std::string& want) {
+      const DataType t = DataType::float32;
+      const ReduceOp op = ReduceOp::sum;
+      auto in = bytes_for(count, t), out = bytes_for(count, t);
+      for (uint64_t i = 0; i < count; ++i) store(in.data(), i, t, value(r, i, t, op));
+      EXPECT_EQ(ran(c, [&] { c.all_reduce(in.data(), out.data(), count, t, op); }),
+                "all_reduce:" + want);
+      EXPECT_EQ(wrong(out.data(), 0, count, t, [&](uint64_t i) { return expected(p, i, t, op); }),
+                0u);
+      const uint64_t block = count / p;
+      auto rs_out = bytes_for(block, t);
+      EXPECT_EQ(ran(c, [&] { c.reduce_scatter(in.data(), rs_out.data(), block, t, op); }),
+                "reduce_scatter:" + want);
+      EXPECT_EQ(wrong(rs_out.data(), 0, block, t,
+                      [&](uint64_t j) { return expected(p, r * block + j, t, op); }),
+                0u);
+      // all_gather: Bruck sends less through the slow pipes than any ring: the ring is forced.
+      auto gathered = bytes_for(block * p, t);
+      EXPECT_EQ(ran(c,
+                    [&] {
+                      c.all_gather(in.data(), gathered.data(), block, t,
+                                   CallOptions{.algorithm = want});
+                    }),
+                "all_gather:" + want);
+      EXPECT_EQ(wrong(gathered.data(), 0, block * p, t,
+                      [&](uint64_t i) {
+                        return as_stored(value(static_cast<int>(i / block), i % block, t, op), t);
+                      }),
+                0u);
+    };
+    // Equal links: the plain ring, in rank order.
+    std::vector<double> equal(p * p, 125e6);
+    for (int i = 0; i < p; ++i) equal[i * p + i] = 0;
+    c.use_links(equal);
+    EXPECT_EQ(c.ring_order(), (std::vector<int>{0, 1, 2, 3, 4, 5}));
+    run_all("ring");
+    c.use_links(alternating_regions(p));
+    const std::vector<int> order = c.ring_order();
+    int crossings = 0;
+    for (int k = 0; k < p; ++k) crossings += order[k] % 2 != order[(k + 1) % p] % 2;
+    EXPECT_EQ(crossings, 2);
+    run_all("link_ring");
+    // Bad rates: a clear error, and the links in use stay.
+    std::vector<double> bad = alternating_regions(p);
+    bad[1] = -1;
+    EXPECT_THROW(c.use_links(bad), InvalidArgumentError);
+    EXPECT_THROW(c.use_links(std::vector<double>(3, 1.0)), InvalidArgumentError);
+    EXPECT_EQ(c.ring_order(), order);
+  });
+  EXPECT_EQ(err, "");
+}
+
+// Ranks that hold different rates order their rings differently: the first link_ring call fails
+// with MismatchError on every rank instead of exchanging the wrong blocks or hanging.
+TEST(MeasuredLinks, DifferentRatesOnOneRankAreAMismatch) {
+  ScopedEnv no_flat("SHOAL_FLAT_MAX_BYTES", "0"), no_direct("SHOAL_FLAT_DIRECT_BYTES", "0");
+  ScopedEnv timeout("SHOAL_TIMEOUT", "20");
+  std::atomic<int> mismatches{0}, failed{0};
+  run_ranks(4, [&](Communicator& c) {
+    std::vector<double> rates = alternating_regions(4);
+    if (c.rank() == 0)  // regions {0, 1} and {2, 3} instead
+      for (int i = 0; i < 4; ++i)
+        for (int j = 0; j < 4; ++j)
+          if (i != j) rates[i * 4 + j] = i / 2 == j / 2 ? 125e6 : 12.5e6;
+    c.use_links(rates);
+    std::vector<float> v(1 << 16, 1.0f);
+    try {
+      c.all_reduce(v.data(), v.data(), v.size(), DataType::float32, ReduceOp::sum,
+                   CallOptions{.algorithm = "link_ring"});
+    } catch (const MismatchError&) {
+      ++mismatches;
+      ++failed;
+    } catch (const Error&) {  // a rank whose peer found the mismatch first: aborted by it
+      ++failed;
+    }
+  });
+  EXPECT_EQ(failed.load(), 4);
+  EXPECT_GE(mismatches.load(), 1);
 }
 
 }  // namespace

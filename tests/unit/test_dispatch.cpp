@@ -1040,5 +1040,61 @@ TEST(TuningFile, AMissingFileIsNamed) {
   }
 }
 
+// ---- measured links ----
+
+// Two regions, ranks alternating: 1 Gbit/s inside, 100 Mbit/s between.
+tune::MeasuredLinks alternating_links(int p) {
+  auto links = std::make_shared<tune::Links>();
+  links->world = p;
+  links->bandwidth.assign(static_cast<size_t>(p * p), 0);
+  for (int i = 0; i < p; ++i)
+    for (int j = 0; j < p; ++j)
+      if (i != j) links->bandwidth[i * p + j] = i % 2 == j % 2 ? 125e6 : 12.5e6;
+  return {links, std::make_shared<const std::vector<int>>(tune::ring_order(*links))};
+}
+
+TEST(Links, LargeCallsArePricedOnTheLinks) {
+  const auto params = tune::default_cost_params(Transport::tcp);
+  // Six ranks: link_ring crosses each pipe once, 5/3 n through it; rank order's ring 5 n; the
+  // butterflies fold and cross more (tests/unit/test_links.cpp).
+  const Dispatcher six(Context{6, 1, Transport::tcp}, params, nullptr, true, {},
+                       alternating_links(6));
+  EXPECT_EQ(pick(six, Collective::all_reduce, 64 << 20), "link_ring");
+  EXPECT_EQ(six.choose(Collective::all_reduce, 64 << 20).source, Choice::Source::links);
+  EXPECT_EQ(pick(six, Collective::reduce_scatter, 64 << 20), "link_ring");
+  // Four ranks: halving and doubling sends n through a pipe, where any ring sends 1.5 n.
+  const Dispatcher four(Context{4, 1, Transport::tcp}, params, nullptr, true, {},
+                        alternating_links(4));
+  EXPECT_EQ(pick(four, Collective::all_reduce, 64 << 20), "rabenseifner");
+  // Small calls: latency decides, on the links too.
+  EXPECT_NE(pick(six, Collective::all_reduce, 8), "link_ring");
+  // SHOAL_DISPATCH=off: the first row, links or not.
+  const Dispatcher off(Context{6, 1, Transport::tcp}, params, nullptr, false, {},
+                       alternating_links(6));
+  EXPECT_EQ(pick(off, Collective::all_reduce, 64 << 20), "ring");
+}
+
+TEST(Links, WithoutThemNoCallTakesTheRowsThatFollowThem) {
+  for (int world : {2, 3, 4, 6, 8, 16, 64})
+    for (Transport t : {Transport::shm, Transport::tcp}) {
+      const Dispatcher d = model_only(world, t);
+      for (Collective c :
+           {Collective::all_reduce, Collective::all_gather, Collective::reduce_scatter})
+        for (uint64_t bytes = 1; bytes <= (uint64_t{1} << 32); bytes *= 4)
+          EXPECT_FALSE(d.choose(c, bytes).algorithm->follows_links)
+              << algorithms::to_string(c) << " world " << world << " bytes " << bytes;
+    }
+  // A tuning file does not time them.
+  TempFile file(R"({"format": "shoal-tune 1", "tables": [{"collective": "all_reduce", "world": 4,
+      "ranks_per_host": 4, "transport": "shm", "sizes": [1024], "times_us": {"link_ring": [1]}}]})");
+  try {
+    tune::load_tuning_file(file.path);
+    FAIL() << "accepted";
+  } catch (const InvalidArgumentError& e) {
+    EXPECT_NE(std::string(e.what()).find("link_ring follows measured links"), std::string::npos)
+        << e.what();
+  }
+}
+
 }  // namespace
 }  // namespace shoal

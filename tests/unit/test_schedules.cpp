@@ -10,11 +10,16 @@
 // runs such steps concurrently.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <map>
+#include <numeric>
+#include <random>
 #include <set>
 #include <sstream>
+#include <string>
+#include <vector>
 
 #include "algorithms/butterfly.hpp"
 #include "algorithms/registry.hpp"
@@ -324,6 +329,7 @@ struct Case {
   ReduceOp op;
   bool in_place;
   bool race_check;
+  const std::vector<int>* ring_order = nullptr;  // link_ring's; null: rank order
 };
 
 std::string name_of(const Case& c) {
@@ -354,6 +360,7 @@ std::string run_case(const Case& c) {
     a.rank = r;
     a.size = p;
     a.chunk_bytes = 4096;  // small, so that ring chunking is exercised too
+    a.ring_order = c.ring_order;
     const uint64_t ub = coll == Collective::all_reduce ? block : total;
     m.arena.assign(ub + 16, 0xcd);
     if (c.in_place) {
@@ -484,6 +491,39 @@ TEST_P(Schedules, MatchReferenceForEveryWorldCountDtypeAndOp) {
 INSTANTIATE_TEST_SUITE_P(Registry, Schedules, ::testing::ValuesIn(rows()), [](const auto& info) {
   return std::string(to_string(info.param->collective)) + "_" + std::string(info.param->name);
 });
+
+// The rings that follow measured links, in orders other than the ranks'.
+TEST(LinkRing, MatchesReferenceInAnyOrder) {
+  std::mt19937 rng(11);
+  int cases = 0, failures = 0;
+  for (const AlgorithmInfo* algo : rows()) {
+    if (!algo->follows_links) continue;
+    for (int p : {2, 3, 4, 5, 7, 8, 13}) {
+      for (int trial = 0; trial < 3; ++trial) {
+        std::vector<int> order(static_cast<size_t>(p));
+        std::iota(order.begin(), order.end(), 0);
+        std::shuffle(order.begin(), order.end(), rng);
+        for (uint64_t count :
+             {uint64_t{0}, uint64_t{1}, uint64_t{7}, uint64_t{1000}, uint64_t{20003}})
+          for (DataType t : {DataType::float32, DataType::int8})
+            for (ReduceOp op : {ReduceOp::sum, ReduceOp::avg, ReduceOp::max}) {
+              if (algo->collective == Collective::all_gather && op != ReduceOp::sum) continue;
+              for (bool in_place : {false, true}) {
+                Case c{algo, p, count, t, op, in_place, t == DataType::float32, &order};
+                ++cases;
+                if (std::string e = run_case(c); !e.empty() && ++failures <= 5) {
+                  std::string o;
+                  for (int r : order) o += " " + std::to_string(r);
+                  ADD_FAILURE() << name_of(c) << " order" << o << ": " << e;
+                }
+              }
+            }
+      }
+    }
+  }
+  EXPECT_GT(cases, 0);
+  EXPECT_EQ(failures, 0) << "of " << cases << " cases";
+}
 
 // ---- the executor itself must catch broken schedules ----
 

@@ -21,14 +21,17 @@
 #include <map>
 #include <memory>
 #include <thread>
+#include <vector>
 
 #include "algorithms/hierarchy.hpp"
 #include "algorithms/registry.hpp"
 #include "shoal/error.hpp"
 #include "sim/calibrate.hpp"
 #include "sim/executor.hpp"
+#include "sim/model.hpp"
 #include "sim/tables.hpp"
 #include "support/temp_file.hpp"
+#include "tune/links.hpp"
 
 namespace shoal::testing {
 namespace {
@@ -399,7 +402,8 @@ TEST(Symbolic, SmallWorldsWithChunking) {
 TEST(Symbolic, EveryRankRightAtScale) {
   for (int p : {1000, 1024, 4096})
     for (const auto* row : rows_of_interest()) {
-      const bool heavy = p == 4096 && (row->name == "ring" || row->name == "swing");
+      const bool heavy =
+          p == 4096 && (row->name == "ring" || row->name == "link_ring" || row->name == "swing");
       if (heavy && !long_tests()) continue;  // ~20k steps per rank: SHOAL_SIM_LONG=1
       double secs = 0;
       const uint64_t count =
@@ -627,6 +631,40 @@ TEST(Sim, TaperNeverHelpsAndSharedNicsSlowDown) {
     one_nic.nics = 1;
     EXPECT_GT(sim_row(*row, 64 << 20, 128, one_nic).time, flat * 1.5) << row->name;
   }
+}
+
+// Two leaves whose uplinks carry a tenth of a NIC, hosts alternating between them: the rates
+// each pair has alone (what measuring the links finds), and the ring in the order they give
+// against the ring in rank order, which crosses the core at every hop.
+TEST(Sim, TheRingThatFollowsTheModelsLinksCrossesTheCoreTwice) {
+  ClusterModel m = one_rank_per_host(125e6, 1e-6);
+  m.hosts_per_leaf = 3;
+  m.taper = 30;  // uplink: 3 x 125 MB/s / 30
+  m.alternate_leaves = 1;
+  const std::vector<double> rates = sim::pair_rates(m, 6);
+  EXPECT_DOUBLE_EQ(rates[0 * 6 + 2], 125e6);   // hosts 0 and 2: leaf 0
+  EXPECT_DOUBLE_EQ(rates[0 * 6 + 1], 12.5e6);  // hosts 0 and 1: through the core
+  EXPECT_DOUBLE_EQ(rates[3 * 6 + 3], 0);
+  const auto order = std::make_shared<const std::vector<int>>(tune::ring_order({6, rates}));
+  int crossings = 0;
+  for (size_t k = 0; k < order->size(); ++k)
+    crossings += m.leaf_of((*order)[k], 6) != m.leaf_of((*order)[(k + 1) % 6], 6);
+  EXPECT_EQ(crossings, 2);
+  const auto* ring = find_algorithm(Collective::all_reduce, "ring");
+  const auto* link_ring = find_algorithm(Collective::all_reduce, "link_ring");
+  auto a = sim::args_for(Collective::all_reduce, 16 << 20, 6);
+  const double in_rank_order = sim_row(*ring, 16 << 20, 6, m).time;
+  const double in_link_order =
+      sim::simulate(sim::compile(a, sim::Builder([&](Schedule& s, const CollectiveArgs& args) {
+                                   CollectiveArgs with = args;
+                                   with.ring_order = order.get();
+                                   link_ring->build(s, with);
+                                 }),
+                                 1),
+                    m)
+          .time;
+  // Rank order: three hops share each uplink; the link order: one. The core decides both.
+  EXPECT_NEAR(in_rank_order / in_link_order, 3.0, 0.15);
 }
 
 TEST(Sim, HierarchicalSchedulesUseEveryNic) {
@@ -927,7 +965,8 @@ TEST(SimulatedTables, EveryRowAndTheHierarchyPerWorldAsTheDispatcherReadsThem) {
     EXPECT_EQ(t.sizes, o.sizes);
     EXPECT_EQ(t.transport, t.world > 2 ? tune::Transport::tcp : tune::Transport::shm);
     size_t rows = 0;
-    for (const auto& row : registry()) rows += row.collective == t.collective;
+    // Every row but those that follow links, which tables do not time.
+    for (const auto& row : registry()) rows += row.collective == t.collective && !row.follows_links;
     ASSERT_EQ(t.times.size(), rows);
     // Each cell is the simulator's time for that row, computed here directly.
     for (const auto& [row, times] : t.times)

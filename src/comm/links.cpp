@@ -1,0 +1,129 @@
+// Measured links (SHOAL_LINKS=measure at creation, Communicator::measure_links on demand): the
+// rate of every directed pair of ranks, timed one pair at a time so that no pair shares a link
+// with another while it is timed, and agreed by every rank (tune/links.hpp derives the rest).
+#include <algorithm>
+#include <chrono>
+#include <string>
+#include <vector>
+
+#include "comm/comm_impl.hpp"
+#include "core/check.hpp"
+#include "core/config.hpp"
+
+namespace shoal::detail {
+
+using algorithms::Collective;
+
+namespace {
+
+// Point-to-point frames of the measurement: a tag no caller's send can use (negative tags are
+// the library's: Communicator::kAllToAllVTag is the other).
+constexpr int kLinksTag = -0x5a110001;
+
+comm::Request point_to_point(Collective collective, const void* in, void* out, uint64_t bytes,
+                             int peer) {
+  comm::Request r = comm::request_of(collective, in, out, bytes, DataType::uint8);
+  r.peer = peer;
+  r.tag = kLinksTag;
+  r.blocking = true;
+  return r;
+}
+
+}  // namespace
+
+bool CommImpl::links_wanted() const {
+  const std::string mode = config::get("SHOAL_LINKS");
+  SHOAL_CHECK(mode == "measure" || mode == "off", InvalidArgument,
+              "SHOAL_LINKS='" << mode << "' is not measure or off");
+  return mode == "measure" && size >= 2;
+}
+
+tune::Links CommImpl::measure_links() {
+  const uint64_t bytes = config::get_bytes("SHOAL_LINKS_BYTES");
+  SHOAL_CHECK(bytes >= 1, InvalidArgument, "SHOAL_LINKS_BYTES must be at least 1 byte");
+  std::vector<uint8_t> payload(bytes, static_cast<uint8_t>(rank)), ack(1);
+  std::vector<double> mine(static_cast<size_t>(size), 0);  // bytes/s from this rank to each
+  auto send = [&](const void* data, uint64_t n, int peer) {
+    call(point_to_point(Collective::send, data, nullptr, n, peer)).wait();
+  };
+  auto recv = [&](void* data, uint64_t n, int peer) {
+    call(point_to_point(Collective::recv, nullptr, data, n, peer)).wait();
+  };
+  const auto* barrier = algorithms::find_algorithm(Collective::barrier, "dissemination");
+  for (int i = 0; i < size; ++i)
+    for (int j = i + 1; j < size; ++j) {
+      if (rank == i || rank == j) {
+        const int other = rank == i ? j : i;
+        // Each way in turn: the sender times the payload out and one byte back, less a round
+        // trip of one byte each way timed just before.
+        for (int way = 0; way < 2; ++way) {
+          if ((way == 0) == (rank == i)) {
+            const auto t0 = std::chrono::steady_clock::now();
+            send(ack.data(), 1, other);
+            recv(ack.data(), 1, other);
+            const auto t1 = std::chrono::steady_clock::now();
+            send(payload.data(), bytes, other);
+            recv(ack.data(), 1, other);
+            const auto t2 = std::chrono::steady_clock::now();
+            const double round_trip = std::chrono::duration<double>(t1 - t0).count(),
+                         total = std::chrono::duration<double>(t2 - t1).count();
+            // A transfer can take no less than a hundredth of its round trip (loopback, shared
+            // memory): the rate stays finite.
+            mine[other] = static_cast<double>(bytes) /
+                          std::max(total - round_trip, std::max(total, 1e-9) / 100);
+          } else {
+            recv(ack.data(), 1, other);
+            send(ack.data(), 1, other);
+            recv(payload.data(), bytes, other);
+            send(ack.data(), 1, other);
+          }
+        }
+      }
+      // One pair at a time.
+      call(comm::forced_call(Collective::barrier, nullptr, nullptr, 0, DataType::uint8,
+                             ReduceOp::sum, barrier))
+          .wait();
+    }
+  tune::Links measured{size, std::vector<double>(static_cast<size_t>(size) * size)};
+  call(comm::forced_call(Collective::all_gather, mine.data(), measured.bandwidth.data(),
+                         static_cast<uint64_t>(size), DataType::float64, ReduceOp::sum,
+                         algorithms::find_algorithm(Collective::all_gather, "bruck")))
+      .wait();
+  use_links(measured);
+  return measured;
+}
+
+void CommImpl::use_links(tune::Links measured) {
+  SHOAL_CHECK(measured.world == size, InvalidArgument,
+              "links of " << measured.world << " ranks for a communicator of " << size);
+  tune::check_links(measured);
+  auto order = std::make_shared<const std::vector<int>>(tune::ring_order(measured));
+  links = std::make_shared<const tune::Links>(std::move(measured));
+  ring_order = order;
+  ring_orders_.push_back(std::move(order));
+  if (planner) planner->remake_dispatcher();
+  std::string text;
+  for (int r : *ring_order) (text += ' ') += std::to_string(r);
+  const std::vector<int> regions = tune::regions_of(*links);
+  SHOAL_INFO("links in use: " << *std::max_element(regions.begin(), regions.end()) + 1
+                              << " region(s), ring order" << text);
+}
+
+}  // namespace shoal::detail
+
+namespace shoal {
+
+std::vector<double> Communicator::measure_links() { return impl_->measure_links().bandwidth; }
+
+void Communicator::use_links(std::span<const double> bytes_per_s) {
+  impl_->use_links({size(), std::vector<double>(bytes_per_s.begin(), bytes_per_s.end())});
+}
+
+std::vector<int> Communicator::ring_order() const {
+  if (impl_->ring_order) return *impl_->ring_order;
+  std::vector<int> ranks(static_cast<size_t>(size()));
+  for (int r = 0; r < size(); ++r) ranks[r] = r;
+  return ranks;
+}
+
+}  // namespace shoal
