@@ -4,7 +4,7 @@
 # (an agent per host inside its network namespace, static rendezvous at host 0).
 #
 #   bench/diloco_cluster.sh [--hosts 4] [--rate 100mbit] [--steps 160] [--diloco-steps 800]
-#                           [--inner-steps 40]
+#                           [--inner-steps 40] [--regions 2 --between 100mbit]
 #                           [--rounds 1] [--variants "ddp-gloo ddp-shoal diloco ..."]
 #                           [--out diloco-cluster] [-- TRAIN_ARGS...]   (TRAIN_ARGS after the model's)
 #
@@ -14,7 +14,13 @@
 # fragments, the delayed outer step), diloco-int8 (int8 pseudo-gradients with error feedback),
 # diloco-stream-int8 (all three); ddp-shoal-ring (ddp-shoal with SHOAL_ALGO=all_reduce:ring);
 # torchft-diloco (torchft's DiLoCo over gloo, bench/peers/torchft_diloco.py, with its lighthouse
-# on host 0; every host gets its own hostname, its address, as torchft advertises hostnames). Each run's JSON line goes to OUT/runs.jsonl; bench/diloco_report.py writes
+# on host 0; every host gets its own hostname, its address, as torchft advertises hostnames);
+# diloco-elastic (diloco with --elastic: the last worker is killed 30% into the run, the others
+# shrink and go on, and a newcomer started in the dead worker's namespace joins at 60%: it
+# receives the shared state and trains to the end). --regions R --between RATE puts the hosts in
+# R regions (scripts/netcluster.sh: --rate inside a region, RATE between, hosts alternating), and
+# the shoal variants measure their links (SHOAL_LINKS=measure). Each run's JSON line goes to
+# OUT/runs.jsonl; bench/diloco_report.py writes
 # OUT/report.md and OUT/loss.png and exits non-zero when a run failed or DiLoCo never reaches
 # the loss DDP over gloo ends with. Needs root (namespaces) and a build (make build).
 set -Eeuo pipefail
@@ -34,6 +40,8 @@ ROUNDS=1
 VARIANTS="ddp-gloo ddp-shoal diloco diloco-stream diloco-int8 diloco-stream-int8 torchft-diloco"
 OUT=diloco-cluster
 PREFIX=dl
+REGIONS=1
+BETWEEN=""
 EXTRA=()
 
 die() { echo "diloco_cluster.sh: $*" >&2; exit 1; }
@@ -44,6 +52,8 @@ while [[ $# -gt 0 ]]; do
     --steps) STEPS=$2; shift 2 ;;
     --diloco-steps) DILOCO_STEPS=$2; shift 2 ;;
     --inner-steps) INNER=$2; shift 2 ;;
+    --regions) REGIONS=$2; shift 2 ;;
+    --between) BETWEEN=$2; shift 2 ;;
     --rounds) ROUNDS=$2; shift 2 ;;
     --variants) VARIANTS=$2; shift 2 ;;
     --out) OUT=$2; shift 2 ;;
@@ -76,13 +86,19 @@ args_of() {
     diloco-stream) echo "diloco_train.py --backend shoal --steps $DILOCO_STEPS --inner-steps $INNER --fragments 4 --delayed" ;;
     diloco-int8) echo "diloco_train.py --backend shoal --steps $DILOCO_STEPS --inner-steps $INNER --codec int8" ;;
     diloco-stream-int8) echo "diloco_train.py --backend shoal --steps $DILOCO_STEPS --inner-steps $INNER --fragments 4 --delayed --codec int8" ;;
+    diloco-elastic) echo "diloco_train.py --backend shoal --steps $DILOCO_STEPS --inner-steps $INNER --elastic --die-at $((DILOCO_STEPS * 3 / 10)) --admit-at $((DILOCO_STEPS * 6 / 10))" ;;
     torchft-diloco) echo "" ;;
     *) die "unknown variant '$1'" ;;
   esac
 }
 
 # variant -> settings of its ranks: ddp-shoal-ring forces the ring for every all_reduce
-env_of() { [[ $1 == ddp-shoal-ring ]] && echo "SHOAL_ALGO=all_reduce:ring" || echo "SHOAL_ALGO="; }
+# (and, on regions, every shoal variant measures its links)
+env_of() {
+  [[ $1 == ddp-shoal-ring ]] && echo "SHOAL_ALGO=all_reduce:ring" || echo "SHOAL_ALGO="
+  ((REGIONS > 1)) && echo "SHOAL_LINKS=measure"
+  return 0
+}
 
 # torchft's DiLoCo: no torchrun; a lighthouse on host 0, one replica group per host
 run_torchft() {  # TAG
@@ -120,22 +136,42 @@ run() {  # VARIANT ROUND
       >"$OUT/logs/$tag-host$h.log" 2>&1 &
     pids+=($!)
   done
-  for h in "${pids[@]}"; do wait "$h" || rc=1; done
+  local joiner="" last=$((HOSTS - 1))
+  if [[ $variant == diloco-elastic ]]; then
+    # The newcomer waits in the store until the workers admit it; it replaces the killed one.
+    sleep 5
+    # shellcheck disable=SC2046  # NAME=VALUE words
+    ip netns exec "$PREFIX-h$last" env $(env_of "$variant") GLOO_SOCKET_IFNAME=eth0 PYTHONPATH="$BUILD/python" \
+      OMP_NUM_THREADS=1 MASTER_ADDR=198.18.0.1 MASTER_PORT="$port" timeout -s KILL 900 "$PY" "$script" \
+      "${words[@]:1}" "${MODEL[@]}" --json --quiet --join "${EXTRA[@]}" >"$OUT/logs/$tag-joiner.log" 2>&1 &
+    joiner=$!
+  fi
+  for ((h = 0; h < ${#pids[@]}; h++)); do
+    # the killed worker's launcher fails, as it should
+    wait "${pids[h]}" || [[ -n $joiner && $h == "$last" ]] || rc=1
+  done
+  if [[ -n $joiner ]]; then wait "$joiner" || rc=1; fi
   local line
   line=$(grep -h '^JSON ' "$OUT"/logs/"$tag"-host*.log | head -1 | cut -c6- || true)
+  if [[ -n $joiner && -n $line ]]; then  # the newcomer's end state beside worker 0's
+    line=$(grep -h '^JSON ' "$OUT/logs/$tag-joiner.log" | head -1 | cut -c6- |
+      "$PY" -c 'import json, sys; j = json.loads(sys.stdin.read() or "{}"); d = json.loads(sys.argv[1]); d.update(joiner={k: j.get(k) for k in ("outer_steps", "state_hash", "members", "world")}); print(json.dumps(d))' "$line")
+  fi
   if [[ -z $line || $rc != 0 ]]; then
     echo "  $tag FAILED (logs: $OUT/logs/$tag-host*.log)"
     echo "{\"variant\": \"$variant\", \"round\": $round, \"failed\": true}" >>"$RUNS"
     return
   fi
-  echo "$line" | "$PY" -c 'import json, sys; d = json.loads(sys.stdin.read()); d.update(variant=sys.argv[1], round=int(sys.argv[2]), hosts=int(sys.argv[3]), rate=sys.argv[4]); print(json.dumps(d))' \
-    "$variant" "$round" "$HOSTS" "$RATE" >>"$RUNS"
+  echo "$line" | "$PY" -c 'import json, sys; d = json.loads(sys.stdin.read()); d.update(variant=sys.argv[1], round=int(sys.argv[2]), hosts=int(sys.argv[3]), rate=sys.argv[4], regions=int(sys.argv[5]), between=sys.argv[6]); print(json.dumps(d))' \
+    "$variant" "$round" "$HOSTS" "$RATE" "$REGIONS" "$BETWEEN" >>"$RUNS"
   echo "  $tag done"
 }
 
 "$NC" down --prefix "$PREFIX" >/dev/null 2>&1 || true
-"$NC" up --prefix "$PREFIX" --hosts "$HOSTS" --nics 1 --rate "$RATE" >/dev/null
-echo "$HOSTS hosts, a worker each, 1 NIC of $RATE; DDP $STEPS steps, DiLoCo $DILOCO_STEPS, H = $INNER"
+REGION_ARGS=()
+((REGIONS > 1)) && REGION_ARGS=(--regions "$REGIONS" --between "$BETWEEN")
+"$NC" up --prefix "$PREFIX" --hosts "$HOSTS" --nics 1 --rate "$RATE" "${REGION_ARGS[@]}" >/dev/null
+echo "$HOSTS hosts, a worker each, 1 NIC of $RATE$( ((REGIONS > 1)) && echo ", $REGIONS regions, $BETWEEN between"); DDP $STEPS steps, DiLoCo $DILOCO_STEPS, H = $INNER"
 for ((round = 1; round <= ROUNDS; round++)); do
   for variant in $VARIANTS; do run "$variant" "$round"; done
 done

@@ -4,7 +4,9 @@ matplotlib is installed). Per variant: the loss it ends with (the mean of its la
 when it first reaches the loss DDP over gloo ends with (the same mean over a sliding window of
 10 steps), that time against DDP over gloo's, the bytes its host sent per inner step (the
 kernel's counter) and the fraction of the wall-clock time spent in inner steps. Exits non-zero
-when a run failed or a DiLoCo variant never reaches DDP over gloo's final loss.
+when a run failed, a DiLoCo variant never reaches DDP over gloo's final loss, or diloco-elastic
+(a worker killed, a newcomer admitted) took fewer outer steps than diloco or ends with a newcomer
+whose state hash differs from worker 0's.
 
     bench/diloco_report.py OUT [--baseline ddp-gloo] [--window 10]
 """
@@ -52,7 +54,8 @@ def main():
     target = smoothed(base["losses"], args.window)[-1]
     t_base = first_time_at_or_below(base, target, args.window)
     r0 = base
-    lines = [f"# DiLoCo against DDP: {r0.get('hosts')} hosts, a worker each, links of {r0.get('rate')}",
+    layout = (f", {r0.get('regions')} regions, {r0.get('between')} between" if (r0.get("regions") or 1) > 1 else "")
+    lines = [f"# DiLoCo against DDP: {r0.get('hosts')} hosts, a worker each, links of {r0.get('rate')}{layout}",
              "",
              f"Target: the loss {args.baseline} ends with, {target:.4f} (mean of its last {args.window} steps), "
              f"reached at {t_base:.1f} s.",
@@ -75,6 +78,19 @@ def main():
              if base_bytes / per_step >= 1.5 else f"{per_step / base_bytes:.2f}x"),
             f"{util:.0%}" if util is not None else "-"))
         if name.startswith("diloco") and t is None:
+            status = 1
+    elastic = by_variant.get("diloco-elastic")
+    if elastic:  # a kill and a join lose no outer step: as many as the undisturbed run, one state
+        plain = by_variant.get("diloco")
+        joiner = elastic.get("joiner") or {}
+        same_steps = plain is not None and elastic["outer_steps"] == plain["outer_steps"]
+        same_state = joiner.get("state_hash") == elastic.get("state_hash")
+        lines += ["", "diloco-elastic: workers over inner steps " + ", ".join(
+            f"{w} from step {s}" for s, w in elastic.get("members", [])) +
+            f"; outer steps {elastic['outer_steps']} (diloco: {plain['outer_steps'] if plain else '-'}); "
+            f"the newcomer took {joiner.get('outer_steps')} and ends with "
+            + ("worker 0's state hash" if same_state else "ANOTHER state hash than worker 0")]
+        if not same_state or (plain is not None and not same_steps):
             status = 1
     for r in failed:
         lines.append(f"\n{r['variant']} round {r['round']} FAILED (logs in {args.out}/logs)")
