@@ -1,6 +1,8 @@
-// shoal._C: the Python entry points of the torch backend (python/shoal/torch.py registers them).
+// shoal._C: the Python entry points of the torch backend (python/shoal/torch/__init__.py
+// registers them).
 #include <pybind11/chrono.h>
 #include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
 #include <torch/csrc/utils/pybind.h>
 #include <torch/version.h>
 
@@ -84,6 +86,22 @@ PYBIND11_MODULE(_C, m) {
       },
       py::arg("process_group"),
       "The shoal communicator behind a process group: ranks, hosts, transport.");
+  m.def(
+      "measure_links",
+      [](const c10::intrusive_ptr<BackendBase>& pg) {
+        auto& g = shoal_group(pg, "measure_links");
+        py::gil_scoped_release release;
+        return g.measure_links();
+      },
+      py::arg("process_group"),
+      "Times every directed pair of the group's ranks (collective) and uses the rates: bytes per "
+      "second, [from * size + to].");
+  m.def(
+      "ring_order",
+      [](const c10::intrusive_ptr<BackendBase>& pg) {
+        return shoal_group(pg, "ring_order").ring_order();
+      },
+      py::arg("process_group"), "The ranks in the order the link_ring rows go around them.");
   // Elastic jobs. The GIL is released while they block (the store, the new rendezvous); the
   // group is checked first, with the GIL held, so that a wrong one is a TypeError.
   m.def(

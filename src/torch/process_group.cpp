@@ -523,6 +523,12 @@ std::string ProcessGroupShoal::describe() const {
   return comm_ ? comm_->describe() : "shoal process group (shut down or aborted)";
 }
 
+std::vector<double> ProcessGroupShoal::measure_links() {
+  return open_comm("measure_links").measure_links();
+}
+
+std::vector<int> ProcessGroupShoal::ring_order() { return open_comm("ring_order").ring_order(); }
+
 // ---------------------------------------------------------------------------------------------
 // elastic jobs: shrink, grow, join
 

@@ -116,6 +116,10 @@ class ProcessGroupShoal : public BackendBase {
 
   const std::string getBackendName() const override { return "shoal"; }
   std::string describe() const;
+  /// Communicator::measure_links (collective over the group, between its calls) and the ring
+  /// order the link_ring rows follow.
+  std::vector<double> measure_links();
+  std::vector<int> ring_order();
 
   c10::intrusive_ptr<c10d::Work> broadcast(std::vector<at::Tensor>& tensors,
                                            const c10d::BroadcastOptions& opts = {}) override;

@@ -252,3 +252,24 @@ def _barrier(rank, world):
 
 def test_barrier():
     run_ranks(_barrier, 3)
+
+
+def _links(rank, world):
+    import shoal.torch
+    before = shoal.torch.ring_order()
+    rates = shoal.torch.measure_links()
+    t = torch.arange(1 << 16, dtype=torch.float32) * (rank + 1)
+    dist.all_reduce(t)  # the planner now prices the rows on the links
+    return before, rates, shoal.torch.ring_order(), t[:3].tolist()
+
+
+def test_measured_links_are_equal_on_every_rank():
+    world = 3
+    got = run_ranks(_links, world)
+    before, rates, order, head = got[0]
+    assert before == [0, 1, 2]
+    assert len(rates) == world and all(len(row) == world for row in rates)
+    assert all((rates[i][j] == 0) == (i == j) and rates[i][j] >= 0 for i in range(world) for j in range(world))
+    assert sorted(order) == [0, 1, 2] and order[0] == 0
+    assert all(got[r][1] == rates and got[r][2] == order for r in range(world)), "one matrix, one order"
+    assert head == [0.0, 6.0, 12.0]

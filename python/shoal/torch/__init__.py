@@ -59,6 +59,22 @@ def describe(group=None):
     return _C.describe(_backend_of(group, "describe"))
 
 
+def measure_links(group=None):
+    """Times every directed pair of the group's ranks, one pair at a time (collective, between
+    the group's calls; SHOAL_LINKS=measure does it when the group is made) and uses the rates:
+    the planner prices all_reduce, all_gather and reduce_scatter on them and the link_ring rows
+    go around ring_order(). Returns the rates in bytes per second, a list per sending rank."""
+    rates = _C.measure_links(_backend_of(group, "measure_links"))
+    n = int(len(rates) ** 0.5)
+    return [rates[i * n:(i + 1) * n] for i in range(n)]
+
+
+def ring_order(group=None):
+    """The group's ranks in the order the link_ring rows go around them (rank order until
+    links are measured)."""
+    return list(_C.ring_order(_backend_of(group, "ring_order")))
+
+
 def _backend_of(group, what):
     """The shoal backend object behind `group` (default: the world); TypeError if it is not one."""
     if group is None:
