@@ -136,6 +136,8 @@ int main(int argc, char** argv) {
       "MB/s this peer's link carries: its share of a compressed averaging (0: equal)");
   serve->add_option("--device-ms", s.device_ms,
                     "emulated accelerator time per forward, ms (backward: 2x)");
+  serve->add_flag("--device-per-block", s.device_per_block,
+                  "--device-ms is per transformer block of the stage served, not per request");
   auto* rp = serve->add_option("--rebalance-period", period,
                                "seconds between rebalancing checks (enables it)");
   serve->add_option("--rebalance-threshold", s.rebalance_threshold,
@@ -179,6 +181,9 @@ int main(int argc, char** argv) {
   local->add_option("--kill-at", o.kill_at,
                     "comma list of seconds: at each, kill one random server");
   local->add_option("--device-ms", o.device_ms, "emulated accelerator time per forward, ms");
+  local->add_flag("--device-per-block", o.device_per_block,
+                  "--device-ms per transformer block of a stage: stages of unequal depth cost "
+                  "unequally");
   local->add_option("--rebalance-period", o.rebalance_period,
                     "seconds between rebalancing checks (0: off)");
   local->add_option("--rebalance-threshold", o.threshold, "relative bottleneck gain a move needs");

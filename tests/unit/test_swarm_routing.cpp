@@ -1,8 +1,10 @@
 // SWARM's control plane without torch: stochastic wiring, rebalancing rule, registry leases.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <map>
 #include <thread>
+#include <vector>
 
 #include "shoal/error.hpp"
 #include "swarm/net/rebalance.hpp"
@@ -137,6 +139,41 @@ TEST(Rebalance, NoMoveWithinThresholdAndNeverFromALoneReplica) {
   EXPECT_DOUBLE_EQ(m->bottleneck_after, 2.0);
 }
 
+// Stages of unequal cost (1, 1 and 4 probes per sample): nine peers of equal speed start three
+// a stage. A moved peer is worth its speed over the cost of the stage it joins, which the
+// rebalancer learns from the records (speed / throughput); the best placement is 2, 2, 5
+// (bottleneck min(2, 2, 5/4) = 1.25, worked by hand over every split of nine).
+TEST(Rebalance, UnequalStagesAreCreditedAtTheirMeasuredCost) {
+  const double cost[3] = {1, 1, 4};
+  std::vector<PeerRecord> peers;
+  for (int i = 0; i < 9; ++i) {
+    peers.push_back(peer("p" + std::to_string(i), i % 3, 1.0 / cost[i % 3]));
+    peers.back().speed = 1.0;
+  }
+  const auto measured = stage_costs(peers, 3);
+  for (int k = 0; k < 3; ++k) EXPECT_DOUBLE_EQ(measured[k], cost[k]);
+  EXPECT_DOUBLE_EQ(best_bottleneck(peers, 3), 1.25);
+  int moves = 0;
+  while (auto m = plan_move(peers, 3, 0.05)) {
+    for (auto& p : peers)
+      if (p.id == m->peer) {
+        p.stage = m->to;
+        p.throughput = p.speed / cost[m->to];  // what the peer then measures there
+      }
+    auto t = stage_throughputs(peers, 3);
+    // The move's prediction is what the stages then deliver.
+    EXPECT_DOUBLE_EQ(m->bottleneck_after, *std::min_element(t.begin(), t.end()));
+    ASSERT_LT(++moves, 10) << "placement did not converge";
+  }
+  std::vector<int> replicas(3, 0);
+  for (auto& p : peers) ++replicas[p.stage];
+  EXPECT_EQ(replicas, (std::vector<int>{2, 2, 5}));
+  // Without speeds (older peers) the stages count as equal, as before.
+  for (auto& p : peers) p.speed = 0;
+  EXPECT_DOUBLE_EQ(stage_costs(peers, 3)[0], 0);
+  EXPECT_DOUBLE_EQ(best_bottleneck(peers, 3), 0);
+}
+
 TEST(Registry, LeasesExpireAndRecordsRoundTrip) {
   TcpStore::Options o;
   o.is_server = true;
@@ -147,6 +184,7 @@ TEST(Registry, LeasesExpireAndRecordsRoundTrip) {
   ra.port = 4242;
   ra.round = 7;
   ra.load = 3;
+  ra.speed = 3.25;
   a.announce(ra);
   b.announce(peer("server-b", 0, 1.0));
   auto all = b.peers();
@@ -156,6 +194,7 @@ TEST(Registry, LeasesExpireAndRecordsRoundTrip) {
   EXPECT_EQ(s1[0].id, "server-a");
   EXPECT_EQ(s1[0].address(), "127.0.0.1:4242");
   EXPECT_DOUBLE_EQ(s1[0].throughput, 12.5);
+  EXPECT_DOUBLE_EQ(s1[0].speed, 3.25);
   EXPECT_EQ(s1[0].round, 7u);
   // a stops renewing: gone once the expiry its record states has passed (that time, not a
   // guess at it, is what the wait is for)
@@ -170,6 +209,12 @@ TEST(Registry, LeasesExpireAndRecordsRoundTrip) {
 
 TEST(Registry, MalformedRecordsAreRejectedClearly) {
   EXPECT_THROW(StoreRegistry::decode("v1\tx"), InvalidArgumentError);
+  // A record of an older peer (v1: no speed) still reads, with speed 0.
+  const PeerRecord old = StoreRegistry::decode("v1\tid\t0\th\t80\t2.5\t1\t3\t99");
+  EXPECT_EQ(old.port, 80);
+  EXPECT_DOUBLE_EQ(old.throughput, 2.5);
+  EXPECT_DOUBLE_EQ(old.speed, 0);
+  EXPECT_THROW(StoreRegistry::decode("v3\tid\t0\th\t80\t2.5\t1\t3\t99\t1"), InvalidArgumentError);
   EXPECT_THROW(StoreRegistry::decode("v2\tid\t0\th\t1\t1\t1\t1\t1"), InvalidArgumentError);
   EXPECT_THROW(StoreRegistry::decode("v1\tid\t0\th\t70000\t1\t1\t1\t1"), InvalidArgumentError);
   auto bad = peer("has\ttab", 0, 1);

@@ -11,6 +11,10 @@
 // many moves happen; moving back would lower it and is never chosen. The threshold keeps noise
 // in measured speeds from triggering moves that gain nothing real. A store counter lets only
 // one peer act on a given placement, so two peers reading the same snapshot do not both move.
+// Stages of unequal cost (an embedding, the loss, more blocks): a peer's throughput is its speed
+// over its stage's cost per sample, so a moved peer is credited speed / cost of the stage it
+// goes to. Each stage's cost is measured: its replicas' speed on a fixed probe (PeerRecord::speed)
+// over their throughput there; where a stage has no measured replica, the mean of the others'.
 #pragma once
 
 #include <optional>
@@ -30,6 +34,15 @@ struct Move {
 /// Summed throughput of each stage's replicas (a peer without a measurement counts as the mean
 /// of the measured ones, so a fresh peer is not mistaken for a dead one).
 std::vector<double> stage_throughputs(const std::vector<PeerRecord>& peers, int stages);
+
+/// Each stage's cost per sample in probes (speed / throughput over its measured replicas, their
+/// mean); 0 where no replica has both figures.
+std::vector<double> stage_costs(const std::vector<PeerRecord>& peers, int stages);
+
+/// The largest bottleneck any placement of these peers reaches (every peer on some stage, each
+/// at its speed over that stage's cost, as plan_move credits a moved peer): brute force over the
+/// stages^peers placements, up to 14 peers; 0 beyond, or without costs.
+double best_bottleneck(const std::vector<PeerRecord>& peers, int stages);
 
 /// The best single move, if it raises the bottleneck by more than `threshold`. Deterministic
 /// for a given set of records (ties broken by stage, then by peer id).

@@ -29,8 +29,9 @@ std::string StoreRegistry::encode(const PeerRecord& r) {
           "swarm registry: peer id and host must be non-empty without tabs or newlines");
   std::ostringstream out;
   out.precision(17);
-  out << "v1\t" << r.id << '\t' << r.stage << '\t' << r.host << '\t' << r.port << '\t'
-      << r.throughput << '\t' << r.load << '\t' << r.round << '\t' << r.expires_ms;
+  out << "v2\t" << r.id << '\t' << r.stage << '\t' << r.host << '\t' << r.port << '\t'
+      << r.throughput << '\t' << r.load << '\t' << r.round << '\t' << r.expires_ms << '\t'
+      << r.speed;
   return out.str();
 }
 
@@ -45,7 +46,9 @@ PeerRecord StoreRegistry::decode(const std::string& text) {
   in.ignore(1);
   std::getline(in, r.host, '\t');
   in >> port >> r.throughput >> r.load >> r.round >> r.expires_ms;
-  if (version != "v1" || !in || r.id.empty() || r.host.empty() || port <= 0 || port > 65535)
+  if (version == "v2") in >> r.speed;  // v1: a peer that measures no speed
+  if ((version != "v1" && version != "v2") || !in || r.id.empty() || r.host.empty() || port <= 0 ||
+      port > 65535)
     throw InvalidArgumentError("swarm registry: malformed peer record '" + text.substr(0, 200) +
                                "'");
   r.port = static_cast<uint16_t>(port);

@@ -25,8 +25,12 @@ struct PeerRecord {
   std::string host;  // RPC address
   uint16_t port = 0;
   double throughput = 0;  // samples per busy second (forward + backward), EMA
-  double load = 0;        // requests queued or running
-  uint32_t round = 0;     // optimizer steps taken by this replica
+  // The peer's speed on a fixed probe (probes per second: a reference computation and one
+  // unit of its device), the same whatever stage it serves: throughput / speed is what its
+  // stage costs per sample, in probes. 0: not measured.
+  double speed = 0;
+  double load = 0;     // requests queued or running
+  uint32_t round = 0;  // optimizer steps taken by this replica
   int64_t expires_ms = 0;
   std::string address() const { return host + ":" + std::to_string(port); }
 };

@@ -130,6 +130,7 @@ int run_local(SwarmSettings c, const LocalOptions& o, const std::atomic<bool>& s
              "--stage", std::to_string(ch.stage), "--id", ch.name, "--slowdown",
              std::to_string(ch.slowdown), "--device-ms", std::to_string(o.device_ms)})
       args.push_back(a);
+    if (o.device_per_block) args.push_back("--device-per-block");
     // Fault injection "PEER:N" goes to that peer only, as its own option.
     for (auto [flag, spec] : {std::pair{"--exit-in-averaging", &o.exit_in_averaging},
                               std::pair{"--exit-after-claim", &o.exit_after_claim}})
@@ -286,9 +287,13 @@ int run_local(SwarmSettings c, const LocalOptions& o, const std::atomic<bool>& s
   }
   double elapsed = std::chrono::duration<double>(Clock::now() - start).count();
   nlohmann::json final_peers = nlohmann::json::array();
-  for (auto& p : registry.peers())
-    final_peers.push_back(
-        {{"id", p.id}, {"stage", p.stage}, {"throughput", p.throughput}, {"round", p.round}});
+  const auto alive = registry.peers();
+  for (auto& p : alive)
+    final_peers.push_back({{"id", p.id},
+                           {"stage", p.stage},
+                           {"throughput", p.throughput},
+                           {"speed", p.speed},
+                           {"round", p.round}});
   // Stop the servers (and any trainer left), then reap everyone.
   for (auto& ch : children)
     if (!ch.exited) ::kill(ch.pid, SIGTERM);
@@ -347,6 +352,15 @@ int run_local(SwarmSettings c, const LocalOptions& o, const std::atomic<bool>& s
   summary["trainer_failures"] = trainer_failures;
   summary["completed"] = static_cast<int>(round_loss.size()) == o.rounds && trainer_failures == 0;
   summary["moves"] = store->add(keys::kMovesDone, 0);
+  {
+    // Where rebalancing ended against the best placement of the peers alive at the end (their
+    // speeds over the stages' measured costs).
+    auto capacity = stage_throughputs(alive, S);
+    summary["stage_costs"] = stage_costs(alive, S);
+    summary["final_bottleneck"] =
+        capacity.empty() ? 0.0 : *std::min_element(capacity.begin(), capacity.end());
+    summary["best_bottleneck"] = best_bottleneck(alive, S);
+  }
 
   int rc = summary["completed"] ? 0 : 1;
   if (o.check_reference) {

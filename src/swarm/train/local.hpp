@@ -17,6 +17,7 @@ struct LocalOptions {
   double device_ms = 0, rebalance_period = 0, threshold = 0.1, time_limit = 1800,
          request_timeout = 20;
   bool check_reference = false;
+  bool device_per_block = false;  // device_ms per block of the stage (ServerOptions)
   std::string exit_in_averaging;  // "server3:2"
   std::string exit_after_claim;   // "server1:5"
 };

@@ -106,9 +106,29 @@ struct StageServer::Impl {
     registry->set_lease(opt.lease);
   }
 
+  // Probes per second (PeerRecord::speed), measured once at start: what the rebalancer divides
+  // by this peer's throughput to learn what its stage costs.
+  double speed = 0;
+  void measure_speed() {
+    // The probe: a fixed matrix product, then one unit of the emulated device; the best of 3.
+    auto a = torch::full({96, 96}, 0.5f);
+    double best = 0;
+    for (int i = 0; i < 3; ++i) {
+      auto start = Clock::now();
+      auto b = a;
+      for (int k = 0; k < 4; ++k) b = torch::mm(b, a) * 0.01f;
+      (void)b.sum().item<float>();
+      emulate_device(seconds_since(start), 1, false);
+      const double s = seconds_since(start);
+      best = i == 0 ? s : std::min(best, s);
+    }
+    speed = best > 0 ? 1 / best : 0;
+  }
+
   PeerRecord record() {
     PeerRecord r;
     r.id = opt.id;
+    r.speed = speed;
     r.stage = moving ? -1 : stage.load();
     r.host = opt.host;
     r.port = rpc->port();
@@ -207,7 +227,13 @@ struct StageServer::Impl {
   }
 
   // ---- requests ----
-  void emulate_device(double compute_s, double device_units) {
+  /// `device_units` of device_ms each (per block of the stage with device_per_block, unless
+  /// `per_block` is false: the probe).
+  void emulate_device(double compute_s, double device_units, bool per_block = true) {
+    if (per_block && opt.device_per_block && module) {
+      const auto [first, last] = stage_blocks(module->config(), module->stage());
+      device_units *= last - first;
+    }
     double extra =
         (opt.slowdown - 1) * compute_s + opt.slowdown * opt.device_ms * 1e-3 * device_units;
     if (extra > 0) std::this_thread::sleep_for(std::chrono::duration<double>(extra));
@@ -647,6 +673,7 @@ StageServer::StageServer(ServerOptions options, std::shared_ptr<Registry> regist
   im.rpc = std::make_unique<RpcServer>(
       im.opt.host, im.opt.port, [&im](Message&& request) { return im.handle(std::move(request)); });
   im.address = im.opt.host + ":" + std::to_string(im.rpc->port());
+  im.measure_speed();
   im.adopt_stage(im.opt.stage);
   im.announce();
   log(im.opt.id, "serving stage " + std::to_string(im.stage.load()) + " at " + im.address +

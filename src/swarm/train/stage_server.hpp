@@ -42,6 +42,9 @@ struct ServerOptions {
   // device_ms per request), the extra spent asleep while holding the stage (a slower device).
   double slowdown = 1.0;
   double device_ms = 0;  // emulated accelerator time of a forward (backward: twice)
+  // device_ms is per transformer block of the stage served (stages of unequal depth then cost
+  // unequally on the emulated device), instead of per request.
+  bool device_per_block = false;
   Milliseconds lease{3000};
   Milliseconds announce_every{500};
   Milliseconds averaging_timeout{15000};  // bound on forming the group and on its all_reduce
