@@ -181,6 +181,12 @@ int main(int argc, char** argv) {
   local->add_option("--kill-at", o.kill_at,
                     "comma list of seconds: at each, kill one random server");
   local->add_option("--device-ms", o.device_ms, "emulated accelerator time per forward, ms");
+  local
+      ->add_option("--netns", o.netns,
+                   "run the peers in these network namespaces (scripts/netcluster.sh hosts), "
+                   "server i in the (i mod n)-th; the registry address must reach them "
+                   "(--registry 198.18.0.254:0)")
+      ->delimiter(',');
   local->add_flag("--device-per-block", o.device_per_block,
                   "--device-ms per transformer block of a stage: stages of unequal depth cost "
                   "unequally");

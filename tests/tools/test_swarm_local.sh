@@ -97,6 +97,32 @@ else
   fail "rebalancing: $(tail -3 "$D/rebalance.log"); $(grep -h rebalancing "$out"/logs/*.log 2>/dev/null)"
 fi
 
+# 3b. Across emulated hosts (--netns, root only): every server announces its host's address, a
+# stage's two replicas on different hosts, and every round completes over the veths.
+NC=$(cd "$(dirname "$0")/../../scripts" && pwd)/netcluster.sh
+P=s$(($$ % 100000))
+if [[ $(id -u) == 0 ]] && ip netns add "$P-probe" 2>/dev/null; then
+  ip netns del "$P-probe"
+  if "$NC" up --prefix "$P" --hosts 2 --nics 1 --rate 1gbit >"$D/nc.log" 2>&1; then
+    out=$D/netns
+    root_addr=$(ip -o -4 addr show dev "$P-br0" | awk '{print $4}' | cut -d/ -f1)
+    if [[ -n $root_addr ]] && timeout -s KILL 120 "$SWARM" local "${SMALL[@]:0:${#SMALL[@]}-2}" --registry "$root_addr:0" \
+      --netns "$P-h0,$P-h1" --peers 4 --trainers 1 --inflight 3 --global-batch 8 --rounds 4 \
+      --out "$out" >"$D/netns.log" 2>&1 &&
+      [[ $(field "$out/summary.json" completed) == True ]] &&
+      [[ $(grep -h "serving stage 0 at" "$out"/logs/server*.log | grep -o '198\.18\.0\.[0-9]*' | sort -u | wc -l) == 2 ]]; then
+      pass "a swarm across 2 emulated hosts: $(grep -h 'serving stage' "$out"/logs/server*.log | grep -o 'at [0-9.]*' | sort | uniq -c | tr -s ' ' | paste -sd,)"
+    else
+      fail "a swarm across emulated hosts: $(tail -3 "$D/netns.log")"
+    fi
+    "$NC" down --prefix "$P" >/dev/null 2>&1
+  else
+    fail "netcluster up: $(tail -2 "$D/nc.log")"
+  fi
+else
+  echo "SKIP: a swarm across emulated hosts (needs root and network namespaces)"
+fi
+
 # 4. Bad invocations: clear errors, non-zero exit.
 msg=$("$SWARM" local "${SMALL[@]}" --peers 1 --out "$D/bad" 2>&1)
 if [[ $? -ne 0 && $msg == *"cannot cover 2 stages"* ]]; then pass "too few peers: $msg"; else fail "too few peers: $msg"; fi

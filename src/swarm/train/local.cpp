@@ -84,6 +84,36 @@ pid_t spawn(const std::string& exe, const std::vector<std::string>& args,
   return pid;
 }
 
+/// The IPv4 address of network namespace `ns` (its first global one), for a peer started there.
+std::string address_of_netns(const std::string& ns) {
+  const std::string cmd = "ip -n '" + ns + "' -4 -o addr show scope global 2>/dev/null";
+  std::string out;
+  if (FILE* f = ::popen(cmd.c_str(), "r")) {
+    char buf[512];
+    while (std::fgets(buf, sizeof buf, f)) out += buf;
+    ::pclose(f);
+  }
+  // "2: eth0    inet 198.18.0.1/24 brd ..." -> 198.18.0.1
+  const auto inet = out.find(" inet ");
+  if (ns.find('\'') != std::string::npos || inet == std::string::npos)
+    throw InvalidArgumentError("shoal-swarm local --netns: no address in network namespace '" + ns +
+                               "' (scripts/netcluster.sh up makes them)");
+  const auto begin = inet + 6, end = out.find('/', begin);
+  return out.substr(begin, end - begin);
+}
+
+/// `args` (argv[0] first) run by `exe` inside network namespace `ns` (none: here).
+std::pair<std::string, std::vector<std::string>> in_netns(const std::string& exe,
+                                                          std::vector<std::string> args,
+                                                          const std::string& ns) {
+  if (ns.empty()) return {exe, args};
+  args.erase(args.begin());
+  args.insert(args.begin(), {"ip", "netns", "exec", ns, exe});
+  for (const char* ip : {"/usr/sbin/ip", "/sbin/ip", "/usr/bin/ip", "/bin/ip"})
+    if (::access(ip, X_OK) == 0) return {ip, args};
+  throw InvalidArgumentError("shoal-swarm local --netns: no ip command (iproute2)");
+}
+
 }  // namespace
 
 int run_local(SwarmSettings c, const LocalOptions& o, const std::atomic<bool>& stop) {
@@ -144,7 +174,15 @@ int run_local(SwarmSettings c, const LocalOptions& o, const std::atomic<bool>& s
            std::vector<std::string>{"--rebalance-period", std::to_string(o.rebalance_period),
                                     "--rebalance-threshold", std::to_string(o.threshold)})
         args.push_back(a);
-    ch.pid = spawn(o.swarm_exe, args, (fs::path(o.out) / "logs" / (ch.name + ".log")).string());
+    // Consecutive stages on consecutive hosts, a stage's replicas on different ones (its
+    // averaging crosses the links too).
+    const std::string ns = o.netns.empty() ? "" : o.netns[(i + i / S) % o.netns.size()];
+    if (!ns.empty()) {
+      args.push_back("--host");
+      args.push_back(address_of_netns(ns));
+    }
+    auto [exe, argv] = in_netns(o.swarm_exe, args, ns);
+    ch.pid = spawn(exe, argv, (fs::path(o.out) / "logs" / (ch.name + ".log")).string());
     children.push_back(ch);
   }
   // Trainers start once every server is registered, so the static baseline sees them all.
@@ -165,7 +203,10 @@ int run_local(SwarmSettings c, const LocalOptions& o, const std::atomic<bool>& s
              ch.name, "--routing", o.routing, "--request-timeout",
              std::to_string(o.request_timeout)})
       args.push_back(a);
-    ch.pid = spawn(o.swarm_exe, args, (fs::path(o.out) / "logs" / (ch.name + ".log")).string());
+    const size_t n = o.netns.size();
+    auto [exe, argv] =
+        in_netns(o.swarm_exe, args, n ? o.netns[(n - 1 - i % n) % n] : std::string());
+    ch.pid = spawn(exe, argv, (fs::path(o.out) / "logs" / (ch.name + ".log")).string());
     children.push_back(ch);
   }
   std::printf(

@@ -5,6 +5,7 @@
 
 #include <atomic>
 #include <string>
+#include <vector>
 
 #include "swarm/train/settings.hpp"
 
@@ -18,6 +19,10 @@ struct LocalOptions {
          request_timeout = 20;
   bool check_reference = false;
   bool device_per_block = false;  // device_ms per block of the stage (ServerOptions)
+  // Emulated hosts (scripts/netcluster.sh namespaces): server i runs in netns[(i + i / stages)
+  // mod n] and announces that namespace's address, trainer t in netns[(n - 1 - t) mod n].
+  // Empty: all here.
+  std::vector<std::string> netns;
   std::string exit_in_averaging;  // "server3:2"
   std::string exit_after_claim;   // "server1:5"
 };
