@@ -35,7 +35,7 @@ clean:
 SAN_BUILD ?= build-asan
 SAN_TESTS ?= test_kernels test_config test_store test_bootstrap test_striped_stream test_shm \
              test_api test_auth test_agreement test_failures test_flat_direct test_flat_queue test_swarm_net \
-             test_swarm_averaging test_chaos_workload test_collectives
+             test_swarm_averaging test_swarm_routing test_chaos_workload test_links test_collectives
 test-sanitize: deps
 	@if command -v clang++ >/dev/null; then \
 	  extra="-DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ -DSHOAL_FUZZ=ON"; fi; \
