@@ -103,12 +103,14 @@ NC=$(cd "$(dirname "$0")/../../scripts" && pwd)/netcluster.sh
 P=s$(($$ % 100000))
 if [[ $(id -u) == 0 ]] && ip netns add "$P-probe" 2>/dev/null; then
   ip netns del "$P-probe"
+  trap '"$NC" down --prefix "$P" >/dev/null 2>&1; rm -rf "$D"' EXIT
   if "$NC" up --prefix "$P" --hosts 2 --nics 1 --rate 1gbit >"$D/nc.log" 2>&1; then
     out=$D/netns
-    root_addr=$(ip -o -4 addr show dev "$P-br0" | awk '{print $4}' | cut -d/ -f1)
-    if [[ -n $root_addr ]] && timeout -s KILL 120 "$SWARM" local "${SMALL[@]:0:${#SMALL[@]}-2}" --registry "$root_addr:0" \
-      --netns "$P-h0,$P-h1" --peers 4 --trainers 1 --inflight 3 --global-batch 8 --rounds 4 \
-      --out "$out" >"$D/netns.log" 2>&1 &&
+    # The launcher and its registry in host 0 (the root namespace's address may belong to
+    # another cluster up at the same time).
+    if timeout -s KILL 120 ip netns exec "$P-h0" "$SWARM" local "${SMALL[@]:0:${#SMALL[@]}-2}" \
+      --registry 198.18.0.1:0 --netns "$P-h0,$P-h1" --peers 4 --trainers 1 --inflight 3 \
+      --global-batch 8 --rounds 4 --out "$out" >"$D/netns.log" 2>&1 &&
       [[ $(field "$out/summary.json" completed) == True ]] &&
       [[ $(grep -h "serving stage 0 at" "$out"/logs/server*.log | grep -o '198\.18\.0\.[0-9]*' | sort -u | wc -l) == 2 ]]; then
       pass "a swarm across 2 emulated hosts: $(grep -h 'serving stage' "$out"/logs/server*.log | grep -o 'at [0-9.]*' | sort | uniq -c | tr -s ' ' | paste -sd,)"
