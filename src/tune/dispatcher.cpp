@@ -221,11 +221,13 @@ Dispatcher::Dispatcher(Context context, CostParams params, std::shared_ptr<const
   // Measured links: what each row's schedules (link_ring's in the measured order) load them with.
   if (links && enabled_) {
     link_cost_.assign(algorithms::registry().size(), 0);
-    for (Collective c : kModelled)
+    for (Collective c : kModelled) {
+      on_links_[static_cast<int>(c)] = true;
       for (const auto& row : algorithms::registry())
         if (row.collective == c)
           link_cost_[&row - algorithms::registry().data()] =
               link_seconds_per_byte(row, *links.links, *links.ring_order);
+    }
   }
   // Across hosts of several ranks: the bytes each row sends through a host's NICs and its
   // memory work, flat and in the hierarchy's inter-host phase (schedules built once here, not
@@ -303,9 +305,7 @@ Choice Dispatcher::choose(Collective collective, uint64_t bytes) const {
     choice.algorithm = &algorithms::first_row(collective);
     return choice;
   }
-  const bool on_links = !link_cost_.empty() && (collective == Collective::all_reduce ||
-                                                collective == Collective::all_gather ||
-                                                collective == Collective::reduce_scatter);
+  const bool on_links = on_links_[static_cast<int>(collective)];
   const Measurements* m = on_links ? nullptr : tables_[static_cast<int>(collective)];
   if (m) {
     // Outside the measured sizes, the ranking at the nearest one: beyond the largest every

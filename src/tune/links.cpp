@@ -36,6 +36,21 @@ struct Pipes {
   }
 };
 
+// ring_seconds_per_byte on pipes already derived.
+double ring_seconds(const Links& links, const Pipes& pipes, const std::vector<int>& order) {
+  std::vector<double> hops(pipes.rate.size(), 0);
+  double worst = 0;
+  const size_t p = order.size();
+  for (size_t k = 0; k < p && p > 1; ++k) {
+    const int from = order[k], to = order[(k + 1) % p];
+    worst = std::max(worst, 1 / links.at(from, to));
+    if (pipes.region[from] != pipes.region[to]) hops[pipes.index(from, to)] += 1;
+  }
+  for (size_t i = 0; i < hops.size(); ++i)
+    if (hops[i] > 0) worst = std::max(worst, hops[i] / pipes.rate[i]);
+  return worst;
+}
+
 double tour_cost(const Links& links, const std::vector<int>& order) {
   double sum = 0;
   const size_t p = order.size();
@@ -288,18 +303,7 @@ std::vector<int> regions_of(const Links& links) {
 }
 
 double ring_seconds_per_byte(const Links& links, const std::vector<int>& order) {
-  const Pipes pipes(links);
-  std::vector<double> hops(pipes.rate.size(), 0);
-  double worst = 0;
-  const size_t p = order.size();
-  for (size_t k = 0; k < p && p > 1; ++k) {
-    const int from = order[k], to = order[(k + 1) % p];
-    worst = std::max(worst, 1 / links.at(from, to));
-    if (pipes.region[from] != pipes.region[to]) hops[pipes.index(from, to)] += 1;
-  }
-  for (size_t i = 0; i < hops.size(); ++i)
-    if (hops[i] > 0) worst = std::max(worst, hops[i] / pipes.rate[i]);
-  return worst;
+  return ring_seconds(links, Pipes(links), order);
 }
 
 std::vector<int> ring_order(const Links& links) {
@@ -310,8 +314,8 @@ std::vector<int> ring_order(const Links& links) {
   if (p <= 3) return identity;  // every ring of 3 is one of two directions
   const std::vector<int> tour =
       p <= kExactRanks ? exact_tour(links, bottleneck(links)) : heuristic_tour(links);
-  return ring_seconds_per_byte(links, tour) < ring_seconds_per_byte(links, identity) ? tour
-                                                                                     : identity;
+  const Pipes pipes(links);  // the regions once, for both rings
+  return ring_seconds(links, pipes, tour) < ring_seconds(links, pipes, identity) ? tour : identity;
 }
 
 double link_seconds_per_byte(const algorithms::AlgorithmInfo& row, const Links& links,

@@ -86,6 +86,8 @@ pid_t spawn(const std::string& exe, const std::vector<std::string>& args,
 
 /// The IPv4 address of network namespace `ns` (its first global one), for a peer started there.
 std::string address_of_netns(const std::string& ns) {
+  if (ns.find('\'') != std::string::npos)
+    throw InvalidArgumentError("shoal-swarm local --netns: bad namespace name '" + ns + "'");
   const std::string cmd = "ip -n '" + ns + "' -4 -o addr show scope global 2>/dev/null";
   std::string out;
   if (FILE* f = ::popen(cmd.c_str(), "r")) {
@@ -95,7 +97,7 @@ std::string address_of_netns(const std::string& ns) {
   }
   // "2: eth0    inet 198.18.0.1/24 brd ..." -> 198.18.0.1
   const auto inet = out.find(" inet ");
-  if (ns.find('\'') != std::string::npos || inet == std::string::npos)
+  if (inet == std::string::npos)
     throw InvalidArgumentError("shoal-swarm local --netns: no address in network namespace '" + ns +
                                "' (scripts/netcluster.sh up makes them)");
   const auto begin = inet + 6, end = out.find('/', begin);
@@ -147,6 +149,9 @@ int run_local(SwarmSettings c, const LocalOptions& o, const std::atomic<bool>& s
   auto placement = parse_list(o.placement);
   auto kill_times = parse_list(o.kill_at);
   std::sort(kill_times.begin(), kill_times.end());
+  // Each namespace's address, looked up once, before anything starts.
+  std::vector<std::string> netns_address;
+  for (const auto& ns : o.netns) netns_address.push_back(address_of_netns(ns));
   std::vector<Child> children;
   auto base = swarm_args(c);
   for (int i = 0; i < o.peers; ++i) {
@@ -176,10 +181,11 @@ int run_local(SwarmSettings c, const LocalOptions& o, const std::atomic<bool>& s
         args.push_back(a);
     // Consecutive stages on consecutive hosts, a stage's replicas on different ones (its
     // averaging crosses the links too).
-    const std::string ns = o.netns.empty() ? "" : o.netns[(i + i / S) % o.netns.size()];
+    const size_t host = o.netns.empty() ? 0 : (i + i / S) % o.netns.size();
+    const std::string ns = o.netns.empty() ? "" : o.netns[host];
     if (!ns.empty()) {
       args.push_back("--host");
-      args.push_back(address_of_netns(ns));
+      args.push_back(netns_address[host]);
     }
     auto [exe, argv] = in_netns(o.swarm_exe, args, ns);
     ch.pid = spawn(exe, argv, (fs::path(o.out) / "logs" / (ch.name + ".log")).string());

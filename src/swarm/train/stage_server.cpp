@@ -109,6 +109,7 @@ struct StageServer::Impl {
   // Probes per second (PeerRecord::speed), measured once at start: what the rebalancer divides
   // by this peer's throughput to learn what its stage costs.
   double speed = 0;
+  int stage_block_count = 1;  // blocks of the stage served (device_per_block)
   void measure_speed() {
     // The probe: a fixed matrix product, then one unit of the emulated device; the best of 3.
     auto a = torch::full({96, 96}, 0.5f);
@@ -165,6 +166,8 @@ struct StageServer::Impl {
       for (auto& p : params) a.sums.push_back(torch::zeros_like(p));
       a.count = 0;
     }
+    const auto [first, last] = stage_blocks(opt.model, k);
+    stage_block_count = last - first;
     stage = k;
   }
 
@@ -230,10 +233,7 @@ struct StageServer::Impl {
   /// `device_units` of device_ms each (per block of the stage with device_per_block, unless
   /// `per_block` is false: the probe).
   void emulate_device(double compute_s, double device_units, bool per_block = true) {
-    if (per_block && opt.device_per_block && module) {
-      const auto [first, last] = stage_blocks(module->config(), module->stage());
-      device_units *= last - first;
-    }
+    if (per_block && opt.device_per_block) device_units *= stage_block_count;
     double extra =
         (opt.slowdown - 1) * compute_s + opt.slowdown * opt.device_ms * 1e-3 * device_units;
     if (extra > 0) std::this_thread::sleep_for(std::chrono::duration<double>(extra));
