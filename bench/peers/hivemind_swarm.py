@@ -27,7 +27,6 @@ averager, as a host that dies.
 """
 import argparse
 import asyncio
-import csv
 import json
 import math
 import os
