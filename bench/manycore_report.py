@@ -1,0 +1,136 @@
+#!/usr/bin/env python3
+"""Report of bench/manycore.sh: from every LOGS/COLL-RANKS/rows.tsv (bench/compare.sh's rounds:
+harness, round, bytes, out-of-place and in-place time in us, wrong counts), the median round per
+cell, shoal's bus bandwidth over the best MPI's (out of place and in place), shoal's in-place
+time against its out-of-place time, and the targets of issue 44 at 8 ranks and more:
+
+  - all_reduce, all_gather, reduce_scatter: every size at least 1.0x the best MPI's busbw, and
+    all_reduce and reduce_scatter at least 2.0x from 1 MiB up;
+  - no shoal cell whose out-of-place and in-place times differ by more than 2x.
+
+Usage: manycore_report.py LOGS [--cores N] [--cmdline TEXT]. Prints markdown; exits 1 when a
+harness reported a wrong result or a target measured here is missed (0 when none could be: no
+run of 8 ranks or more)."""
+import argparse
+import os
+import statistics
+import sys
+
+TARGET_COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter")
+TWICE_FROM_1M = ("all_reduce", "reduce_scatter")
+
+
+def bus_factor(coll, n):
+    if coll == "all_reduce":
+        return 2.0 * (n - 1) / n
+    if coll in ("broadcast", "reduce"):
+        return 1.0
+    return (n - 1.0) / n
+
+
+def human(b):
+    for unit, k in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if b >= k and b % k == 0:
+            return f"{b // k} {unit}"
+    return f"{b} B"
+
+
+def load(logs):
+    """{(coll, ranks): {(harness, bytes): {"out": [us...], "in": [us...], "wrong": bool}}}"""
+    runs = {}
+    for name in sorted(os.listdir(logs)):
+        path = os.path.join(logs, name, "rows.tsv")
+        coll, _, ranks = name.rpartition("-")
+        if not os.path.exists(path) or not ranks.isdigit():
+            continue
+        cells = runs.setdefault((coll, int(ranks)), {})
+        for line in open(path):
+            f = line.rstrip("\n").split("\t")
+            if len(f) < 7:
+                continue
+            cell = cells.setdefault((f[0], int(f[2])), {"out": [], "in": [], "wrong": False})
+            for key, t, w in (("out", f[3], f[5]), ("in", f[4], f[6])):
+                if t not in ("N/A", "") and float(t) > 0:
+                    cell[key].append(float(t))
+                if w not in ("N/A", "", "0"):
+                    cell["wrong"] = True
+    return runs
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("logs")
+    p.add_argument("--cores", type=int, default=os.cpu_count())
+    p.add_argument("--cmdline", default="bench/manycore.sh")
+    a = p.parse_args()
+    runs = load(a.logs)
+    if not runs:
+        print(f"manycore_report: no rows.tsv under {a.logs}", file=sys.stderr)
+        return 1
+    out, misses, wrong = [], [], []
+    out.append(f"Command: `{a.cmdline}`; {a.cores} cores; each cell the median of the rounds; "
+               "busbw as nccl-tests; shoal ÷ best MPI > 1: shoal is faster.\n")
+    colls = sorted({c for c, _ in runs}, key=lambda c: ("all_reduce", "all_gather", "reduce_scatter",
+                                                       "broadcast").index(c) if c in (
+        "all_reduce", "all_gather", "reduce_scatter", "broadcast") else 9)
+    rank_counts = sorted({n for _, n in runs})
+    for coll in colls:
+        present = [n for n in rank_counts if (coll, n) in runs]
+        sizes = sorted({s for n in present for (_, s) in runs[(coll, n)]})
+        out.append(f"### {coll}: shoal ÷ best MPI busbw, out of place / in place; shoal in place ÷ out of place time\n")
+        out.append("| size | " + " | ".join(f"{n} ranks" for n in present) + " |")
+        out.append("|---:|" + "---:|" * len(present))
+        for s in sizes:
+            row = [human(s)]
+            for n in present:
+                cells = runs[(coll, n)]
+                shoal = cells.get(("shoal", s))
+                peers = [(h, c) for (h, size), c in cells.items() if size == s and h != "shoal"]
+                for (h, size), c in cells.items():
+                    if size == s and c["wrong"]:
+                        wrong.append(f"{coll} {n} ranks {human(s)}: {h} reported a wrong result")
+                if not shoal or not shoal["out"]:
+                    row.append("—")
+                    continue
+                f = bus_factor(coll, n)
+                text = []
+                for place in ("out", "in"):
+                    if not shoal[place]:
+                        text.append("—")
+                        continue
+                    mine = s * f / statistics.median(shoal[place])
+                    best = max((s * f / statistics.median(c[place]) for _, c in peers if c[place]), default=0)
+                    ratio = mine / best if best else None
+                    text.append(f"{ratio:.2f}" if ratio else "—")
+                    if n >= 8 and coll in TARGET_COLLECTIVES and ratio is not None:
+                        need = 2.0 if coll in TWICE_FROM_1M and s >= 1 << 20 else 1.0
+                        if ratio < need:
+                            misses.append(f"{coll} {n} ranks {human(s)} {place} of place: {ratio:.2f}x < {need:.1f}x")
+                spread = ""
+                if shoal["out"] and shoal["in"]:
+                    q = statistics.median(shoal["in"]) / statistics.median(shoal["out"])
+                    spread = f" ({q:.2f})"
+                    if n >= 8 and max(q, 1 / q) > 2.0:
+                        misses.append(f"{coll} {n} ranks {human(s)}: in place {q:.2f}x out of place")
+                row.append(" / ".join(text) + spread)
+            out.append("| " + " | ".join(row) + " |")
+        out.append("")
+    big = [n for n in rank_counts if n >= 8]
+    if not big:
+        out.append("Targets (8 ranks and more): not measured here (no run of 8 ranks or more on this node).")
+    elif misses:
+        out.append(f"Targets (8 ranks and more): {len(misses)} cells missed:")
+        out += [f"- {m}" for m in misses]
+    else:
+        out.append(f"Targets (8 ranks and more, {', '.join(map(str, big))}): every cell met.")
+    out.append("p99 per cell is not reported: the harnesses time each size's loop of iterations as a "
+               "whole, as nccl-tests does.")
+    if wrong:
+        out.append("Wrong results:")
+        out += [f"- {w}" for w in wrong]
+    print("\n".join(out))
+    return 1 if misses or wrong else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
