@@ -16,7 +16,8 @@
 # unbinds), and writes OUT/sections.md (compare.sh's tables, out of place), OUT/logs/COLL-RANKS/
 # (every round's raw output and rows.tsv) and OUT/report.md (bench/manycore_report.py: shoal /
 # best MPI per cell out of place and in place, the median round; in place against out of place;
-# the targets at 8 ranks and more). Exits 1 when a run failed or a target is missed.
+# the targets at 8 ranks and more), with OUT/manycore.png where matplotlib is installed. Exits 1
+# when a run failed or a target is missed.
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -61,6 +62,8 @@ need "pkg-config" "pkg-config" command -v pkg-config
 need "Open MPI's mpicc" "openmpi-bin libopenmpi-dev" command -v mpicc
 need "Open MPI's mpirun" "openmpi-bin" command -v mpirun
 need "python3" "python3" command -v python3
+py=python3
+[ -x /usr/bin/python3 ] && py=/usr/bin/python3  # the distribution's, where python3-matplotlib installs
 for h in "CLI/CLI.hpp:libcli11-dev" "nlohmann/json.hpp:nlohmann-json3-dev" "sodium.h:libsodium-dev"; do
   need "the header ${h%%:*}" "${h#*:}" sh -c "echo '#include <${h%%:*}>' | $cxx -std=c++20 -x c++ -fsyntax-only -"
 done
@@ -112,6 +115,7 @@ for r in "${picked[@]}"; do
       --out "$out/sections.md" --logs "$out/logs/$c-$r" >/dev/null || failed=1
   done
 done
-python3 "$here/manycore_report.py" "$out/logs" --cores "$cores" --cmdline "$cmdline" >"$out/report.md" || failed=1
+"$py" "$here/manycore_report.py" "$out/logs" --cores "$cores" --cmdline "$cmdline" --plot "$out/manycore.png" \
+  >"$out/report.md" || failed=1
 cat "$out/report.md"
 exit $failed

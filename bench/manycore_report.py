@@ -8,9 +8,10 @@ time against its out-of-place time, and the targets of issue 44 at 8 ranks and m
     all_reduce and reduce_scatter at least 2.0x from 1 MiB up;
   - no shoal cell whose out-of-place and in-place times differ by more than 2x.
 
-Usage: manycore_report.py LOGS [--cores N] [--cmdline TEXT]. Prints markdown; exits 1 when a
-harness reported a wrong result or a target measured here is missed (0 when none could be: no
-run of 8 ranks or more)."""
+Usage: manycore_report.py LOGS [--cores N] [--cmdline TEXT] [--plot PNG]. Prints markdown
+(--plot: shoal ÷ best MPI against size, a line per rank count, a panel per collective, where
+matplotlib is installed); exits 1 when a harness reported a wrong result or a target measured
+here is missed (0 when none could be: no run of 8 ranks or more)."""
 import argparse
 import os
 import statistics
@@ -62,12 +63,14 @@ def main():
     p.add_argument("logs")
     p.add_argument("--cores", type=int, default=os.cpu_count())
     p.add_argument("--cmdline", default="bench/manycore.sh")
+    p.add_argument("--plot", default="")
     a = p.parse_args()
     runs = load(a.logs)
     if not runs:
         print(f"manycore_report: no rows.tsv under {a.logs}", file=sys.stderr)
         return 1
     out, misses, wrong = [], [], []
+    curves = {}  # collective -> ranks -> [(bytes, shoal / best MPI out of place)]
     out.append(f"Command: `{a.cmdline}`; {a.cores} cores; each cell the median of the rounds; "
                "busbw as nccl-tests; shoal ÷ best MPI > 1: shoal is faster.\n")
     colls = sorted({c for c, _ in runs}, key=lambda c: ("all_reduce", "all_gather", "reduce_scatter",
@@ -102,6 +105,8 @@ def main():
                     best = max((s * f / statistics.median(c[place]) for _, c in peers if c[place]), default=0)
                     ratio = mine / best if best else None
                     text.append(f"{ratio:.2f}" if ratio else "—")
+                    if place == "out" and ratio:
+                        curves.setdefault(coll, {}).setdefault(n, []).append((s, ratio))
                     if n >= 8 and coll in TARGET_COLLECTIVES and ratio is not None:
                         need = 2.0 if coll in TWICE_FROM_1M and s >= 1 << 20 else 1.0
                         if ratio < need:
@@ -128,8 +133,33 @@ def main():
     if wrong:
         out.append("Wrong results:")
         out += [f"- {w}" for w in wrong]
+    if a.plot:
+        out.append(plot(curves, a.plot))
     print("\n".join(out))
     return 1 if misses or wrong else 0
+
+
+def plot(curves, path):
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return f"No plot: matplotlib is not installed for {sys.executable}."
+    fig, axes = plt.subplots(1, len(curves), figsize=(4.5 * len(curves), 3.6), squeeze=False)
+    for ax, (coll, by_ranks) in zip(axes[0], curves.items()):
+        for n, points in sorted(by_ranks.items()):
+            ax.plot([p[0] for p in points], [p[1] for p in points], "o-", ms=3, label=f"{n} ranks")
+        ax.axhline(1.0, color="grey", lw=0.8)
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log", base=2)
+        ax.set_title(coll)
+        ax.set_xlabel("bytes")
+        ax.set_ylabel("shoal ÷ best MPI busbw")
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    return f"\n![shoal ÷ best MPI busbw against size]({os.path.basename(path)})"
 
 
 if __name__ == "__main__":

@@ -3,7 +3,7 @@
 #   - missing prerequisites are named all at once, with their packages, before anything runs (exit 2);
 #   - rank counts above the node's cores are left out and said so; none left: exit 2;
 #   - a small sweep (2 ranks, against Open MPI's shared memory) writes a report whose ratios are
-#     the medians of compare.sh's raw rounds (rows.tsv), recomputed here independently.
+#     the medians of compare.sh's raw rounds (rows.tsv), recomputed here independently, and a plot.
 # Usage: bash test_manycore.sh BIN_DIR     (ctest passes the build's bin directory)
 source "$(dirname "$0")/tool_test.sh" test_manycore "${1:-}" shoal-run shoal-bench
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
@@ -49,6 +49,9 @@ import os, re, statistics, sys
 base = sys.argv[1]
 report = open(os.path.join(base, "report.md")).read()
 assert "not measured here" in report, report
+import importlib.util
+if importlib.util.find_spec("matplotlib"):  # the report draws with the distribution's python, as this one
+    assert os.path.getsize(os.path.join(base, "manycore.png")) > 0 and "](manycore.png)" in report
 for coll, factor in (("all_reduce", 1.0), ("reduce_scatter", 0.5)):  # bus factors at 2 ranks
     rows = [l.split("\t") for l in open(os.path.join(base, "logs", f"{coll}-2", "rows.tsv"))]
     times = {}
