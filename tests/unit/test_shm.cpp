@@ -167,7 +167,9 @@ TEST(ShmSegment, SweepRemovesOnlySegmentsWhoseCreatorDied) {
   auto* h = new (live->base()) SegmentHeader();
   h->pid = ::getpid();
   h->pid_namespace = own_pid_namespace();
-  EXPECT_GE(sweep_orphans(), 1);
+  // Not a count: any communicator created meanwhile (ctest runs tests side by side) sweeps too,
+  // and may be the one that removes this orphan.
+  sweep_orphans();
   EXPECT_FALSE(segment_exists(comm, 1)) << "the dead creator's segment must go";
   EXPECT_TRUE(segment_exists(comm, 0)) << "a live creator's segment must stay";
   EXPECT_TRUE(segment_exists(comm, 2))
