@@ -17,6 +17,7 @@ import os
 import statistics
 import sys
 
+ORDER = ("all_reduce", "all_gather", "reduce_scatter", "broadcast")  # of the report's sections
 TARGET_COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter")
 TWICE_FROM_1M = ("all_reduce", "reduce_scatter")
 
@@ -69,13 +70,13 @@ def main():
     if not runs:
         print(f"manycore_report: no rows.tsv under {a.logs}", file=sys.stderr)
         return 1
-    out, misses, wrong = [], [], []
+    out, misses = [], []
+    wrong = [f"{coll} {n} ranks {human(s)}: {h} reported a wrong result"
+             for (coll, n), cells in runs.items() for (h, s), c in sorted(cells.items()) if c["wrong"]]
     curves = {}  # collective -> ranks -> [(bytes, shoal / best MPI out of place)]
     out.append(f"Command: `{a.cmdline}`; {a.cores} cores; each cell the median of the rounds; "
                "busbw as nccl-tests; shoal ÷ best MPI > 1: shoal is faster.\n")
-    colls = sorted({c for c, _ in runs}, key=lambda c: ("all_reduce", "all_gather", "reduce_scatter",
-                                                       "broadcast").index(c) if c in (
-        "all_reduce", "all_gather", "reduce_scatter", "broadcast") else 9)
+    colls = sorted({c for c, _ in runs}, key=lambda c: ORDER.index(c) if c in ORDER else len(ORDER))
     rank_counts = sorted({n for _, n in runs})
     for coll in colls:
         present = [n for n in rank_counts if (coll, n) in runs]
@@ -89,9 +90,6 @@ def main():
                 cells = runs[(coll, n)]
                 shoal = cells.get(("shoal", s))
                 peers = [(h, c) for (h, size), c in cells.items() if size == s and h != "shoal"]
-                for (h, size), c in cells.items():
-                    if size == s and c["wrong"]:
-                        wrong.append(f"{coll} {n} ranks {human(s)}: {h} reported a wrong result")
                 if not shoal or not shoal["out"]:
                     row.append("—")
                     continue

@@ -42,6 +42,9 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+# hivemind's CompressionType for each --codec: NONE, FLOAT16, UNIFORM_8BIT
+CODECS = {"none": 0, "fp16": 2, "int8": 3}
+
 # ---------------------------------------------------------------- model and data (as shoal-swarm's)
 
 
@@ -205,7 +208,7 @@ def serve(a):
         matchmaking_time=a.matchmaking_time, averaging_timeout=a.averaging_timeout,
         delay_optimizer_step=a.delayed_updates, delay_grad_averaging=a.delayed_updates,
         offload_optimizer=True if a.delayed_updates else None, verbose=False)
-    compression = {"none": 0, "fp16": 2, "int8": 3}[a.codec]  # NONE, FLOAT16, UNIFORM_8BIT
+    compression = CODECS[a.codec]
     hidden = BatchTensorDescriptor(a.seq_len, a.d_model, compression=compression)
     tokens = BatchTensorDescriptor(a.seq_len, dtype=torch.int64)
     args_schema = (tokens,) if module.first else (hidden, tokens) if module.last else (hidden,)
@@ -288,7 +291,7 @@ def train(a):
     uids = [[f"stage{i % a.stages}.{i}" for i in range(a.peers) if i % a.stages == k] for k in range(a.stages)]
     fwd = [Balancer() for _ in range(a.stages)]
     bwd = [Balancer() for _ in range(a.stages)]
-    compression = {"none": 0, "fp16": 2, "int8": 3}[a.codec]
+    compression = CODECS[a.codec]
     stop = threading.Event()
 
     def discover():
@@ -375,6 +378,19 @@ def train(a):
 # ---------------------------------------------------------------- launcher
 
 
+def new_lines(path, offsets):
+    """The complete lines appended to path since the last call (offsets: where each file was read to)."""
+    try:
+        with open(path) as f:
+            f.seek(offsets.get(path, 0))
+            chunk = f.read()
+    except OSError:
+        return []
+    keep = chunk[:chunk.rfind("\n") + 1]
+    offsets[path] = offsets.get(path, 0) + len(keep)
+    return keep.splitlines()
+
+
 def local(a):
     import hivemind
 
@@ -424,7 +440,8 @@ def local(a):
     rng = random.Random(12345)
     killed, kills = set(), []
     done = []  # (time, index, loss, bytes)
-    offsets = {}
+    offsets = {}  # file -> characters read (new_lines)
+    latest_stats = {}  # server -> its newest stats line
     history = [(0.0, 0)]
     rates = {}  # server -> [smoothed throughput, last samples, last busy]
     progress = open(os.path.join(out, "progress.csv"), "w")
@@ -454,16 +471,9 @@ def local(a):
                 kills.append({"time_s": t, "peer": victim})
                 print(f"t={t:.1f}s: killed {victim}", flush=True)
         for tr in trainers:
-            path = os.path.join(out, "logs", f"{tr}.done")
-            if os.path.exists(path):
-                with open(path) as f:
-                    f.seek(offsets.get(tr, 0))
-                    chunk = f.read()
-                    keep = chunk[:chunk.rfind("\n") + 1]
-                    offsets[tr] = offsets.get(tr, 0) + len(keep)
-                for line in keep.splitlines():
-                    ts, idx, loss, nb = line.split(",")
-                    done.append((float(ts) - start, int(idx), float(loss), int(nb)))
+            for line in new_lines(os.path.join(out, "logs", f"{tr}.done"), offsets):
+                ts, idx, loss, nb = line.split(",")
+                done.append((float(ts) - start, int(idx), float(loss), int(nb)))
         samples = len(done) * a.micro_batch
         history.append((t, samples))
         while len(history) > 2 and t - history[1][0] >= 5.0:
@@ -475,11 +485,12 @@ def local(a):
             name = f"server{i}"
             if name in killed:
                 continue
-            try:
-                with open(os.path.join(out, "logs", f"{name}.stats")) as f:
-                    last = f.read().strip().splitlines()[-1].split(",")
-            except (OSError, IndexError):
+            lines = new_lines(os.path.join(out, "logs", f"{name}.stats"), offsets)
+            if lines:
+                latest_stats[name] = lines[-1]
+            if name not in latest_stats:
                 continue
+            last = latest_stats[name].split(",")
             n, busy, epoch = float(last[1]), float(last[2]), int(last[3])
             r = rates.setdefault(name, [0.0, 0.0, 0.0])
             if busy - r[2] > 1.0:  # windows of at least a second of work, smoothed, as shoal's servers
@@ -571,7 +582,7 @@ def main():
     p.add_argument("--lr", type=float, default=3e-3)
     p.add_argument("--model-seed", type=int, default=1234)
     p.add_argument("--data-seed", type=int, default=0)
-    p.add_argument("--codec", choices=["none", "fp16", "int8"], default="none",
+    p.add_argument("--codec", choices=list(CODECS), default="none",
                    help="activations and gradients between stages (hivemind: NONE, FLOAT16, UNIFORM_8BIT)")
     p.add_argument("--delayed-updates", action="store_true",
                    help="hivemind.Optimizer(delay_optimizer_step=True, delay_grad_averaging=True)")
