@@ -9,6 +9,7 @@
 #                    [--timeout 900] [--logs DIR] [--no-build] [--netns NS0,NS1,...]
 #                    [--scenario NAME] [--csv FILE.csv] [--plot PREFIX] [--img-dir docs/img]
 #                    [--load N] [--bind none|core|launcher] [--shoal-launcher shoal-run|torchrun]
+#                    [--percentiles]
 #
 # Peers (--peers, a comma list, or "all"; default mpi-tcp,mpi-vader,gloo):
 #   mpi-vader   Open MPI, btl vader,self (shared memory)   with --netns: vader,tcp,self
@@ -33,7 +34,8 @@
 # mpirun's core for up to 2 ranks); without it shoal-run binds by its default and mpirun none.
 # --shoal-launcher torchrun starts shoal-bench with torchrun (--no_python, the project's .venv),
 # which binds nothing: what SHOAL_BIND (exported to this script) makes of unbound ranks. Not
-# with --netns.
+# with --netns. --percentiles has every harness time each iteration too (-p 1: p50 and p99 over
+# the iterations, each the slowest rank's time), kept in LOGS/rows.tsv beside the loop's mean.
 #
 # Each round runs, in an order rotated by one every round: shoal-bench (via shoal-run) and each
 # peer. Every harness prints nccl-tests' table; per size we keep the best round (--stat best,
@@ -57,8 +59,9 @@ cmdline="bench/compare.sh$(printf ' %q' "$@")"
 coll=all_reduce ranks=2 sizes=8:64M rounds=3 iters=20 warmup=5 check=1 transport="" out=""
 stat=best place=out peers="mpi-tcp,mpi-vader,gloo" timeout_s=900 logs="" build_peers=1
 netns="" scenario="" csv="" plot="" img_dir="$root/docs/img" load=0 bind="" shoal_launcher=shoal-run
+percentiles=0
 
-usage() { sed -n '2,45p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,50p' "$0" | sed 's/^# \{0,1\}//'; }
 while [ $# -gt 0 ]; do
   case "$1" in
     --collective) coll="$2"; shift 2 ;;
@@ -84,6 +87,7 @@ while [ $# -gt 0 ]; do
     --load) load="$2"; shift 2 ;;
     --bind) bind="$2"; shift 2 ;;
     --shoal-launcher) shoal_launcher="$2"; shift 2 ;;
+    --percentiles) percentiles=1; shift ;;
     -h|--help) usage; exit 0 ;;
     *) echo "compare.sh: unknown argument '$1'" >&2; usage >&2; exit 2 ;;
   esac
@@ -104,6 +108,7 @@ IFS=: read -r min_b max_b factor <<<"$sizes"
 if [ -z "$min_b" ] || [ -z "$max_b" ]; then die "--sizes takes MIN:MAX[:FACTOR], e.g. 8:64M"; fi
 factor="${factor:-2}"
 bench_args=("$coll" -b "$min_b" -e "$max_b" -f "$factor" -n "$iters" -w "$warmup" -c "$check")
+((percentiles)) && bench_args+=(-p 1)
 all_peers="mpi-tcp,mpi-vader,mpich,mpich-tcp,gloo,torch-gloo"
 [ "$peers" = all ] && peers="$all_peers"
 for p in ${peers//,/ }; do
@@ -383,9 +388,13 @@ for ((round = 1; round <= rounds; round++)); do
       notes+=("round $round ${title[$name]}: MPI_Finalize hung after a complete table and was stopped (UCX tcp cleanup, openucx/ucx#8738)")
       echo "compare.sh: $name: MPI_Finalize hung after a complete table; stopped it" >&2
     fi
-    # data rows of nccl-tests' table: size count type redop root time algbw busbw #wrong x2
+    # data rows of nccl-tests' table: size count type redop root time algbw busbw #wrong x2,
+    # then (-p 1) p50 p99 out of place, p50 p99 in place
     awk -v h="$name" -v r="$round" '
-      $1 ~ /^[0-9]+$/ && NF >= 13 { print h "\t" r "\t" $1 "\t" $6 "\t" $10 "\t" $9 "\t" $13 }
+      $1 ~ /^[0-9]+$/ && NF >= 13 {
+        pct = NF >= 17 ? "\t" $14 "\t" $15 "\t" $16 "\t" $17 : ""
+        print h "\t" r "\t" $1 "\t" $6 "\t" $10 "\t" $9 "\t" $13 pct
+      }
     ' "$log" >>"$rows" || true
   done
   # The ceiling, measured in the same run: single-core memcpy of 64 MiB (bench_kernels counts

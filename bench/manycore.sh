@@ -2,7 +2,8 @@
 # One command on any Linux node: shoal against the node's Open MPI (shared memory, vader) and
 # MPICH where installed, at 2, 4, 8, 16 ranks and as many ranks as the node has cores, one rank
 # per core (bound), all_reduce, all_gather, reduce_scatter and broadcast from 8 B to 64 MiB, out
-# of place and in place, several rounds interleaved (bench/compare.sh), the median round per cell.
+# of place and in place, several rounds interleaved (bench/compare.sh), the median round per cell,
+# every iteration timed too for p50 and p99 (the harnesses' -p 1).
 #
 #   bench/manycore.sh [--ranks "2 4 8 16"] [--collectives "all_reduce all_gather reduce_scatter broadcast"]
 #                     [--sizes 8:64M] [--rounds 3] [--iters 20] [--out manycore]
@@ -16,8 +17,8 @@
 # unbinds), and writes OUT/sections.md (compare.sh's tables, out of place), OUT/logs/COLL-RANKS/
 # (every round's raw output and rows.tsv) and OUT/report.md (bench/manycore_report.py: shoal /
 # best MPI per cell out of place and in place, the median round; in place against out of place;
-# the targets at 8 ranks and more), with OUT/manycore.png where matplotlib is installed. Exits 1
-# when a run failed or a target is missed.
+# p99 / p50 of shoal and the best MPI; the targets at 8 ranks and more), with OUT/manycore.png
+# where matplotlib is installed. Exits 1 when a run failed or a target is missed.
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -29,7 +30,7 @@ sizes=8:64M rounds=3 iters=20 out=manycore oversubscribe=0 build=1
 cmdline="bench/manycore.sh$(printf ' %q' "$@")"
 build_dir="$root/build-manycore"
 
-usage() { sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//'; }
 while [ $# -gt 0 ]; do
   case "$1" in
     --ranks) ranks_list="$2"; shift 2 ;;
@@ -111,7 +112,7 @@ for r in "${picked[@]}"; do
     echo "== $c, $r ranks" >&2
     rm -rf "$out/logs/$c-$r"
     BUILD="$build_dir" "$here/compare.sh" --collective "$c" --ranks "$r" --sizes "$sizes" --rounds "$rounds" \
-      --iters "$iters" --stat median --bind "$bind" --peers "$peers" --no-build --scenario manycore \
+      --iters "$iters" --stat median --bind "$bind" --peers "$peers" --no-build --scenario manycore --percentiles \
       --out "$out/sections.md" --logs "$out/logs/$c-$r" >/dev/null || failed=1
   done
 done

@@ -1,12 +1,15 @@
 #!/usr/bin/env python3
 """Report of bench/manycore.sh: from every LOGS/COLL-RANKS/rows.tsv (bench/compare.sh's rounds:
-harness, round, bytes, out-of-place and in-place time in us, wrong counts), the median round per
-cell, shoal's bus bandwidth over the best MPI's (out of place and in place), shoal's in-place
-time against its out-of-place time, and the targets of issue 44 at 8 ranks and more:
+harness, round, bytes, out-of-place and in-place time in us, wrong counts, then p50 and p99 of
+the iterations out of place and in place), the median round per cell, shoal's bus bandwidth over
+the best MPI's (out of place and in place), shoal's in-place time against its out-of-place time,
+the tails (p99 / p50 of shoal and of the best MPI), and the targets of issue 44 at 8 ranks and
+more:
 
   - all_reduce, all_gather, reduce_scatter: every size at least 1.0x the best MPI's busbw, and
     all_reduce and reduce_scatter at least 2.0x from 1 MiB up;
-  - no shoal cell whose out-of-place and in-place times differ by more than 2x.
+  - no shoal cell whose out-of-place and in-place times differ by more than 2x;
+  - at 16 ranks, the p99 of an 8 B all_reduce within 3x its p50.
 
 Usage: manycore_report.py LOGS [--cores N] [--cmdline TEXT] [--plot PNG]. Prints markdown
 (--plot: shoal ÷ best MPI against size, a line per rank count, a panel per collective, where
@@ -38,7 +41,8 @@ def human(b):
 
 
 def load(logs):
-    """{(coll, ranks): {(harness, bytes): {"out": [us...], "in": [us...], "wrong": bool}}}"""
+    """{(coll, ranks): {(harness, bytes): {"out": [us...], "in": [us...], "wrong": bool,
+                                           "pct": {"out": [(p50, p99)...], "in": [...]}}}}"""
     runs = {}
     for name in sorted(os.listdir(logs)):
         path = os.path.join(logs, name, "rows.tsv")
@@ -50,12 +54,17 @@ def load(logs):
             f = line.rstrip("\n").split("\t")
             if len(f) < 7:
                 continue
-            cell = cells.setdefault((f[0], int(f[2])), {"out": [], "in": [], "wrong": False})
+            cell = cells.setdefault((f[0], int(f[2])),
+                                    {"out": [], "in": [], "wrong": False, "pct": {"out": [], "in": []}})
             for key, t, w in (("out", f[3], f[5]), ("in", f[4], f[6])):
                 if t not in ("N/A", "") and float(t) > 0:
                     cell[key].append(float(t))
                 if w not in ("N/A", "", "0"):
                     cell["wrong"] = True
+            if len(f) >= 11:  # compare.sh --percentiles
+                for key, p50, p99 in (("out", f[7], f[8]), ("in", f[9], f[10])):
+                    if p50 != "N/A" and p99 != "N/A" and float(p50) > 0:
+                        cell["pct"][key].append((float(p50), float(p99)))
     return runs
 
 
@@ -118,6 +127,7 @@ def main():
                 row.append(" / ".join(text) + spread)
             out.append("| " + " | ".join(row) + " |")
         out.append("")
+    out += tails(runs, colls, rank_counts, misses)
     big = [n for n in rank_counts if n >= 8]
     if not big:
         out.append("Targets (8 ranks and more): not measured here (no run of 8 ranks or more on this node).")
@@ -126,8 +136,6 @@ def main():
         out += [f"- {m}" for m in misses]
     else:
         out.append(f"Targets (8 ranks and more, {', '.join(map(str, big))}): every cell met.")
-    out.append("p99 per cell is not reported: the harnesses time each size's loop of iterations as a "
-               "whole, as nccl-tests does.")
     if wrong:
         out.append("Wrong results:")
         out += [f"- {w}" for w in wrong]
@@ -135,6 +143,48 @@ def main():
         out.append(plot(curves, a.plot))
     print("\n".join(out))
     return 1 if misses or wrong else 0
+
+
+def tail_ratio(cell, place):
+    """(p50 us, p99 / p50) of the median round (by p99), or None without percentiles."""
+    rounds = sorted(cell["pct"][place], key=lambda q: q[1]) if cell else []
+    if not rounds:
+        return None
+    p50, p99 = rounds[(len(rounds) - 1) // 2]
+    return p50, p99 / p50
+
+
+def tails(runs, colls, rank_counts, misses):
+    """The tails section: per cell, shoal's p99 / p50 out of place, and the best MPI's (the MPI
+    with the higher median busbw) beside it; adds the 16-rank 8 B all_reduce target to misses."""
+    lines = []
+    if not any(c["pct"]["out"] for cells in runs.values() for c in cells.values()):
+        return ["No tails: these logs have no percentiles (compare.sh --percentiles)."]
+    lines.append("")
+    for coll in colls:
+        present = [n for n in rank_counts if (coll, n) in runs]
+        sizes = sorted({s for n in present for (_, s) in runs[(coll, n)]})
+        lines.append(f"### {coll}: tails, p99 ÷ p50 of the iterations out of place, shoal (best MPI)\n")
+        lines.append("| size | " + " | ".join(f"{n} ranks" for n in present) + " |")
+        lines.append("|---:|" + "---:|" * len(present))
+        for s in sizes:
+            row = [human(s)]
+            for n in present:
+                cells = runs[(coll, n)]
+                mine = tail_ratio(cells.get(("shoal", s)), "out")
+                peers = [c for (h, size), c in cells.items() if size == s and h != "shoal" and c["out"]]
+                best = min(peers, key=lambda c: statistics.median(c["out"]), default=None)
+                theirs = tail_ratio(best, "out")
+                row.append((f"{mine[1]:.1f}" if mine else "—") + (f" ({theirs[1]:.1f})" if theirs else ""))
+            lines.append("| " + " | ".join(row) + " |")
+        lines.append("")
+    for n in (16,):
+        cell = runs.get(("all_reduce", n), {}).get(("shoal", 8))
+        for place in ("out", "in"):
+            q = tail_ratio(cell, place)
+            if q and q[1] > 3.0:
+                misses.append(f"all_reduce {n} ranks 8 B {place} of place: p99 {q[1]:.1f}x p50 ({q[0]:.2f} us) > 3x")
+    return lines
 
 
 def plot(curves, path):

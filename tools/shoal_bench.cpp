@@ -454,6 +454,10 @@ nlohmann::json timing_json(const PbRow& r) {
   if (!r.available) return nullptr;
   nlohmann::json j = {{"time_us", r.sec * 1e6}, {"algbw", r.algbw}, {"busbw", r.busbw}};
   j["wrong"] = r.wrong < 0 ? nlohmann::json(nullptr) : nlohmann::json(r.wrong);
+  if (r.p50_sec > 0) {  // -p 1
+    j["p50_us"] = r.p50_sec * 1e6;
+    j["p99_us"] = r.p99_sec * 1e6;
+  }
   return j;
 }
 

@@ -54,6 +54,9 @@ USAGE = """usage: %s COLLECTIVE [options]
   -o,--op sum         only sum
   -r,--root N         root of broadcast/reduce, default 0
   -a,--average 0..3   time over ranks: 0=rank0 1=avg 2=min 3=max, default 3
+  -p,--percentiles 0/1 also time every iteration (the slowest rank's time) and add
+                      p50 and p99 over them, out of place and in place, to each
+                      line; default 0
 """
 
 
@@ -76,7 +79,7 @@ def parse_int(v):
 def parse_args(argv, rank):
     prog = "torch_gloo_bench"
     o = dict(coll="all_reduce", min_bytes=32 << 20, max_bytes=32 << 20, step_bytes=1 << 20,
-             step_factor=1, iters=20, warmup=5, check=1, root=0, average=3)
+             step_factor=1, iters=20, warmup=5, check=1, root=0, average=3, percentiles=0)
 
     def err(msg):
         if rank == 0:
@@ -96,14 +99,15 @@ def parse_args(argv, rank):
         return err("%s: unknown collective '%s'\n%s" % (prog, argv[1], USAGE % prog))
     o["coll"] = c
     longs = ["minbytes=", "maxbytes=", "stepbytes=", "stepfactor=", "iters=", "warmup_iters=",
-             "check=", "op=", "datatype=", "root=", "average=", "help"]
+             "check=", "op=", "datatype=", "root=", "average=", "percentiles=", "help"]
     try:
-        opts, rest = getopt.gnu_getopt(argv[2:], "b:e:i:f:n:w:c:o:d:r:a:h", longs)
+        opts, rest = getopt.gnu_getopt(argv[2:], "b:e:i:f:n:w:c:o:d:r:a:p:h", longs)
     except getopt.GetoptError as e:
         return err("%s: %s\n%s" % (prog, e, USAGE % prog))
     key = {"--minbytes": "-b", "--maxbytes": "-e", "--stepbytes": "-i", "--stepfactor": "-f",
            "--iters": "-n", "--warmup_iters": "-w", "--check": "-c", "--op": "-o",
-           "--datatype": "-d", "--root": "-r", "--average": "-a", "--help": "-h"}
+           "--datatype": "-d", "--root": "-r", "--average": "-a", "--percentiles": "-p",
+           "--help": "-h"}
     try:
         for k, v in opts:
             k = key.get(k, k)
@@ -119,6 +123,7 @@ def parse_args(argv, rank):
             elif k == "-c": o["check"] = parse_int(v)
             elif k == "-r": o["root"] = parse_int(v)
             elif k == "-a": o["average"] = parse_int(v)
+            elif k == "-p": o["percentiles"] = parse_int(v)
             elif k == "-d":
                 if v not in ("float", "float32", "f32"):
                     return err("only -d float is supported (got '%s')" % v)
@@ -136,8 +141,8 @@ def parse_args(argv, rank):
     if o["min_bytes"] > o["max_bytes"]:
         return err("invalid sizes: minbytes %d > maxbytes %d" % (o["min_bytes"], o["max_bytes"]))
     if (o["iters"] < 1 or o["warmup"] < 0 or not 0 <= o["average"] <= 3 or
-            (o["step_factor"] <= 1 and o["step_bytes"] == 0)):
-        return err("invalid -n/-w/-a/-f/-i value")
+            o["percentiles"] not in (0, 1) or (o["step_factor"] <= 1 and o["step_bytes"] == 0)):
+        return err("invalid -n/-w/-a/-p/-f/-i value")
     return o
 
 
@@ -187,6 +192,7 @@ class Bench:
         self.scratch = torch.zeros(nelem if o["coll"] == "reduce_scatter" else 1, dtype=torch.float32)
         self.k = counts(o["coll"], 0, self.n)
         self.rep = 0
+        self.pct = {False: None, True: None}  # -p 1: (p50, p99) seconds per place
         self.bw_sum, self.bw_count, self.errors = 0.0, 0, 0
         self.has_rs_tensor = hasattr(dist, "reduce_scatter_tensor")
         self.has_ag_tensor = hasattr(dist, "all_gather_into_tensor")
@@ -340,6 +346,7 @@ class Bench:
     # -- nccl-tests' BenchTime for one (size, in_place) --
     def bench_time(self, in_place):
         o, d = self.o, self.dist
+        self.pct[in_place] = None
         if in_place and not self.has_inplace():
             if self.rank == 0:
                 sys.stdout.write("  %7s  %6s  %6s  %5s" % ("N/A", "N/A", "N/A", "N/A"))
@@ -349,9 +356,19 @@ class Bench:
         self.run(in_place, 0)  # sync
         d.barrier()
         t0 = time.perf_counter()
+        laps, lap_start = [], t0
         for it in range(o["iters"]):
             self.run(in_place, it)
+            if o["percentiles"]:
+                t = time.perf_counter()
+                laps.append(t - lap_start)
+                lap_start = t
         sec = (time.perf_counter() - t0) / o["iters"]
+        if o["percentiles"]:  # as pb_laps: each iteration the slowest rank's, then p50 and p99
+            laps = sorted(self.reduce_double(x, 3) for x in laps)
+            m = len(laps)
+            p50 = laps[m // 2] if m % 2 else (laps[m // 2 - 1] + laps[m // 2]) / 2
+            self.pct[in_place] = (p50, laps[(99 * m + 99) // 100 - 1])
         if o["average"] == 0:
             sec = self.reduce_double(sec if self.rank == 0 else 0.0, 1)
         else:
@@ -386,20 +403,22 @@ class Bench:
             w("# torch_gloo_bench %s: %d ranks on %s, %s\n" % (c, n, socket.gethostname(), library))
             w("# %s\n" % self.details())
             w("# minBytes %d maxBytes %d step: %d(%s) warmup iters: %d iters: %d validation: %d "
-              "time: %s over ranks of the per-rank average\n" % (
+              "time: %s over ranks of the per-rank average%s\n" % (
                   o["min_bytes"], o["max_bytes"],
                   o["step_factor"] if o["step_factor"] > 1 else o["step_bytes"],
                   "factor" if o["step_factor"] > 1 else "bytes", o["warmup"], o["iters"], o["check"],
-                  ["rank 0", "mean", "min", "max"][o["average"]]))
+                  ["rank 0", "mean", "min", "max"][o["average"]],
+                  "; p50/p99: over the iterations, each the slowest rank's time" if o["percentiles"] else ""))
             w("#\n")
-            w("# %10s  %12s  %8s  %6s  %6s           out-of-place                       in-place          \n"
-              % ("", "", "", "", ""))
-            w("# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s %6s  %7s  %6s  %6s %6s\n" % (
+            pct = o["percentiles"]
+            w("# %10s  %12s  %8s  %6s  %6s           out-of-place                       in-place          %s\n"
+              % ("", "", "", "", "", "   out-of-place        in-place" if pct else ""))
+            w("# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s %6s  %7s  %6s  %6s %6s%s\n" % (
                 "size", "count", "type", "redop", "root", "time", "algbw", "busbw", "#wrong",
-                "time", "algbw", "busbw", "#wrong"))
-            w("# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s  %5s  %7s  %6s  %6s  %5s\n" % (
+                "time", "algbw", "busbw", "#wrong", "      p50      p99      p50      p99" if pct else ""))
+            w("# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s  %5s  %7s  %6s  %6s  %5s%s\n" % (
                 "(B)", "(elements)", "", "", "", "(us)", "(GB/s)", "(GB/s)", "", "(us)", "(GB/s)",
-                "(GB/s)", ""))
+                "(GB/s)", "", "     (us)     (us)     (us)     (us)" if pct else ""))
             sys.stdout.flush()
         self.dist.barrier()
         # warmup at the largest and the smallest size, out of place, like nccl-tests' TimeTest
@@ -416,6 +435,10 @@ class Bench:
             self.bench_time(False)
             self.bench_time(True)
             if self.rank == 0:
+                if o["percentiles"]:
+                    for q in (self.pct[False], self.pct[True]):
+                        sys.stdout.write("".join("  %7s" % (fmt_time(x * 1e6) if q else "N/A")
+                                                 for x in (q or (0, 0))))
                 sys.stdout.write("\n")
                 sys.stdout.flush()
             if size == 0:

@@ -2,8 +2,9 @@
 # bench/manycore.sh, the one-command sweep against Open MPI for nodes of many cores:
 #   - missing prerequisites are named all at once, with their packages, before anything runs (exit 2);
 #   - rank counts above the node's cores are left out and said so; none left: exit 2;
-#   - a small sweep (2 ranks, against Open MPI's shared memory) writes a report whose ratios are
-#     the medians of compare.sh's raw rounds (rows.tsv), recomputed here independently, and a plot.
+#   - a small sweep (2 ranks, against Open MPI's shared memory) writes a report whose ratios and
+#     tails (p99 / p50) are the medians of compare.sh's raw rounds (rows.tsv), recomputed here
+#     independently, and a plot.
 # Usage: bash test_manycore.sh BIN_DIR     (ctest passes the build's bin directory)
 source "$(dirname "$0")/tool_test.sh" test_manycore "${1:-}" shoal-run shoal-bench
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
@@ -71,6 +72,15 @@ for coll, factor in (("all_reduce", 1.0), ("reduce_scatter", 0.5)):  # bus facto
         want.append(statistics.median(t[1] for t in times[("shoal", size)]) /
                     statistics.median(t[0] for t in times[("shoal", size)]))
         assert len(printed) == 3 and all(abs(p - w) <= 0.006 for p, w in zip(printed, want)), (coll, label, printed, want)
+        # the tails: shoal's p99 / p50 out of place in the round of median p99, from the raw rows
+        tails = report.split(f"### {coll}: tails")[1].split("###")[0]
+        line = next(l for l in tails.splitlines() if l.startswith(f"| {label} |"))
+        pct = sorted((float(r[8]), float(r[7])) for r in rows if r[0] == "shoal" and int(r[2]) == size)
+        median_p99 = pct[(len(pct) - 1) // 2][0]
+        shown = float(re.findall(r"\d+\.\d+", line)[0])
+        # rounds printed with the same p99 (two decimals) are all the median round
+        assert len(pct) == 3 and any(abs(shown - p99 / p50) <= 0.051 for p99, p50 in pct if p99 == median_p99), \
+            (coll, label, line, pct)
 print("ok")
 EOF
 then pass; else fail "a 2-rank sweep's report equals the medians of its raw rounds"; fi

@@ -120,9 +120,38 @@ else
   pass
 fi
 
+# ---- -p 1: p50 and p99 of the iterations, in the table (4 more columns) and the JSON ----
+json=$D/pct.json
+if ! bench 3 all_reduce -b 8 -e 64K -f 8 -n 9 -w 1 -c 1 -p 1 --json "$json"; then
+  fail "-p 1: exit status $rc"
+elif ! msg=$("$PY" - "$json" "$D/out" "$(expected_rows 8 65536 8 0)" <<'EOF' 2>&1
+import json, sys
+doc = json.load(open(sys.argv[1]))
+lines = [l.split() for l in open(sys.argv[2]) if l.split() and l.split()[0].isdigit()]
+want = int(sys.argv[3])
+assert len(doc["rows"]) == want and len(lines) == want, (len(doc["rows"]), len(lines), want)
+for r, cols in zip(doc["rows"], lines):
+    assert len(cols) == 17, cols
+    printed = [float(c) for c in cols[13:17]]
+    got = []
+    for mode in ("out_of_place", "in_place"):
+        m = r[mode]
+        # with fewer than 100 iterations p99 is the slowest iteration of the slowest rank, which
+        # no rank's mean (time_us: the slowest rank's mean) can exceed
+        assert 0 < m["p50_us"] <= m["p99_us"], m
+        assert m["time_us"] <= m["p99_us"] * 1.0001, m
+        got += [m["p50_us"], m["p99_us"]]
+    assert all(abs(p - g) <= max(0.006, 0.0006 * g) for p, g in zip(printed, got)), (printed, got)
+EOF
+); then
+  fail "-p 1: $msg"
+else
+  pass
+fi
+
 # ---- bad flags: usage and exit 2, before any rendezvous ----
 for args in "all_reduce --bogus" "all_reduce -d quad" "all_reduce -o xor" "allreduce_typo" "" \
-            "all_reduce -b 1M -e 1K" "all_reduce --json"; do
+            "all_reduce -b 1M -e 1K" "all_reduce --json" "all_reduce -p 2"; do
   # shellcheck disable=SC2086  # the words are the arguments
   "${GUARD[@]}" "$BENCH" $args >"$D/out" 2>&1
   rc=$?

@@ -39,6 +39,7 @@ typedef struct {
   Coll coll;
   size_t min_bytes, max_bytes, step_bytes, step_factor;
   int iters, warmup, check, root, average; /* average: 0=rank0 1=avg 2=min 3=max over ranks */
+  int percentiles;      /* -p 1: also each iteration timed, p50 and p99 over them (see pb_laps) */
   const char* datatype; /* -d as given (default "float"); the harness interprets it */
   const char* op;       /* -o as given (default "sum") */
 } BenchOptions;
@@ -75,6 +76,7 @@ typedef struct {
   int root, in_place, available;
   double sec, algbw, busbw;
   long long wrong;
+  double p50_sec, p99_sec; /* with -p 1 (else 0): over the iterations, each the slowest rank's */
 } PbRow;
 
 /* Where one checked call's data lives, for PeerOps.init_data/check_data: send and recv are the
@@ -201,6 +203,9 @@ static inline void pb_usage(const char* prog, FILE* f, const PbParseExt* ext) {
           "%s"
           "  -r,--root N         root of broadcast/reduce, default 0\n"
           "  -a,--average 0..3   time over ranks: 0=rank0 1=avg 2=min 3=max, default 3\n"
+          "  -p,--percentiles 0/1 also time every iteration (the slowest rank's time) and add\n"
+          "                      p50 and p99 over them, out of place and in place, to each\n"
+          "                      line; default 0\n"
           "%s",
           prog, dtype_op, ext && ext->usage_extra ? ext->usage_extra : "");
 }
@@ -221,6 +226,7 @@ static inline int pb_parse_args_ex(int argc, char** argv, int rank, BenchOptions
                                                 {"datatype", required_argument, 0, 'd'},
                                                 {"root", required_argument, 0, 'r'},
                                                 {"average", required_argument, 0, 'a'},
+                                                {"percentiles", required_argument, 0, 'p'},
                                                 {"help", no_argument, 0, 'h'},
                                                 {0, 0, 0, 0}};
   enum { kBase = sizeof base_longopts / sizeof base_longopts[0] - 1, kMaxExtra = 8 };
@@ -239,6 +245,7 @@ static inline int pb_parse_args_ex(int argc, char** argv, int rank, BenchOptions
   o->check = 1;
   o->root = 0;
   o->average = 3;
+  o->percentiles = 0;
   o->datatype = "float";
   o->op = "sum";
   if (argc < 2 || argv[1][0] == '-') {
@@ -257,7 +264,7 @@ static inline int pb_parse_args_ex(int argc, char** argv, int rank, BenchOptions
   }
   optind = 2;
   for (;;) {
-    int c = getopt_long(argc, argv, "b:e:i:f:n:w:c:o:d:r:a:h", longopts, NULL);
+    int c = getopt_long(argc, argv, "b:e:i:f:n:w:c:o:d:r:a:p:h", longopts, NULL);
     if (c == -1) break;
     double v;
     switch (c) {
@@ -293,6 +300,9 @@ static inline int pb_parse_args_ex(int argc, char** argv, int rank, BenchOptions
         break;
       case 'a':
         o->average = (int)strtol(optarg, NULL, 0);
+        break;
+      case 'p':
+        o->percentiles = (int)strtol(optarg, NULL, 0);
         break;
       case 'd':
         if (ext && ext->accept_datatype) {
@@ -343,8 +353,8 @@ static inline int pb_parse_args_ex(int argc, char** argv, int rank, BenchOptions
     return -1;
   }
   if (o->iters < 1 || o->warmup < 0 || o->average < 0 || o->average > 3 ||
-      (o->step_factor <= 1 && o->step_bytes == 0)) {
-    if (rank == 0) fprintf(stderr, "invalid -n/-w/-a/-f/-i value\n");
+      (o->percentiles != 0 && o->percentiles != 1) || (o->step_factor <= 1 && o->step_bytes == 0)) {
+    if (rank == 0) fprintf(stderr, "invalid -n/-w/-a/-p/-f/-i value\n");
     return -1;
   }
   return 0;
@@ -431,6 +441,8 @@ typedef struct {
   int errors; /* (size, mode) pairs with wrong elements, like nccl-tests' errors[] */
   double bw_sum;
   int bw_count;
+  double* laps;     /* -p 1: this size's iteration times, o->iters of them */
+  double pct[2][2]; /* -p 1: [in_place][p50, p99] of this size, seconds; <= 0: N/A */
 } PbState;
 
 static inline void* pb_send_ptr(PbState* s, int in_place, size_t shift_bytes) {
@@ -551,6 +563,24 @@ static inline void pb_format_time(double usec, char* buf, size_t len) {
     snprintf(buf, len, "%7.2f", usec);
 }
 
+static inline int pb_cmp_double(const void* a, const void* b) {
+  double x = *(const double*)a, y = *(const double*)b;
+  return x < y ? -1 : x > y;
+}
+
+/* -p 1, after the timed loop: iteration i's time is the slowest rank's (a rank that stalls holds
+ * up everyone's next call, so the slowest rank's time is the iteration's), then p50 (the median)
+ * and p99 (nearest rank: with fewer than 100 iterations, the slowest) over the iterations.
+ * One tiny reduction per iteration, outside the timing. */
+static inline void pb_laps(PbState* s, int in_place) {
+  const int n = s->o->iters;
+  for (int it = 0; it < n; it++) s->laps[it] = s->ops->reduce_double(s->ops->ctx, s->laps[it], 3);
+  qsort(s->laps, (size_t)n, sizeof *s->laps, pb_cmp_double);
+  s->pct[in_place][0] = n % 2 ? s->laps[n / 2] : (s->laps[n / 2 - 1] + s->laps[n / 2]) / 2;
+  int k = (99 * n + 99) / 100; /* ceil(0.99 n), 1-based */
+  s->pct[in_place][1] = s->laps[k - 1];
+}
+
 /* nccl-tests' BenchTime for one (size, in_place). */
 static inline void pb_row(PbState* s, int in_place, int available, double sec, double alg,
                           double bus, long long wrong);
@@ -577,6 +607,7 @@ static inline void pb_bench_time(PbState* s, int in_place) {
   const PeerOps* ops = s->ops;
   const BenchOptions* o = s->o;
   static int rep = 0;
+  s->pct[in_place][0] = s->pct[in_place][1] = 0.0;
   if (!ops->has_inplace(ops->ctx, o->coll) && in_place) {
     if (ops->rank == 0) printf("  %7s  %6s  %6s  %5s", "N/A", "N/A", "N/A", "N/A");
     pb_row(s, in_place, 0, 0.0, 0.0, 0.0, -1);
@@ -586,9 +617,17 @@ static inline void pb_bench_time(PbState* s, int in_place) {
   if (o->check) pb_init_call(s, in_place, 99, 0);
   pb_start(s, in_place, 0); /* sync */
   ops->barrier(ops->ctx);
-  double t0 = pb_now();
-  for (int it = 0; it < o->iters; it++) pb_start(s, in_place, it);
+  double t0 = pb_now(), lap_start = t0;
+  for (int it = 0; it < o->iters; it++) {
+    pb_start(s, in_place, it);
+    if (s->laps) {
+      double t = pb_now();
+      s->laps[it] = t - lap_start;
+      lap_start = t;
+    }
+  }
   double sec = (pb_now() - t0) / o->iters;
+  if (s->laps) pb_laps(s, in_place);
   if (o->average == 0) {
     /* rank 0's value: others contribute 0 to a sum */
     sec = ops->reduce_double(ops->ctx, ops->rank == 0 ? sec : 0.0, 1);
@@ -626,6 +665,17 @@ static inline void pb_bench_time(PbState* s, int in_place) {
   pb_row(s, in_place, 1, sec, alg, bus, o->check ? wrong : -1);
 }
 
+/* Prints the -p 1 columns of the line: p50 and p99, out of place then in place, in us. */
+static inline void pb_print_percentiles(PbState* s) {
+  for (int in_place = 0; in_place < 2; in_place++) {
+    for (int q = 0; q < 2; q++) {
+      char ts[32] = "N/A";
+      if (s->pct[in_place][q] > 0) pb_format_time(s->pct[in_place][q] * 1e6, ts, sizeof ts);
+      printf("  %7s", ts);
+    }
+  }
+}
+
 static inline const char* pb_redop_name(const PeerOps* ops, Coll c) {
   if (c != COLL_ALL_REDUCE && c != COLL_REDUCE_SCATTER && c != COLL_REDUCE) return "none";
   return ops->op_name ? ops->op_name : "sum";
@@ -659,6 +709,10 @@ static inline void pb_row(PbState* s, int in_place, int available, double sec, d
   r.algbw = alg;
   r.busbw = bus;
   r.wrong = available ? wrong : -1;
+  if (available && s->laps) {
+    r.p50_sec = s->pct[in_place][0];
+    r.p99_sec = s->pct[in_place][1];
+  }
   s->ops->report(s->ops->ctx, &r);
 }
 
@@ -688,6 +742,14 @@ static inline int peer_bench_main(const BenchOptions* o, const PeerOps* ops) {
   st.send = a;
   st.recv = b;
   st.expected = (float*)e;
+  if (o->percentiles && !(st.laps = (double*)malloc((size_t)o->iters * sizeof(double)))) {
+    fprintf(stderr, "%s: rank %d: cannot allocate %d iteration times\n", ops->name, ops->rank,
+            o->iters);
+    free(a);
+    free(b);
+    free(e);
+    return 2;
+  }
   /* touch every page now, outside any timing */
   memset(a, 0, st.buf_bytes);
   memset(b, 0, st.buf_bytes);
@@ -704,24 +766,25 @@ static inline int peer_bench_main(const BenchOptions* o, const PeerOps* ops) {
     if (ops->details) printf("# %s\n", ops->details);
     printf(
         "# minBytes %zu maxBytes %zu step: %zu(%s) warmup iters: %d iters: %d validation: %d "
-        "time: %s over ranks of the per-rank average\n",
+        "time: %s over ranks of the per-rank average%s\n",
         o->min_bytes, o->max_bytes, o->step_factor > 1 ? o->step_factor : o->step_bytes,
         o->step_factor > 1 ? "factor" : "bytes", o->warmup, o->iters, o->check,
         o->average == 0   ? "rank 0"
         : o->average == 1 ? "mean"
         : o->average == 2 ? "min"
-                          : "max");
+                          : "max",
+        o->percentiles ? "; p50/p99: over the iterations, each the slowest rank's time" : "");
     printf("#\n");
     printf(
         "# %10s  %12s  %8s  %6s  %6s           out-of-place                       in-place         "
-        " \n",
-        "", "", "", "", "");
-    printf("# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s %6s  %7s  %6s  %6s %6s\n", "size", "count",
+        " %s\n",
+        "", "", "", "", "", o->percentiles ? "   out-of-place        in-place" : "");
+    printf("# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s %6s  %7s  %6s  %6s %6s%s\n", "size", "count",
            "type", "redop", "root", "time", "algbw", "busbw", "#wrong", "time", "algbw", "busbw",
-           "#wrong");
-    printf("# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s  %5s  %7s  %6s  %6s  %5s\n", "(B)",
-           "(elements)", "", "", "", "(us)", "(GB/s)", "(GB/s)", "", "(us)", "(GB/s)", "(GB/s)",
-           "");
+           "#wrong", o->percentiles ? "      p50      p99      p50      p99" : "");
+    printf("# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s  %5s  %7s  %6s  %6s  %5s%s\n", "(B)",
+           "(elements)", "", "", "", "(us)", "(GB/s)", "(GB/s)", "", "(us)", "(GB/s)", "(GB/s)", "",
+           o->percentiles ? "     (us)     (us)     (us)     (us)" : "");
     fflush(stdout);
   }
 
@@ -744,6 +807,7 @@ static inline int peer_bench_main(const BenchOptions* o, const PeerOps* ops) {
     pb_bench_time(&st, 0);
     pb_bench_time(&st, 1);
     if (ops->rank == 0) {
+      if (st.laps) pb_print_percentiles(&st);
       printf("\n");
       fflush(stdout);
     }
@@ -760,6 +824,7 @@ static inline int peer_bench_main(const BenchOptions* o, const PeerOps* ops) {
   free(a);
   free(b);
   free(e);
+  free(st.laps);
   return errors ? 1 : 0;
 }
 
