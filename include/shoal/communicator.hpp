@@ -319,7 +319,9 @@ class Communicator {
 
   // ---- barrier: returns once every rank has entered it ----
   Work barrier_async();
-  void barrier() { barrier_async().wait(); }
+  /// On one host's shared memory, in the calling thread (nothing in flight): no progress thread
+  /// that keeps polling after it, beside the calls that follow on this core.
+  void barrier();
 
   // ---- point to point: a send goes to the first receive posted for its sender and tag, or
   //      from any source (kAnySource) with its tag, whichever was posted first (MPI's matching

@@ -359,6 +359,11 @@ Work Communicator::scatter_async(const void* send, void* recv, size_t count, Dat
 Work Communicator::barrier_async() {
   return impl_->call(api_call(Collective::barrier, nullptr, nullptr, 0, DataType::uint8));
 }
+void Communicator::barrier() {
+  auto r = api_call(Collective::barrier, nullptr, nullptr, 0, DataType::uint8);
+  r.blocking = true;
+  impl_->call(r).wait();
+}
 Work Communicator::send_async(const void* buf, size_t count, DataType dtype, int peer, int tag) {
   auto r = api_call(Collective::send, buf, nullptr, count, dtype);
   r.peer = peer;

@@ -175,6 +175,8 @@ bool flat_queued(const algorithms::CollectiveArgs& a, uint64_t slot_bytes, uint6
 }
 
 bool flat_fits(const algorithms::CollectiveArgs& a, uint64_t slot_bytes, uint64_t direct_bytes) {
+  // A barrier publishes an empty slot and waits for every peer's.
+  if (a.collective == Collective::barrier) return a.size > 1 && slot_bytes > 0;
   if (flat_direct(a, slot_bytes, direct_bytes)) return true;
   switch (a.collective) {
     case Collective::all_reduce:

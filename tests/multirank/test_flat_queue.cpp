@@ -3,12 +3,19 @@
 // wait for each other. Ranks here are forked processes: every byte crosses address spaces as
 // in a real job and is compared with a reference built independently; a root must get ahead
 // of receivers that have not even started, the calls after a queued one must still find the
-// slots free, mismatched calls must still fail, and a dead root must still be reported.
+// slots free, mismatched calls must still fail, and a dead root must still be reported. A
+// barrier is a flat call there too, and must hold every rank until the last has entered; every
+// region's pages must be in memory before the first call.
 #include <gtest/gtest.h>
 #include <stdlib.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <array>
+#include <cerrno>
 #include <chrono>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -17,6 +24,8 @@
 #include <vector>
 
 #include "comm/comm_impl.hpp"
+#include "comm/flat_memory.hpp"
+#include "comm/spin.hpp"
 #include "support/deaths.hpp"
 #include "support/processes.hpp"
 
@@ -163,6 +172,96 @@ TEST(FlatQueue, ARootRunsAheadOfReceiversThatHaveNotStarted) {
       },
       60s);
   std::filesystem::remove_all(dir);
+  for (int r = 0; r < kRanks; ++r)
+    EXPECT_EQ(results[r].exit_code, 0) << "rank " << r << ": " << results[r].report;
+}
+
+// On one host's shared memory a barrier is a flat call, blocking in the caller's thread and
+// through the engine alike (barrier_async), and it holds every rank until the last has
+// entered: each round another rank enters 50 ms late, and no rank may leave before it entered
+// (CLOCK_MONOTONIC: one clock for every process of the host).
+TEST(FlatBarrier, NoRankLeavesBeforeTheLastHasEntered) {
+  constexpr int kRanks = 3, kRounds = 3;
+  ProcessJob job(kRanks);
+  auto results = job.run(
+      [&](int rank, const ProcessJob& j) {
+        Communicator comm = Communicator::create(j.store(), rank, kRanks);
+        const auto& planner = *shoal::detail::Internals::of(comm).planner;
+        std::ostringstream times;
+        for (bool async : {false, true})
+          for (int round = 0; round < kRounds; ++round) {
+            if (rank == round % kRanks) std::this_thread::sleep_for(50ms);
+            const uint64_t flat_before = planner.planned(comm::Path::flat);
+            const int64_t entered = comm::monotonic_ns();
+            if (async)
+              comm.barrier_async().wait();
+            else
+              comm.barrier();
+            const int64_t left = comm::monotonic_ns();
+            times << entered << ' ' << left << ' '
+                  << planner.planned(comm::Path::flat) - flat_before << '\n';
+          }
+        j.report(rank, times.str());
+        return 0;
+      },
+      60s);
+  std::vector<std::vector<std::array<int64_t, 3>>> barriers(2 * kRounds);
+  for (int r = 0; r < kRanks; ++r) {
+    ASSERT_EQ(results[r].exit_code, 0) << "rank " << r << ": " << results[r].report;
+    std::istringstream in(results[r].report);
+    for (auto& b : barriers) {
+      std::array<int64_t, 3> t{};
+      ASSERT_TRUE(in >> t[0] >> t[1] >> t[2]) << "rank " << r << ": " << results[r].report;
+      b.push_back(t);
+    }
+  }
+  for (size_t i = 0; i < barriers.size(); ++i) {
+    int64_t last_entered = 0;
+    for (const auto& t : barriers[i]) last_entered = std::max(last_entered, t[0]);
+    for (int r = 0; r < kRanks; ++r) {
+      SCOPED_TRACE("barrier " + std::to_string(i) + ", rank " + std::to_string(r));
+      EXPECT_GE(barriers[i][r][1], last_entered) << "left before the last rank entered";
+      EXPECT_EQ(barriers[i][r][2], 1) << "not a flat call";
+    }
+  }
+}
+
+// Every page of every rank's flat region is in memory once the communicator exists (mincore:
+// resident pages of the shared-memory file), so that no call of a new size pays the first
+// touch of its slots and result areas inside the collective.
+TEST(FlatMemory, EveryRegionIsResidentBeforeTheFirstCall) {
+  constexpr int kRanks = 3;
+  ProcessJob job(kRanks);
+  auto results = job.run(
+      [&](int rank, const ProcessJob& j) {
+        Communicator comm = Communicator::create(j.store(), rank, kRanks);
+        const comm::FlatMemory* flat = shoal::detail::Internals::of(comm).engine->flat();
+        if (!flat) {
+          j.report(rank, "no flat memory");
+          return 1;
+        }
+        const uintptr_t page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
+        std::ostringstream missing;
+        for (int r = 0; r < kRanks; ++r) {
+          const auto base = reinterpret_cast<uintptr_t>(&flat->of(r).words());
+          const uintptr_t first = base / page * page,
+                          end = base + comm::FlatRegion::bytes_for(flat->slot_bytes());
+          std::vector<unsigned char> in_core((end - first + page - 1) / page);
+          if (mincore(reinterpret_cast<void*>(first), end - first, in_core.data()) != 0) {
+            j.report(rank, std::string("mincore: ") + strerror(errno));
+            return 1;
+          }
+          const auto absent = std::count_if(in_core.begin(), in_core.end(),
+                                            [](unsigned char c) { return (c & 1) == 0; });
+          if (absent > 0)
+            missing << "rank " << r << "'s region: " << absent << " of " << in_core.size()
+                    << " pages not in memory; ";
+        }
+        comm.barrier();
+        j.report(rank, missing.str());
+        return missing.str().empty() ? 0 : 1;
+      },
+      60s);
   for (int r = 0; r < kRanks; ++r)
     EXPECT_EQ(results[r].exit_code, 0) << "rank " << r << ": " << results[r].report;
 }

@@ -48,6 +48,7 @@ class ShmMesh {
   bool all_can_pull() const { return all_pull_; }
   /// The communicator's ranks.
   int size() const { return static_cast<int>(use_.size()); }
+  int rank() const { return rank_; }
   /// Rank r's segment (this rank's own included); only when all_ranks_share_memory().
   const Segment& segment_of(int r) const { return r == rank_ ? *mine_ : *peers_[r]; }
   /// This rank's own segment header (null without shared memory).
