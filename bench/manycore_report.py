@@ -23,6 +23,7 @@ import sys
 ORDER = ("all_reduce", "all_gather", "reduce_scatter", "broadcast")  # of the report's sections
 TARGET_COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter")
 TWICE_FROM_1M = ("all_reduce", "reduce_scatter")
+PLACES = {"out": "out of place", "in": "in place"}
 
 
 def bus_factor(coll, n):
@@ -53,6 +54,8 @@ def load(logs):
         for line in open(path):
             f = line.rstrip("\n").split("\t")
             if len(f) < 7:
+                continue
+            if int(f[2]) == 0:  # nccl-tests' rows of 0 elements per rank (8 B over 8 ranks): nothing moves
                 continue
             cell = cells.setdefault((f[0], int(f[2])),
                                     {"out": [], "in": [], "wrong": False, "pct": {"out": [], "in": []}})
@@ -117,7 +120,7 @@ def main():
                     if n >= 8 and coll in TARGET_COLLECTIVES and ratio is not None:
                         need = 2.0 if coll in TWICE_FROM_1M and s >= 1 << 20 else 1.0
                         if ratio < need:
-                            misses.append(f"{coll} {n} ranks {human(s)} {place} of place: {ratio:.2f}x < {need:.1f}x")
+                            misses.append(f"{coll} {n} ranks {human(s)} {PLACES[place]}: {ratio:.2f}x < {need:.1f}x")
                 spread = ""
                 if shoal["out"] and shoal["in"]:
                     q = statistics.median(shoal["in"]) / statistics.median(shoal["out"])
@@ -129,6 +132,10 @@ def main():
         out.append("")
     out += tails(runs, colls, rank_counts, misses)
     big = [n for n in rank_counts if n >= 8]
+    over = [n for n in rank_counts if n > a.cores]
+    if over:
+        out.append(f"{', '.join(map(str, over))} ranks ran oversubscribed on {a.cores} cores: the targets "
+                   "are a core per rank's, checked here all the same.")
     if not big:
         out.append("Targets (8 ranks and more): not measured here (no run of 8 ranks or more on this node).")
     elif misses:
@@ -183,7 +190,7 @@ def tails(runs, colls, rank_counts, misses):
         for place in ("out", "in"):
             q = tail_ratio(cell, place)
             if q and q[1] > 3.0:
-                misses.append(f"all_reduce {n} ranks 8 B {place} of place: p99 {q[1]:.1f}x p50 ({q[0]:.2f} us) > 3x")
+                misses.append(f"all_reduce {n} ranks 8 B {PLACES[place]}: p99 {q[1]:.1f}x p50 ({q[0]:.2f} us) > 3x")
     return lines
 
 

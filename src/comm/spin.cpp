@@ -1,5 +1,6 @@
 #include "comm/spin.hpp"
 
+#include <fcntl.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -25,27 +26,72 @@ int64_t fixed_budget_ns() {
 const long cpus = sysconf(_SC_NPROCESSORS_ONLN);
 std::atomic<bool> ranks_share_cores{false};  // in any of this process's communicators (note_host)
 
-// Whether a communicator has more ranks on this host than cores for them, or more tasks are
-// runnable than it has CPUs (the fourth field of /proc/loadavg, "running/total", read at most every
-// 10 ms by whichever thread asks first): then a thread that polls holds a core that another rank,
-// or the process's own compute, is waiting for.
-bool cores_contended() {
-  if (ranks_share_cores.load(std::memory_order_relaxed)) return true;
-  static std::atomic<int64_t> next_read_ns{0};
-  static std::atomic<bool> contended{false};
-  const int64_t now = monotonic_ns();
-  int64_t due = next_read_ns.load(std::memory_order_relaxed);
-  if (now >= due &&
-      next_read_ns.compare_exchange_strong(due, now + 10'000'000, std::memory_order_relaxed)) {
-    long running = 0;
-    if (FILE* f = std::fopen("/proc/loadavg", "r")) {
-      double l1, l5, l15;
-      if (std::fscanf(f, "%lf %lf %lf %ld/", &l1, &l5, &l15, &running) != 4) running = 0;
-      std::fclose(f);
-    }
-    contended.store(running > cpus, std::memory_order_relaxed);
+// Per thread: its time on a CPU and queued for one (/proc/thread-self/schedstat, in ns), as last
+// read, and what they said.
+struct QueueWatch {
+  int fd = -2;  // -2: not opened yet; -1: no schedstat here
+  int64_t next_read_ns = 0, ran_ns = 0, queued_ns = 0;
+  bool contended = false;
+  ~QueueWatch() {
+    if (fd >= 0) close(fd);
   }
-  return contended.load(std::memory_order_relaxed);
+};
+
+bool read_schedstat(int fd, int64_t& ran, int64_t& queued) {
+  char text[96];
+  const ssize_t n = pread(fd, text, sizeof text - 1, 0);
+  if (n <= 0) return false;
+  text[n] = '\0';
+  long long r = 0, q = 0;
+  if (std::sscanf(text, "%lld %lld", &r, &q) != 2) return false;
+  ran = r;
+  queued = q;
+  return true;
+}
+
+// Without schedstat: more tasks runnable than CPUs (the fourth field of /proc/loadavg,
+// "running/total"). It counts the polling threads themselves, so at one rank per core any other
+// runnable task trips it.
+bool more_runnable_than_cpus() {
+  long running = 0;
+  if (FILE* f = std::fopen("/proc/loadavg", "r")) {
+    double l1, l5, l15;
+    if (std::fscanf(f, "%lf %lf %lf %ld/", &l1, &l5, &l15, &running) != 4) running = 0;
+    std::fclose(f);
+  }
+  return running > cpus;
+}
+
+}  // namespace
+
+bool thread_queues_for_cpu() {
+  thread_local QueueWatch w;
+  const int64_t now = monotonic_ns();
+  if (now < w.next_read_ns) return w.contended;
+  w.next_read_ns = now + 10'000'000;  // read at most every 10 ms
+  if (w.fd == -2) w.fd = open("/proc/thread-self/schedstat", O_RDONLY | O_CLOEXEC);
+  int64_t ran = 0, queued = 0;
+  if (w.fd < 0 || !read_schedstat(w.fd, ran, queued))
+    return w.contended = more_runnable_than_cpus();
+  // Over at least 10 ms of runnable time (a thread that slept meanwhile keeps its verdict):
+  // queued more than a tenth of it. Alone on its core a thread queues for next to nothing;
+  // beside one other runnable task, about half the time.
+  const int64_t d_ran = ran - w.ran_ns, d_queued = queued - w.queued_ns;
+  if (d_ran + d_queued >= 10'000'000) {
+    w.contended = d_queued * 10 > d_ran + d_queued;
+    w.ran_ns = ran;
+    w.queued_ns = queued;
+  }
+  return w.contended;
+}
+
+namespace {
+
+// Whether a communicator has more ranks on this host than cores for them, or this thread waits
+// for a CPU when it wants one: then polling holds a core that another rank, or the process's own
+// compute, is waiting for.
+bool cores_contended() {
+  return ranks_share_cores.load(std::memory_order_relaxed) || thread_queues_for_cpu();
 }
 
 // Exponentially smoothed wake-up cost (weight 1/8 per sample), shared by the process's threads.

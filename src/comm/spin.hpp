@@ -13,9 +13,16 @@ int64_t monotonic_ns();
 
 /// The current spin budget. A number in SHOAL_SPIN_US is used as it is (0: sleep at once); auto
 /// (the default) is twice the measured wake-up cost, between kMinSpin and kMaxSpin, and kMinSpin
-/// where ranks share cores (note_host) or while more tasks are runnable than it has CPUs (polling
-/// longer would hold a core that another rank or the process's own compute threads wait for).
+/// where ranks share cores (note_host) or while the calling thread queues for a CPU
+/// (thread_queues_for_cpu: polling longer would hold a core that another rank or the process's
+/// own compute threads wait for).
 std::chrono::nanoseconds spin_budget();
+
+/// Whether the calling thread spent more than a tenth of its runnable time queued for a CPU
+/// (/proc/thread-self/schedstat, over windows of at least 10 ms of runnable time, read at most
+/// every 10 ms); where schedstat is missing, whether more tasks are runnable than CPUs
+/// (/proc/loadavg).
+bool thread_queues_for_cpu();
 
 /// A communicator of this process has `ranks` ranks on this host and `cores` CPUs for them
 /// (Topology::local_cores): with more ranks than cores, the auto budget stays kMinSpin.

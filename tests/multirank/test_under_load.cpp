@@ -271,5 +271,40 @@ TEST(SpinBudget, FollowsTheMeasuredWakeUpCostWithinItsBounds) {
               static_cast<double>(nanoseconds(comm::kMaxSpin).count()), 3e3);
 }
 
+// A thread that shares its core with another runnable thread queues for it about half the time
+// it wants it: thread_queues_for_cpu says so within a few of its 10 ms windows, and then the auto
+// spin budget is the minimum. Both threads are bound to the same CPU and keep running.
+TEST(SpinBudget, IsTheMinimumWhileTheThreadQueuesForItsCpu) {
+  cpu_set_t mine;
+  ASSERT_EQ(sched_getaffinity(0, sizeof mine, &mine), 0);
+  int cpu = 0;
+  while (!CPU_ISSET(cpu, &mine)) ++cpu;
+  std::atomic<bool> stop{false};
+  auto pin = [cpu] {
+    cpu_set_t one;
+    CPU_ZERO(&one);
+    CPU_SET(cpu, &one);
+    return sched_setaffinity(0, sizeof one, &one) == 0;
+  };
+  std::thread hog([&] {
+    if (!pin()) return;
+    while (!stop.load(std::memory_order_relaxed)) {
+    }
+  });
+  bool queued = false, minimum = false;
+  std::thread waiter([&] {
+    if (!pin()) return;
+    const auto until = std::chrono::steady_clock::now() + 5s;
+    while (!queued && std::chrono::steady_clock::now() < until)
+      queued = comm::thread_queues_for_cpu();
+    minimum = comm::spin_budget() == comm::kMinSpin;
+  });
+  waiter.join();
+  stop = true;
+  hog.join();
+  EXPECT_TRUE(queued) << "a thread beside a busy one on its CPU did not queue for it in 5 s";
+  EXPECT_TRUE(minimum) << "the auto spin budget is not the minimum while the thread queues";
+}
+
 }  // namespace
 }  // namespace shoal::testing
