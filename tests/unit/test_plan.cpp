@@ -71,13 +71,12 @@ TEST_F(PlanTest, SmallCallsOnOneHostAreFlatAndSmallBroadcastsQueued) {
     EXPECT_EQ(flat.path, Path::flat) << algorithms::to_string(c);
     EXPECT_EQ(flat.queued, c == Collective::broadcast) << algorithms::to_string(c);
   }
-  EXPECT_FALSE(plan(p, call(Collective::broadcast, 2048)).queued);  // 8 KiB: beyond the queue
-  for (Collective c :
-       {Collective::all_to_all, Collective::gather, Collective::scatter, Collective::barrier})
-    EXPECT_EQ(plan(p, call(c, c == Collective::barrier ? 0 : 256)).path, Path::schedule)
-        << algorithms::to_string(c);
-  EXPECT_EQ(p.planned(Path::flat), 6u);
-  EXPECT_EQ(p.planned(Path::schedule), 4u);
+  EXPECT_FALSE(plan(p, call(Collective::broadcast, 2048)).queued);    // 8 KiB: beyond the queue
+  EXPECT_EQ(plan(p, call(Collective::barrier, 0)).path, Path::flat);  // an empty slot
+  for (Collective c : {Collective::all_to_all, Collective::gather, Collective::scatter})
+    EXPECT_EQ(plan(p, call(c, 256)).path, Path::schedule) << algorithms::to_string(c);
+  EXPECT_EQ(p.planned(Path::flat), 7u);
+  EXPECT_EQ(p.planned(Path::schedule), 3u);
 }
 
 TEST_F(PlanTest, BeyondTheSlotsOnlyTheDirectPathIsFlatAndASettingRuleThereWins) {
