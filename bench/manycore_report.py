@@ -90,46 +90,38 @@ def main():
                "busbw as nccl-tests; shoal ÷ best MPI > 1: shoal is faster.\n")
     colls = sorted({c for c, _ in runs}, key=lambda c: ORDER.index(c) if c in ORDER else len(ORDER))
     rank_counts = sorted({n for _, n in runs})
+    def busbw_cell(coll, n, s, cells):
+        shoal = cells.get(("shoal", s))
+        peers = [(h, c) for (h, size), c in cells.items() if size == s and h != "shoal"]
+        if not shoal or not shoal["out"]:
+            return "—"
+        f = bus_factor(coll, n)
+        text = []
+        for place in ("out", "in"):
+            if not shoal[place]:
+                text.append("—")
+                continue
+            mine = s * f / statistics.median(shoal[place])
+            best = max((s * f / statistics.median(c[place]) for _, c in peers if c[place]), default=0)
+            ratio = mine / best if best else None
+            text.append(f"{ratio:.2f}" if ratio else "—")
+            if place == "out" and ratio:
+                curves.setdefault(coll, {}).setdefault(n, []).append((s, ratio))
+            if n >= 8 and coll in TARGET_COLLECTIVES and ratio is not None:
+                need = 2.0 if coll in TWICE_FROM_1M and s >= 1 << 20 else 1.0
+                if ratio < need:
+                    misses.append(f"{coll} {n} ranks {human(s)} {PLACES[place]}: {ratio:.2f}x < {need:.1f}x")
+        spread = ""
+        if shoal["out"] and shoal["in"]:
+            q = statistics.median(shoal["in"]) / statistics.median(shoal["out"])
+            spread = f" ({q:.2f})"
+            if n >= 8 and max(q, 1 / q) > 2.0:
+                misses.append(f"{coll} {n} ranks {human(s)}: in place {q:.2f}x out of place")
+        return " / ".join(text) + spread
+
     for coll in colls:
-        present = [n for n in rank_counts if (coll, n) in runs]
-        sizes = sorted({s for n in present for (_, s) in runs[(coll, n)]})
-        out.append(f"### {coll}: shoal ÷ best MPI busbw, out of place / in place; shoal in place ÷ out of place time\n")
-        out.append("| size | " + " | ".join(f"{n} ranks" for n in present) + " |")
-        out.append("|---:|" + "---:|" * len(present))
-        for s in sizes:
-            row = [human(s)]
-            for n in present:
-                cells = runs[(coll, n)]
-                shoal = cells.get(("shoal", s))
-                peers = [(h, c) for (h, size), c in cells.items() if size == s and h != "shoal"]
-                if not shoal or not shoal["out"]:
-                    row.append("—")
-                    continue
-                f = bus_factor(coll, n)
-                text = []
-                for place in ("out", "in"):
-                    if not shoal[place]:
-                        text.append("—")
-                        continue
-                    mine = s * f / statistics.median(shoal[place])
-                    best = max((s * f / statistics.median(c[place]) for _, c in peers if c[place]), default=0)
-                    ratio = mine / best if best else None
-                    text.append(f"{ratio:.2f}" if ratio else "—")
-                    if place == "out" and ratio:
-                        curves.setdefault(coll, {}).setdefault(n, []).append((s, ratio))
-                    if n >= 8 and coll in TARGET_COLLECTIVES and ratio is not None:
-                        need = 2.0 if coll in TWICE_FROM_1M and s >= 1 << 20 else 1.0
-                        if ratio < need:
-                            misses.append(f"{coll} {n} ranks {human(s)} {PLACES[place]}: {ratio:.2f}x < {need:.1f}x")
-                spread = ""
-                if shoal["out"] and shoal["in"]:
-                    q = statistics.median(shoal["in"]) / statistics.median(shoal["out"])
-                    spread = f" ({q:.2f})"
-                    if n >= 8 and max(q, 1 / q) > 2.0:
-                        misses.append(f"{coll} {n} ranks {human(s)}: in place {q:.2f}x out of place")
-                row.append(" / ".join(text) + spread)
-            out.append("| " + " | ".join(row) + " |")
-        out.append("")
+        table(out, runs, coll, rank_counts,
+              "shoal ÷ best MPI busbw, out of place / in place; shoal in place ÷ out of place time", busbw_cell)
     out += tails(runs, colls, rank_counts, misses)
     big = [n for n in rank_counts if n >= 8]
     over = [n for n in rank_counts if n > a.cores]
@@ -152,6 +144,18 @@ def main():
     return 1 if misses or wrong else 0
 
 
+def table(lines, runs, coll, rank_counts, title, cell):
+    """Appends a section to lines: its heading, then a row per size and a column per rank count
+    the collective ran at, each cell cell(coll, ranks, size, that run's cells)."""
+    present = [n for n in rank_counts if (coll, n) in runs]
+    lines.append(f"### {coll}: {title}\n")
+    lines.append("| size | " + " | ".join(f"{n} ranks" for n in present) + " |")
+    lines.append("|---:|" + "---:|" * len(present))
+    for s in sorted({s for n in present for (_, s) in runs[(coll, n)]}):
+        lines.append("| " + " | ".join([human(s)] + [cell(coll, n, s, runs[(coll, n)]) for n in present]) + " |")
+    lines.append("")
+
+
 def tail_ratio(cell, place):
     """(p50 us, p99 / p50) of the median round (by p99), or None without percentiles."""
     rounds = sorted(cell["pct"][place], key=lambda q: q[1]) if cell else []
@@ -168,29 +172,22 @@ def tails(runs, colls, rank_counts, misses):
     if not any(c["pct"]["out"] for cells in runs.values() for c in cells.values()):
         return ["No tails: these logs have no percentiles (compare.sh --percentiles)."]
     lines.append("")
+
+    def tail_cell(coll, n, s, cells):
+        mine = tail_ratio(cells.get(("shoal", s)), "out")
+        peers = [c for (h, size), c in cells.items() if size == s and h != "shoal" and c["out"]]
+        best = min(peers, key=lambda c: statistics.median(c["out"]), default=None)
+        theirs = tail_ratio(best, "out")
+        return (f"{mine[1]:.1f}" if mine else "—") + (f" ({theirs[1]:.1f})" if theirs else "")
+
     for coll in colls:
-        present = [n for n in rank_counts if (coll, n) in runs]
-        sizes = sorted({s for n in present for (_, s) in runs[(coll, n)]})
-        lines.append(f"### {coll}: tails, p99 ÷ p50 of the iterations out of place, shoal (best MPI)\n")
-        lines.append("| size | " + " | ".join(f"{n} ranks" for n in present) + " |")
-        lines.append("|---:|" + "---:|" * len(present))
-        for s in sizes:
-            row = [human(s)]
-            for n in present:
-                cells = runs[(coll, n)]
-                mine = tail_ratio(cells.get(("shoal", s)), "out")
-                peers = [c for (h, size), c in cells.items() if size == s and h != "shoal" and c["out"]]
-                best = min(peers, key=lambda c: statistics.median(c["out"]), default=None)
-                theirs = tail_ratio(best, "out")
-                row.append((f"{mine[1]:.1f}" if mine else "—") + (f" ({theirs[1]:.1f})" if theirs else ""))
-            lines.append("| " + " | ".join(row) + " |")
-        lines.append("")
-    for n in (16,):
-        cell = runs.get(("all_reduce", n), {}).get(("shoal", 8))
-        for place in ("out", "in"):
-            q = tail_ratio(cell, place)
-            if q and q[1] > 3.0:
-                misses.append(f"all_reduce {n} ranks 8 B {PLACES[place]}: p99 {q[1]:.1f}x p50 ({q[0]:.2f} us) > 3x")
+        table(lines, runs, coll, rank_counts,
+              "tails, p99 ÷ p50 of the iterations out of place, shoal (best MPI)", tail_cell)
+    cell = runs.get(("all_reduce", 16), {}).get(("shoal", 8))
+    for place in ("out", "in"):
+        q = tail_ratio(cell, place)
+        if q and q[1] > 3.0:
+            misses.append(f"all_reduce 16 ranks 8 B {PLACES[place]}: p99 {q[1]:.1f}x p50 ({q[0]:.2f} us) > 3x")
     return lines
 
 
