@@ -11,7 +11,8 @@
 #
 # First it names every prerequisite it cannot find, all at once, with the packages that bring
 # them (exit 2): a C++20 compiler, CMake, make, pkg-config, Open MPI (mpicc, mpirun), the headers
-# of CLI11, nlohmann-json and libsodium, python3. Then it builds shoal without torch (shoal-run,
+# of CLI11, nlohmann-json and libsodium, python3 (with --no-build, where DIR has the binaries
+# already: mpirun and python3 only). Then it builds shoal without torch (shoal-run,
 # shoal-bench; DIR, default build-manycore) and the MPI harnesses (bench/peers/build.sh), runs
 # the sweep (rank counts above the node's cores are left out unless --oversubscribe, which also
 # unbinds), and writes OUT/sections.md (compare.sh's tables, out of place), OUT/logs/COLL-RANKS/
@@ -30,7 +31,7 @@ sizes=8:64M rounds=3 iters=20 out=manycore oversubscribe=0 build=1
 cmdline="bench/manycore.sh$(printf ' %q' "$@")"
 build_dir="$root/build-manycore"
 
-usage() { sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,22p' "$0" | sed 's/^# \{0,1\}//'; }
 while [ $# -gt 0 ]; do
   case "$1" in
     --ranks) ranks_list="$2"; shift 2 ;;
@@ -56,18 +57,20 @@ need() {  # need WHAT PACKAGES COMMAND...
   "$@" >/dev/null 2>&1 || missing+=("$what (Debian/Ubuntu: $pkgs)")
 }
 cxx=${CXX:-$(command -v g++ || command -v clang++ || echo c++)}
-need "a C++20 compiler ($cxx)" "g++ or clang" sh -c "echo 'int main(){return 0;}' | $cxx -std=c++20 -x c++ - -o /dev/null"
-need "cmake >= 3.20" "cmake" sh -c 'v=$(cmake --version | head -1 | grep -oE "[0-9]+\.[0-9]+"); [ "$(printf "%s\n3.20\n" "$v" | sort -V | head -1)" = 3.20 ]'
-need "make" "make" command -v make
-need "pkg-config" "pkg-config" command -v pkg-config
-need "Open MPI's mpicc" "openmpi-bin libopenmpi-dev" command -v mpicc
+if ((build)); then  # with --no-build only what runs the sweep
+  need "a C++20 compiler ($cxx)" "g++ or clang" sh -c "echo 'int main(){return 0;}' | $cxx -std=c++20 -x c++ - -o /dev/null"
+  need "cmake >= 3.20" "cmake" sh -c 'v=$(cmake --version | head -1 | grep -oE "[0-9]+\.[0-9]+"); [ "$(printf "%s\n3.20\n" "$v" | sort -V | head -1)" = 3.20 ]'
+  need "make" "make" command -v make
+  need "pkg-config" "pkg-config" command -v pkg-config
+  need "Open MPI's mpicc" "openmpi-bin libopenmpi-dev" command -v mpicc
+  for h in "CLI/CLI.hpp:libcli11-dev" "nlohmann/json.hpp:nlohmann-json3-dev" "sodium.h:libsodium-dev"; do
+    need "the header ${h%%:*}" "${h#*:}" sh -c "echo '#include <${h%%:*}>' | $cxx -std=c++20 -x c++ -fsyntax-only -"
+  done
+fi
 need "Open MPI's mpirun" "openmpi-bin" command -v mpirun
 need "python3" "python3" command -v python3
 py=python3
 [ -x /usr/bin/python3 ] && py=/usr/bin/python3  # the distribution's, where python3-matplotlib installs
-for h in "CLI/CLI.hpp:libcli11-dev" "nlohmann/json.hpp:nlohmann-json3-dev" "sodium.h:libsodium-dev"; do
-  need "the header ${h%%:*}" "${h#*:}" sh -c "echo '#include <${h%%:*}>' | $cxx -std=c++20 -x c++ -fsyntax-only -"
-done
 if [ ${#missing[@]} -gt 0 ]; then
   echo "manycore.sh: missing prerequisites:" >&2
   printf '  - %s\n' "${missing[@]}" >&2

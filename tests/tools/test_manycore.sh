@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # bench/manycore.sh, the one-command sweep against Open MPI for nodes of many cores:
 #   - missing prerequisites are named all at once, with their packages, before anything runs (exit 2);
+#     with --no-build only those of the sweep (a node where shoal is built already);
 #   - rank counts above the node's cores are left out and said so; none left: exit 2;
 #   - a small sweep (2 ranks, against Open MPI's shared memory) writes a report whose ratios and
 #     tails (p99 / p50) are the medians of compare.sh's raw rounds (rows.tsv), recomputed here
@@ -41,9 +42,10 @@ else
   fi
 fi
 
-# 3. a small sweep; the report's ratios against the raw rounds
+# 3. a small sweep (--no-build: binaries built already, so no compiler needed); the report's
+# ratios against the raw rounds
 BUILD="$BUILD_DIR" bash "$ROOT/bench/peers/build.sh" --only mpi >"$D/out" 2>&1 || { fail "bench/peers/build.sh --only mpi"; summary; exit 1; }
-if timeout 300 bash "$MC" --ranks 2 --collectives "all_reduce reduce_scatter" --sizes 8:64K:8 --rounds 3 --iters 5 \
+if CXX=/nonexistent/c++ timeout 300 bash "$MC" --ranks 2 --collectives "all_reduce reduce_scatter" --sizes 8:64K:8 --rounds 3 --iters 5 \
   --no-build --build-dir "$BUILD_DIR" --out "$D/sweep" >"$D/out" 2>&1 &&
   "$PY" - "$D/sweep" >>"$D/out" 2>&1 <<'EOF'
 import os, re, statistics, sys
