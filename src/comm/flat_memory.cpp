@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdint>
 
 #include "core/config.hpp"
@@ -19,12 +20,15 @@ uint64_t stride(uint64_t bytes) { return (FlatRegion::kSlotHeader + bytes + 63) 
 // call of a size; 16 processes faulting pages of the same tmpfs at once queue on its locks).
 // Writable pages for the own region, read-only ones for the peers'; where the kernel predates
 // MADV_POPULATE_* (5.14), one touch a page: an atomic add of 0 changes nothing a peer sees.
+// Any other failure (a full /dev/shm: ENOMEM) leaves the pages to be faulted in later, as before,
+// rather than touching them here into a SIGBUS.
 void prefault(uint8_t* base, uint64_t bytes, bool own) {
   const uint64_t page = static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
   auto first = reinterpret_cast<uintptr_t>(base) / page * page;
   const auto end = reinterpret_cast<uintptr_t>(base) + bytes;
   if (madvise(reinterpret_cast<void*>(first), end - first,
-              own ? MADV_POPULATE_WRITE : MADV_POPULATE_READ) == 0)
+              own ? MADV_POPULATE_WRITE : MADV_POPULATE_READ) == 0 ||
+      errno != EINVAL)
     return;
   for (uintptr_t p = std::max<uintptr_t>(first, reinterpret_cast<uintptr_t>(base)); p < end;
        p = (p / page + 1) * page) {
