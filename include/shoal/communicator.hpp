@@ -318,10 +318,10 @@ class Communicator {
   }
 
   // ---- barrier: returns once every rank has entered it ----
-  Work barrier_async();
+  Work barrier_async() { return barrier_call(false); }
   /// On one host's shared memory, in the calling thread (nothing in flight): no progress thread
   /// that keeps polling after it, beside the calls that follow on this core.
-  void barrier();
+  void barrier() { barrier_call(true).wait(); }
 
   // ---- point to point: a send goes to the first receive posted for its sender and tag, or
   //      from any source (kAnySource) with its tag, whichever was posted first (MPI's matching
@@ -404,6 +404,7 @@ class Communicator {
                       bool blocking);
   Work reduce_call(const void* send, void* recv, size_t count, DataType dtype, ReduceOp op,
                    int root, bool blocking);
+  Work barrier_call(bool blocking);
   void check_equal(size_t a, size_t b, const char* op) const;
   void check_divisible(size_t n, const char* op) const;
   std::unique_ptr<detail::CommImpl> impl_;

@@ -356,13 +356,10 @@ Work Communicator::scatter_async(const void* send, void* recv, size_t count, Dat
   return impl_->call(api_call(Collective::scatter, rank() == root ? send : nullptr, recv, count,
                               dtype, ReduceOp::sum, root));
 }
-Work Communicator::barrier_async() {
-  return impl_->call(api_call(Collective::barrier, nullptr, nullptr, 0, DataType::uint8));
-}
-void Communicator::barrier() {
+Work Communicator::barrier_call(bool blocking) {
   auto r = api_call(Collective::barrier, nullptr, nullptr, 0, DataType::uint8);
-  r.blocking = true;
-  impl_->call(r).wait();
+  r.blocking = blocking;
+  return impl_->call(r);
 }
 Work Communicator::send_async(const void* buf, size_t count, DataType dtype, int peer, int tag) {
   auto r = api_call(Collective::send, buf, nullptr, count, dtype);

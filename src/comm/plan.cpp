@@ -94,8 +94,7 @@ Plan Planner::plan(const Request& r, const algorithms::CollectiveArgs& checked) 
   const bool composable =
       r.may_use_hierarchy && !r.vectored && algorithms::composable(a.collective);
   const bool can_compose = composable && layout_.hierarchy_fits && a.count > 0;
-  const bool can_flat =
-      (a.count > 0 || a.collective == Collective::barrier) && flat_fits_here(r, a);
+  const bool can_flat = flat_fits_here(r, a);  // a call of no bytes only as a barrier
   // A path the call names is taken, or every rank refuses alike (every input is equal on all
   // ranks), before anything is sent; one a SHOAL_ALGO rule names, where the call can take it.
   if (r.forced_path == NamedPath::hierarchical)

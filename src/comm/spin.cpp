@@ -26,6 +26,9 @@ int64_t fixed_budget_ns() {
 const long cpus = sysconf(_SC_NPROCESSORS_ONLN);
 std::atomic<bool> ranks_share_cores{false};  // in any of this process's communicators (note_host)
 
+// Exponentially smoothed wake-up cost (weight 1/8 per sample), shared by the process's threads.
+std::atomic<int64_t> wake_cost_ns{0};
+
 // Per thread: its time on a CPU and queued for one (/proc/thread-self/schedstat, in ns), as last
 // read, and what they said.
 struct QueueWatch {
@@ -85,20 +88,6 @@ bool thread_queues_for_cpu() {
   return w.contended;
 }
 
-namespace {
-
-// Whether a communicator has more ranks on this host than cores for them, or this thread waits
-// for a CPU when it wants one: then polling holds a core that another rank, or the process's own
-// compute, is waiting for.
-bool cores_contended() {
-  return ranks_share_cores.load(std::memory_order_relaxed) || thread_queues_for_cpu();
-}
-
-// Exponentially smoothed wake-up cost (weight 1/8 per sample), shared by the process's threads.
-std::atomic<int64_t> wake_cost_ns{0};
-
-}  // namespace
-
 void note_host(int ranks, int cores) {
   if (ranks > cores) ranks_share_cores.store(true, std::memory_order_relaxed);
 }
@@ -112,7 +101,9 @@ int64_t monotonic_ns() {
 std::chrono::nanoseconds spin_budget() {
   const int64_t fixed = fixed_budget_ns();
   if (fixed >= 0) return std::chrono::nanoseconds(fixed);
-  if (cores_contended()) return kMinSpin;
+  // More ranks on this host than cores for them, or this thread waits for a CPU when it wants
+  // one: polling would hold a core that another rank, or the process's own compute, waits for.
+  if (ranks_share_cores.load(std::memory_order_relaxed) || thread_queues_for_cpu()) return kMinSpin;
   return budget_for_wake_cost(measured_wake_cost());
 }
 
