@@ -2,7 +2,8 @@
 # The peer of shoal.torch.diloco works here: torchft's own DiLoCo and local-SGD tests (healthy,
 # recovery, streaming, upscale, commit failure: torchft/local_sgd_integ_test.py and
 # local_sgd_test.py, shipped in its wheel) run against the project's torch. Its
-# diloco_regression_test.py needs fixture files the wheel does not ship, so it is left out.
+# diloco_regression_test.py needs fixture files the wheel does not ship, so it is left out. A
+# test that fails is run once more (its quorum timeout), and must pass then.
 # Usage: bash test_torchft_peer.sh BIN_DIR     (ctest passes the build's bin directory)
 source "$(dirname "$0")/tool_test.sh" test_torchft_peer "${1:-}"
 if [[ ! -x $TORCH_PY ]] || ! "$TORCH_PY" -c "import torchft, parameterized" 2>/dev/null; then
@@ -16,10 +17,19 @@ if ! "$TORCH_PY" -c "import socket; socket.socket(socket.AF_INET6).bind(('::', 0
 fi
 dir=$("$TORCH_PY" -c 'import os, torchft; print(os.path.dirname(torchft.__file__))')
 cd "$D" || exit 1
-if OMP_NUM_THREADS=1 timeout 300 "$TORCH_PY" -m pytest -q -p no:cacheprovider "$dir/local_sgd_integ_test.py" \
-  "$dir/local_sgd_test.py" >"$D/out" 2>&1 && grep -qE "^[0-9]+ passed" "$D/out"; then
+suite() { OMP_NUM_THREADS=1 timeout 300 "$TORCH_PY" -m pytest -q -p no:cacheprovider "$@"; }
+if suite "$dir/local_sgd_integ_test.py" "$dir/local_sgd_test.py" >"$D/out" 2>&1 && grep -qE "^[0-9]+ passed" "$D/out"; then
   pass
 else
-  fail "torchft's own DiLoCo tests"
+  # Its upscale tests wait for a quorum with a fixed timeout, which a loaded 2-core machine can
+  # outlast: the tests that failed run once more, and must pass then.
+  mapfile -t again < <(sed -n 's/^FAILED \([^ ]*\).*/\1/p' "$D/out")
+  if ((${#again[@]} > 0)) && suite "${again[@]}" >"$D/rerun" 2>&1 && grep -qE "^[0-9]+ passed" "$D/rerun"; then
+    echo "note: passed on a second run: ${again[*]##*::}"
+    pass
+  else
+    cat "$D/out" "$D/rerun" 2>/dev/null | tail -40
+    fail "torchft's own DiLoCo tests"
+  fi
 fi
 summary
