@@ -103,8 +103,9 @@ static void print_dispatch(const tune::Context& ctx, const std::string& size_lis
   if (ctx.transport == tune::Transport::shm && ctx.world == ctx.ranks_per_host) {
     const auto flat =
         comm::FlatMemory::layout_from_settings(ctx.ranks_per_host, ctx.cores_per_host);
-    planner_layout.flat_slot_bytes = flat.slot_bytes;
-    if (flat.direct_bytes > 0) planner_layout.flat_direct_bytes = flat.direct_bytes;
+    planner_layout.flat.slot_bytes = flat.slot_bytes;
+    if (flat.direct_bytes > 0) planner_layout.flat.direct_bytes = flat.direct_bytes;
+    planner_layout.flat.rounds = flat.rounds;
   }
   planner_layout.hierarchy_fits = layout;
   comm::Planner planner(planner_layout, [&] { return tune::Dispatcher::from_environment(ctx); });

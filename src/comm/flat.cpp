@@ -149,7 +149,19 @@ uint64_t flat_decision_bytes(const algorithms::CollectiveArgs& a) {
          static_cast<uint64_t>(a.collective == Collective::reduce_scatter ? a.size : 1);
 }
 
-bool flat_direct(const algorithms::CollectiveArgs& a, uint64_t slot_bytes, uint64_t direct_bytes) {
+FlatLimits flat_limits(const FlatMemory& memory) {
+  return {memory.slot_bytes(), memory.direct_bytes(), memory.rounds()};
+}
+
+uint32_t flat_rounds(const algorithms::CollectiveArgs& a, const FlatLimits& limits) {
+  if (!limits.rounds || a.collective != Collective::all_reduce || a.size < 2 ||
+      limits.slot_bytes == 0 || flat_decision_bytes(a) <= limits.slot_bytes)
+    return 1;
+  const uint64_t per_round = limits.slot_bytes / size_of(a.dtype);
+  return static_cast<uint32_t>((a.count + per_round - 1) / per_round);
+}
+
+bool flat_direct(const algorithms::CollectiveArgs& a, const FlatLimits& limits) {
   const uint64_t input = flat_decision_bytes(a);
   switch (a.collective) {
     case Collective::all_gather:
@@ -157,27 +169,26 @@ bool flat_direct(const algorithms::CollectiveArgs& a, uint64_t slot_bytes, uint6
     case Collective::reduce_scatter:
       break;
     // In the slots an all_reduce reduces slices as fast (measured: docs/benchmarks.md), with
-    // one wait less.
+    // one wait less; beyond them, in rounds through them where it may.
     case Collective::all_reduce:
-      if (input <= slot_bytes) return false;
+      if (input <= limits.slot_bytes || flat_rounds(a, limits) > 1) return false;
       break;
     default:
       return false;
   }
-  return a.size > 1 && a.count > 0 && input >= direct_bytes;
+  return a.size > 1 && a.count > 0 && input >= limits.direct_bytes;
 }
 
-bool flat_queued(const algorithms::CollectiveArgs& a, uint64_t slot_bytes, uint64_t direct_bytes) {
+bool flat_queued(const algorithms::CollectiveArgs& a, const FlatLimits& limits) {
   const uint64_t bytes = a.count * size_of(a.dtype);
   return a.collective == Collective::broadcast && a.size > 1 && bytes > 0 &&
-         bytes <= std::min(FlatRegion::kQueuedBytes, slot_bytes) &&
-         !flat_direct(a, slot_bytes, direct_bytes);
+         bytes <= std::min(FlatRegion::kQueuedBytes, limits.slot_bytes) && !flat_direct(a, limits);
 }
 
-bool flat_fits(const algorithms::CollectiveArgs& a, uint64_t slot_bytes, uint64_t direct_bytes) {
+bool flat_fits(const algorithms::CollectiveArgs& a, const FlatLimits& limits) {
   // A barrier publishes an empty slot and waits for every peer's.
-  if (a.collective == Collective::barrier) return a.size > 1 && slot_bytes > 0;
-  if (flat_direct(a, slot_bytes, direct_bytes)) return true;
+  if (a.collective == Collective::barrier) return a.size > 1 && limits.slot_bytes > 0;
+  if (flat_direct(a, limits) || flat_rounds(a, limits) > 1) return true;
   switch (a.collective) {
     case Collective::all_reduce:
     case Collective::all_gather:
@@ -189,7 +200,7 @@ bool flat_fits(const algorithms::CollectiveArgs& a, uint64_t slot_bytes, uint64_
       return false;
   }
   const uint64_t bytes = flat_decision_bytes(a);
-  return a.size > 1 && bytes > 0 && bytes <= slot_bytes;
+  return a.size > 1 && bytes > 0 && bytes <= limits.slot_bytes;
 }
 
 FlatCollective::FlatCollective(const FlatMemory& memory, const algorithms::CollectiveArgs& args,
@@ -198,15 +209,40 @@ FlatCollective::FlatCollective(const FlatMemory& memory, const algorithms::Colle
     : memory_(memory),
       args_(args),
       seq_(seq),
-      op_number_(op_number),
-      signature_(signature),
       input_(input),
       output_(output),
+      op_number_(op_number),
+      signature_(signature),
       es_(size_of(args.dtype)),
-      direct_(flat_direct(args, memory.slot_bytes(), memory.direct_bytes())),
+      count_(args.count),
+      first_seq_(seq),
+      call_input_(static_cast<const uint8_t*>(input)),
+      call_output_(static_cast<uint8_t*>(output)),
+      rounds_(flat_rounds(args, flat_limits(memory))),
+      direct_(flat_direct(args, flat_limits(memory))),
       reduces_(reduces(args.collective)),
-      queued_(flat_queued(args, memory.slot_bytes(), memory.direct_bytes())) {
+      queued_(flat_queued(args, flat_limits(memory))) {
+  if (rounds_ > 1) start_round();
   announce_collective(memory, args.rank, op_number, signature);
+}
+
+void FlatCollective::start_round() {
+  const uint64_t per_round = memory_.slot_bytes() / es_;
+  const uint64_t first = round_ * per_round;
+  args_.count = std::min(per_round, count_ - first);
+  input_ = call_input_ + first * es_;
+  output_ = call_output_ + first * es_;
+  seq_ = first_seq_ + round_;
+  stage_ = Stage::room;
+  step_ = 0;
+}
+
+bool FlatCollective::advance() {
+  while (advance_round()) {
+    if (++round_ == rounds_) return true;
+    start_round();
+  }
+  return false;
 }
 
 void FlatCollective::mismatch(int peer, const std::string& what) const {
@@ -247,7 +283,7 @@ void FlatCollective::check_slot(int q, const FlatSlotHeader& slot) const {
                     std::to_string(expected) + " (or another collective, type, op or root)");
 }
 
-bool FlatCollective::advance() {
+bool FlatCollective::advance_round() {
   if (stage_ == Stage::room) {
     if (!room()) return false;
     stage_ = Stage::publish;

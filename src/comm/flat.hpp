@@ -7,11 +7,14 @@
 // number, which shares a cache line with the first 48 bytes of data: a small operation costs a
 // peer one cache-line transfer per rank. Then every rank works straight from the peers' slots:
 //  - all_reduce up to 16 KiB: every rank reduces everything itself; above, each rank reduces
-//    its slice into its result area, publishes that, and copies the others' slices;
+//    its slice into its result area, publishes that, and copies the others' slices; beyond the
+//    slots (SHOAL_FLAT_ROUNDS), it does that in rounds, a slot's worth of the buffers at a time,
+//    each round a flat all_reduce with a number of its own;
 //  - all_gather: copy every slot into place; reduce_scatter: reduce this rank's block of every
 //    slot; broadcast: copy the root's slot; reduce: the root reduces every slot.
 // Direct: from SHOAL_FLAT_DIRECT_BYTES of input per rank on (where every rank can read every
-// other's memory), a rank publishes only the addresses of its input and output, and the peers
+// other's memory; an all_reduce only beyond the slots without rounds), a rank publishes only
+// the addresses of its input and output, and the peers
 // read them in place (process_vm_readv): an all_gather or broadcast copies each input once,
 // straight into its output; a reduce_scatter reduces its block of every peer's input, a
 // cache-sized piece at a time, each piece over every peer while it is in cache; an all_reduce
@@ -62,19 +65,34 @@ uint64_t flat_published_bytes(const algorithms::CollectiveArgs& a);
 /// The size every rank judges a flat call by, alike on all ranks: the input per rank (the
 /// root's, in a broadcast; the whole input of `size` blocks, in a reduce_scatter).
 uint64_t flat_decision_bytes(const algorithms::CollectiveArgs& a);
-/// Whether `a` runs direct (by address), given FlatMemory's slot_bytes() and direct_bytes()
-/// (the same on every rank): all_gather, broadcast and reduce_scatter from `direct_bytes` of
-/// input per rank, all_reduce from there but only beyond the slots.
-bool flat_direct(const algorithms::CollectiveArgs& a, uint64_t slot_bytes, uint64_t direct_bytes);
+/// What decides which calls are flat and how they run: equal on every rank of the host.
+struct FlatLimits {
+  uint64_t slot_bytes = 0;             // data capacity of a slot; 0: no flat path
+  uint64_t direct_bytes = UINT64_MAX;  // input per rank from which a call may run direct
+  bool rounds = false;                 // an all_reduce beyond the slots runs through them in rounds
+};
+/// The limits of the flat collectives over `memory`.
+FlatLimits flat_limits(const FlatMemory& memory);
+
+/// How many rounds through the slots `a` takes: with `rounds`, an all_reduce beyond the slots
+/// runs through them a slot's worth at a time, each round a flat all_reduce of its own with
+/// its own flat collective number; else 1.
+uint32_t flat_rounds(const algorithms::CollectiveArgs& a, const FlatLimits& limits);
+/// Whether `a` runs direct (by address): all_gather, broadcast and reduce_scatter from
+/// `direct_bytes` of input per rank, all_reduce from there but only beyond the slots and not
+/// in rounds.
+bool flat_direct(const algorithms::CollectiveArgs& a, const FlatLimits& limits);
 /// Whether `a` is a queued broadcast (up to FlatRegion::kQueuedBytes, within the slots): the
 /// root leaves the data in its queue and returns; each other rank copies it from there. Only
 /// those two wait for each other, so a root runs up to FlatRegion::kQueueEntries calls ahead.
-bool flat_queued(const algorithms::CollectiveArgs& a, uint64_t slot_bytes, uint64_t direct_bytes);
-/// Whether `a` has a flat version: one that fits slots of `slot_bytes`, or a direct one.
-bool flat_fits(const algorithms::CollectiveArgs& a, uint64_t slot_bytes, uint64_t direct_bytes);
+bool flat_queued(const algorithms::CollectiveArgs& a, const FlatLimits& limits);
+/// Whether `a` has a flat version: one that fits the slots (an all_reduce: in rounds too), or
+/// a direct one.
+bool flat_fits(const algorithms::CollectiveArgs& a, const FlatLimits& limits);
 
-/// Flat collective number `seq` (1, 2, ... in issue order, the same on every rank), which is
-/// collective number `op_number` of the communicator, with `signature`.
+/// Flat collective number `seq` (1, 2, ... in issue order, the same on every rank; a call of
+/// several rounds takes the numbers `seq` to `seq` + flat_rounds() - 1), which is collective number
+/// `op_number` of the communicator, with `signature`.
 class FlatCollective {
  public:
   FlatCollective(const FlatMemory& memory, const algorithms::CollectiveArgs& args, uint32_t seq,
@@ -97,6 +115,10 @@ class FlatCollective {
   // (all_reduce in slots' slices) copy the slices the peers reduced; release: (direct) wait
   // until every peer that reads (or writes) this rank's buffers is done with them.
   enum class Stage { room, publish, take, combine, gather, release };
+  /// Advances the current round; true once it is finished.
+  bool advance_round();
+  /// Points the call at round `round_`: its elements, its buffers' part, its number.
+  void start_round();
   bool room();
   bool take();
   bool combine();
@@ -111,13 +133,21 @@ class FlatCollective {
   [[noreturn]] void mismatch(int peer, const std::string& what) const;
 
   const FlatMemory& memory_;
-  const algorithms::CollectiveArgs args_;
-  const uint32_t seq_;
-  const uint64_t op_number_;
-  const uint32_t signature_;
+  // The current round's: its count, its flat collective number, its part of the buffers.
+  algorithms::CollectiveArgs args_;
+  uint32_t seq_;
   const void* input_;
   void* output_;
+  const uint64_t op_number_;
+  const uint32_t signature_;
   const uint64_t es_;
+  // The whole call's.
+  const uint64_t count_;
+  const uint32_t first_seq_;
+  const uint8_t* const call_input_;
+  uint8_t* const call_output_;
+  const uint32_t rounds_;
+  uint32_t round_ = 0;
   const bool direct_;
   const bool reduces_;  // all_reduce, reduce_scatter, reduce
   const bool queued_;

@@ -6,7 +6,9 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstdint>
+#include <string>
 
+#include "core/check.hpp"
 #include "core/config.hpp"
 
 namespace shoal::comm {
@@ -63,8 +65,9 @@ FlatSlotHeader& FlatRegion::entry(uint32_t seq) const {
 transport::shm::RegionSpec FlatMemory::Layout::region() const {
   transport::shm::RegionSpec r;
   r.bytes = FlatRegion::bytes_for(slot_bytes);
-  r.check = slot_bytes * 0x9e3779b97f4a7c15ull ^ direct_bytes;
-  r.what = "SHOAL_FLAT_MAX_BYTES or SHOAL_FLAT_DIRECT_BYTES (or the number of cores)";
+  r.check = (slot_bytes * 0x9e3779b97f4a7c15ull ^ direct_bytes) * 2 + (rounds ? 1 : 0);
+  r.what =
+      "SHOAL_FLAT_MAX_BYTES, SHOAL_FLAT_DIRECT_BYTES or SHOAL_FLAT_ROUNDS (or the number of cores)";
   return r;
 }
 
@@ -77,6 +80,10 @@ FlatMemory::Layout FlatMemory::layout_from_settings(int local_ranks, int host_co
   l.direct_bytes = l.slot_bytes == 0 || direct == 0 ? 0
                    : l.oversubscribed               ? std::max(direct, l.slot_bytes + 1)
                                                     : direct;
+  const std::string rounds = config::get("SHOAL_FLAT_ROUNDS");
+  SHOAL_CHECK(rounds == "on" || rounds == "off", InvalidArgument,
+              "SHOAL_FLAT_ROUNDS='" << rounds << "' is not on or off");
+  l.rounds = rounds == "on";
   return l;
 }
 

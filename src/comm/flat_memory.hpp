@@ -91,6 +91,7 @@ class FlatMemory {
     uint64_t slot_bytes = 0;
     uint64_t direct_bytes = 0;  // 0: never direct
     bool oversubscribed = false;
+    bool rounds = false;  // SHOAL_FLAT_ROUNDS
     /// The region the transport maps, and what its peers must hold equal.
     transport::shm::RegionSpec region() const;
   };
@@ -109,6 +110,8 @@ class FlatMemory {
   /// collective); UINT64_MAX unless every rank can read every other's memory (probed).
   uint64_t direct_bytes() const { return direct_bytes_; }
   bool oversubscribed() const { return layout_.oversubscribed; }
+  /// Whether an all_reduce beyond the slots runs through them in rounds (flat_rounds()).
+  bool rounds() const { return layout_.rounds; }
   /// The last flat collective this rank knows every peer has finished (after one it waited for
   /// every peer in, the one before; after queued broadcasts, what it saw in their
   /// queued_done). Flat collectives of a communicator run one at a time.

@@ -64,8 +64,8 @@ bool Planner::hierarchy_wanted(Collective collective, uint64_t bytes) {
 }
 
 bool Planner::flat_fits_here(const Request& r, const algorithms::CollectiveArgs& a) const {
-  const uint64_t slots = layout_.flat_slot_bytes;
-  if (slots == 0 || !flat_fits(a, slots, layout_.flat_direct_bytes)) return false;
+  const uint64_t slots = layout_.flat.slot_bytes;
+  if (slots == 0 || !flat_fits(a, layout_.flat)) return false;
   // Vectored: within the slots the flat path is faster than a schedule by far more than
   // packing the pieces costs; beyond them (direct, by address) it is not.
   return !r.vectored || flat_decision_bytes(a) <= slots;
@@ -78,8 +78,7 @@ Plan Planner::plan(const Request& r, const algorithms::CollectiveArgs& checked) 
   algorithms::CollectiveArgs& a = p.args;
   auto take = [&](Path path) -> Plan& {
     p.path = path;
-    if (path == Path::flat)
-      p.queued = flat_queued(a, layout_.flat_slot_bytes, layout_.flat_direct_bytes);
+    if (path == Path::flat) p.queued = flat_queued(a, layout_.flat);
     // The hierarchy's groups compare their own calls.
     if (path != Path::hierarchy) p.signature = algorithms::signature(a);
     ++planned_[static_cast<int>(path)];
@@ -130,7 +129,7 @@ Plan Planner::plan(const Request& r, const algorithms::CollectiveArgs& checked) 
   // The flat path where it fits; beyond the slots (the direct path) a rule naming a row wins,
   // within them the flat path stays (documented); vectored calls only within the slots.
   const AlgorithmInfo* rule_row = rule ? rule->algorithm : nullptr;
-  if (can_flat && (r.vectored || flat_decision_bytes(a) <= layout_.flat_slot_bytes || !rule_row)) {
+  if (can_flat && (r.vectored || flat_decision_bytes(a) <= layout_.flat.slot_bytes || !rule_row)) {
     return take(Path::flat);
   }
   // A schedule: the rule's row, else the dispatcher's, fixed here so that the signature and

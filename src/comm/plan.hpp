@@ -20,6 +20,7 @@
 #include <optional>
 
 #include "algorithms/schedule.hpp"
+#include "comm/flat.hpp"
 #include "comm/request.hpp"
 #include "tune/dispatcher.hpp"
 
@@ -51,8 +52,7 @@ class Planner {
  public:
   /// What the flat path and the hierarchy allow on this communicator (equal on all ranks).
   struct Layout {
-    uint64_t flat_slot_bytes = 0;  // 0: not every rank shares memory, no flat path
-    uint64_t flat_direct_bytes = UINT64_MAX;
+    FlatLimits flat;              // slot_bytes 0: not every rank shares memory, no flat path
     bool hierarchy_fits = false;  // comm::hierarchy_fits(topology)
   };
   /// `make_dispatcher` builds the dispatcher at the first call that plans (after the

@@ -1,8 +1,9 @@
-// Direct flat collectives (comm/flat.hpp): among ranks of one host, all_gather, broadcast,
-// all_reduce and reduce_scatter publish their buffers' addresses and the peers read them
-// straight from that process's memory (process_vm_readv; an all_reduce writes its reduced
-// slice into the peers' outputs with process_vm_writev). Ranks here are forked processes, so every
-// copy crosses address spaces as in a real job; results are compared byte for byte with a reference
+// Flat collectives beyond the slots (comm/flat.hpp). Direct: among ranks of one host,
+// all_gather, broadcast, all_reduce and reduce_scatter publish their buffers' addresses and the
+// peers read them straight from that process's memory (process_vm_readv; an all_reduce writes its
+// reduced slice into the peers' outputs with process_vm_writev). In rounds: an all_reduce runs
+// through the slots a slot's worth at a time. Ranks here are forked processes, so every copy
+// crosses address spaces as in a real job; results are compared byte for byte with a reference
 // built independently, and a rank killed in the middle must surface as PeerFailure on every
 // survivor.
 #include <gtest/gtest.h>
@@ -146,8 +147,9 @@ int gather_and_broadcast_calls(int ranks) {
 TEST(FlatDirect, EveryDirectCollectiveAcrossProcessesMatchesTheReference) {
   for (int ranks : {2, 3}) {
     SCOPED_TRACE(std::to_string(ranks) + " processes");
-    auto results = gather_and_broadcast(
-        ranks, {{"SHOAL_FLAT_MAX_BYTES", "8K"}, {"SHOAL_FLAT_DIRECT_BYTES", "16K"}});
+    auto results = gather_and_broadcast(ranks, {{"SHOAL_FLAT_MAX_BYTES", "8K"},
+                                                {"SHOAL_FLAT_DIRECT_BYTES", "16K"},
+                                                {"SHOAL_FLAT_ROUNDS", "off"}});
     for (int r = 0; r < ranks; ++r) {
       SCOPED_TRACE("rank " + std::to_string(r) + ": " + results[r].report);
       EXPECT_EQ(results[r].exit_code, 0);
@@ -161,13 +163,36 @@ TEST(FlatDirect, EveryDirectCollectiveAcrossProcessesMatchesTheReference) {
 // SHOAL_FLAT_DIRECT_BYTES=0 turns the direct path off: the same calls run through the engine
 // (no flat call but the closing barrier: they do not fit the slots), with the same results.
 TEST(FlatDirect, TurnedOffTheSameCallsTakeTheEngineWithTheSameResults) {
-  auto results =
-      gather_and_broadcast(2, {{"SHOAL_FLAT_MAX_BYTES", "8K"}, {"SHOAL_FLAT_DIRECT_BYTES", "0"}});
+  auto results = gather_and_broadcast(2, {{"SHOAL_FLAT_MAX_BYTES", "8K"},
+                                          {"SHOAL_FLAT_DIRECT_BYTES", "0"},
+                                          {"SHOAL_FLAT_ROUNDS", "off"}});
   for (int r = 0; r < 2; ++r) {
     SCOPED_TRACE("rank " + std::to_string(r) + ": " + results[r].report);
     EXPECT_EQ(results[r].exit_code, 0);
     EXPECT_EQ(results[r].report.substr(0, results[r].report.find('\n')),
               "1 of " + std::to_string(gather_and_broadcast_calls(2)) + " flat");
+  }
+}
+
+// With rounds (and no direct path), every all_reduce beyond the slots is flat, through them in
+// rounds (the last one shorter: 3 rounds of 8 KiB slots for 20,003 int8, 257 for (2^18 + 5)
+// float64), and right, out of place and in place, at 2 processes and at 3 on 2 cores or more;
+// the other collectives run through the engine as before.
+TEST(FlatRounds, EveryAllReduceBeyondTheSlotsRunsThroughThemWithTheSameResults) {
+  for (int ranks : {2, 3}) {
+    SCOPED_TRACE(std::to_string(ranks) + " processes");
+    auto results = gather_and_broadcast(ranks, {{"SHOAL_FLAT_MAX_BYTES", "8K"},
+                                                {"SHOAL_FLAT_DIRECT_BYTES", "0"},
+                                                {"SHOAL_FLAT_ROUNDS", "on"}});
+    // Per dtype and count, two all_reduces per op (8 ops for int8, 5 for the others); a barrier.
+    const int all_reduces = 2 * 2 * (8 + 3 * 5) + 1;
+    for (int r = 0; r < ranks; ++r) {
+      SCOPED_TRACE("rank " + std::to_string(r) + ": " + results[r].report);
+      EXPECT_EQ(results[r].exit_code, 0);
+      EXPECT_EQ(results[r].report.substr(0, results[r].report.find('\n')),
+                std::to_string(all_reduces) + " of " +
+                    std::to_string(gather_and_broadcast_calls(ranks)) + " flat");
+    }
   }
 }
 
@@ -212,13 +237,15 @@ TEST(FlatDirect, AnAlgorithmRuleBeyondTheSlotsRunsThatAlgorithm) {
 // (its death lands anywhere: while it publishes, while peers copy from its memory or write into
 // it, while it waits for its readers): every survivor gets PeerFailureError naming it within
 // seconds, and nothing is left in /dev/shm.
-void a_killed_rank_raises_peer_failure_on_every_survivor(algorithms::Collective collective) {
+void a_killed_rank_raises_peer_failure_on_every_survivor(algorithms::Collective collective,
+                                                         const char* rounds = "off") {
   constexpr int kRanks = 3, kVictim = 1;
   ProcessJob job(kRanks);
   auto results = job.run(
       [&](int rank, const ProcessJob& j) {
         setenv("SHOAL_FLAT_MAX_BYTES", "8K", 1);
         setenv("SHOAL_FLAT_DIRECT_BYTES", "16K", 1);
+        setenv("SHOAL_FLAT_ROUNDS", rounds, 1);
         Options o;
         o.timeout = 60s;  // detection must come far sooner than this
         Communicator comm = Communicator::create(j.store(), rank, kRanks, o);
@@ -253,6 +280,11 @@ TEST(FlatDirect, AKilledRankRaisesPeerFailureOnEverySurvivor) {
 // An all_reduce also writes into the peers' outputs: a dead peer's too.
 TEST(FlatDirect, AKilledRankRaisesPeerFailureOnEverySurvivorOfAnAllReduce) {
   a_killed_rank_raises_peer_failure_on_every_survivor(algorithms::Collective::all_reduce);
+}
+
+// In rounds, the survivors wait in the slots for the dead rank's next round.
+TEST(FlatRounds, AKilledRankRaisesPeerFailureOnEverySurvivorOfAnAllReduce) {
+  a_killed_rank_raises_peer_failure_on_every_survivor(algorithms::Collective::all_reduce, "on");
 }
 
 }  // namespace

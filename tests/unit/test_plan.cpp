@@ -39,16 +39,17 @@ Request call(Collective c, uint64_t count, DataType dtype = DataType::float32) {
   return r;
 }
 
-// Four ranks on one host (shared memory: slots of 64 KiB, direct from 256 KiB) or on two hosts
-// of two ranks each (TCP between them; the hierarchy fits).
-Planner one_host() {
-  Planner::Layout layout{kSlots, kDirect, false};
+// Four ranks on one host (shared memory: slots of 64 KiB, direct from 256 KiB; with `rounds`, an
+// all_reduce beyond the slots through them in rounds) or on two hosts of two ranks each (TCP
+// between them; the hierarchy fits).
+Planner one_host(bool rounds = false) {
+  Planner::Layout layout{{kSlots, kDirect, rounds}, false};
   return Planner(layout, [] {
     return tune::Dispatcher::from_environment(tune::make_context({0, 0, 0, 0}, true), nullptr);
   });
 }
 Planner two_hosts() {
-  Planner::Layout layout{0, UINT64_MAX, true};
+  Planner::Layout layout{{0, UINT64_MAX, false}, true};
   return Planner(layout, [] {
     return tune::Dispatcher::from_environment(tune::make_context({0, 0, 1, 1}, false), nullptr);
   });
@@ -94,6 +95,26 @@ TEST_F(PlanTest, BeyondTheSlotsOnlyTheDirectPathIsFlatAndASettingRuleThereWins) 
   EXPECT_EQ(plan(p, call(Collective::all_reduce, 256)).path, Path::flat);
 }
 
+TEST_F(PlanTest, WithRoundsEveryAllReduceBeyondTheSlotsIsFlatAndASettingRuleThereWins) {
+  Planner p = one_host(/*rounds=*/true);
+  for (uint64_t count : {16u << 10, 32u << 10, 256u << 10}) {  // 64 KiB (the slots) to 1 MiB
+    const Plan flat = plan(p, call(Collective::all_reduce, count));
+    EXPECT_EQ(flat.path, Path::flat) << count;
+    EXPECT_EQ(flat_rounds(flat.args, {kSlots, kDirect, true}), (count * 4 + kSlots - 1) / kSlots);
+    EXPECT_FALSE(flat_direct(flat.args, {kSlots, kDirect, true})) << count;
+  }
+  // Rounds are an all_reduce's: an all_gather of 128 KiB a rank is still below the direct path.
+  EXPECT_EQ(plan(p, call(Collective::all_gather, 32 << 10)).path, Path::schedule);
+  algorithms::detail::set_algorithm_override("all_reduce:ring");
+  EXPECT_EQ(plan(p, call(Collective::all_reduce, 32 << 10)).path, Path::schedule);
+  // Without a direct path (a kernel that refuses cross-memory attach) rounds still run.
+  Planner no_direct(Planner::Layout{{kSlots, UINT64_MAX, true}, false}, [] {
+    return tune::Dispatcher::from_environment(tune::make_context({0, 0, 0, 0}, true), nullptr);
+  });
+  algorithms::detail::set_algorithm_override("");
+  EXPECT_EQ(plan(no_direct, call(Collective::all_reduce, 256 << 10)).path, Path::flat);
+}
+
 TEST_F(PlanTest, AVectoredCallIsFlatOnlyWithinTheSlots) {
   Planner p = one_host();
   Request r = call(Collective::all_reduce, 256);
@@ -102,6 +123,8 @@ TEST_F(PlanTest, AVectoredCallIsFlatOnlyWithinTheSlots) {
   EXPECT_EQ(plan(p, r).path, Path::flat);
   r.count = 256 << 10;  // direct for a plain call
   EXPECT_EQ(plan(p, r).path, Path::schedule);
+  Planner rounds = one_host(/*rounds=*/true);  // in rounds for a plain call
+  EXPECT_EQ(plan(rounds, r).path, Path::schedule);
 }
 
 TEST_F(PlanTest, AForcedRowRunsWhateverElseWouldApply) {
@@ -221,7 +244,7 @@ TEST_F(PlanTest, ASettingRuleMayNameAPathTakenWhereTheCallCanTakeIt) {
 // A rule naming a path the call cannot take is as if not written: the next matching rule
 // decides.
 TEST_F(PlanTest, ARuleWhosePathTheCallCannotTakeGivesWayToTheNext) {
-  Planner tcp_one_host(Planner::Layout{0, UINT64_MAX, false}, [] {
+  Planner tcp_one_host(Planner::Layout{{0, UINT64_MAX, false}, false}, [] {
     return tune::Dispatcher::from_environment(tune::make_context({0, 0, 0, 0}, false), nullptr);
   });
   Planner hosts = two_hosts(), shm = one_host();
