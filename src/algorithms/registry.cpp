@@ -330,8 +330,8 @@ const std::vector<PathInfo>& paths() {
        "flat",
        {Collective::all_reduce, Collective::all_gather, Collective::reduce_scatter,
         Collective::broadcast, Collective::reduce},
-       "every rank on one host's shared memory; within SHOAL_FLAT_MAX_BYTES (an all_reduce: in "
-       "rounds of it beyond), or direct by address from SHOAL_FLAT_DIRECT_BYTES",
+       "every rank on one host's shared memory; within SHOAL_FLAT_MAX_BYTES (all_reduce, "
+       "reduce_scatter: in rounds of it beyond), or direct by address from SHOAL_FLAT_DIRECT_BYTES",
        "every rank writes its input to a shared slot (or exposes it by address) and reads or "
        "reduces its part from the others': one step a round, no messages",
        "none: taken wherever it fits (one copy in, one read per peer, no message latency); a "

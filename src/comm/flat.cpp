@@ -153,11 +153,24 @@ FlatLimits flat_limits(const FlatMemory& memory) {
   return {memory.slot_bytes(), memory.direct_bytes(), memory.rounds()};
 }
 
+namespace {
+// Elements of each block that a round of `a` takes through slots of `slot_bytes`.
+uint64_t flat_round_count(const algorithms::CollectiveArgs& a, uint64_t slot_bytes) {
+  // A reduce_scatter publishes a piece of each of its `size` input blocks.
+  const uint64_t blocks = a.collective == Collective::reduce_scatter ? a.size : 1;
+  return slot_bytes / (size_of(a.dtype) * blocks);
+}
+}  // namespace
+
 uint32_t flat_rounds(const algorithms::CollectiveArgs& a, const FlatLimits& limits) {
-  if (!limits.rounds || a.collective != Collective::all_reduce || a.size < 2 ||
-      limits.slot_bytes == 0 || flat_decision_bytes(a) <= limits.slot_bytes)
+  // The reductions only: an all_gather or a broadcast in rounds copies every byte twice (into
+  // the slot, out of it) where the direct path copies it once, and measured slower at 2 ranks.
+  const bool reduction =
+      a.collective == Collective::all_reduce || a.collective == Collective::reduce_scatter;
+  if (!limits.rounds || !reduction || a.size < 2 || flat_decision_bytes(a) <= limits.slot_bytes)
     return 1;
-  const uint64_t per_round = limits.slot_bytes / size_of(a.dtype);
+  const uint64_t per_round = flat_round_count(a, limits.slot_bytes);
+  if (per_round == 0) return 1;  // not even an element of each block fits
   return static_cast<uint32_t>((a.count + per_round - 1) / per_round);
 }
 
@@ -169,13 +182,14 @@ bool flat_direct(const algorithms::CollectiveArgs& a, const FlatLimits& limits) 
     case Collective::reduce_scatter:
       break;
     // In the slots an all_reduce reduces slices as fast (measured: docs/benchmarks.md), with
-    // one wait less; beyond them, in rounds through them where it may.
+    // one wait less.
     case Collective::all_reduce:
-      if (input <= limits.slot_bytes || flat_rounds(a, limits) > 1) return false;
+      if (input <= limits.slot_bytes) return false;
       break;
     default:
       return false;
   }
+  if (flat_rounds(a, limits) > 1) return false;
   return a.size > 1 && a.count > 0 && input >= limits.direct_bytes;
 }
 
@@ -227,11 +241,11 @@ FlatCollective::FlatCollective(const FlatMemory& memory, const algorithms::Colle
 }
 
 void FlatCollective::start_round() {
-  const uint64_t per_round = memory_.slot_bytes() / es_;
-  const uint64_t first = round_ * per_round;
-  args_.count = std::min(per_round, count_ - first);
-  input_ = call_input_ + first * es_;
-  output_ = call_output_ + first * es_;
+  const uint64_t per_round = flat_round_count(args_, memory_.slot_bytes());
+  first_ = round_ * per_round;
+  args_.count = std::min(per_round, count_ - first_);
+  input_ = call_input_ + first_ * es_;
+  output_ = call_output_ + first_ * es_;
   seq_ = first_seq_ + round_;
   stage_ = Stage::room;
   step_ = 0;
@@ -317,6 +331,12 @@ bool FlatCollective::advance_round() {
       const DirectAddresses where{reinterpret_cast<uintptr_t>(input_),
                                   reinterpret_cast<uintptr_t>(output_)};
       std::memcpy(mine.slot_data(seq_), &where, sizeof where);
+    } else if (args_.collective == Collective::reduce_scatter && rounds_ > 1) {
+      // This round's piece of every input block, packed: the slot holds `size` blocks of it.
+      const uint64_t piece = args_.count * es_;
+      for (int b = 0; b < args_.size; ++b)
+        std::memcpy(mine.slot_data(seq_) + b * piece,
+                    call_input_ + (static_cast<uint64_t>(b) * count_ + first_) * es_, piece);
     } else if (bytes > 0) {
       std::memcpy(mine.slot_data(seq_), input_, bytes);
     }
@@ -475,7 +495,8 @@ bool FlatCollective::combine() {
       else
         std::memcpy(output_, from, bytes);
     } else if (c == Collective::all_gather) {
-      uint8_t* to = static_cast<uint8_t*>(output_) + static_cast<uint64_t>(q) * bytes;
+      // Blocks of the whole call's count apart (in rounds, this round's piece of each).
+      uint8_t* to = static_cast<uint8_t*>(output_) + static_cast<uint64_t>(q) * count_ * es_;
       if (direct_ && q != me)
         pull(q, 0, to, bytes);
       else if (to != from)

@@ -7,15 +7,16 @@
 // number, which shares a cache line with the first 48 bytes of data: a small operation costs a
 // peer one cache-line transfer per rank. Then every rank works straight from the peers' slots:
 //  - all_reduce up to 16 KiB: every rank reduces everything itself; above, each rank reduces
-//    its slice into its result area, publishes that, and copies the others' slices; beyond the
-//    slots (SHOAL_FLAT_ROUNDS), it does that in rounds, a slot's worth of the buffers at a time,
-//    each round a flat all_reduce with a number of its own;
+//    its slice into its result area, publishes that, and copies the others' slices;
+//  - beyond the slots (SHOAL_FLAT_ROUNDS), all_reduce and reduce_scatter run in rounds, a
+//    slot's worth of the buffers at a time (a reduce_scatter publishes that round's piece of
+//    each of its input blocks), each round a flat call with a number of its own;
 //  - all_gather: copy every slot into place; reduce_scatter: reduce this rank's block of every
 //    slot; broadcast: copy the root's slot; reduce: the root reduces every slot.
 // Direct: from SHOAL_FLAT_DIRECT_BYTES of input per rank on (where every rank can read every
-// other's memory; an all_reduce only beyond the slots without rounds), a rank publishes only
-// the addresses of its input and output, and the peers
-// read them in place (process_vm_readv): an all_gather or broadcast copies each input once,
+// other's memory; an all_reduce only beyond the slots; neither reduction in rounds), a rank
+// publishes only the addresses of its input and output, and the peers read them in place
+// (process_vm_readv): an all_gather or broadcast copies each input once,
 // straight into its output; a reduce_scatter reduces its block of every peer's input, a
 // cache-sized piece at a time, each piece over every peer while it is in cache; an all_reduce
 // reduces its slice alike into its own output and writes each reduced piece, still in cache,
@@ -74,20 +75,20 @@ struct FlatLimits {
 /// The limits of the flat collectives over `memory`.
 FlatLimits flat_limits(const FlatMemory& memory);
 
-/// How many rounds through the slots `a` takes: with `rounds`, an all_reduce beyond the slots
-/// runs through them a slot's worth at a time, each round a flat all_reduce of its own with
-/// its own flat collective number; else 1.
+/// How many rounds through the slots `a` takes: with `rounds`, an all_reduce or reduce_scatter
+/// beyond the slots runs through them a slot's worth at a time (a reduce_scatter a piece of
+/// each of its input blocks), each round a flat call of its own with its own flat collective
+/// number; else 1.
 uint32_t flat_rounds(const algorithms::CollectiveArgs& a, const FlatLimits& limits);
 /// Whether `a` runs direct (by address): all_gather, broadcast and reduce_scatter from
-/// `direct_bytes` of input per rank, all_reduce from there but only beyond the slots and not
-/// in rounds.
+/// `direct_bytes` of input per rank, all_reduce from there but only beyond the slots; neither
+/// reduction where it runs in rounds.
 bool flat_direct(const algorithms::CollectiveArgs& a, const FlatLimits& limits);
 /// Whether `a` is a queued broadcast (up to FlatRegion::kQueuedBytes, within the slots): the
 /// root leaves the data in its queue and returns; each other rank copies it from there. Only
 /// those two wait for each other, so a root runs up to FlatRegion::kQueueEntries calls ahead.
 bool flat_queued(const algorithms::CollectiveArgs& a, const FlatLimits& limits);
-/// Whether `a` has a flat version: one that fits the slots (an all_reduce: in rounds too), or
-/// a direct one.
+/// Whether `a` has a flat version: one that fits the slots (in rounds too), or a direct one.
 bool flat_fits(const algorithms::CollectiveArgs& a, const FlatLimits& limits);
 
 /// Flat collective number `seq` (1, 2, ... in issue order, the same on every rank; a call of
@@ -143,6 +144,7 @@ class FlatCollective {
   const uint64_t es_;
   // The whole call's.
   const uint64_t count_;
+  uint64_t first_ = 0;  // the current round's first element (of each block)
   const uint32_t first_seq_;
   const uint8_t* const call_input_;
   uint8_t* const call_output_;

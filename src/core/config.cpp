@@ -57,10 +57,10 @@ const std::vector<Setting>& settings() {
        "per rank, among ranks that all share one host's memory, run through shared slots, on the "
        "calling thread when they block (0: never). Equal on all ranks", Agreement::value},
       {"SHOAL_FLAT_ROUNDS", "enum", "on",
-       "among ranks that all share one host's memory, an all_reduce above SHOAL_FLAT_MAX_BYTES runs "
-       "through the shared slots in rounds of that size (on), or else direct "
-       "(SHOAL_FLAT_DIRECT_BYTES) or, where direct is impossible, as a schedule (off). "
-       "Equal on all ranks", Agreement::value},
+       "among ranks that all share one host's memory, an all_reduce or reduce_scatter with more "
+       "input per rank than SHOAL_FLAT_MAX_BYTES runs through the shared slots in rounds of that "
+       "size (on), or else direct (SHOAL_FLAT_DIRECT_BYTES) or, where direct is impossible, as a "
+       "schedule (off). Equal on all ranks", Agreement::value},
       {"SHOAL_ALGO", "string", "",
        "forces algorithms: collective:name or collective:min-max:name, ';'-separated, first match "
        "wins (all_reduce:rabenseifner;all_gather:0-64K:bruck); shoal-info --algorithms lists them. "

@@ -174,23 +174,25 @@ TEST(FlatDirect, TurnedOffTheSameCallsTakeTheEngineWithTheSameResults) {
   }
 }
 
-// With rounds (and no direct path), every all_reduce beyond the slots is flat, through them in
-// rounds (the last one shorter: 3 rounds of 8 KiB slots for 20,003 int8, 257 for (2^18 + 5)
-// float64), and right, out of place and in place, at 2 processes and at 3 on 2 cores or more;
-// the other collectives run through the engine as before.
-TEST(FlatRounds, EveryAllReduceBeyondTheSlotsRunsThroughThemWithTheSameResults) {
+// With rounds (and no direct path), every all_reduce and reduce_scatter beyond the slots is
+// flat, through them in rounds (the last one shorter: an all_reduce of 20,003 int8 takes 3
+// rounds of 8 KiB slots, one of (2^18 + 5) float64 257; a reduce_scatter's rounds take a piece
+// of each block), and right, out of place and in place, at 2 processes and at 3 on 2 cores or
+// more; all_gather and broadcast run through the engine as before.
+TEST(FlatRounds, EveryReductionBeyondTheSlotsRunsThroughThemWithTheSameResults) {
   for (int ranks : {2, 3}) {
     SCOPED_TRACE(std::to_string(ranks) + " processes");
     auto results = gather_and_broadcast(ranks, {{"SHOAL_FLAT_MAX_BYTES", "8K"},
                                                 {"SHOAL_FLAT_DIRECT_BYTES", "0"},
                                                 {"SHOAL_FLAT_ROUNDS", "on"}});
-    // Per dtype and count, two all_reduces per op (8 ops for int8, 5 for the others); a barrier.
-    const int all_reduces = 2 * 2 * (8 + 3 * 5) + 1;
+    // Per dtype and count, two all_reduces and two reduce_scatters per op (8 ops for int8, 5
+    // for the others); a barrier.
+    const int reductions = 2 * 2 * 2 * (8 + 3 * 5) + 1;
     for (int r = 0; r < ranks; ++r) {
       SCOPED_TRACE("rank " + std::to_string(r) + ": " + results[r].report);
       EXPECT_EQ(results[r].exit_code, 0);
       EXPECT_EQ(results[r].report.substr(0, results[r].report.find('\n')),
-                std::to_string(all_reduces) + " of " +
+                std::to_string(reductions) + " of " +
                     std::to_string(gather_and_broadcast_calls(ranks)) + " flat");
     }
   }
@@ -254,6 +256,9 @@ void a_killed_rank_raises_peer_failure_on_every_survivor(algorithms::Collective 
         auto call = [&] {
           if (collective == algorithms::Collective::all_gather)
             comm.all_gather(in.data(), out.data(), count, DataType::float32);
+          else if (collective == algorithms::Collective::reduce_scatter)  // `count` blocks of 1/3
+            comm.reduce_scatter(in.data(), out.data(), count / kRanks, DataType::float32,
+                                ReduceOp::sum);
           else
             comm.all_reduce(in.data(), out.data(), count, DataType::float32, ReduceOp::sum);
         };
@@ -283,8 +288,9 @@ TEST(FlatDirect, AKilledRankRaisesPeerFailureOnEverySurvivorOfAnAllReduce) {
 }
 
 // In rounds, the survivors wait in the slots for the dead rank's next round.
-TEST(FlatRounds, AKilledRankRaisesPeerFailureOnEverySurvivorOfAnAllReduce) {
+TEST(FlatRounds, AKilledRankRaisesPeerFailureOnEverySurvivorOfAReduction) {
   a_killed_rank_raises_peer_failure_on_every_survivor(algorithms::Collective::all_reduce, "on");
+  a_killed_rank_raises_peer_failure_on_every_survivor(algorithms::Collective::reduce_scatter, "on");
 }
 
 }  // namespace

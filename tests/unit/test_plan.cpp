@@ -95,7 +95,7 @@ TEST_F(PlanTest, BeyondTheSlotsOnlyTheDirectPathIsFlatAndASettingRuleThereWins) 
   EXPECT_EQ(plan(p, call(Collective::all_reduce, 256)).path, Path::flat);
 }
 
-TEST_F(PlanTest, WithRoundsEveryAllReduceBeyondTheSlotsIsFlatAndASettingRuleThereWins) {
+TEST_F(PlanTest, WithRoundsEveryReductionBeyondTheSlotsIsFlatAndASettingRuleThereWins) {
   Planner p = one_host(/*rounds=*/true);
   for (uint64_t count : {16u << 10, 32u << 10, 256u << 10}) {  // 64 KiB (the slots) to 1 MiB
     const Plan flat = plan(p, call(Collective::all_reduce, count));
@@ -103,7 +103,11 @@ TEST_F(PlanTest, WithRoundsEveryAllReduceBeyondTheSlotsIsFlatAndASettingRuleTher
     EXPECT_EQ(flat_rounds(flat.args, {kSlots, kDirect, true}), (count * 4 + kSlots - 1) / kSlots);
     EXPECT_FALSE(flat_direct(flat.args, {kSlots, kDirect, true})) << count;
   }
-  // Rounds are an all_reduce's: an all_gather of 128 KiB a rank is still below the direct path.
+  // A reduce_scatter's too (its 4 blocks of 32 KiB, 2 rounds of 4 pieces of 8 KiB), but not an
+  // all_gather's: of 128 KiB a rank it is still below the direct path.
+  const Plan rs = plan(p, call(Collective::reduce_scatter, 8 << 10));
+  EXPECT_EQ(rs.path, Path::flat);
+  EXPECT_EQ(flat_rounds(rs.args, {kSlots, kDirect, true}), 2u);
   EXPECT_EQ(plan(p, call(Collective::all_gather, 32 << 10)).path, Path::schedule);
   algorithms::detail::set_algorithm_override("all_reduce:ring");
   EXPECT_EQ(plan(p, call(Collective::all_reduce, 32 << 10)).path, Path::schedule);
