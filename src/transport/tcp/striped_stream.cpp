@@ -151,7 +151,7 @@ ssize_t StripedStream::writev(const iovec* iov, int count) {
   return -1;
 }
 
-bool StripedStream::pull(Rail& r) {
+bool StripedStream::read_rail(Rail& r) {
   for (;;) {
     if (r.eof) return true;
     uint8_t* dst;
@@ -197,14 +197,14 @@ bool StripedStream::pull(Rail& r) {
   }
 }
 
-bool StripedStream::pull() {
+bool StripedStream::read_rails() {
   for (auto& r : rails_)
-    if (!pull(r)) return false;
+    if (!read_rail(r)) return false;
   return true;
 }
 
 ssize_t StripedStream::read(void* dst, size_t len) {
-  if (error_ == 0 && !pull()) error_ = errno;
+  if (error_ == 0 && !read_rails()) error_ = errno;
   size_t got = 0;
   auto* out = static_cast<uint8_t*>(dst);
   while (got < len && !arrived_.empty() && arrived_.begin()->first == next_in_seq_) {

@@ -60,8 +60,8 @@ class StripedStream : public Stream {
   // Writes what a rail still owes of its segment; false with errno on a broken socket.
   bool flush(Rail& r);
   // Reads whatever the rails have into arrived_; false with errno on a broken rail.
-  bool pull();
-  bool pull(Rail& r);
+  bool read_rails();
+  bool read_rail(Rail& r);
 
   std::vector<Rail> rails_;
   int epoll_fd_ = -1;
