@@ -154,6 +154,8 @@ FlatLimits flat_limits(const FlatMemory& memory) {
 }
 
 namespace {
+constexpr uint64_t kMaxRounds = uint64_t{1} << 24;
+
 // Elements of each block that a round of `a` takes through slots of `slot_bytes`.
 uint64_t flat_round_count(const algorithms::CollectiveArgs& a, uint64_t slot_bytes) {
   // A reduce_scatter publishes a piece of each of its `size` input blocks.
@@ -170,8 +172,11 @@ uint32_t flat_rounds(const algorithms::CollectiveArgs& a, const FlatLimits& limi
   if (!limits.rounds || !reduction || a.size < 2 || flat_decision_bytes(a) <= limits.slot_bytes)
     return 1;
   const uint64_t per_round = flat_round_count(a, limits.slot_bytes);
-  if (per_round == 0) return 1;  // not even an element of each block fits
-  return static_cast<uint32_t>((a.count + per_round - 1) / per_round);
+  const uint64_t rounds = per_round == 0 ? 0 : (a.count + per_round - 1) / per_round;
+  // Not even an element of each block fits, or so many rounds that their flat numbers would
+  // span more than the wrap-safe comparisons of those numbers allow: not in rounds.
+  if (rounds == 0 || rounds > kMaxRounds) return 1;
+  return static_cast<uint32_t>(rounds);
 }
 
 bool flat_direct(const algorithms::CollectiveArgs& a, const FlatLimits& limits) {

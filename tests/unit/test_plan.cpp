@@ -109,6 +109,17 @@ TEST_F(PlanTest, WithRoundsEveryReductionBeyondTheSlotsIsFlatAndASettingRuleTher
   EXPECT_EQ(rs.path, Path::flat);
   EXPECT_EQ(flat_rounds(rs.args, {kSlots, kDirect, true}), 2u);
   EXPECT_EQ(plan(p, call(Collective::all_gather, 32 << 10)).path, Path::schedule);
+  // No rounds where a round holds no element of each block, or where there would be more than
+  // 2^24 rounds (their flat numbers must stay within the wrap-safe comparisons).
+  EXPECT_EQ(flat_rounds(args_of(call(Collective::reduce_scatter, 100, DataType::float64), 4),
+                        {16, UINT64_MAX, true}),
+            1u);
+  EXPECT_EQ(flat_rounds(args_of(call(Collective::all_reduce, uint64_t{1} << 30), 4),
+                        {64, UINT64_MAX, true}),
+            1u);
+  EXPECT_EQ(flat_rounds(args_of(call(Collective::all_reduce, uint64_t{1} << 26), 4),
+                        {64, UINT64_MAX, true}),
+            uint32_t{1} << 22);
   algorithms::detail::set_algorithm_override("all_reduce:ring");
   EXPECT_EQ(plan(p, call(Collective::all_reduce, 32 << 10)).path, Path::schedule);
   // Without a direct path (a kernel that refuses cross-memory attach) rounds still run.
