@@ -141,37 +141,35 @@ int gather_and_broadcast_calls(int ranks) {
   return 2 * (3 + ranks + 4 * 8) + 6 * (3 + ranks + 4 * 5) + 1;
 }
 
+// Runs gather_and_broadcast on `ranks` processes with 8 KiB slots, SHOAL_FLAT_DIRECT_BYTES
+// `direct` and SHOAL_FLAT_ROUNDS `rounds`, and expects every rank right and `flat` of its calls
+// flat.
+void expect_flat_calls(int ranks, const char* direct, const char* rounds, int flat) {
+  SCOPED_TRACE(std::to_string(ranks) + " processes, direct from " + direct + ", rounds " + rounds);
+  auto results = gather_and_broadcast(ranks, {{"SHOAL_FLAT_MAX_BYTES", "8K"},
+                                              {"SHOAL_FLAT_DIRECT_BYTES", direct},
+                                              {"SHOAL_FLAT_ROUNDS", rounds}});
+  for (int r = 0; r < ranks; ++r) {
+    SCOPED_TRACE("rank " + std::to_string(r) + ": " + results[r].report);
+    EXPECT_EQ(results[r].exit_code, 0);
+    EXPECT_EQ(results[r].report.substr(0, results[r].report.find('\n')),
+              std::to_string(flat) + " of " + std::to_string(gather_and_broadcast_calls(ranks)) +
+                  " flat");
+  }
+}
+
 // From 16 KiB per rank (8 KiB slots here, so that only the direct path can be flat at these
 // sizes, whatever the core count), every all_gather, broadcast, all_reduce and reduce_scatter
 // is flat and right, at two and at three processes.
 TEST(FlatDirect, EveryDirectCollectiveAcrossProcessesMatchesTheReference) {
-  for (int ranks : {2, 3}) {
-    SCOPED_TRACE(std::to_string(ranks) + " processes");
-    auto results = gather_and_broadcast(ranks, {{"SHOAL_FLAT_MAX_BYTES", "8K"},
-                                                {"SHOAL_FLAT_DIRECT_BYTES", "16K"},
-                                                {"SHOAL_FLAT_ROUNDS", "off"}});
-    for (int r = 0; r < ranks; ++r) {
-      SCOPED_TRACE("rank " + std::to_string(r) + ": " + results[r].report);
-      EXPECT_EQ(results[r].exit_code, 0);
-      const int calls = gather_and_broadcast_calls(ranks);
-      EXPECT_EQ(results[r].report.substr(0, results[r].report.find('\n')),
-                std::to_string(calls) + " of " + std::to_string(calls) + " flat");
-    }
-  }
+  for (int ranks : {2, 3})
+    expect_flat_calls(ranks, "16K", "off", gather_and_broadcast_calls(ranks));
 }
 
 // SHOAL_FLAT_DIRECT_BYTES=0 turns the direct path off: the same calls run through the engine
 // (no flat call but the closing barrier: they do not fit the slots), with the same results.
 TEST(FlatDirect, TurnedOffTheSameCallsTakeTheEngineWithTheSameResults) {
-  auto results = gather_and_broadcast(2, {{"SHOAL_FLAT_MAX_BYTES", "8K"},
-                                          {"SHOAL_FLAT_DIRECT_BYTES", "0"},
-                                          {"SHOAL_FLAT_ROUNDS", "off"}});
-  for (int r = 0; r < 2; ++r) {
-    SCOPED_TRACE("rank " + std::to_string(r) + ": " + results[r].report);
-    EXPECT_EQ(results[r].exit_code, 0);
-    EXPECT_EQ(results[r].report.substr(0, results[r].report.find('\n')),
-              "1 of " + std::to_string(gather_and_broadcast_calls(2)) + " flat");
-  }
+  expect_flat_calls(2, "0", "off", 1);
 }
 
 // With rounds (and no direct path), every all_reduce and reduce_scatter beyond the slots is
@@ -180,22 +178,10 @@ TEST(FlatDirect, TurnedOffTheSameCallsTakeTheEngineWithTheSameResults) {
 // of each block), and right, out of place and in place, at 2 processes and at 3 on 2 cores or
 // more; all_gather and broadcast run through the engine as before.
 TEST(FlatRounds, EveryReductionBeyondTheSlotsRunsThroughThemWithTheSameResults) {
-  for (int ranks : {2, 3}) {
-    SCOPED_TRACE(std::to_string(ranks) + " processes");
-    auto results = gather_and_broadcast(ranks, {{"SHOAL_FLAT_MAX_BYTES", "8K"},
-                                                {"SHOAL_FLAT_DIRECT_BYTES", "0"},
-                                                {"SHOAL_FLAT_ROUNDS", "on"}});
-    // Per dtype and count, two all_reduces and two reduce_scatters per op (8 ops for int8, 5
-    // for the others); a barrier.
-    const int reductions = 2 * 2 * 2 * (8 + 3 * 5) + 1;
-    for (int r = 0; r < ranks; ++r) {
-      SCOPED_TRACE("rank " + std::to_string(r) + ": " + results[r].report);
-      EXPECT_EQ(results[r].exit_code, 0);
-      EXPECT_EQ(results[r].report.substr(0, results[r].report.find('\n')),
-                std::to_string(reductions) + " of " +
-                    std::to_string(gather_and_broadcast_calls(ranks)) + " flat");
-    }
-  }
+  // Per dtype and count, two all_reduces and two reduce_scatters per op (8 ops for int8, 5 for
+  // the others); a barrier.
+  const int reductions = 2 * 2 * 2 * (8 + 3 * 5) + 1;
+  for (int ranks : {2, 3}) expect_flat_calls(ranks, "0", "on", reductions);
 }
 
 // Beyond the slots a SHOAL_ALGO rule for the call still runs the named algorithm (the direct
