@@ -34,6 +34,22 @@ inline bool reached(const std::atomic<uint32_t>& word, uint32_t seq) {
   return static_cast<int32_t>(word.load(std::memory_order_acquire) - seq) >= 0;
 }
 
+// Sleeps in a futex on `word` (shared memory, so not a private one) until its owner, whose words
+// `h` holds, raises it to `seq` and wakes its waiters, for at most `max_ns`.
+void sleep_on(FlatWords& h, std::atomic<uint32_t>& word, uint32_t seq, int64_t max_ns) {
+  h.waiters.fetch_add(1, std::memory_order_seq_cst);
+  const uint32_t seen = word.load(std::memory_order_seq_cst);
+  if (static_cast<int32_t>(seen - seq) < 0) {
+    const int64_t slept_at = monotonic_ns();
+    timespec ts{static_cast<time_t>(max_ns / 1'000'000'000),
+                static_cast<long>(max_ns % 1'000'000'000)};
+    syscall(SYS_futex, reinterpret_cast<uint32_t*>(&word), FUTEX_WAIT, seen, &ts, nullptr, 0);
+    const int64_t woken_at = h.woken_ns.load(std::memory_order_relaxed);
+    if (woken_at > slept_at && reached(word, seq)) note_wake_latency(monotonic_ns() - woken_at);
+  }
+  h.waiters.fetch_sub(1, std::memory_order_seq_cst);
+}
+
 // Spin briefly on `word` (not on a host of more ranks than cores), then poll it for the spin
 // budget, then sleep on it in a futex (shared memory, so not a private one), with a bounded
 // sleep so that `check` runs regularly (broken communicator, timeout, mismatch). `h` holds the
@@ -62,16 +78,7 @@ void wait_for(FlatWords& h, std::atomic<uint32_t>& word, uint32_t seq, int who, 
   for (;;) {
     if (reached(word, seq)) return;  // a peer that published and then left is not a failure
     check(who);
-    h.waiters.fetch_add(1, std::memory_order_seq_cst);
-    const uint32_t seen = word.load(std::memory_order_seq_cst);
-    if (static_cast<int32_t>(seen - seq) < 0) {
-      const int64_t slept_at = monotonic_ns();
-      timespec ts{0, 20 * 1000 * 1000};  // wake at least every 20 ms to run `check`
-      syscall(SYS_futex, reinterpret_cast<uint32_t*>(&word), FUTEX_WAIT, seen, &ts, nullptr, 0);
-      const int64_t woken_at = h.woken_ns.load(std::memory_order_relaxed);
-      if (woken_at > slept_at && reached(word, seq)) note_wake_latency(monotonic_ns() - woken_at);
-    }
-    h.waiters.fetch_sub(1, std::memory_order_seq_cst);
+    sleep_on(h, word, seq, 20'000'000);  // wake at least every 20 ms to run `check`
   }
 }
 
@@ -257,11 +264,19 @@ void FlatCollective::start_round() {
 }
 
 bool FlatCollective::advance() {
+  const uint32_t round = round_;
+  const Stage stage = stage_;
+  const int step = step_;
+  bool done = false;
   while (advance_round()) {
-    if (++round_ == rounds_) return true;
+    if (++round_ == rounds_) {
+      done = true;
+      break;
+    }
     start_round();
   }
-  return false;
+  moved_ = done || round_ != round || stage_ != stage || step_ != step;
+  return done;
 }
 
 void FlatCollective::mismatch(int peer, const std::string& what) const {
@@ -559,15 +574,22 @@ void FlatCollective::run(const std::function<void(int)>& check) {
   };
   while (!advance()) {
     const int q = waiting_for();
-    const auto& peer = memory_.of(q);
-    auto& word = stage_ == Stage::room      ? peer.words().queued_done
-                 : stage_ == Stage::take    ? peer.entry(seq_).seq
-                 : stage_ == Stage::combine ? peer.slot(seq_).seq
-                 : stage_ == Stage::gather  ? peer.words().done
-                                            : peer.words().read;
-    wait_for(peer.words(), word, stage_ == Stage::room ? room_for_ : seq_, q,
-             memory_.oversubscribed(), watch_and_check);
+    wait_for(memory_.of(q).words(), awaited_word(), awaited_value(), q, memory_.oversubscribed(),
+             watch_and_check);
   }
+}
+
+std::atomic<uint32_t>& FlatCollective::awaited_word() const {
+  const auto& peer = memory_.of(waiting_for());
+  return stage_ == Stage::room      ? peer.words().queued_done
+         : stage_ == Stage::take    ? peer.entry(seq_).seq
+         : stage_ == Stage::combine ? peer.slot(seq_).seq
+         : stage_ == Stage::gather  ? peer.words().done
+                                    : peer.words().read;
+}
+
+void FlatCollective::sleep(std::chrono::nanoseconds max) const {
+  sleep_on(memory_.of(waiting_for()).words(), awaited_word(), awaited_value(), max.count());
 }
 
 }  // namespace shoal::comm

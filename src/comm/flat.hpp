@@ -39,6 +39,8 @@
 // the next operation, which a peer does only when it is done with the previous one.
 #pragma once
 
+#include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <string>
@@ -101,6 +103,9 @@ class FlatCollective {
   /// Does what can be done without waiting; true once finished. Throws MismatchError when a
   /// peer published a different call.
   bool advance();
+  /// Whether the last advance() got anywhere (a peer found, a stage or a round finished): a
+  /// caller that polls keeps polling while a call of many rounds moves, instead of sleeping.
+  bool moved() const { return moved_; }
   /// After advance() returned false: throws MismatchError if the peer it waits for entered
   /// this collective with other arguments or moved past it without publishing (so it will not).
   void watch_peer() const;
@@ -109,6 +114,9 @@ class FlatCollective {
   /// Runs to the end on this thread: spins, yields, then sleeps on a futex between advances.
   /// `check(rank)` runs while waiting for `rank` and throws to abandon (broken, timeout).
   void run(const std::function<void(int waiting_for)>& check);
+  /// After advance() returned false: sleeps in a futex on the word it waits for, which the peer
+  /// wakes when it publishes, for at most `max` (a poller that would otherwise sleep blind).
+  void sleep(std::chrono::nanoseconds max) const;
 
  private:
   // room: wait until the peers are done with what this call overwrites (after queued
@@ -130,6 +138,10 @@ class FlatCollective {
   void copy_with(int q, uint64_t offset, void* to, const void* from, uint64_t len) const;
   void reduce_direct(uint64_t lo, uint64_t n, uint8_t* dst) const;
   void watch(int q) const;
+  /// The word the call waits on after advance() returned false (the waited-for peer's), and
+  /// the value it waits for there.
+  std::atomic<uint32_t>& awaited_word() const;
+  uint32_t awaited_value() const { return stage_ == Stage::room ? room_for_ : seq_; }
   void check_slot(int q, const FlatSlotHeader& slot) const;
   [[noreturn]] void mismatch(int peer, const std::string& what) const;
 
@@ -162,6 +174,7 @@ class FlatCollective {
     return stage_ == Stage::combine && reduces_ && !direct_ ? s : (args_.rank + s) % args_.size;
   }
   int step_ = 0;  // the next step of the stage
+  bool moved_ = false;
 };
 
 }  // namespace shoal::comm
