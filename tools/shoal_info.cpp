@@ -101,11 +101,10 @@ static void print_dispatch(const tune::Context& ctx, const std::string& size_lis
   // every rank shares one host's memory and the call fits, the hierarchy, else a row.
   comm::Planner::Layout planner_layout;
   if (ctx.transport == tune::Transport::shm && ctx.world == ctx.ranks_per_host) {
-    const auto flat =
-        comm::FlatMemory::layout_from_settings(ctx.ranks_per_host, ctx.cores_per_host);
-    planner_layout.flat.slot_bytes = flat.slot_bytes;
-    if (flat.direct_bytes > 0) planner_layout.flat.direct_bytes = flat.direct_bytes;
-    planner_layout.flat.rounds = flat.rounds;
+    // As if every rank could read every other's memory (the probe needs the ranks).
+    planner_layout.flat =
+        comm::FlatMemory::layout_from_settings(ctx.ranks_per_host, ctx.cores_per_host)
+            .limits(/*all_can_pull=*/true);
   }
   planner_layout.hierarchy_fits = layout;
   comm::Planner planner(planner_layout, [&] { return tune::Dispatcher::from_environment(ctx); });

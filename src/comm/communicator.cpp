@@ -61,7 +61,7 @@ CommImpl::CommImpl(std::shared_ptr<Store> st, int r, int n, const Options& optio
       std::make_unique<comm::Engine>(r, n, comm_id, std::move(transport.streams),
                                      std::move(transport.shm), std::move(transport.flat), timeout);
   comm::Planner::Layout layout;
-  if (const comm::FlatMemory* flat = engine->flat()) layout.flat = comm::flat_limits(*flat);
+  if (const comm::FlatMemory* flat = engine->flat()) layout.flat = flat->limits();
   layout.hierarchy_fits = comm::hierarchy_fits(topology);
   executors_[static_cast<int>(comm::Path::schedule)] =
       std::make_unique<comm::ScheduleExecutor>(*engine);

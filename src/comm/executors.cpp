@@ -51,7 +51,7 @@ Work ScheduleExecutor::start(const Plan& plan, const Request& r) {
 Work FlatExecutor::start(const Plan& plan, const Request& r) {
   OpRequest op = op_request(plan, r);
   op.flat_seq = seq_ + 1;
-  seq_ += flat_rounds(plan.args, flat_limits(*engine_.flat()));
+  seq_ += flat_rounds(plan.args, engine_.flat()->limits());
   if (r.vectored) {
     // The shared-slot path reads and writes one buffer: the pieces are packed into one and the
     // result copied out before the Work completes.

@@ -156,10 +156,6 @@ uint64_t flat_decision_bytes(const algorithms::CollectiveArgs& a) {
          static_cast<uint64_t>(a.collective == Collective::reduce_scatter ? a.size : 1);
 }
 
-FlatLimits flat_limits(const FlatMemory& memory) {
-  return {memory.slot_bytes(), memory.direct_bytes(), memory.rounds()};
-}
-
 namespace {
 constexpr uint64_t kMaxRounds = uint64_t{1} << 24;
 
@@ -244,10 +240,10 @@ FlatCollective::FlatCollective(const FlatMemory& memory, const algorithms::Colle
       first_seq_(seq),
       call_input_(static_cast<const uint8_t*>(input)),
       call_output_(static_cast<uint8_t*>(output)),
-      rounds_(flat_rounds(args, flat_limits(memory))),
-      direct_(flat_direct(args, flat_limits(memory))),
+      rounds_(flat_rounds(args, memory.limits())),
+      direct_(flat_direct(args, memory.limits())),
       reduces_(reduces(args.collective)),
-      queued_(flat_queued(args, flat_limits(memory))) {
+      queued_(flat_queued(args, memory.limits())) {
   if (rounds_ > 1) start_round();
   announce_collective(memory, args.rank, op_number, signature);
 }

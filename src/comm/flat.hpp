@@ -68,15 +68,6 @@ uint64_t flat_published_bytes(const algorithms::CollectiveArgs& a);
 /// The size every rank judges a flat call by, alike on all ranks: the input per rank (the
 /// root's, in a broadcast; the whole input of `size` blocks, in a reduce_scatter).
 uint64_t flat_decision_bytes(const algorithms::CollectiveArgs& a);
-/// What decides which calls are flat and how they run: equal on every rank of the host.
-struct FlatLimits {
-  uint64_t slot_bytes = 0;             // data capacity of a slot; 0: no flat path
-  uint64_t direct_bytes = UINT64_MAX;  // input per rank from which a call may run direct
-  bool rounds = false;                 // an all_reduce beyond the slots runs through them in rounds
-};
-/// The limits of the flat collectives over `memory`.
-FlatLimits flat_limits(const FlatMemory& memory);
-
 /// How many rounds through the slots `a` takes: with `rounds`, an all_reduce or reduce_scatter
 /// beyond the slots runs through them a slot's worth at a time (a reduce_scatter a piece of
 /// each of its input blocks), each round a flat call of its own with its own flat collective

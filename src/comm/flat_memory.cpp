@@ -87,8 +87,12 @@ FlatMemory::Layout FlatMemory::layout_from_settings(int local_ranks, int host_co
   return l;
 }
 
+FlatLimits FlatMemory::Layout::limits(bool all_can_pull) const {
+  return {slot_bytes, all_can_pull && direct_bytes > 0 ? direct_bytes : UINT64_MAX, rounds};
+}
+
 FlatMemory::FlatMemory(const transport::shm::ShmMesh& mesh, const Layout& layout)
-    : mesh_(mesh), layout_(layout) {
+    : mesh_(mesh), layout_(layout), limits_(layout.limits(mesh.all_can_pull())) {
   const int size = mesh.size();
   for (int r = 0; r < size; ++r) {
     regions_.emplace_back(mesh.segment_of(r).region(), layout.slot_bytes);
@@ -96,7 +100,6 @@ FlatMemory::FlatMemory(const transport::shm::ShmMesh& mesh, const Layout& layout
     prefault(mesh.segment_of(r).region(), FlatRegion::bytes_for(layout.slot_bytes),
              r == mesh.rank());
   }
-  if (mesh.all_can_pull() && layout.direct_bytes > 0) direct_bytes_ = layout.direct_bytes;
 }
 
 }  // namespace shoal::comm

@@ -79,6 +79,14 @@ class FlatRegion {
   uint64_t slot_bytes_;
 };
 
+/// What decides which calls are flat and how they run: equal on every rank of the host
+/// (comm/flat.hpp's flat_fits, flat_direct, flat_queued and flat_rounds read it).
+struct FlatLimits {
+  uint64_t slot_bytes = 0;             // data capacity of a slot; 0: no flat path
+  uint64_t direct_bytes = UINT64_MAX;  // input per rank from which a call may run direct
+  bool rounds = false;  // all_reduce and reduce_scatter beyond the slots run through them in rounds
+};
+
 /// What the flat collectives of one communicator share: every rank's region, the thresholds,
 /// the one counter its calls keep between them.
 class FlatMemory {
@@ -94,6 +102,9 @@ class FlatMemory {
     bool rounds = false;  // SHOAL_FLAT_ROUNDS
     /// The region the transport maps, and what its peers must hold equal.
     transport::shm::RegionSpec region() const;
+    /// The limits of these settings, where every rank can (`all_can_pull`) or cannot read every
+    /// other's memory: without that, or with direct_bytes 0, never direct.
+    FlatLimits limits(bool all_can_pull) const;
   };
   static Layout layout_from_settings(int local_ranks, int host_cores);
 
@@ -104,14 +115,15 @@ class FlatMemory {
   /// The process of `rank` (its buffers are read and written in place there).
   int pid_of(int rank) const { return pids_[rank]; }
   const transport::shm::ShmMesh& mesh() const { return mesh_; }
+  /// Which calls are flat and how, on this mesh (direct only where every rank can read every
+  /// other's memory: probed).
+  const FlatLimits& limits() const { return limits_; }
   /// Data capacity of every slot.
-  uint64_t slot_bytes() const { return layout_.slot_bytes; }
+  uint64_t slot_bytes() const { return limits_.slot_bytes; }
   /// From how many bytes of input per rank a call may run direct (flat_direct() decides per
-  /// collective); UINT64_MAX unless every rank can read every other's memory (probed).
-  uint64_t direct_bytes() const { return direct_bytes_; }
+  /// collective); UINT64_MAX where never.
+  uint64_t direct_bytes() const { return limits_.direct_bytes; }
   bool oversubscribed() const { return layout_.oversubscribed; }
-  /// Whether an all_reduce beyond the slots runs through them in rounds (flat_rounds()).
-  bool rounds() const { return layout_.rounds; }
   /// The last flat collective this rank knows every peer has finished (after one it waited for
   /// every peer in, the one before; after queued broadcasts, what it saw in their
   /// queued_done). Flat collectives of a communicator run one at a time.
@@ -120,7 +132,7 @@ class FlatMemory {
  private:
   const transport::shm::ShmMesh& mesh_;
   Layout layout_;
-  uint64_t direct_bytes_ = UINT64_MAX;
+  FlatLimits limits_;
   std::vector<FlatRegion> regions_;
   std::vector<int> pids_;
   mutable uint32_t known_done_ = 0;

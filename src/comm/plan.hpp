@@ -20,7 +20,7 @@
 #include <optional>
 
 #include "algorithms/schedule.hpp"
-#include "comm/flat.hpp"
+#include "comm/flat_memory.hpp"
 #include "comm/request.hpp"
 #include "tune/dispatcher.hpp"
 

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "algorithms/registry.hpp"
+#include "comm/flat.hpp"
 #include "comm/plan.hpp"
 #include "shoal/error.hpp"
 #include "support/env.hpp"
