@@ -21,8 +21,10 @@ fi
 HM=("$TORCH_PY" "$ROOT/bench/peers/hivemind_swarm.py" local --d-model 64 --layers 3 --heads 4 --seq-len 32
   --micro-batch 4 --device-ms 5 --time-limit 270)
 
-# 1. three stages, one replica each: all rounds, falling loss, the payload to the byte
-if timeout 300 "${HM[@]}" --stages 3 --peers 3 --trainers 1 --inflight 4 --global-batch 8 --rounds 4 \
+# 1. three stages, one replica each: all rounds, falling loss, the payload to the byte. Six
+# rounds: hivemind's optimizer may take its first steps a round or two late (its progress goes
+# through the DHT; once, over 4 rounds, the loss stayed flat for 3 and fell 0.09 in all).
+if timeout 300 "${HM[@]}" --stages 3 --peers 3 --trainers 1 --inflight 4 --global-batch 8 --rounds 6 \
   --out "$D/plain" >"$D/out" 2>&1 &&
   "$PY" - "$D/plain/summary.json" >>"$D/out" 2>&1 <<'EOF'
 import json, sys
@@ -33,10 +35,10 @@ tokens, hidden, per_sample = B * T * 8, B * T * D * 4, B * 4
 # backward 1 (h, dh -> dh), backward 0 (tokens, dh -> zeros like tokens)
 payload = (tokens + hidden) + 2 * hidden + (hidden + tokens + per_sample + hidden + per_sample) \
     + 3 * hidden + (tokens + hidden + tokens)
-assert s["completed"] and s["samples"] == 4 * 8 * B, s
+assert s["completed"] and s["samples"] == 6 * 8 * B, s
 assert s["bytes_between_stages_per_sample"] == payload / B, (s["bytes_between_stages_per_sample"], payload / B)
 loss = s["round_loss"]
-assert len(loss) == 4 and loss[-1] < loss[0] - 0.1, loss
+assert len(loss) == 6 and loss[-1] < loss[0] - 0.1, loss
 print("ok", loss)
 EOF
 then pass; else fail "a hivemind swarm of 3 stages completes its rounds with the payload worked out"; fi
