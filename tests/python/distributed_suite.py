@@ -61,5 +61,18 @@ class TestDistBackendWithSpawn(TestDistBackend, DistributedTest._DistTestBase):
         self._spawn_processes()
 
 
+# SHOAL_SUITE_LOSE=NAME (scripts/torch-suite.sh's own test): the test NAME fails over shoal, as if
+# the backend had lost it, so that the gate's failing path is exercised.
+_lose = os.environ.get("SHOAL_SUITE_LOSE") if BACKEND == "shoal" else None
+if _lose:
+    if not hasattr(TestDistBackendWithSpawn, _lose):
+        sys.exit(f"distributed_suite.py: SHOAL_SUITE_LOSE={_lose}: no such test")
+
+    def _lost(self):
+        self.fail(f"SHOAL_SUITE_LOSE={_lose}")
+
+    setattr(TestDistBackendWithSpawn, _lose, _lost)
+
+
 if __name__ == "__main__":
     run_tests()

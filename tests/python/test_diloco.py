@@ -4,6 +4,7 @@ outer step; error feedback conserving the sum; the state check; bad options."""
 
 import os
 import signal
+import time
 
 import pytest
 import torch
@@ -18,6 +19,14 @@ INNER_LR, OUTER_LR, MOMENTUM = 0.05, 0.7, 0.9
 def _model():
     torch.manual_seed(0)
     return torch.nn.Sequential(torch.nn.Linear(6, 5), torch.nn.Tanh(), torch.nn.Linear(5, 3))
+
+
+def _big_model():
+    """4.2M parameters: an outer all_reduce of 17 MB, which takes milliseconds, long enough for
+    a worker to die while it is in flight."""
+    torch.manual_seed(0)
+    return torch.nn.Sequential(torch.nn.Linear(6, 2048), torch.nn.Tanh(), torch.nn.Linear(2048, 2048),
+                               torch.nn.Tanh(), torch.nn.Linear(2048, 3))
 
 
 def _batch(rank, step):
@@ -47,7 +56,7 @@ def _fragments_of(params, fragments):
 
 
 def _reference(world, steps, H, fragments=1, delayed=False, dead=None, dead_from=None, joiner=None,
-               join_at=None):
+               join_at=None, model=_model):
     """Every worker's model in this process; the outer step by hand: Nesterov SGD on the average
     of (shared - local), buf = m*buf + g, shared -= lr*(g + m*buf). Worker `dead` takes no part
     from step `dead_from` on; worker `joiner` none before step `join_at`, where it starts from the
@@ -56,7 +65,7 @@ def _reference(world, steps, H, fragments=1, delayed=False, dead=None, dead_from
     def takes_part(w, s):
         return (w != dead or s < dead_from) and (w != joiner or s >= join_at)
 
-    models = [_model() for _ in range(world)]
+    models = [model() for _ in range(world)]
     opts = [torch.optim.SGD(m.parameters(), lr=INNER_LR) for m in models]
     params = [list(m.parameters()) for m in models]
     shared = [p.detach().clone() for p in params[0]]
@@ -108,13 +117,39 @@ def _reference(world, steps, H, fragments=1, delayed=False, dead=None, dead_from
     return [p.detach() for p in params[0]]
 
 
-def _killed_mid_outer_step(rank, world, steps, H, victim, at):
-    model = _model()
+def _killed(rank, world, steps, H, victim, at, where):
+    """Worker `victim` dies at step `at`: before its inner step (where="inner": the others are
+    then in the outer all_reduce, which it never enters), or inside the outer all_reduce
+    (where="outer": its part posted, the transfer under way while the others are in it too)."""
+    model = (_big_model if where == "outer" else _model)()
     opt = torch.optim.SGD(model.parameters(), lr=INNER_LR)
     diloco = DiLoCo(model, inner_steps=H, outer_lr=OUTER_LR, outer_momentum=MOMENTUM, elastic=True)
-    for s in range(1, steps + 1):
-        if rank == victim and s == at:  # before its inner step: the others are then in the averaging
+    armed = False  # the outer all_reduce of step `at`
+    if where == "outer":
+        import ranks
+        entered = os.path.join(os.path.dirname(ranks.store_path), "entered.{}")
+        real = dist.all_reduce
+
+        def all_reduce(tensor, *args, **kwargs):
+            if not armed:
+                return real(tensor, *args, **kwargs)
+            if rank != victim:
+                open(entered.format(rank), "w").close()
+                return real(tensor, *args, **kwargs)
+            while not all(os.path.exists(entered.format(r)) for r in range(world) if r != victim):
+                time.sleep(0.001)  # the others are inside this all_reduce
+            work = real(tensor, *args, **{**kwargs, "async_op": True})
+            time.sleep(0.002)
+            if work.is_completed():  # too late: the test would not test what it says
+                os._exit(3)
             os.kill(os.getpid(), signal.SIGKILL)
+
+        dist.all_reduce = all_reduce  # in this rank's process only (forked)
+
+    for s in range(1, steps + 1):
+        if rank == victim and s == at and where == "inner":
+            os.kill(os.getpid(), signal.SIGKILL)
+        armed = s == at
         _inner_step(model, opt, rank, s)
         diloco.step()
     diloco.finish()
@@ -122,11 +157,14 @@ def _killed_mid_outer_step(rank, world, steps, H, victim, at):
         diloco.shrinks, diloco.world
 
 
-def test_a_worker_killed_during_an_outer_step_leaves_the_others_to_take_it_without_it():
+@pytest.mark.parametrize("where", ["inner", "outer"])
+def test_a_worker_killed_during_training_leaves_the_others_to_take_the_outer_step_without_it(where):
+    """Killed before its inner step, or inside the outer all_reduce: every survivor's outer step
+    shrinks the group once and equals the reference's without the dead worker."""
     world, steps, H, victim, at = 3, 10, 3, 2, 6  # dies at step 6, when outer step 2 averages
-    got = run_ranks(_killed_mid_outer_step, world, steps, H, victim, at, timeout_s=60, expect_exit=(victim,))
+    got = run_ranks(_killed, world, steps, H, victim, at, where, timeout_s=90, expect_exit=(victim,))
     assert sorted(got) == [0, 1]
-    want = _reference(world, steps, H, dead=victim, dead_from=at)
+    want = _reference(world, steps, H, dead=victim, dead_from=at, model=_big_model if where == "outer" else _model)
     assert got[0][2] == got[1][2], "the survivors share one state"
     for r in (0, 1):
         params, outer_steps, _, shrinks, size = got[r]

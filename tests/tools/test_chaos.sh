@@ -7,6 +7,7 @@
 # Usage: bash test_chaos.sh BIN_DIR     (ctest passes the build's bin directory)
 # Exits 77 (skip) without root or without `ss -K` (kernel INET_DIAG_DESTROY), which `cut` needs.
 set -u
+source "$(dirname "$0")/skip.sh"
 BIN=${1:?usage: test_chaos.sh BIN_DIR}
 CHAOS=$BIN/shoal-chaos
 PY=$(command -v python3 || true)
@@ -15,12 +16,10 @@ if [[ ! -x $CHAOS ]]; then
   exit 1
 fi
 if [[ -z $PY ]]; then
-  echo "SKIP: python3 is needed to check ss -K and summary.json"
-  exit 77
+  skip "python3 is needed to check ss -K and summary.json"
 fi
 if [[ $(id -u) != 0 ]]; then
-  echo "SKIP: the cut fault needs root (ss -K closes another process's TCP connection)"
-  exit 77
+  skip "the cut fault needs root (ss -K closes another process's TCP connection)"
 fi
 # Can ss -K kill a connection here? One loopback connection, destroyed from outside: the other
 # end must see a reset.
@@ -39,8 +38,7 @@ except ConnectionResetError:
 except Exception:
     sys.exit(1)
 EOF
-  echo "SKIP: ss -K cannot destroy sockets here (needs iproute2 ss and a kernel with CONFIG_INET_DIAG_DESTROY)"
-  exit 77
+  skip "ss -K cannot destroy sockets here (needs iproute2 ss and a kernel with CONFIG_INET_DIAG_DESTROY)"
 fi
 
 D=$(mktemp -d /tmp/test_chaos.XXXXXX)

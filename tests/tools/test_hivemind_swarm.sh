@@ -11,12 +11,10 @@
 source "$(dirname "$0")/tool_test.sh" test_hivemind_swarm "${1:-}"
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 if [[ ! -x $TORCH_PY ]] || ! "$TORCH_PY" -c "import hivemind" 2>/dev/null; then
-  echo "SKIP: hivemind (python/requirements.txt) is not in $TORCH_PY's environment: scripts/install-deps.sh"
-  exit 77
+  skip "hivemind (python/requirements.txt) is not in $TORCH_PY's environment: scripts/install-deps.sh"
 fi
 if [[ ! -d /usr/share/games/fortunes ]]; then
-  echo "SKIP: no corpus (Debian package fortunes)"
-  exit 77
+  skip "no corpus (Debian package fortunes)"
 fi
 HM=("$TORCH_PY" "$ROOT/bench/peers/hivemind_swarm.py" local --d-model 64 --layers 3 --heads 4 --seq-len 32
   --micro-batch 4 --device-ms 5 --time-limit 270)

@@ -12,8 +12,7 @@ ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 BUILD_DIR=$(cd "$BIN/.." && pwd)
 MC="$ROOT/bench/manycore.sh"
 if ! command -v mpirun >/dev/null || ! command -v mpicc >/dev/null; then
-  echo "SKIP: no Open MPI (mpirun, mpicc): scripts/install-deps.sh installs it"
-  exit 77
+  skip "no Open MPI (mpirun, mpicc): scripts/install-deps.sh installs it"
 fi
 
 # 1. prerequisites named up front: without a compiler, the compiler and the three headers it
@@ -44,6 +43,7 @@ fi
 
 # 3. a small sweep (--no-build: binaries built already, so no compiler needed); the report's
 # ratios against the raw rounds
+"$PY" -c "import matplotlib" 2>/dev/null || skip_case "the sweep's plot (python3-matplotlib: scripts/install-deps.sh)"
 BUILD="$BUILD_DIR" bash "$ROOT/bench/peers/build.sh" --only mpi >"$D/out" 2>&1 || { fail "bench/peers/build.sh --only mpi"; summary; exit 1; }
 if CXX=/nonexistent/c++ timeout 300 bash "$MC" --ranks 2 --collectives "all_reduce reduce_scatter" --sizes 8:64K:8 --rounds 3 --iters 5 \
   --no-build --build-dir "$BUILD_DIR" --out "$D/sweep" >"$D/out" 2>&1 &&

@@ -12,12 +12,11 @@ BIN=${1:?usage: test_netcluster.sh BIN_DIR}
 RUN=$BIN/shoal-run
 BENCH=$BIN/shoal-bench
 NC=$(cd "$(dirname "$0")/../../scripts" && pwd)/netcluster.sh
-SKIP=77
+source "$(dirname "$0")/skip.sh"
 for f in "$RUN" "$BENCH" "$NC"; do
   [[ -x $f ]] || { echo "FAIL: $f does not exist or is not executable"; exit 1; }
 done
 
-skip() { echo "SKIP: $*"; exit $SKIP; }
 [[ $(id -u) == 0 ]] || skip "needs root for network namespaces, veth, bridges and tc"
 command -v ip >/dev/null && command -v tc >/dev/null || skip "needs iproute2 (ip, tc)"
 [[ -x /usr/bin/python3 ]] || command -v python3 >/dev/null || skip "needs python3 for the throughput probe"

@@ -10,9 +10,10 @@
 # Exits 77 (ctest: skipped) without the project's .venv.
 # Usage: bash test_pip_install.sh
 set -u
+source "$(dirname "$0")/skip.sh"
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 BASE=$ROOT/.venv/bin/python
-[[ -x $BASE ]] || { echo "SKIP: no $BASE (scripts/install-deps.sh)"; exit 77; }
+[[ -x $BASE ]] || skip "no $BASE (scripts/install-deps.sh)"
 site=$("$BASE" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
 D=$(mktemp -d /tmp/test_pip_install.XXXXXX)
 trap 'rm -rf "$D"' EXIT

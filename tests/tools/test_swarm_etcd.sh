@@ -12,7 +12,7 @@ set -u
 BIN=${1:?usage: test_swarm_etcd.sh BIN_DIR}
 SWARM=$BIN/shoal-swarm
 NC=$(cd "$(dirname "$0")/../../scripts" && pwd)/netcluster.sh
-skip() { echo "SKIP: $*"; exit 77; }
+source "$(dirname "$0")/skip.sh"
 [[ -x $SWARM ]] || skip "$SWARM not built (a build without torch)"
 [[ $(id -u) == 0 ]] || skip "needs root for network namespaces"
 for tool in etcd etcdctl ip; do

@@ -4,11 +4,11 @@
 # rebalancing moves peers off a crowded stage; bad invocations fail with clear messages. No process is left behind.
 # Usage: bash test_swarm_local.sh BIN_DIR     (ctest passes the build's bin directory)
 set -u
+source "$(dirname "$0")/skip.sh"
 BIN=${1:?usage: test_swarm_local.sh BIN_DIR}
 SWARM=$BIN/shoal-swarm
 if [[ ! -x $SWARM ]]; then
-  echo "SKIP: $SWARM not built (a build without torch)"
-  exit 77
+  skip "$SWARM not built (a build without torch)"
 fi
 if [[ ! -d /usr/share/games/fortunes ]]; then
   echo "FAIL: the fortunes corpus is missing (scripts/install-deps.sh installs it)"
@@ -122,7 +122,7 @@ if [[ $(id -u) == 0 ]] && ip netns add "$P-probe" 2>/dev/null; then
     fail "netcluster up: $(tail -2 "$D/nc.log")"
   fi
 else
-  echo "SKIP: a swarm across emulated hosts (needs root and network namespaces)"
+  skip_case "a swarm across emulated hosts (needs root and network namespaces)"
 fi
 
 # 4. Bad invocations: clear errors, non-zero exit.

@@ -7,13 +7,11 @@
 # Usage: bash test_torchft_peer.sh BIN_DIR     (ctest passes the build's bin directory)
 source "$(dirname "$0")/tool_test.sh" test_torchft_peer "${1:-}"
 if [[ ! -x $TORCH_PY ]] || ! "$TORCH_PY" -c "import torchft, parameterized" 2>/dev/null; then
-  echo "SKIP: torchft (python/requirements.txt) is not in $TORCH_PY's environment: scripts/install-deps.sh"
-  exit 77
+  skip "torchft (python/requirements.txt) is not in $TORCH_PY's environment: scripts/install-deps.sh"
 fi
 # torchft's tests bind their lighthouse to [::]: they need IPv6 sockets
 if ! "$TORCH_PY" -c "import socket; socket.socket(socket.AF_INET6).bind(('::', 0))" 2>/dev/null; then
-  echo "SKIP: no IPv6 sockets here, which torchft's tests bind"
-  exit 77
+  skip "no IPv6 sockets here, which torchft's tests bind"
 fi
 dir=$("$TORCH_PY" -c 'import os, torchft; print(os.path.dirname(torchft.__file__))')
 cd "$D" || exit 1

@@ -2,9 +2,11 @@
 #   source "$(dirname "$0")/tool_test.sh" NAME "${1:-}" TOOL...
 # checks that BIN_DIR (the script's argument, ctest passes the build's bin directory) has every
 # TOOL, sets BIN, PY (Debian's python), TORCH_PY (the project's, with torch) and D (a work directory removed on exit), and defines
-# pass, fail CASE (prints the tail of $D/out, where cases leave their output) and summary (the
+# skip and skip_case (skip.sh), pass, fail CASE (prints the tail of $D/out, where cases leave their output) and summary (the
 # last line; its status is the script's).
 TEST_NAME=$1
+SKIP_NAME=$TEST_NAME
+source "$(dirname "${BASH_SOURCE[0]}")/skip.sh"
 BIN=${2:?usage: $TEST_NAME.sh BIN_DIR}
 shift 2
 for tool in "$@"; do

@@ -32,6 +32,12 @@ namespace {
 
 using namespace shoal::algorithms;
 
+// memcmp with an empty range allowed: a zero-count call's buffers may be null, which memcmp's
+// arguments must never be (UBSan: nonnull-attribute).
+bool same_bytes(const void* a, const void* b, size_t n) {
+  return n == 0 || std::memcmp(a, b, n) == 0;
+}
+
 // One rank's memory: input and output laid out as the public API does for in place calls.
 struct RankMemory {
   std::vector<uint8_t> arena, out_arena;
@@ -403,7 +409,7 @@ std::string run_case(const Case& c) {
     const RankMemory& m = mem[r];
     const uint64_t first = coll == Collective::reduce_scatter ? r * c.count : 0;
     const uint64_t n = coll == Collective::all_gather ? c.count * p : c.count;
-    if (std::memcmp(m.output, want.data() + first * es, n * es) != 0)
+    if (!same_bytes(m.output, want.data() + first * es, n * es))
       for (uint64_t i = 0; i < n; ++i)
         if (double got = load(m.output, i, t), w = load(want.data(), first + i, t); !(got == w)) {
           std::ostringstream os;
@@ -411,7 +417,7 @@ std::string run_case(const Case& c) {
           return os.str();
         }
     if (!c.in_place && !original[r].empty() &&
-        std::memcmp(m.input, original[r].data(), original[r].size()) != 0)
+        !same_bytes(m.input, original[r].data(), original[r].size()))
       return "rank " + std::to_string(r) + ": the input changed";
     const uint64_t out_bytes = coll == Collective::all_gather ? total : block;
     if (m.output + out_bytes <= m.arena.data() + m.arena.size() || !c.in_place) {
@@ -425,7 +431,7 @@ std::string run_case(const Case& c) {
   // all_reduce: every rank holds the same bits.
   if (coll == Collective::all_reduce)
     for (int r = 1; r < p; ++r)
-      if (std::memcmp(mem[r].output, mem[0].output, block) != 0)
+      if (!same_bytes(mem[r].output, mem[0].output, block))
         return "rank " + std::to_string(r) + "'s result differs bitwise from rank 0's";
   return "";
 }

@@ -742,8 +742,6 @@ TEST(TcpStoreAuth, AKeyedClientRefusesAStrangerServer) {
 // exits 10, + 1 when a client with default options is admitted by a server with default
 // options, + 2 when a client without a key is.
 TEST(TcpStoreAuth, DefaultOptionsChild) {
-  if (!std::getenv("SHOAL_TEST_STORE_AUTH_CHILD"))
-    GTEST_SKIP() << "run by TheJobKeyIsTheDefault...";
   auto admitted = [](uint16_t port, const TcpStore::Options& o) {
     try {
       TcpStore c("127.0.0.1", port, o);
@@ -762,7 +760,7 @@ TEST(TcpStoreAuth, TheJobKeyIsTheDefaultAndStoreAuthZeroOpensTheStore) {
   auto in_child = [](const char* store_auth) {
     pid_t pid = ::fork();
     if (pid == 0) {
-      ::setenv("SHOAL_TEST_STORE_AUTH_CHILD", "1", 1);
+      ::setenv("SHOAL_TEST_CHILD", "1", 1);  // test_main.cpp runs *Child tests only then
       ::setenv("SHOAL_AUTH_KEY", "from-env", 1);
       ::setenv("SHOAL_STORE_AUTH", store_auth, 1);
       ::execl("/proc/self/exe", "test_store", "--gtest_filter=TcpStoreAuth.DefaultOptionsChild",
