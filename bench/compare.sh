@@ -9,7 +9,7 @@
 #                    [--timeout 900] [--logs DIR] [--no-build] [--netns NS0,NS1,...]
 #                    [--scenario NAME] [--csv FILE.csv] [--plot PREFIX] [--img-dir docs/img]
 #                    [--load N] [--bind none|core|launcher] [--shoal-launcher shoal-run|torchrun]
-#                    [--percentiles]
+#                    [--percentiles] [--doc FILE#ID]
 #
 # Peers (--peers, a comma list, or "all"; default mpi-tcp,mpi-vader,gloo):
 #   mpi-vader   Open MPI, btl vader,self (shared memory)   with --netns: vader,tcp,self
@@ -36,6 +36,9 @@
 # which binds nothing: what SHOAL_BIND (exported to this script) makes of unbound ranks. Not
 # with --netns. --percentiles has every harness time each iteration too (-p 1: p50 and p99 over
 # the iterations, each the slowest rank's time), kept in LOGS/rows.tsv beside the loop's mean.
+# --doc FILE#ID replaces what stands between <!-- compare.sh:ID --> and <!-- /compare.sh:ID -->
+# in FILE (a page of docs/) with this run's section, so that a re-run rewrites its table there;
+# a FILE without that pair of lines is an error (nothing is written).
 #
 # Each round runs, in an order rotated by one every round: shoal-bench (via shoal-run) and each
 # peer. Every harness prints nccl-tests' table; per size we keep the best round (--stat best,
@@ -60,6 +63,7 @@ coll=all_reduce ranks=2 sizes=8:64M rounds=3 iters=20 warmup=5 check=1 transport
 stat=best place=out peers="mpi-tcp,mpi-vader,gloo" timeout_s=900 logs="" build_peers=1
 netns="" scenario="" csv="" plot="" img_dir="$root/docs/img" load=0 bind="" shoal_launcher=shoal-run
 percentiles=0
+doc=""
 
 usage() { sed -n '2,50p' "$0" | sed 's/^# \{0,1\}//'; }
 while [ $# -gt 0 ]; do
@@ -73,6 +77,7 @@ while [ $# -gt 0 ]; do
     --check) check="$2"; shift 2 ;;
     --transport) transport="$2"; shift 2 ;;
     --out) out="$2"; shift 2 ;;
+    --doc) doc="$2"; shift 2 ;;
     --stat) stat="$2"; shift 2 ;;
     --place) place="$2"; shift 2 ;;
     --peers) peers="$2"; shift 2 ;;
@@ -99,6 +104,11 @@ die() { echo "compare.sh: $*" >&2; exit 2; }
 [[ "$iters" =~ ^[1-9][0-9]*$ ]] || die "--iters must be a positive integer"
 [[ "$warmup" =~ ^[0-9]+$ ]] || die "--warmup must be a non-negative integer"
 case "$stat" in best|median) ;; *) die "--stat takes best or median" ;; esac
+if [ -n "$doc" ]; then  # checked before the run, which may take long
+  grep -qxF "<!-- compare.sh:${doc#*#} -->" "${doc%%#*}" 2>/dev/null &&
+    grep -qxF "<!-- /compare.sh:${doc#*#} -->" "${doc%%#*}" ||
+    die "--doc: ${doc%%#*} has no '<!-- compare.sh:${doc#*#} -->' ... '<!-- /compare.sh:${doc#*#} -->' lines"
+fi
 case "$place" in out|in) ;; *) die "--place takes out or in" ;; esac
 case "$coll" in
   all_reduce|all_gather|reduce_scatter|broadcast|reduce|all_to_all) ;;
@@ -509,6 +519,21 @@ if [ -n "$out" ]; then
   mkdir -p "$(dirname "$out")"
   cat "$logs/section.md" >>"$out"
   echo "compare.sh: appended to $out" >&2
+fi
+if [ -n "$doc" ]; then
+  python3 - "${doc%%#*}" "${doc#*#}" "$logs/section.md" <<'EOF' || exit 1
+import sys
+path, name, section = sys.argv[1:]
+text = open(path).read()
+begin, end = f"<!-- compare.sh:{name} -->", f"<!-- /compare.sh:{name} -->"
+if text.count(begin) != 1 or text.count(end) != 1 or text.index(begin) > text.index(end):
+    sys.exit(f"compare.sh: --doc: {path} needs one '{begin}' line before one '{end}' line")
+body = open(section).read().strip("\n").replace("\n## ", "\n#### ")
+body = "#### " + body[3:] if body.startswith("## ") else body
+text = text[:text.index(begin) + len(begin)] + "\n" + body + "\n" + text[text.index(end):]
+open(path, "w").write(text)
+print(f"compare.sh: rewrote {name} in {path}", file=sys.stderr)
+EOF
 fi
 if [ -n "$csv" ]; then
   mkdir -p "$(dirname "$csv")"

@@ -157,6 +157,32 @@ def run(cmd, env, timeout):
     return json.loads(line[5:])
 
 
+def _markers(name):
+    return f"<!-- torch_bench.py:{name} -->", f"<!-- /torch_bench.py:{name} -->"
+
+
+def check_doc(spec):
+    """FILE#ID of --doc: FILE must hold the pair of marker lines, once each."""
+    path, _, name = spec.partition("#")
+    begin, end = _markers(name)
+    try:
+        text = pathlib.Path(path).read_text()
+    except OSError as e:
+        sys.exit(f"torch_bench.py: --doc: {e}")
+    if text.count(begin) != 1 or text.count(end) != 1 or text.index(begin) > text.index(end):
+        sys.exit(f"torch_bench.py: --doc: {path} needs one '{begin}' line before one '{end}' line")
+    return pathlib.Path(path), name
+
+
+def write_doc(path, name, tables):
+    begin, end = _markers(name)
+    text = path.read_text()
+    text = text[:text.index(begin) + len(begin)] + "\n" + tables.replace("\n### ", "\n#### ").replace(
+        "### ", "#### ", 1) + "\n" + text[text.index(end):]
+    path.write_text(text)
+    print(f"torch_bench.py: rewrote {name} in {path}", file=sys.stderr)
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
@@ -180,10 +206,20 @@ def main():
     p.add_argument("--train-repeats", type=int, default=2, help="runs per backend and world size (alternating)")
     p.add_argument("--json", help="also write the raw results to this file")
     p.add_argument("--quiet", action="store_true")
+    p.add_argument("--doc", metavar="FILE#ID",
+                   help="also write the tables between '<!-- torch_bench.py:ID -->' and "
+                        "'<!-- /torch_bench.py:ID -->' in FILE (a re-run rewrites them)")
     args = p.parse_args()
     args.sizes = [KiB << (2 * i) for i in range(9)]  # 1 KiB, 4 KiB, ... 64 MiB
     if args.worker:
         return worker(args)
+    if args.doc:  # checked before the run, which takes minutes
+        doc_path, doc_id = check_doc(args.doc)
+    tables = []
+
+    def emit(line=""):
+        print(line)
+        tables.append(line)
 
     build = build_dir()
     shoal_run = build / "bin" / "shoal-run"
@@ -200,13 +236,13 @@ def main():
             cmd.append("--quiet")
         coll = run(cmd, env, timeout=1800)
         out["collectives"] = coll
-        print(f"\n### torch.distributed collectives, {coll['world']} ranks, float32 on {args.device} "
+        emit(f"\n### torch.distributed collectives, {coll['world']} ranks, float32 on {args.device} "
               f"(bus bandwidth GB/s, median of {args.rounds} interleaved rounds)\n")
-        print("| collective | size | gloo busbw | shoal busbw | shoal / gloo | gloo µs | shoal µs |")
-        print("|---|---:|---:|---:|---:|---:|---:|")
+        emit("| collective | size | gloo busbw | shoal busbw | shoal / gloo | gloo µs | shoal µs |")
+        emit("|---|---:|---:|---:|---:|---:|---:|")
         for row in coll["collectives"]:
             g, s = row["gloo"], row["shoal"]
-            print(f"| {row['collective']} | {human(row['bytes'])} | {g['busbw']:.3f} | {s['busbw']:.3f} | "
+            emit(f"| {row['collective']} | {human(row['bytes'])} | {g['busbw']:.3f} | {s['busbw']:.3f} | "
                   f"{s['busbw'] / g['busbw']:.2f}x | {g['us']:.0f} | {s['us']:.0f} |")
         if args.csv:
             with open(args.csv, "w") as f:
@@ -229,16 +265,18 @@ def main():
                     runs.setdefault((world, backend), []).append(r)
         out[example] = {f"{w}/{b}": v for (w, b), v in runs.items()}
         params = next(iter(runs.values()))[0]["params"]
-        print(f"\n### {example.upper()} step time, examples/{script} {' '.join(extra)} ({params} parameters, "
+        emit(f"\n### {example.upper()} step time, examples/{script} {' '.join(extra)} ({params} parameters, "
               f"{args.train_steps} steps, median step after warm-up; best of {args.train_repeats} alternating runs)\n")
-        print("| ranks | gloo ms/step | shoal ms/step | gloo / shoal | losses equal |")
-        print("|---:|---:|---:|---:|---|")
+        emit("| ranks | gloo ms/step | shoal ms/step | gloo / shoal | losses equal |")
+        emit("|---:|---:|---:|---:|---|")
         for world in args.train_ranks:
             g = min(r["step_ms"] for r in runs[(world, "gloo")])
             s = min(r["step_ms"] for r in runs[(world, "shoal")])
             lg, ls = runs[(world, "gloo")][0]["losses"], runs[(world, "shoal")][0]["losses"]
             worst = max(abs(a - b) / abs(b) for a, b in zip(ls, lg))
-            print(f"| {world} | {g:.1f} | {s:.1f} | {g / s:.2f}x | max rel. diff {worst:.1e} |")
+            emit(f"| {world} | {g:.1f} | {s:.1f} | {g / s:.2f}x | max rel. diff {worst:.1e} |")
+    if args.doc:
+        write_doc(doc_path, doc_id, "\n".join(tables).strip("\n"))
     if args.json:
         pathlib.Path(args.json).write_text(json.dumps(out, indent=1))
     return 0

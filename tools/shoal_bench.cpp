@@ -3,7 +3,7 @@
 //   shoal-run -n 2 shoal-bench all_reduce -b 8 -e 64M -f 2 -n 20 -w 5 -c 1 [-d float] [-o sum]
 //
 // The measurement itself -- flags, sizes, per-rank counts, buffer shifts, warmup, timing (max
-// over ranks), busbw and the 13-column table -- is tools/bench/nccl_tests_driver.h, the same
+// over ranks), busbw and the 13-column table -- is tools/bench/nccl_tests_driver.c, the same
 // code the peer harnesses in bench/peers/ run, so their lines compare one to one. What is
 // shoal's own: every data type and operator (-d, -o), a check of every element of every timed
 // iteration's call against a reference computed on the host (-c 1), and --json.

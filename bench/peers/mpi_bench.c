@@ -6,6 +6,9 @@
  * Which transport Open MPI uses is chosen on the mpirun line (bench/compare.sh passes
  * --mca pml ob1 --mca btl vader,self for shared memory, --mca btl tcp,self for TCP). */
 #include <mpi.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "nccl_tests_driver.h" /* tools/bench/: the measurement shared with shoal-bench */
 

@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """torch_gloo_bench: shoal-bench's measurement (nccl-tests' method and output) over
 torch.distributed's "gloo" backend, so that what a PyTorch user gets from Gloo can be compared
-with shoal line by line. A port to Python of tools/bench/nccl_tests_driver.h: same flags, same
+with shoal line by line. A port to Python of tools/bench/nccl_tests_driver.c: same flags, same
 sizes and per-rank counts, same buffer shifts, warmup, timing (per-rank average, then the max
 over ranks), bandwidth formulas, check and table, so that bench/compare.sh parses it unchanged.
 

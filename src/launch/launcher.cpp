@@ -54,7 +54,6 @@ void write_all(int fd, const char* data, size_t size) {
   }
 }
 
-
 std::string signal_name(int sig) {
   const char* abbrev = sigabbrev_np(sig);
   return abbrev ? std::string("SIG") + abbrev : "unknown signal";

@@ -12,10 +12,10 @@
 
 namespace shoal::launch {
 
-constexpr int kMaxRanks = 65536;        // one host: a larger -n is a typo
-constexpr int kExitUsage = 2;           // bad arguments
-constexpr int kExitTimeout = 124;       // as timeout(1)
-constexpr int kExitCannotRun = 127;     // as a shell for a command it cannot run
+constexpr int kMaxRanks = 65536;     // one host: a larger -n is a typo
+constexpr int kExitUsage = 2;        // bad arguments
+constexpr int kExitTimeout = 124;    // as timeout(1)
+constexpr int kExitCannotRun = 127;  // as a shell for a command it cannot run
 
 /// One emulated host of --netns: a network namespace and the block of ranks it runs.
 struct Host {
