@@ -77,7 +77,7 @@ fi
 mkdir -p "$out"
 # the measurement itself, shared with shoal-bench
 driver_dir="$root/tools/bench"
-common=("$driver_dir/nccl_tests_driver.h" "$driver_dir/nccl_tests_driver.c")
+common=("$driver_dir/nccl_tests_driver.h" "$driver_dir/nccl_tests_driver.c" "$driver_dir/nccl_tests_args.c")
 
 # up_to_date TARGET SOURCES...: true when TARGET exists and is newer than every source
 up_to_date() {
@@ -93,7 +93,7 @@ if [ $want_mpi = 1 ]; then
   else
     echo "build.sh: building $out/mpi_bench ($(mpirun --version 2>/dev/null | head -1))"
     "$mpicc" -std=c99 -D_POSIX_C_SOURCE=200809L -O2 -Wall -Wextra -I "$driver_dir" \
-      -o "$out/mpi_bench.tmp" "$here/mpi_bench.c" "$driver_dir/nccl_tests_driver.c"
+      -o "$out/mpi_bench.tmp" "$here/mpi_bench.c" "$driver_dir/nccl_tests_driver.c" "$driver_dir/nccl_tests_args.c"
     mv -f "$out/mpi_bench.tmp" "$out/mpi_bench"
   fi
 fi
@@ -104,7 +104,7 @@ if [ $want_mpich = 1 ]; then
   else
     echo "build.sh: building $out/mpich_bench (MPICH $(mpichversion 2>/dev/null | awk -F'\t' '/^MPICH Version/ { print $2 }'))"
     "$mpich_cc" -std=c99 -D_POSIX_C_SOURCE=200809L -O2 -Wall -Wextra -I "$driver_dir" \
-      -o "$out/mpich_bench.tmp" "$here/mpi_bench.c" "$driver_dir/nccl_tests_driver.c"
+      -o "$out/mpich_bench.tmp" "$here/mpi_bench.c" "$driver_dir/nccl_tests_driver.c" "$driver_dir/nccl_tests_args.c"
     mv -f "$out/mpich_bench.tmp" "$out/mpich_bench"
   fi
 fi
@@ -115,7 +115,7 @@ if [ $want_gloo = 1 ]; then
   else
     echo "build.sh: building $out/gloo_bench (libgloo $(dpkg-query -W -f='${Version}' libgloo-dev 2>/dev/null || echo '?'))"
     "$cxx" -std=c++20 -O2 -Wall -Wextra -I "$driver_dir" -o "$out/gloo_bench.tmp" \
-      "$here/gloo_bench.cpp" -x c++ "$driver_dir/nccl_tests_driver.c" -x none -lgloo -pthread
+      "$here/gloo_bench.cpp" -x c++ "$driver_dir/nccl_tests_driver.c" "$driver_dir/nccl_tests_args.c" -x none -lgloo -pthread
     mv -f "$out/gloo_bench.tmp" "$out/gloo_bench"
   fi
 fi

@@ -1,9 +1,9 @@
-/* The nccl-tests driver (nccl_tests_driver.c) shared by shoal-bench (tools/shoal_bench.cpp) and the peer harnesses
- * (bench/peers/mpi_bench.c, gloo_bench.cpp): everything that is not about the library under
- * test -- flags, sizes, per-rank counts, the per-iteration buffer shift, warmup, timing, the
- * bandwidth formulas and the output -- written once, following nccl-tests (src/common.cu and
- * the per-collective files), so that every harness measures alike and their tables compare
- * line by line.
+/* The nccl-tests driver (nccl_tests_driver.c) shared by shoal-bench (tools/shoal_bench.cpp) and the
+ * peer harnesses (bench/peers/mpi_bench.c, gloo_bench.cpp): everything that is not about the
+ * library under test -- flags, sizes, per-rank counts, the per-iteration buffer shift, warmup,
+ * timing, the bandwidth formulas and the output -- written once, following nccl-tests
+ * (src/common.cu and the per-collective files), so that every harness measures alike and their
+ * tables compare line by line.
  *
  * A harness (a "peer": the library under test) provides a PeerOps table (barrier, two tiny
  * reductions over ranks, "run this collective once") and calls peer_bench_main(). Left at
