@@ -51,4 +51,4 @@ done
 for codec in none fp16 int8; do
   run averaging-$codec "${SWARM9[@]}" --global-batch 48 --rounds 30 --averaging-codec $codec
 done
-/usr/bin/python3 bench/swarm_report.py "$OUT"
+/usr/bin/python3 bench/swarm_report.py "$OUT" docs/img --doc docs/swarm.md

@@ -1,6 +1,10 @@
 #!/usr/bin/env python3
 """Tables and figures of docs/swarm.md from the runs of bench/swarm_evidence.sh.
-Usage: swarm_report.py EVIDENCE_DIR [IMG_DIR=docs/img]"""
+Usage: swarm_report.py EVIDENCE_DIR [IMG_DIR=docs/img] [--doc FILE]
+
+With --doc, each evidence N found in EVIDENCE_DIR also replaces what stands between
+'<!-- swarm_report.py:N -->' and '<!-- /swarm_report.py:N -->' in FILE (its heading stays FILE's),
+so that a re-run rewrites the figures there and the prose around them stays."""
 import csv
 import itertools
 import json
@@ -74,7 +78,25 @@ def col(rows, key):
     return [float(r[key]) for r in rows]
 
 
-def main(base, img):
+def write_doc(path, text):
+    """Each '### N. ...' section of `text`, without its heading, into FILE's block N."""
+    with open(path) as f:
+        doc = f.read()
+    sections = {}
+    for part in ("\n" + text).split("\n### ")[1:]:
+        heading, _, body = part.partition("\n")
+        sections[heading.split(".")[0]] = body.strip("\n")
+    for n, body in sections.items():
+        begin, end = f"<!-- swarm_report.py:{n} -->", f"<!-- /swarm_report.py:{n} -->"
+        if doc.count(begin) != 1 or doc.count(end) != 1 or doc.index(begin) > doc.index(end):
+            sys.exit(f"swarm_report.py: --doc: {path} needs one '{begin}' line before one '{end}' line")
+        doc = doc[:doc.index(begin) + len(begin)] + "\n" + body + "\n" + doc[doc.index(end):]
+    with open(path, "w") as f:
+        f.write(doc)
+    print(f"swarm_report.py: rewrote evidence {', '.join(sorted(sections))} in {path}", file=sys.stderr)
+
+
+def main(base, img, doc=None):
     os.makedirs(img, exist_ok=True)
     out = []
     # 1. correctness
@@ -267,9 +289,19 @@ def main(base, img):
         plot_losses([(c, r["summary"]["round_loss"], "-") for c, r in runs],
                     os.path.join(img, "swarm-averaging.png"))
     print("\n".join(out))
+    if doc:
+        write_doc(doc, "\n".join(out))
 
 
 if __name__ == "__main__":
-    if len(sys.argv) < 2:
+    args = sys.argv[1:]
+    doc = None
+    if "--doc" in args:
+        i = args.index("--doc")
+        if i + 1 >= len(args):
+            sys.exit(__doc__)
+        doc = args[i + 1]
+        del args[i:i + 2]
+    if not args:
         sys.exit(__doc__)
-    main(sys.argv[1], sys.argv[2] if len(sys.argv) > 2 else "docs/img")
+    main(args[0], args[1] if len(args) > 1 else "docs/img", doc)
