@@ -11,6 +11,7 @@ import json
 import os
 import sys
 
+import doc_block  # bench/, beside this script
 import matplotlib
 
 matplotlib.use("Agg")
@@ -80,19 +81,12 @@ def col(rows, key):
 
 def write_doc(path, text):
     """Each '### N. ...' section of `text`, without its heading, into FILE's block N."""
-    with open(path) as f:
-        doc = f.read()
     sections = {}
     for part in ("\n" + text).split("\n### ")[1:]:
         heading, _, body = part.partition("\n")
         sections[heading.split(".")[0]] = body.strip("\n")
     for n, body in sections.items():
-        begin, end = f"<!-- swarm_report.py:{n} -->", f"<!-- /swarm_report.py:{n} -->"
-        if doc.count(begin) != 1 or doc.count(end) != 1 or doc.index(begin) > doc.index(end):
-            sys.exit(f"swarm_report.py: --doc: {path} needs one '{begin}' line before one '{end}' line")
-        doc = doc[:doc.index(begin) + len(begin)] + "\n" + body + "\n" + doc[doc.index(end):]
-    with open(path, "w") as f:
-        f.write(doc)
+        doc_block.replace(path, "swarm_report.py", n, body)
     print(f"swarm_report.py: rewrote evidence {', '.join(sorted(sections))} in {path}", file=sys.stderr)
 
 

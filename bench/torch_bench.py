@@ -30,6 +30,8 @@ import sys
 import time
 import warnings
 
+import doc_block  # bench/, beside this script
+
 REPO = pathlib.Path(__file__).resolve().parents[1]
 KiB, MiB = 1 << 10, 1 << 20
 COLLECTIVES = ["all_reduce", "all_gather", "reduce_scatter", "broadcast", "all_to_all", "gather", "scatter",
@@ -157,29 +159,16 @@ def run(cmd, env, timeout):
     return json.loads(line[5:])
 
 
-def _markers(name):
-    return f"<!-- torch_bench.py:{name} -->", f"<!-- /torch_bench.py:{name} -->"
-
-
 def check_doc(spec):
     """FILE#ID of --doc: FILE must hold the pair of marker lines, once each."""
     path, _, name = spec.partition("#")
-    begin, end = _markers(name)
-    try:
-        text = pathlib.Path(path).read_text()
-    except OSError as e:
-        sys.exit(f"torch_bench.py: --doc: {e}")
-    if text.count(begin) != 1 or text.count(end) != 1 or text.index(begin) > text.index(end):
-        sys.exit(f"torch_bench.py: --doc: {path} needs one '{begin}' line before one '{end}' line")
-    return pathlib.Path(path), name
+    doc_block.check(path, "torch_bench.py", name)
+    return path, name
 
 
 def write_doc(path, name, tables):
-    begin, end = _markers(name)
-    text = path.read_text()
-    text = text[:text.index(begin) + len(begin)] + "\n" + tables.replace("\n### ", "\n#### ").replace(
-        "### ", "#### ", 1) + "\n" + text[text.index(end):]
-    path.write_text(text)
+    doc_block.replace(path, "torch_bench.py", name,
+                      tables.replace("\n### ", "\n#### ").replace("### ", "#### ", 1))
     print(f"torch_bench.py: rewrote {name} in {path}", file=sys.stderr)
 
 
