@@ -105,9 +105,7 @@ die() { echo "compare.sh: $*" >&2; exit 2; }
 [[ "$warmup" =~ ^[0-9]+$ ]] || die "--warmup must be a non-negative integer"
 case "$stat" in best|median) ;; *) die "--stat takes best or median" ;; esac
 if [ -n "$doc" ]; then  # checked before the run, which may take long
-  grep -qxF "<!-- compare.sh:${doc#*#} -->" "${doc%%#*}" 2>/dev/null &&
-    grep -qxF "<!-- /compare.sh:${doc#*#} -->" "${doc%%#*}" ||
-    die "--doc: ${doc%%#*} has no '<!-- compare.sh:${doc#*#} -->' ... '<!-- /compare.sh:${doc#*#} -->' lines"
+  python3 "$here/doc_block.py" check compare.sh "$doc" || exit 2
 fi
 case "$place" in out|in) ;; *) die "--place takes out or in" ;; esac
 case "$coll" in
@@ -521,17 +519,14 @@ if [ -n "$out" ]; then
   echo "compare.sh: appended to $out" >&2
 fi
 if [ -n "$doc" ]; then
-  python3 - "${doc%%#*}" "${doc#*#}" "$logs/section.md" <<'EOF' || exit 1
+  PYTHONPATH="$here" python3 - "${doc%%#*}" "${doc#*#}" "$logs/section.md" <<'EOF' || exit 1
 import sys
+import doc_block
 path, name, section = sys.argv[1:]
-text = open(path).read()
-begin, end = f"<!-- compare.sh:{name} -->", f"<!-- /compare.sh:{name} -->"
-if text.count(begin) != 1 or text.count(end) != 1 or text.index(begin) > text.index(end):
-    sys.exit(f"compare.sh: --doc: {path} needs one '{begin}' line before one '{end}' line")
+# The section's headings sit under the page's own.
 body = open(section).read().strip("\n").replace("\n## ", "\n#### ")
 body = "#### " + body[3:] if body.startswith("## ") else body
-text = text[:text.index(begin) + len(begin)] + "\n" + body + "\n" + text[text.index(end):]
-open(path, "w").write(text)
+doc_block.replace(path, "compare.sh", name, body)
 print(f"compare.sh: rewrote {name} in {path}", file=sys.stderr)
 EOF
 fi

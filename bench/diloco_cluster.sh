@@ -6,7 +6,8 @@
 #   bench/diloco_cluster.sh [--hosts 4] [--rate 100mbit] [--steps 160] [--diloco-steps 800]
 #                           [--inner-steps 40] [--regions 2 --between 100mbit]
 #                           [--rounds 1] [--variants "ddp-gloo ddp-shoal diloco ..."]
-#                           [--out diloco-cluster] [-- TRAIN_ARGS...]   (TRAIN_ARGS after the model's)
+#                           [--out diloco-cluster] [--doc FILE#ID [--img PNG]]
+#                           [-- TRAIN_ARGS...]   (TRAIN_ARGS after the model's)
 #
 # Variants: ddp-gloo and ddp-shoal (examples/ddp_train.py: an all_reduce of the gradients every
 # step, --steps of them), diloco (examples/diloco_train.py over shoal: an outer step every
@@ -22,7 +23,9 @@
 # the shoal variants measure their links (SHOAL_LINKS=measure). Each run's JSON line goes to
 # OUT/runs.jsonl; bench/diloco_report.py writes
 # OUT/report.md and OUT/loss.png and exits non-zero when a run failed or DiLoCo never reaches
-# the loss DDP over gloo ends with. Needs root (namespaces) and a build (make build).
+# the loss DDP over gloo ends with; --doc FILE#ID also writes the report between FILE's
+# '<!-- diloco_report.py:ID -->' lines and --img the plot (bench/doc_block.py). Needs root
+# (namespaces) and a build (make build).
 set -Eeuo pipefail
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -43,6 +46,8 @@ PREFIX=dl
 REGIONS=1
 BETWEEN=""
 EXTRA=()
+DOC=""
+IMG=""
 
 die() { echo "diloco_cluster.sh: $*" >&2; exit 1; }
 while [[ $# -gt 0 ]]; do
@@ -57,14 +62,17 @@ while [[ $# -gt 0 ]]; do
     --rounds) ROUNDS=$2; shift 2 ;;
     --variants) VARIANTS=$2; shift 2 ;;
     --out) OUT=$2; shift 2 ;;
+    --doc) DOC=$2; shift 2 ;;
+    --img) IMG=$2; shift 2 ;;
     --) shift; EXTRA=("$@"); break ;;
-    -h|--help) sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) die "unknown argument '$1' (--help)" ;;
   esac
 done
 [[ $(id -u) == 0 ]] || die "needs root: the hosts are network namespaces"
 [[ -x $PY ]] || die "no $PY: run scripts/install-deps.sh"
 [[ -d $BUILD/python/shoal ]] || die "no $BUILD/python/shoal: run make build"
+[[ -z $DOC ]] || python3 "$ROOT/bench/doc_block.py" check diloco_report.py "$DOC" || exit 1
 
 mkdir -p "$OUT/logs"
 RUNS=$OUT/runs.jsonl
@@ -175,4 +183,4 @@ echo "$HOSTS hosts, a worker each, 1 NIC of $RATE$( ((REGIONS > 1)) && echo ", $
 for ((round = 1; round <= ROUNDS; round++)); do
   for variant in $VARIANTS; do run "$variant" "$round"; done
 done
-/usr/bin/python3 "$ROOT/bench/diloco_report.py" "$OUT"  # Debian's python: matplotlib
+/usr/bin/python3 "$ROOT/bench/diloco_report.py" "$OUT" ${DOC:+--doc "$DOC"} ${IMG:+--img "$IMG"}  # Debian's python: matplotlib

@@ -8,13 +8,17 @@ when a run failed, a DiLoCo variant never reaches DDP over gloo's final loss, or
 (a worker killed, a newcomer admitted) took fewer outer steps than diloco or ends with a newcomer
 whose state hash differs from worker 0's.
 
-    bench/diloco_report.py OUT [--baseline ddp-gloo] [--window 10]
+    bench/diloco_report.py OUT [--baseline ddp-gloo] [--window 10] [--doc FILE#ID [--img PNG]]
+
+--doc also writes the report into FILE's block of ID (bench/doc_block.py) and --img the plot to PNG.
 """
 
 import argparse
 import json
 import os
 import sys
+
+import doc_block  # bench/, beside this script
 
 
 def smoothed(losses, window):
@@ -39,6 +43,8 @@ def main():
     p.add_argument("out")
     p.add_argument("--baseline", default="ddp-gloo")
     p.add_argument("--window", type=int, default=10)
+    doc_block.add_argument(p, "diloco_report.py")
+    p.add_argument("--img", metavar="PNG", help="with --doc: the plot's copy beside the page")
     args = p.parse_args()
     with open(os.path.join(args.out, "runs.jsonl")) as f:
         runs = [json.loads(line) for line in f if line.strip()]
@@ -99,6 +105,8 @@ def main():
     with open(os.path.join(args.out, "report.md"), "w") as f:
         f.write(text)
     print(text)
+    if args.doc:
+        doc_block.write(args.doc, "diloco_report.py", text)
     try:
         import matplotlib
         matplotlib.use("Agg")
@@ -113,6 +121,8 @@ def main():
         ax.legend()
         fig.tight_layout()
         fig.savefig(os.path.join(args.out, "loss.png"), dpi=110)
+        if args.doc and args.img:
+            fig.savefig(args.img, dpi=110)
     except ImportError:
         pass
     return status

@@ -1,11 +1,22 @@
-"""The blocks of docs/ that a bench script writes (--doc): what stands between
-'<!-- TOOL:NAME -->' and '<!-- /TOOL:NAME -->' in a page, replaced by a run's tables.
-Used by torch_bench.py and swarm_report.py."""
+"""The blocks of docs/ that a bench script writes (--doc FILE#ID): what stands between
+'<!-- TOOL:ID -->' and '<!-- /TOOL:ID -->' in a page, replaced by a run's tables. Used by
+compare.sh, torch_bench.py, swarm_report.py and the reports of the emulated-cluster benches.
+
+    python3 bench/doc_block.py check TOOL FILE#ID   # exits 1 naming what is missing (before a long run)
+"""
 import sys
 
 
 def markers(tool, name):
     return f"<!-- {tool}:{name} -->", f"<!-- /{tool}:{name} -->"
+
+
+def split(tool, spec):
+    """FILE#ID -> (FILE, ID)."""
+    path, sep, name = spec.partition("#")
+    if not sep or not path or not name:
+        sys.exit(f"{tool}: --doc takes FILE#ID, not '{spec}'")
+    return path, name
 
 
 def check(path, tool, name):
@@ -24,6 +35,30 @@ def replace(path, tool, name, body):
     """Writes `body` between the block's markers in the page at `path`."""
     text = check(path, tool, name)
     begin, end = markers(tool, name)
-    text = text[:text.index(begin) + len(begin)] + "\n" + body + "\n" + text[text.index(end):]
+    text = text[:text.index(begin) + len(begin)] + "\n" + body.strip("\n") + "\n" + text[text.index(end):]
     with open(path, "w") as f:
         f.write(text)
+
+
+def add_argument(parser, tool):
+    parser.add_argument("--doc", metavar="FILE#ID",
+                        help=f"also write the report between '<!-- {tool}:ID -->' and '<!-- /{tool}:ID -->' of FILE")
+
+
+def write(spec, tool, report):
+    """A report (markdown whose first line is its '# title') into the block of --doc FILE#ID: the
+    title becomes the block's first line in bold, under the page's own headings."""
+    path, name = split(tool, spec)
+    lines = report.strip("\n").split("\n")
+    if lines and lines[0].startswith("# "):
+        lines[0] = f"**{lines[0][2:]}**"
+    replace(path, tool, name, "\n".join(lines))
+    print(f"{tool}: rewrote {name} in {path}", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    if len(sys.argv) != 4 or sys.argv[1] != "check":
+        sys.exit(__doc__)
+    tool = sys.argv[2]
+    path, name = split(tool, sys.argv[3])
+    check(path, tool, name)

@@ -5,7 +5,7 @@
 #
 #   bench/fsdp_cluster.sh [--hosts "2 4"] [--nics "1 2"] [--rate 1gbit] [--ranks-per-host 2]
 #                         [--configs "fsdp hsdp"] [--ablations] [--rounds 2] [--steps 12]
-#                         [--out fsdp-cluster] [-- FSDP_TRAIN_ARGS...]
+#                         [--out fsdp-cluster] [--doc FILE#ID] [-- FSDP_TRAIN_ARGS...]
 #
 # For every hosts x NICs cluster and every configuration (fsdp: one shard group of all ranks;
 # hsdp: shard inside a host, replicate across hosts) it runs, interleaved round by round: gloo
@@ -30,6 +30,7 @@ ABLATIONS=0
 ROUNDS=2
 STEPS=12
 OUT=fsdp-cluster
+DOC=""
 PREFIX=fc
 EXTRA=()
 
@@ -45,6 +46,7 @@ while [[ $# -gt 0 ]]; do
     --rounds) ROUNDS=$2; shift 2 ;;
     --steps) STEPS=$2; shift 2 ;;
     --out) OUT=$2; shift 2 ;;
+    --doc) DOC=$2; shift 2 ;;
     --) shift; EXTRA=("$@"); break ;;
     -h|--help) sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) die "unknown argument '$1' (--help)" ;;
@@ -53,6 +55,7 @@ done
 [[ $(id -u) == 0 ]] || die "needs root: the hosts are network namespaces"
 [[ -x $PY ]] || die "no $PY: run scripts/install-deps.sh"
 [[ -d $BUILD/python/shoal ]] || die "no $BUILD/python/shoal: run make build"
+[[ -z $DOC ]] || python3 "$ROOT/bench/doc_block.py" check fsdp_report.py "$DOC" || exit 1
 for c in $CONFIGS; do [[ $c == fsdp || $c == hsdp ]] || die "--configs: fsdp or hsdp, not '$c'"; done
 
 mkdir -p "$OUT/logs" "$OUT/traces"
@@ -141,4 +144,4 @@ for hosts in $HOSTS_LIST; do
   done
 done
 "$NC" down --prefix "$PREFIX" >/dev/null 2>&1 || true
-/usr/bin/python3 "$ROOT/bench/fsdp_report.py" "$OUT"  # Debian's, which has matplotlib
+/usr/bin/python3 "$ROOT/bench/fsdp_report.py" "$OUT" ${DOC:+--doc "$DOC"}  # Debian's, which has matplotlib

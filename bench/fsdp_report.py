@@ -1,14 +1,15 @@
 #!/usr/bin/env python3
 """Tables and plots of a bench/fsdp_cluster.sh run: OUT/runs.jsonl -> OUT/report.md, OUT/*.png.
 
-    bench/fsdp_report.py OUT [--tolerance 1e-4]
+    bench/fsdp_report.py OUT [--tolerance 1e-4] [--doc FILE#ID]
     bench/fsdp_report.py --append RUNS NAME=VALUE...   (fsdp_cluster.sh: one run's JSON on stdin)
 
 Per cluster (hosts x NICs) and configuration (fsdp, hsdp): each variant's step time (median over
 rounds of each run's median step), global tokens/s, the time a step waits on communication (mean
 over ranks, and the worst rank's), its share of the step, and gloo's step time over the
 variant's. Exits 1 when a run failed or when a shoal run's losses differ from gloo's on the same
-cluster and configuration by more than --tolerance (relative, any step).
+cluster and configuration by more than --tolerance (relative, any step). --doc also writes the
+report into FILE's block of ID (bench/doc_block.py).
 """
 
 import argparse
@@ -17,6 +18,8 @@ import json
 import pathlib
 import statistics
 import sys
+
+import doc_block  # bench/, beside this script
 
 
 def load(path):
@@ -43,6 +46,7 @@ def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("out", type=pathlib.Path)
     p.add_argument("--tolerance", type=float, default=1e-4)
+    doc_block.add_argument(p, "fsdp_report.py")
     a = p.parse_args()
     runs = load(a.out / "runs.jsonl")
     problems = [f"{r['hosts']} hosts x {r['nics']} NICs {r['config']} {r['variant']} round {r['round']} failed"
@@ -90,6 +94,8 @@ def main():
         report += "\nPROBLEMS:\n" + "\n".join(f"- {x}" for x in problems) + "\n"
     (a.out / "report.md").write_text(report)
     print(report)
+    if a.doc:
+        doc_block.write(a.doc, "fsdp_report.py", report)
     plot(a.out, groups)
     return 1 if problems else 0
 

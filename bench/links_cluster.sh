@@ -12,7 +12,7 @@
 #
 #   bench/links_cluster.sh [--hosts 6] [--rate 1gbit] [--between 100mbit] [--bytes 16M]
 #                          [--iters 5] [--rounds 1] [--variants "ring link_ring ..."]
-#                          [--target 1.8] [--out links-cluster]
+#                          [--target 1.8] [--out links-cluster] [--doc FILE#ID]
 #
 # Each run's shoal-bench JSON goes to OUT/<variant>-<round>.json; bench/links_report.py writes
 # OUT/report.md and exits non-zero when a run failed or link_ring's bus bandwidth is below
@@ -31,6 +31,7 @@ ROUNDS=1
 TARGET=1.8
 VARIANTS="ring link_ring rabenseifner auto"
 OUT=links-cluster
+DOC=""
 PREFIX=lk
 
 die() { echo "links_cluster.sh: $*" >&2; exit 1; }
@@ -45,12 +46,14 @@ while [[ $# -gt 0 ]]; do
     --variants) VARIANTS=$2; shift 2 ;;
     --target) TARGET=$2; shift 2 ;;
     --out) OUT=$2; shift 2 ;;
+    --doc) DOC=$2; shift 2 ;;
     -h|--help) sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) die "unknown argument '$1' (--help)" ;;
   esac
 done
 [[ $(id -u) == 0 ]] || die "needs root: the hosts are network namespaces"
 [[ -x $BUILD/bin/shoal-bench && -x $BUILD/bin/shoal-run ]] || die "no $BUILD/bin/shoal-bench: run make build"
+[[ -z $DOC ]] || python3 "$ROOT/bench/doc_block.py" check links_report.py "$DOC" || exit 1
 
 mkdir -p "$OUT"
 "$NC" up --prefix "$PREFIX" --hosts "$HOSTS" --nics 1 --rate "$RATE" --regions 2 --between "$BETWEEN"
@@ -74,5 +77,5 @@ for ((round = 0; round < ROUNDS; round++)); do
     grep -h "links in use" "$OUT/$v-$round.log" | head -1 || true
   done
 done
-"$ROOT/.venv/bin/python" "$ROOT/bench/links_report.py" "$OUT" --variants "$VARIANTS" \
+"$ROOT/.venv/bin/python" "$ROOT/bench/links_report.py" "$OUT" ${DOC:+--doc "$DOC"} --variants "$VARIANTS" \
   --rounds "$ROUNDS" --target "$TARGET" --layout "$HOSTS hosts in 2 alternating regions, $RATE inside, $BETWEEN between"

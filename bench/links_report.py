@@ -1,12 +1,15 @@
 #!/usr/bin/env python3
 """Report of bench/links_cluster.sh: bus bandwidth per variant (median over rounds) and the
 ratio of the ring that follows measured links to the ring in rank order. Exits non-zero when a
-run is missing or failed its check, or when that ratio is below --target."""
+run is missing or failed its check, or when that ratio is below --target. --doc FILE#ID also
+writes the report into FILE's block of ID (bench/doc_block.py)."""
 import argparse
 import json
 import os
 import statistics
 import sys
+
+import doc_block  # bench/, beside this script
 
 
 def main():
@@ -16,6 +19,7 @@ def main():
     ap.add_argument("--rounds", type=int, default=1)
     ap.add_argument("--target", type=float, default=1.8)
     ap.add_argument("--layout", default="")
+    doc_block.add_argument(ap, "links_report.py")
     a = ap.parse_args()
     busbw, problems = {}, []
     for v in a.variants.split():
@@ -48,6 +52,8 @@ def main():
     with open(os.path.join(a.out, "report.md"), "w") as f:
         f.write(text)
     print(text, end="")
+    if a.doc:
+        doc_block.write(a.doc, "links_report.py", text)
     return 1 if problems else 0
 
 

@@ -10,7 +10,7 @@
 #   async-int8  both
 #
 #   bench/swarm_cluster.sh [--hosts 4] [--rate 200mbit] [--rounds 8] [--configs "sync async int8 async-int8"]
-#                          [--out swarm-cluster] [-- SWARM_ARGS...]
+#                          [--out swarm-cluster] [--doc FILE#ID] [-- SWARM_ARGS...]
 #
 # Each run's summary.json goes to OUT/<config>/; bench/swarm_cluster_report.py writes
 # OUT/report.md and exits non-zero when a run did not complete its rounds. Needs root and a
@@ -25,6 +25,7 @@ RATE=200mbit
 ROUNDS=8
 CONFIGS="sync async int8 async-int8"
 OUT=swarm-cluster
+DOC=""
 PREFIX=sw
 EXTRA=()
 MODEL=(--stages 4 --d-model 512 --layers 4 --heads 8 --seq-len 64 --micro-batch 4)
@@ -38,6 +39,7 @@ while [[ $# -gt 0 ]]; do
     --rounds) ROUNDS=$2; shift 2 ;;
     --configs) CONFIGS=$2; shift 2 ;;
     --out) OUT=$2; shift 2 ;;
+    --doc) DOC=$2; shift 2 ;;
     --) shift; EXTRA=("$@"); break ;;
     -h|--help) sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) die "unknown argument '$1' (--help)" ;;
@@ -45,6 +47,7 @@ while [[ $# -gt 0 ]]; do
 done
 [[ $(id -u) == 0 ]] || die "needs root: the hosts are network namespaces"
 [[ -x $BIN/shoal-swarm ]] || die "no $BIN/shoal-swarm: a build with torch (make build)"
+[[ -z $DOC ]] || python3 "$ROOT/bench/doc_block.py" check swarm_cluster_report.py "$DOC" || exit 1
 
 mkdir -p "$OUT"
 "$NC" up --prefix "$PREFIX" --hosts "$HOSTS" --nics 1 --rate "$RATE" >/dev/null
@@ -64,5 +67,5 @@ for config in $CONFIGS; do
   timeout 1200 "$BIN/shoal-swarm" local --registry 198.18.0.254:0 --netns "$NETNS" "${MODEL[@]}" \
     "${SWARM[@]}" --rounds "$ROUNDS" "${opts[@]}" --out "$OUT/$config" "${EXTRA[@]}" | tail -2 || true
 done
-"$ROOT/.venv/bin/python" "$ROOT/bench/swarm_cluster_report.py" "$OUT" --configs "$CONFIGS" \
+"$ROOT/.venv/bin/python" "$ROOT/bench/swarm_cluster_report.py" "$OUT" ${DOC:+--doc "$DOC"} --configs "$CONFIGS" \
   --layout "$HOSTS hosts, 1 NIC of $RATE each"

@@ -3,11 +3,13 @@
 the bottleneck ideal (the slowest stage's summed compute throughput, from the peers' own
 measurements: what the links and the pipeline leave of it), bytes between stages per sample,
 the loss of the first and last rounds. Exits non-zero when a run is missing or did not complete
-its rounds."""
+its rounds. --doc FILE#ID also writes the report into FILE's block of ID (bench/doc_block.py)."""
 import argparse
 import json
 import os
 import sys
+
+import doc_block  # bench/, beside this script
 
 
 def main():
@@ -15,6 +17,7 @@ def main():
     ap.add_argument("out")
     ap.add_argument("--configs", default="sync async int8 async-int8")
     ap.add_argument("--layout", default="")
+    doc_block.add_argument(ap, "swarm_cluster_report.py")
     a = ap.parse_args()
     lines = [f"# SWARM across emulated hosts ({a.layout})", "",
              "| configuration | model | rounds | steady samples/s | ideal samples/s | fraction of ideal "
@@ -43,6 +46,8 @@ def main():
     with open(os.path.join(a.out, "report.md"), "w") as f:
         f.write(text)
     print(text, end="")
+    if a.doc:
+        doc_block.write(a.doc, "swarm_cluster_report.py", text)
     return status
 
 
