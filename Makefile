@@ -48,7 +48,7 @@ SAN_TESTS ?= test_harness test_kernels test_config test_store test_bootstrap tes
              test_swarm_net test_swarm_routing test_swarm_averaging test_shm test_api test_p2p \
              test_vectored test_auth test_agreement test_hierarchical test_dispatch_multirank \
              test_tuning_sweep test_flat_direct test_flat_queue test_under_load test_staging \
-             test_failures test_etcd_store test_mismatch test_collectives
+             test_failures test_etcd_store test_mismatch test_wan_model test_collectives
 test-sanitize: deps
 	@if command -v clang++ >/dev/null; then \
 	  extra="-DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ -DSHOAL_FUZZ=ON"; fi; \
@@ -69,7 +69,7 @@ build-libcxx: deps
 	cmake -S . -B $(LIBCXX_BUILD) -DCMAKE_BUILD_TYPE=Release -DCMAKE_C_COMPILER=clang \
 	  -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_CXX_FLAGS=-stdlib=libc++ \
 	  -DCMAKE_EXE_LINKER_FLAGS=-stdlib=libc++ -DSHOAL_TORCH=OFF -DBUILD_TESTING=OFF >/dev/null
-	cmake --build $(LIBCXX_BUILD) -j $(JOBS) --target shoal-run shoal-bench shoal-info shoal-tune shoal-sim shoal-chaos
+	cmake --build $(LIBCXX_BUILD) -j $(JOBS) --target shoal-run shoal-bench shoal-info shoal-tune shoal-sim shoal-chaos shoal-wan
 	$(LIBCXX_BUILD)/bin/shoal-run -n 2 $(LIBCXX_BUILD)/bin/shoal-bench all_reduce -b 8 -e 1M -f 16 -c 1 | grep -q "Out of bounds values : 0 OK"
 
 
