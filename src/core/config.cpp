@@ -127,6 +127,9 @@ const std::vector<Setting>& settings() {
        "all_gather's or reduce_scatter's: of the whole host buffer), three in flight: one copied to "
        "the host, one on the wire, one copied back. Equal on all ranks", Agreement::value},
       {"SHOAL_SOCKET_BUFFER", "bytes", "4M", "SO_SNDBUF/SO_RCVBUF of data connections (0: kernel default)"},
+      {"SHOAL_TCP_CC", "string", "",
+       "congestion control of data connections (cubic, bbr, ...: net.ipv4.tcp_available_congestion_control; "
+       "empty: the kernel's default)"},
       {"SHOAL_MAX_FRAME", "bytes", "16G", "largest frame a peer may announce; larger ones are rejected"},
       {"SHOAL_UNEXPECTED_LIMIT", "bytes", "16M",
        "bytes buffered per peer for frames that arrive before their receive is posted"},

@@ -57,7 +57,12 @@ int connect_rail(const std::string& ip, uint16_t port, Hello hello, Clock::time_
       throw;
     }
   }
-  configure_data_socket(fd);
+  try {
+    configure_data_socket(fd);
+  } catch (...) {
+    close(fd);
+    throw;
+  }
   return fd;
 }
 

@@ -14,6 +14,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <fstream>
 #include <sstream>
 #include <thread>
 
@@ -164,7 +165,23 @@ int connect_with_retry(const std::string& ip, uint16_t port, Clock::time_point d
   }
 }
 
+namespace {
+std::string available_congestion_controls() {
+  std::ifstream in("/proc/sys/net/ipv4/tcp_available_congestion_control");
+  std::string list;
+  std::getline(in, list);
+  return list.empty() ? "unknown" : list;
+}
+}  // namespace
+
 void configure_data_socket(int fd) {
+  // Over long lossy paths the congestion control decides a stream's goodput (docs/cluster.md).
+  const std::string cc = config::get("SHOAL_TCP_CC");
+  if (!cc.empty() && setsockopt(fd, IPPROTO_TCP, TCP_CONGESTION, cc.data(),
+                                static_cast<socklen_t>(cc.size())) != 0)
+    SHOAL_THROW(InvalidArgument,
+                "SHOAL_TCP_CC=" << cc << ": the kernel refuses it (" << strerror(errno)
+                                << "); this one offers: " << available_congestion_controls());
   int one = 1;
   setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
   uint64_t buf = config::get_bytes("SHOAL_SOCKET_BUFFER");

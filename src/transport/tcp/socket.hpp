@@ -46,7 +46,8 @@ void close_after_draining(int fd, std::chrono::steady_clock::time_point deadline
 /// How long a stream whose write side was shut drains before it closes.
 inline constexpr std::chrono::milliseconds kDrainOnClose{300};
 
-/// TCP_NODELAY, SO_SNDBUF/SO_RCVBUF (SHOAL_SOCKET_BUFFER), O_NONBLOCK.
+/// TCP_NODELAY, SO_SNDBUF/SO_RCVBUF (SHOAL_SOCKET_BUFFER), the congestion control (SHOAL_TCP_CC;
+/// InvalidArgumentError naming what the kernel offers when it refuses it), O_NONBLOCK.
 void configure_data_socket(int fd);
 
 /// Blocking-style full read/write on a possibly non-blocking fd, bounded by `deadline`.
