@@ -147,6 +147,14 @@ nth() {
   if ((${#items[@]} == 1)); then echo "${items[0]}"; else echo "${items[$2]:-}"; fi
 }
 
+# add_host_ns NS: a host's namespace, loopback up, IPv6 off.
+add_host_ns() {
+  ip netns add "$1"
+  ip -n "$1" link set lo up
+  ip netns exec "$1" sysctl -qw net.ipv6.conf.all.disable_ipv6=1 2>/dev/null || true
+  ip netns exec "$1" sysctl -qw net.ipv6.conf.default.disable_ipv6=1 2>/dev/null || true
+}
+
 # hosts_present: the host indices whose namespaces exist, sorted.
 hosts_present() {
   ip netns list 2>/dev/null | awk '{print $1}' | sed -n "s/^$PREFIX-h\([0-9]\{1,3\}\)\$/\1/p" | sort -n
@@ -254,10 +262,7 @@ cmd_up() {
 
   for ((h = 0; h < HOSTS; h++)); do
     ns=$(ns_name "$h")
-    ip netns add "$ns"
-    ip -n "$ns" link set lo up
-    ip netns exec "$ns" sysctl -qw net.ipv6.conf.all.disable_ipv6=1 2>/dev/null || true
-    ip netns exec "$ns" sysctl -qw net.ipv6.conf.default.disable_ipv6=1 2>/dev/null || true
+    add_host_ns "$ns"
     for ((k = 0; k < NICS; k++)); do
       port=$(port_name "$h" "$k")
       ip link add "$port" type veth peer name "eth$k" netns "$ns"
@@ -317,17 +322,20 @@ wan_spec() {
     done
   done
   [[ -n ${ROOT_DEV:-} ]] && echo "endpoint - $ROOT_DEV $ROOT_ADDR 0 0 $root_region"
-  local delay jitter loss line
+  local delay line jitter loss between_jitter between_loss  # the same for every pair
   jitter=$(duration_ns "${JITTER:-0}")
+  loss=$(loss_prob "${LOSS:-0}")
+  between_jitter=$(duration_ns "${BETWEEN_JITTER:-0}")
+  between_loss=$(loss_prob "${BETWEEN_LOSS:-0}")
   for ((a = 0; a < regions; a++)); do
     for ((b = 0; b < regions; b++)); do
       if [[ $LAYOUT == home ]]; then  # host h is 7.5-30 ms one way from the internet
         delay=$(awk -v a="$a" -v b="$b" -v n="$HOSTS" 'BEGIN {
           d = n > 1 ? 22.5e6 / (n - 1) : 0; printf "%.0f", (a == b ? 0 : 15e6 + (a + b) * d) }')
-        echo "path $a $b 0 $delay $jitter $(loss_prob "${LOSS:-0}")"
+        echo "path $a $b 0 $delay $jitter $loss"
       elif ((a == b)); then
         delay=$(($(duration_ns "${RTT:-0}") / 2))
-        echo "path $a $b 0 $delay $jitter $(loss_prob "${LOSS:-0}")"
+        echo "path $a $b 0 $delay $jitter $loss"
       else
         pair=$(awk -v a="$a" -v b="$b" -v r="$regions" 'BEGIN {
           if (a > b) { t = a; a = b; b = t }
@@ -336,8 +344,7 @@ wan_spec() {
         [[ -n $line ]] || die "--between has no rate for regions $a-$b (one for all, or one per pair)"
         delay=$(nth "${BETWEEN_RTT:-0}" "$pair")
         [[ -n $delay ]] || die "--between-rtt has no RTT for regions $a-$b (one for all, or one per pair)"
-        echo "path $a $b $(rate_bits "$line") $(($(duration_ns "$delay") / 2))" \
-          "$(duration_ns "${BETWEEN_JITTER:-0}") $(loss_prob "${BETWEEN_LOSS:-0}")"
+        echo "path $a $b $(rate_bits "$line") $(($(duration_ns "$delay") / 2)) $between_jitter $between_loss"
       fi
     done
   done
@@ -363,10 +370,7 @@ cmd_up_wan() {
   local h k ns holder i pid spec=$STATE_DIR/$PREFIX.wan log=$STATE_DIR/$PREFIX.wan.log
   for ((h = 0; h < HOSTS; h++)); do
     ns=$(ns_name "$h")
-    ip netns add "$ns"
-    ip -n "$ns" link set lo up
-    ip netns exec "$ns" sysctl -qw net.ipv6.conf.all.disable_ipv6=1 2>/dev/null || true
-    ip netns exec "$ns" sysctl -qw net.ipv6.conf.default.disable_ipv6=1 2>/dev/null || true
+    add_host_ns "$ns"
   done
   holder=$(ip -o -4 addr show to "$ROOT_ADDR/32" | awk '{print $2}' | head -1)
   ROOT_DEV=""

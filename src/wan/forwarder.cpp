@@ -75,9 +75,10 @@ int open_tun(const Endpoint& e) {
 
 }  // namespace
 
-Forwarder::Forwarder(const Spec& spec) : spec_(spec), net_(spec) {
+Forwarder::Forwarder(const Spec& spec)
+    : net_(spec), buffer_bytes_(static_cast<size_t>(std::max(spec.mtu, 1500)) + 256) {
   try {
-    for (const Endpoint& e : spec_.endpoints) fds_.push_back(open_tun(e));
+    for (const Endpoint& e : spec.endpoints) fds_.push_back(open_tun(e));
   } catch (...) {
     for (int fd : fds_) close(fd);
     throw;
@@ -109,7 +110,7 @@ void Forwarder::run(const std::atomic<bool>& stop, const std::function<void()>& 
     ev.data.u32 = static_cast<uint32_t>(i);
     if (epoll_ctl(ep, EPOLL_CTL_ADD, fds_[i], &ev) < 0) fail("epoll_ctl");
   }
-  const size_t buffer_bytes = static_cast<size_t>(std::max(spec_.mtu, 1500)) + 256;
+  const size_t buffer_bytes = buffer_bytes_;
   const size_t max_buffers = kMaxBufferedBytes / buffer_bytes;
   std::vector<uint8_t> scratch(buffer_bytes);  // reads beyond the cap land here, dropped
   constexpr uint32_t kNone = UINT32_MAX;

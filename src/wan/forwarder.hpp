@@ -38,8 +38,8 @@ class Forwarder {
   static constexpr size_t kMaxBufferedBytes = size_t{1} << 29;
 
  private:
-  Spec spec_;
   Network net_;
+  size_t buffer_bytes_;  // one packet's buffer: the MTU and some
   std::vector<int> fds_;
   std::vector<std::vector<uint8_t>> buffers_;  // by packet id's slot
   std::vector<uint32_t> lengths_;
