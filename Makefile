@@ -48,7 +48,7 @@ SAN_TESTS ?= test_harness test_kernels test_config test_store test_bootstrap tes
              test_swarm_net test_swarm_routing test_swarm_averaging test_shm test_api test_p2p \
              test_vectored test_auth test_agreement test_hierarchical test_dispatch_multirank \
              test_tuning_sweep test_flat_direct test_flat_queue test_under_load test_staging \
-             test_failures test_etcd_store test_mismatch test_wan_model test_tcp_socket \
+             test_failures test_etcd_store test_mismatch test_wan_model test_tcp_socket test_streams \
              test_collectives
 test-sanitize: deps
 	@if command -v clang++ >/dev/null; then \

@@ -66,7 +66,8 @@ class CommImpl {
 
   int rank = 0, size = 1;
   int shm_peers = 0, tcp_peers = 0;
-  int max_rails = 1;  // most TCP connections to one peer (one per shared NIC)
+  int max_connections =
+      1;  // most TCP connections to one peer (SHOAL_SOCKET_STREAMS per shared NIC)
   comm::Topology topology;
   std::string listen_address;
   std::chrono::milliseconds timeout{0};

@@ -126,9 +126,11 @@ CommImpl::Transport CommImpl::set_up(const std::string& prefix, comm::Clock::tim
   listen_address = rails.front().ip;
   for (size_t i = 1; i < rails.size(); ++i) listen_address += "," + rails[i].ip;
   // Every pair gets a TCP connection, and pairs on different hosts one more per further NIC
-  // they share (striped); pairs on one host move their data through shared-memory rings and
-  // keep the socket for wake-ups and to learn when the peer is gone.
-  auto fds = transport::tcp::connect_mesh(*store, prefix, r, n, comm_id, rails, deadline);
+  // they share and further streams on long paths (SHOAL_SOCKET_STREAMS), striped; pairs on one
+  // host move their data through shared-memory rings and keep the socket for wake-ups and to
+  // learn when the peer is gone.
+  auto fds = transport::tcp::connect_mesh(*store, prefix, r, n, comm_id, rails, topology.host_of,
+                                          deadline);
   std::unique_ptr<transport::shm::ShmMesh> shm;
   const auto flat_layout =
       comm::FlatMemory::layout_from_settings(topology.local_size, topology.local_cores);
@@ -148,7 +150,7 @@ CommImpl::Transport CommImpl::set_up(const std::string& prefix, comm::Clock::tim
       streams[p] = shm->stream_to(p, fds[p].front());
       ++shm_peers;
     } else if (fds[p].size() > 1) {
-      max_rails = std::max(max_rails, static_cast<int>(fds[p].size()));
+      max_connections = std::max(max_connections, static_cast<int>(fds[p].size()));
       streams[p] = std::make_unique<transport::tcp::StripedStream>(std::move(fds[p]));
       ++tcp_peers;
     } else {
@@ -167,7 +169,7 @@ std::string CommImpl::transport_summary() const {
   if (shm_peers > 0 && tcp_peers > 0) os << ", ";
   if (tcp_peers > 0 || shm_peers == 0)
     os << "tcp with " << tcp_peers << " peer(s) on " << listen_address;
-  if (max_rails > 1) os << " (striped over up to " << max_rails << " NICs)";
+  if (max_connections > 1) os << " (striped over up to " << max_connections << " connections)";
   return os.str();
 }
 

@@ -126,7 +126,15 @@ const std::vector<Setting>& settings() {
        "device (CUDA) tensors travel through pinned host buffers in chunks of this many bytes (an "
        "all_gather's or reduce_scatter's: of the whole host buffer), three in flight: one copied to "
        "the host, one on the wire, one copied back. Equal on all ranks", Agreement::value},
-      {"SHOAL_SOCKET_BUFFER", "bytes", "4M", "SO_SNDBUF/SO_RCVBUF of data connections (0: kernel default)"},
+      {"SHOAL_SOCKET_BUFFER", "bytes or auto", "auto",
+       "SO_SNDBUF/SO_RCVBUF of data connections; a value turns the kernel's autotuning off. auto: 4M "
+       "where the connection's round trip is under 2 ms, else the kernel's autotuning, which grows "
+       "each buffer to the path's bandwidth-delay product (up to net.ipv4.tcp_rmem/tcp_wmem's maximum)"},
+      {"SHOAL_SOCKET_STREAMS", "int or auto", "auto",
+       "TCP connections per NIC (rail) to a peer on another host, the frames striped across them; "
+       "decided by the connecting rank. auto: 1 where the round trip its handshake measured is under "
+       "2 ms, else one per 25 ms of it, 2 to 8 (one window- or loss-bound stream fills little of a "
+       "long path)"},
       {"SHOAL_TCP_CC", "string", "",
        "congestion control of data connections (cubic, bbr, ...: net.ipv4.tcp_available_congestion_control; "
        "empty: the kernel's default)"},
@@ -289,6 +297,11 @@ std::chrono::milliseconds get_duration(const char* name) {
 std::optional<std::chrono::milliseconds> get_duration_or_auto(const char* name) {
   if (get(name) == "auto") return std::nullopt;
   return get_duration(name);
+}
+
+std::optional<uint64_t> get_bytes_or_auto(const char* name) {
+  if (get(name) == "auto") return std::nullopt;
+  return get_bytes(name);
 }
 
 std::optional<int64_t> get_int_or_auto(const char* name) {

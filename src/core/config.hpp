@@ -53,6 +53,8 @@ std::chrono::milliseconds get_duration(const char* name);
 std::optional<std::chrono::milliseconds> get_duration_or_auto(const char* name);
 /// An "int or auto" setting: nullopt for "auto".
 std::optional<int64_t> get_int_or_auto(const char* name);
+/// A "bytes or auto" setting: nullopt for "auto".
+std::optional<uint64_t> get_bytes_or_auto(const char* name);
 
 /// Parses "64", "4K", "16M", "1G" (powers of 1024); nullopt-like failure throws.
 uint64_t parse_bytes(const std::string& text, const char* what);

@@ -458,7 +458,10 @@ void Connection::pump_read() {
         break;
     }
     ssize_t n = want == 0 ? 0 : stream_->read(dst, want);
-    if (n > 0) last_heard_ = std::chrono::steady_clock::now();
+    if (n > 0 || stream_->wire_bytes_in() != wire_bytes_seen_) {
+      last_heard_ = std::chrono::steady_clock::now();
+      wire_bytes_seen_ = stream_->wire_bytes_in();
+    }
     if (want > 0) {
       if (n == 0) return on_eof();
       if (n < 0) {

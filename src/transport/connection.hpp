@@ -210,6 +210,7 @@ class Connection {
   bool peer_closed_ = false;
   bool in_progress_ = false;
   std::chrono::steady_clock::time_point last_heard_ = std::chrono::steady_clock::now();
+  uint64_t wire_bytes_seen_ = 0;  // stream_->wire_bytes_in() when last_heard_ was set
   std::chrono::steady_clock::time_point last_sent_ = std::chrono::steady_clock::now();
 };
 

@@ -66,6 +66,11 @@ class Stream {
     error = "this stream cannot pull from the peer's memory";
     return false;
   }
+  /// Bytes taken off the wire so far, delivered by read() or not yet: a striped stream holds
+  /// segments that overtook one still in flight on another connection. Liveness counts them
+  /// (the peer is heard while one connection recovers from a loss). 0 where read() delivers
+  /// everything that arrives.
+  virtual uint64_t wire_bytes_in() const { return 0; }
   /// "tcp" or "shm", for diagnostics.
   virtual const char* kind() const = 0;
 };

@@ -7,12 +7,11 @@
 #include <functional>
 #include <iterator>
 #include <mutex>
-#include <thread>
 
 #include "comm/comm_impl.hpp"
 #include "comm/topology.hpp"
 #include "support/env.hpp"
-#include "support/ranks.hpp"
+#include "support/hosts.hpp"
 #include "support/temp_file.hpp"
 #include "support/values.hpp"
 
@@ -28,36 +27,6 @@ const bool kEnvironment = [] {
   setenv("SHOAL_SOCKET_IFNAME", "lo", 0);
   return true;
 }();
-
-/// Runs one rank per entry of `host_of` (its host index) as threads; returns the first error.
-std::string run_on_hosts(const std::vector<int>& host_of,
-                         const std::function<void(Communicator&)>& fn) {
-  auto server = make_server_store();
-  const int n = static_cast<int>(host_of.size());
-  std::mutex mu;
-  std::string first_error;
-  std::vector<std::thread> threads;
-  for (int r = 0; r < n; ++r) {
-    threads.emplace_back([&, r] {
-      comm::set_thread_host_id_for_testing("emulated-host-" + std::to_string(host_of[r]));
-      try {
-        TcpStore::Options o;
-        o.timeout = std::chrono::seconds(60);
-        auto store = std::make_shared<TcpStore>("127.0.0.1", server->port(), o);
-        Options options;
-        options.timeout = std::chrono::seconds(60);
-        Communicator comm = Communicator::create(store, r, n, options);
-        fn(comm);
-      } catch (const std::exception& e) {
-        std::lock_guard<std::mutex> lock(mu);
-        if (first_error.empty()) first_error = "rank " + std::to_string(r) + ": " + e.what();
-      }
-      comm::set_thread_host_id_for_testing("");
-    });
-  }
-  for (auto& t : threads) t.join();
-  return first_error;
-}
 
 uint64_t hierarchical_calls(Communicator& c) {
   const auto& h = shoal::detail::Internals::of(c).hierarchy;

@@ -127,7 +127,7 @@ bench_case() {  # bench_case COLLECTIVE
     { echo "shoal does not see 4 hosts of 2 ranks:"; head -5 "$D/$1.out"; return 1; }
   grep -q '^# Out of bounds values : 0 OK' "$D/$1.out" || { cat "$D/$1.out"; return 1; }
   # Each pair of hosts shares two NICs: the TCP peers are striped over both.
-  grep -q 'striped over up to 2 NICs' "$D/$1.out" ||
+  grep -q 'striped over up to 2 connections' "$D/$1.out" ||
     { echo "the ranks do not stripe over both NICs:"; head -5 "$D/$1.out"; return 1; }
   # The 1 MiB row: algbw (GB/s) out of place, for the record.
   awk '$1 == 1048576 { printf "1 MiB: algbw %s GB/s", $7 }' "$D/$1.out"

@@ -4,10 +4,13 @@
 # + 0.2 ms, also per pair of regions of the `continents` layout; a NIC's goodput is its rate
 # (less TCP/IP headers) within 5%, the slower of an asymmetric pair's up and down; under 1% loss
 # BBR keeps most of the link; shoal-bench's all_reduce over the delayed links checks every
-# element; down leaves nothing. Exits 77 (ctest: skipped) without root or TUN devices.
-# Usage: bash test_netcluster_wan.sh BIN_DIR     (ctest passes the build's bin directory)
+# element, on 2 connections per pair at 20 ms; at 500 ms +- 20 ms and 1% loss a 3 s heartbeat
+# raises no false failure and names a rank frozen by SIGSTOP within 5 s; down leaves nothing. Exits 77 (ctest: skipped) without root or TUN devices.
+# Usage: bash test_netcluster_wan.sh BIN_DIR [CASE...]   (ctest passes the build's bin directory;
+#        CASEs, e.g. rtt heartbeat_500ms, run only those)
 set -u
-BIN=${1:?usage: test_netcluster_wan.sh BIN_DIR}
+BIN=${1:?usage: test_netcluster_wan.sh BIN_DIR [CASE...]}
+ONLY=" ${*:2} "
 RUN=$BIN/shoal-run
 BENCH=$BIN/shoal-bench
 export SHOAL_WAN=$BIN/shoal-wan
@@ -35,6 +38,7 @@ passed=0
 failed=()
 check() {  # check NAME: runs the case function, which prints why it fails
   local out
+  [[ $ONLY == "  " || $ONLY == *" ${1#case_} "* ]] || return 0
   if out=$("$@" 2>&1); then
     echo "PASS: ${1#case_}${out:+ ($out)}"
     passed=$((passed + 1))
@@ -130,7 +134,44 @@ case_all_reduce() {
     -b 1K -e 4M -f 16 -n 3 -w 1 -c 1 >"$D/ar.out" 2>&1 ||
     { echo "exit status $?:"; tail -30 "$D/ar.out"; return 1; }
   grep -q '^# Out of bounds values : 0 OK' "$D/ar.out" || { cat "$D/ar.out"; return 1; }
+  # 20 ms measured by each pair's handshake: SHOAL_SOCKET_STREAMS=auto opens 2 connections.
+  grep -q 'striped over up to 2 connections' "$D/ar.out" ||
+    { echo "not 2 streams per pair at 20 ms:"; head -5 "$D/ar.out"; return 1; }
   awk '$1 == 4194304 { printf "4 MiB at 20 ms, 0.1%% loss: busbw %s GB/s", $8 }' "$D/ar.out"
+}
+
+# 500 ms +- 20 ms round trips and 1% loss with a 3 s heartbeat window: all_reduce runs without a
+# false PeerFailure; then a rank frozen by SIGSTOP is named by the other within the window
+# (+ 2 s for the last bytes in flight, the check's period and the exit).
+case_heartbeat_500ms() {
+  up --hosts 2 --rate 100mbit --rtt 500ms --jitter 20ms --loss 1% || return 1
+  local ns="$P-h0,$P-h1"
+  SHOAL_HEARTBEAT=3 timeout -s KILL 200 "$RUN" --netns "$ns" -n 2 --timeout 180 -- "$BENCH" all_reduce \
+    -b 64K -e 256K -f 4 -n 3 -w 1 -c 1 >"$D/hb.out" 2>&1 ||
+    { echo "false failure? exit status $?:"; tail -20 "$D/hb.out"; return 1; }
+  grep -q '^# Out of bounds values : 0 OK' "$D/hb.out" || { cat "$D/hb.out"; return 1; }
+  SHOAL_HEARTBEAT=3 timeout -s KILL 120 "$RUN" --netns "$ns" -n 2 --timeout 100 -- "$BENCH" all_reduce \
+    -b 64K -e 64K -n 100000 -w 1 -c 0 >"$D/stop.out" 2>&1 &
+  local job=$! frozen="" t0 t1 i
+  # Once the communicator is up (its description printed), and a few calls later.
+  for ((i = 0; i < 600; i++)); do grep -q '^# rank 0 of 2' "$D/stop.out" && break; sleep 0.1; done
+  sleep 3
+  frozen=$(ip netns pids "$P-h1" | while read -r pid; do
+    [[ $(cat "/proc/$pid/comm" 2>/dev/null) == shoal-bench ]] && echo "$pid"; done | head -1)
+  [[ -n $frozen ]] || { kill -KILL "$job"; echo "no shoal-bench in host 1"; cat "$D/stop.out"; return 1; }
+  t0=$EPOCHREALTIME
+  kill -STOP "$frozen"
+  for ((i = 0; i < 300; i++)); do grep -q 'rank 1 sent nothing for' "$D/stop.out" && break; sleep 0.05; done
+  t1=$EPOCHREALTIME
+  wait "$job"
+  kill -KILL "$frozen" 2>/dev/null
+  grep -q 'rank 1 sent nothing for' "$D/stop.out" ||
+    { echo "the frozen rank is not named:"; tail -20 "$D/stop.out"; return 1; }
+  local took
+  took=$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.1f", b - a }')
+  awk -v t="$took" 'BEGIN { exit !(t <= 5) }' ||
+    { echo "named $took s after SIGSTOP, want within 5 s"; tail -5 "$D/stop.out"; return 1; }
+  printf 'no false failure at 500 ms, 1%% loss; a frozen rank named after %s s' "$took"
 }
 
 case_down() {
@@ -145,6 +186,7 @@ check case_shaping
 check case_loss_bbr
 check case_continents
 check case_all_reduce
+check case_heartbeat_500ms
 check case_down
 echo "$passed passed, ${#failed[@]} failed in $(awk -v a="$t_start" -v b="$EPOCHREALTIME" \
   'BEGIN { printf "%.1f", b - a }') s${failed[*]:+: ${failed[*]}}"

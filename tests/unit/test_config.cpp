@@ -37,8 +37,8 @@ TEST(Config, TableIsWellFormed) {
   const auto& table = config::settings();
   ASSERT_FALSE(table.empty());
   std::set<std::string> names;
-  const std::set<std::string> types = {
-      "int", "int or auto", "bytes", "seconds", "seconds or auto", "string", "enum"};
+  const std::set<std::string> types = {"int",     "int or auto",     "bytes",  "bytes or auto",
+                                       "seconds", "seconds or auto", "string", "enum"};
   for (const auto& s : table) {
     const std::string name = s.name;
     EXPECT_EQ(name.rfind("SHOAL_", 0), 0u) << name;
@@ -65,6 +65,8 @@ TEST(Config, DefaultsParseAsTheirTypes) {
       EXPECT_NO_THROW(config::get_duration_or_auto(s.name)) << s.name;
     } else if (type == "int or auto") {
       EXPECT_NO_THROW(config::get_int_or_auto(s.name)) << s.name;
+    } else if (type == "bytes or auto") {
+      EXPECT_NO_THROW(config::get_bytes_or_auto(s.name)) << s.name;
     }
   }
 }
@@ -155,6 +157,19 @@ TEST(Config, BadBytesThrowNamingTheVariable) {
   {
     ScopedEnv unset("SHOAL_SPIN_US", std::nullopt);
     EXPECT_EQ(config::get_int_or_auto("SHOAL_SPIN_US"), std::nullopt);
+  }
+  {
+    ScopedEnv buf("SHOAL_SOCKET_BUFFER", "8M");
+    EXPECT_EQ(config::get_bytes_or_auto("SHOAL_SOCKET_BUFFER"), 8u << 20);
+  }
+  {
+    ScopedEnv unset("SHOAL_SOCKET_BUFFER", std::nullopt);
+    EXPECT_EQ(config::get_bytes_or_auto("SHOAL_SOCKET_BUFFER"), std::nullopt);
+  }
+  {
+    ScopedEnv buf("SHOAL_SOCKET_BUFFER", "big");
+    expect_invalid_naming([] { config::get_bytes_or_auto("SHOAL_SOCKET_BUFFER"); },
+                          "SHOAL_SOCKET_BUFFER", "big");
   }
 }
 

@@ -1,6 +1,7 @@
 // StripedStream: one byte stream over several sockets. Bytes arrive whole and in order
 // whatever the rails' buffer sizes and the sizes of writes and reads; every rail carries a
-// share; the end of the stream comes only after all of it; a corrupt segment is rejected.
+// share; the end of the stream comes only after all of it; a corrupt segment is rejected; bytes
+// held back for order count as arrived.
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <poll.h>
@@ -10,6 +11,7 @@
 #include <cerrno>
 #include <memory>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "transport/tcp/striped_stream.hpp"
@@ -161,6 +163,39 @@ TEST(StripedStream, APeerThatStopsMidSegmentIsAnError) {
   ssize_t n = b.read(buffer, sizeof buffer);
   EXPECT_EQ(n, -1);
   EXPECT_EQ(errno, ECONNRESET);
+}
+
+// A segment that overtook the one before it (on another rail) is not delivered yet, but its
+// bytes count as heard from the peer (wire_bytes_in): a rail recovering from a loss must not
+// make a live peer look silent.
+TEST(StripedStream, BytesHeldForOrderCountAsArrived) {
+  int sv[2][2];
+  std::vector<int> left, right;
+  for (auto& p : sv) {
+    ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, p), 0);
+    left.push_back(p[0]);
+    right.push_back(p[1]);
+  }
+  StripedStream b(right);
+  struct {
+    uint32_t magic, length;
+    uint64_t seq;
+  } h{0x53545250, 4, 1};
+  const char second[4] = {'e', 'f', 'g', 'h'}, first[4] = {'a', 'b', 'c', 'd'};
+  ASSERT_EQ(write(left[1], &h, sizeof h), static_cast<ssize_t>(sizeof h));
+  ASSERT_EQ(write(left[1], second, 4), 4);
+  char buffer[16];
+  errno = 0;
+  EXPECT_EQ(b.read(buffer, sizeof buffer), -1);
+  EXPECT_EQ(errno, EAGAIN);
+  EXPECT_EQ(b.wire_bytes_in(), sizeof h + 4);
+  h.seq = 0;
+  ASSERT_EQ(write(left[0], &h, sizeof h), static_cast<ssize_t>(sizeof h));
+  ASSERT_EQ(write(left[0], first, 4), 4);
+  ASSERT_EQ(b.read(buffer, sizeof buffer), 8);
+  EXPECT_EQ(std::string(buffer, 8), "abcdefgh");
+  EXPECT_EQ(b.wire_bytes_in(), 2 * (sizeof h + 4));
+  for (int fd : left) close(fd);
 }
 
 }  // namespace

@@ -9,8 +9,10 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <fstream>
 #include <string>
+#include <utility>
 
 #include "shoal/error.hpp"
 #include "support/env.hpp"
@@ -94,4 +96,86 @@ TEST(DataSocket, RefusesACongestionControlTheKernelLacks) {
     EXPECT_NE(what.find("reno"), std::string::npos) << "the kernel's list is not named: " << what;
   }
   EXPECT_EQ(congestion_control(l.client), before);
+}
+
+using std::chrono::microseconds;
+using std::chrono::milliseconds;
+
+TEST(DataSocket, MeasuresTheRoundTripOfItsHandshake) {
+  Loopback l;
+  ASSERT_GE(l.server, 0);
+  const auto rtt = shoal::transport::tcp::measured_rtt(l.client);
+  EXPECT_GT(rtt.count(), 0);  // the kernel holds a sample from the SYN's round trip
+  EXPECT_LT(rtt, shoal::transport::tcp::kLanRtt);
+}
+
+// auto: one connection on a LAN, then one per 25 ms of round trip (rounded up), 2 to 8.
+TEST(DataSocket, StreamsFollowTheRoundTrip) {
+  using shoal::transport::tcp::streams_for;
+  ScopedEnv unset("SHOAL_SOCKET_STREAMS", std::nullopt);
+  const std::pair<microseconds, int> cases[] = {{microseconds(0), 1},   {microseconds(1999), 1},
+                                                {milliseconds(2), 2},   {milliseconds(20), 2},
+                                                {milliseconds(50), 2},  {milliseconds(51), 3},
+                                                {milliseconds(80), 4},  {milliseconds(140), 6},
+                                                {milliseconds(200), 8}, {milliseconds(500), 8}};
+  for (const auto& [rtt, want] : cases) EXPECT_EQ(streams_for(rtt), want) << rtt.count() << " us";
+  ScopedEnv set("SHOAL_SOCKET_STREAMS", "3");
+  EXPECT_EQ(streams_for(microseconds(0)), 3);
+  EXPECT_EQ(streams_for(milliseconds(200)), 3);
+}
+
+TEST(DataSocket, BadStreamCountsAreRefusedNamingTheSetting) {
+  for (const char* bad : {"0", "17", "-2", "lots"}) {
+    ScopedEnv set("SHOAL_SOCKET_STREAMS", bad);
+    try {
+      shoal::transport::tcp::streams_for(microseconds(0));
+      ADD_FAILURE() << "SHOAL_SOCKET_STREAMS=" << bad << " was accepted";
+    } catch (const shoal::InvalidArgumentError& e) {
+      EXPECT_NE(std::string(e.what()).find("SHOAL_SOCKET_STREAMS"), std::string::npos) << e.what();
+    }
+  }
+}
+
+// auto: a fixed 4 MiB on a LAN, the kernel's autotuning (0: nothing set) on a long path; a
+// value is kept on both.
+TEST(DataSocket, BufferFollowsTheRoundTrip) {
+  using shoal::transport::tcp::socket_buffer_for;
+  {
+    ScopedEnv unset("SHOAL_SOCKET_BUFFER", std::nullopt);
+    EXPECT_EQ(socket_buffer_for(microseconds(100)), 4u << 20);
+    EXPECT_EQ(socket_buffer_for(milliseconds(2)), 0u);
+    EXPECT_EQ(socket_buffer_for(milliseconds(200)), 0u);
+  }
+  ScopedEnv set("SHOAL_SOCKET_BUFFER", "1M");
+  EXPECT_EQ(socket_buffer_for(microseconds(100)), 1u << 20);
+  EXPECT_EQ(socket_buffer_for(milliseconds(200)), 1u << 20);
+}
+
+// On loopback auto sets the same buffer as SHOAL_SOCKET_BUFFER=4M does (as the kernel reports
+// it: doubled, capped by net.core.rmem_max).
+TEST(DataSocket, AutoOnLoopbackSetsTheLanBuffer) {
+  auto rcvbuf_after_configure = [] {
+    Loopback l;
+    EXPECT_GE(l.server, 0);
+    shoal::transport::tcp::configure_data_socket(l.client);
+    int b = 0;
+    socklen_t len = sizeof b;
+    getsockopt(l.client, SOL_SOCKET, SO_RCVBUF, &b, &len);
+    return b;
+  };
+  int fixed = 0, automatic = 0, untouched = 0;
+  {
+    ScopedEnv set("SHOAL_SOCKET_BUFFER", "4M");
+    fixed = rcvbuf_after_configure();
+  }
+  {
+    ScopedEnv unset("SHOAL_SOCKET_BUFFER", std::nullopt);
+    automatic = rcvbuf_after_configure();
+  }
+  {
+    ScopedEnv zero("SHOAL_SOCKET_BUFFER", "0");
+    untouched = rcvbuf_after_configure();
+  }
+  EXPECT_EQ(automatic, fixed);
+  EXPECT_NE(automatic, untouched);
 }

@@ -36,11 +36,11 @@ Published parse_published(const std::string& text, int peer) {
   return p;
 }
 
-// `connect_by` bounds the connection attempts, `deadline` the handshake (an acceptor answers
-// the authentication only once it has connected to the ranks below it).
-int connect_rail(const std::string& ip, uint16_t port, Hello hello, Clock::time_point connect_by,
-                 Clock::time_point deadline, int peer) {
-  int fd = connect_with_retry(ip, port, connect_by, "rank " + std::to_string(peer) + " at " + ip);
+// Sends the handshake on the connected socket `fd` (and authenticates, with a job key), then
+// configures it for data; closes it and throws on failure. `deadline` bounds the handshake (an
+// acceptor answers the authentication only once it has connected to the ranks below it).
+int introduce(int fd, const std::string& ip, uint16_t port, Hello hello, Clock::time_point deadline,
+              int peer) {
   const std::string& key = auth::job_key();
   if (!key.empty()) hello.reserved |= kHelloAuth;
   std::string err;
@@ -49,21 +49,27 @@ int connect_rail(const std::string& ip, uint16_t port, Hello hello, Clock::time_
     SHOAL_THROW(PeerFailure, "handshake with rank " << peer << " at " << ip << " failed: " << err,
                 peer);
   }
-  if (!key.empty()) {
-    try {
-      authenticate_to(fd, hello, peer, ip + ":" + std::to_string(port), key, deadline);
-    } catch (...) {
-      close(fd);
-      throw;
-    }
-  }
   try {
+    if (!key.empty())
+      authenticate_to(fd, hello, peer, ip + ":" + std::to_string(port), key, deadline);
     configure_data_socket(fd);
   } catch (...) {
     close(fd);
     throw;
   }
   return fd;
+}
+
+int connect_rail(const std::string& ip, uint16_t port, const Hello& hello,
+                 Clock::time_point connect_by, Clock::time_point deadline, int peer) {
+  const int fd =
+      connect_with_retry(ip, port, connect_by, "rank " + std::to_string(peer) + " at " + ip);
+  return introduce(fd, ip, port, hello, deadline, peer);
+}
+
+bool own_address(const std::vector<InterfaceAddress>& rails, uint32_t address) {
+  return std::any_of(rails.begin(), rails.end(),
+                     [&](const InterfaceAddress& r) { return r.address == address; });
 }
 
 }  // namespace
@@ -111,6 +117,7 @@ std::vector<int> HelloBook::pending_fds() const {
 std::vector<std::vector<int>> connect_mesh(Store& store, const std::string& key_prefix, int rank,
                                            int size, uint64_t comm_id,
                                            const std::vector<InterfaceAddress>& rails,
+                                           const std::vector<int>& host_of,
                                            Clock::time_point deadline) {
   std::vector<std::vector<int>> fds(size);
   if (size == 1) return fds;
@@ -125,6 +132,7 @@ std::vector<std::vector<int>> connect_mesh(Store& store, const std::string& key_
     for (int fd : book.pending_fds()) close(fd);
   };
   try {
+    streams_for(std::chrono::microseconds::zero());  // a bad SHOAL_SOCKET_STREAMS fails first
     std::string published;
     for (const auto& r : rails) published += (published.empty() ? "" : ",") + r.ip;
     store.set(key_prefix + "/addr/" + std::to_string(rank), published + ":" + std::to_string(port));
@@ -132,44 +140,63 @@ std::vector<std::vector<int>> connect_mesh(Store& store, const std::string& key_
     hello.comm_id = comm_id;
     hello.rank = rank;
     hello.size = size;
-    // Connect to every lower rank: first one connection per extra NIC the pair shares (a NIC
-    // whose connection fails is left out, with a warning), then the primary one, which tells
-    // the acceptor how many there are. The handshake needs no answer (a rejected connection is
-    // closed by the acceptor and shows up as a broken connection at the first frame).
+    // Connect to every lower rank. The primary connection goes first: its handshake measured
+    // the pair's round trip, which decides how many connections each rail gets (streams_for;
+    // one on a LAN), and its hello announces them all. Then the extra NICs the pair shares and
+    // the further streams; an extra NIC that cannot connect is replaced by the primary address
+    // (with a warning), so that the count announced arrives. No handshake needs an answer (a
+    // rejected connection is closed by the acceptor and shows up as a broken connection at the
+    // first frame).
     for (int peer = 0; peer < rank; ++peer) {
       const Published theirs =
           parse_published(store.get_string(key_prefix + "/addr/" + std::to_string(peer)), peer);
-      std::vector<int> extras;
-      std::vector<std::string> used;
+      const std::string& primary_ip = theirs.ips.front();
+      std::vector<std::string> extra_ips;  // their addresses reachable over our extra NICs
       for (size_t mine = 1; mine < rails.size(); ++mine) {
         for (size_t j = 1; j < theirs.ips.size(); ++j) {
           in_addr a{};
           if (inet_pton(AF_INET, theirs.ips[j].c_str(), &a) != 1 ||
               !rails[mine].same_subnet(a.s_addr))
             continue;
-          if (std::find(used.begin(), used.end(), theirs.ips[j]) != used.end()) continue;
-          if (std::any_of(rails.begin(), rails.end(),
-                          [&](const InterfaceAddress& r) { return r.address == a.s_addr; }))
+          if (std::find(extra_ips.begin(), extra_ips.end(), theirs.ips[j]) != extra_ips.end())
+            continue;
+          if (own_address(rails, a.s_addr))
             continue;  // our own address: the same network on both hosts is no rail between them
-          hello.rail = static_cast<uint16_t>(extras.size() + 1);
-          hello.rails = static_cast<uint16_t>(rails.size());
-          try {
-            extras.push_back(connect_rail(
-                theirs.ips[j], theirs.port, hello,
-                std::min(deadline, Clock::now() + std::chrono::seconds(2)), deadline, peer));
-            used.push_back(theirs.ips[j]);
-          } catch (const Error& e) {
-            SHOAL_WARN("rank " << rank << ": no extra connection to rank " << peer << " over "
-                               << rails[mine].name << " (" << e.what() << "); using the others");
-          }
+          extra_ips.push_back(theirs.ips[j]);
           break;
         }
       }
+      const int primary = connect_with_retry(primary_ip, theirs.port, deadline,
+                                             "rank " + std::to_string(peer) + " at " + primary_ip);
+      // A pair on one host moves its data through shared memory: one socket does.
+      const bool same_host =
+          host_of[static_cast<size_t>(peer)] == host_of[static_cast<size_t>(rank)];
+      const auto streams = static_cast<size_t>(same_host ? 1 : streams_for(measured_rtt(primary)));
+      // Streams beyond what the handshake can announce are dropped, rails kept.
+      const size_t total = std::min<size_t>(streams * (1 + extra_ips.size()), kMaxRails);
+      hello.rails = static_cast<uint16_t>(total);
       hello.rail = 0;
-      hello.rails = static_cast<uint16_t>(extras.size() + 1);
-      fds[peer].push_back(
-          connect_rail(theirs.ips.front(), theirs.port, hello, deadline, deadline, peer));
-      fds[peer].insert(fds[peer].end(), extras.begin(), extras.end());
+      fds[peer].push_back(introduce(primary, primary_ip, theirs.port, hello, deadline, peer));
+      std::vector<std::string> targets;  // every further connection's address
+      for (const auto& ip : extra_ips) targets.insert(targets.end(), streams, ip);
+      targets.insert(targets.end(), streams - 1, primary_ip);
+      targets.resize(total - 1);
+      for (const auto& ip : targets) {
+        hello.rail = static_cast<uint16_t>(fds[peer].size());
+        int fd = -1;
+        if (ip != primary_ip) {
+          try {
+            fd = connect_rail(ip, theirs.port, hello,
+                              std::min(deadline, Clock::now() + std::chrono::seconds(2)), deadline,
+                              peer);
+          } catch (const Error& e) {
+            SHOAL_WARN("rank " << rank << ": no connection to rank " << peer << " over " << ip
+                               << " (" << e.what() << "); using " << primary_ip << " instead");
+          }
+        }
+        if (fd < 0) fd = connect_rail(primary_ip, theirs.port, hello, deadline, deadline, peer);
+        fds[peer].push_back(fd);
+      }
     }
     // Accept every connection of every higher rank; a rank is connected once its rail 0 and
     // the extra rails that rail 0 announced are all in (in any order).

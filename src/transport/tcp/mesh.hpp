@@ -41,13 +41,15 @@ class HelloBook {
 };
 
 /// Returns the connected, configured sockets to every peer (index = peer rank; empty for this
-/// rank): the first over the primary addresses, then one per further NIC the pair shares (the
-/// higher rank connects from each of its extra `rails` to the peer's address in the same
-/// subnet). `key_prefix` scopes the store keys to this communicator. Throws TimeoutError
-/// naming the ranks that never showed up.
+/// rank): the first over the primary addresses, then, to a peer on another host (`host_of`:
+/// every rank's host index), one per further NIC the pair shares (the higher rank connects from
+/// each of its extra `rails` to the peer's address in the same subnet), each NIC's connection
+/// times streams_for() of the round trip the first one measured. `key_prefix` scopes the store
+/// keys to this communicator. Throws TimeoutError naming the ranks that never showed up.
 std::vector<std::vector<int>> connect_mesh(Store& store, const std::string& key_prefix, int rank,
                                            int size, uint64_t comm_id,
                                            const std::vector<InterfaceAddress>& rails,
+                                           const std::vector<int>& host_of,
                                            Clock::time_point deadline);
 
 }  // namespace shoal::transport::tcp

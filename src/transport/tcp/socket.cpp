@@ -174,6 +174,31 @@ std::string available_congestion_controls() {
 }
 }  // namespace
 
+std::chrono::microseconds measured_rtt(int fd) {
+  tcp_info info{};
+  socklen_t len = sizeof info;
+  if (getsockopt(fd, IPPROTO_TCP, TCP_INFO, &info, &len) != 0) return {};
+  return std::chrono::microseconds(info.tcpi_rtt);
+}
+
+int streams_for(std::chrono::microseconds rtt) {
+  if (const auto set = config::get_int_or_auto("SHOAL_SOCKET_STREAMS")) {
+    SHOAL_CHECK(*set >= 1 && *set <= 16, InvalidArgument,
+                "SHOAL_SOCKET_STREAMS=" << *set << ": use 1 to 16 connections per rail, or auto");
+    return static_cast<int>(*set);
+  }
+  if (rtt < kLanRtt) return 1;
+  // A loss- or window-bound stream's goodput falls as 1/RTT: more of them keep a long path full.
+  const auto per_25ms = (rtt.count() + 24999) / 25000;
+  return static_cast<int>(std::clamp<int64_t>(per_25ms, 2, 8));
+}
+
+uint64_t socket_buffer_for(std::chrono::microseconds rtt) {
+  if (const auto set = config::get_bytes_or_auto("SHOAL_SOCKET_BUFFER")) return *set;
+  // Long paths keep the autotuning, which follows the window the path needs.
+  return rtt < kLanRtt ? 4u << 20 : 0;
+}
+
 void configure_data_socket(int fd) {
   // Over long lossy paths the congestion control decides a stream's goodput (docs/cluster.md).
   const std::string cc = config::get("SHOAL_TCP_CC");
@@ -184,7 +209,7 @@ void configure_data_socket(int fd) {
                                 << "); this one offers: " << available_congestion_controls());
   int one = 1;
   setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-  uint64_t buf = config::get_bytes("SHOAL_SOCKET_BUFFER");
+  const uint64_t buf = socket_buffer_for(measured_rtt(fd));
   if (buf > 0) {
     int b = static_cast<int>(std::min<uint64_t>(buf, 1u << 30));
     setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &b, sizeof b);

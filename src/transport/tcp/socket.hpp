@@ -46,8 +46,26 @@ void close_after_draining(int fd, std::chrono::steady_clock::time_point deadline
 /// How long a stream whose write side was shut drains before it closes.
 inline constexpr std::chrono::milliseconds kDrainOnClose{300};
 
-/// TCP_NODELAY, SO_SNDBUF/SO_RCVBUF (SHOAL_SOCKET_BUFFER), the congestion control (SHOAL_TCP_CC;
-/// InvalidArgumentError naming what the kernel offers when it refuses it), O_NONBLOCK.
+/// Round trips under this are a LAN's: one connection per rail and a fixed 4 MiB buffer fill
+/// them, as every figure on links without delay was measured.
+inline constexpr std::chrono::microseconds kLanRtt{2000};
+
+/// The smoothed round-trip time the kernel holds for the connected TCP socket `fd` (right
+/// after the handshake: its SYN's round trip); zero when unknown.
+std::chrono::microseconds measured_rtt(int fd);
+
+/// Connections per rail to a peer whose round trip is `rtt` (SHOAL_SOCKET_STREAMS): the
+/// setting, or with auto 1 under kLanRtt, else one per 25 ms, 2 to 8.
+int streams_for(std::chrono::microseconds rtt);
+
+/// SO_SNDBUF/SO_RCVBUF for a connection whose round trip is `rtt` (SHOAL_SOCKET_BUFFER): the
+/// setting, or with auto 4 MiB under kLanRtt, else 0: the kernel's autotuning, which a fixed
+/// buffer turns off (4 MiB caps a stream at 335 Mbit/s at 100 ms).
+uint64_t socket_buffer_for(std::chrono::microseconds rtt);
+
+/// TCP_NODELAY, SO_SNDBUF/SO_RCVBUF (socket_buffer_for the measured round trip), the congestion
+/// control (SHOAL_TCP_CC; InvalidArgumentError naming what the kernel offers when it refuses it),
+/// O_NONBLOCK.
 void configure_data_socket(int fd);
 
 /// Blocking-style full read/write on a possibly non-blocking fd, bounded by `deadline`.

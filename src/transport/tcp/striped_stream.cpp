@@ -168,6 +168,7 @@ bool StripedStream::read_rail(Rail& r) {
       if (errno == EINTR) continue;
       return errno == EAGAIN || errno == EWOULDBLOCK;
     }
+    if (n > 0) wire_bytes_in_ += static_cast<uint64_t>(n);
     if (want > 0 && n == 0) {
       if (r.header_got != 0) {  // the peer stopped in the middle of a segment
         errno = ECONNRESET;

@@ -33,6 +33,7 @@ class StripedStream : public Stream {
   bool peer_gone() const override;
   void notify_readable() override;
   const char* kind() const override { return "tcp"; }
+  uint64_t wire_bytes_in() const override { return wire_bytes_in_; }
   size_t rails() const { return rails_.size(); }
   /// Bytes of payload sent on each rail so far (diagnostics, tests).
   std::vector<uint64_t> bytes_per_rail() const;
@@ -71,6 +72,7 @@ class StripedStream : public Stream {
   std::map<uint64_t, std::vector<uint8_t>> arrived_;  // segments not yet delivered, by number
   size_t front_offset_ = 0;                           // bytes of the first one already delivered
   int error_ = 0;                                     // sticky errno of a broken rail
+  uint64_t wire_bytes_in_ = 0;                        // every byte any rail received
 };
 
 }  // namespace shoal::transport::tcp
