@@ -66,8 +66,8 @@ class CommImpl {
 
   int rank = 0, size = 1;
   int shm_peers = 0, tcp_peers = 0;
-  int max_connections =
-      1;  // most TCP connections to one peer (SHOAL_SOCKET_STREAMS per shared NIC)
+  // Most TCP connections to one peer (SHOAL_SOCKET_STREAMS per shared NIC).
+  int max_connections = 1;
   comm::Topology topology;
   std::string listen_address;
   std::chrono::milliseconds timeout{0};

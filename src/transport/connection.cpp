@@ -458,9 +458,9 @@ void Connection::pump_read() {
         break;
     }
     ssize_t n = want == 0 ? 0 : stream_->read(dst, want);
-    if (n > 0 || stream_->wire_bytes_in() != wire_bytes_seen_) {
+    if (const uint64_t wire = stream_->wire_bytes_in(); n > 0 || wire != wire_bytes_seen_) {
       last_heard_ = std::chrono::steady_clock::now();
-      wire_bytes_seen_ = stream_->wire_bytes_in();
+      wire_bytes_seen_ = wire;
     }
     if (want > 0) {
       if (n == 0) return on_eof();

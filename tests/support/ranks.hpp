@@ -24,8 +24,10 @@ inline std::shared_ptr<TcpStore> make_server_store() {
 }
 
 /// Calls fn(comm) on `n` ranks concurrently; returns the first error text ("" if none).
+/// `before_create(rank)` runs on each rank's thread before its communicator is made.
 inline std::string run_ranks(int n, const std::function<void(Communicator&)>& fn,
-                             Options options = {}) {
+                             Options options = {},
+                             const std::function<void(int)>& before_create = {}) {
   auto server = make_server_store();
   std::mutex mu;
   std::string first_error;
@@ -33,6 +35,7 @@ inline std::string run_ranks(int n, const std::function<void(Communicator&)>& fn
   for (int r = 0; r < n; ++r) {
     threads.emplace_back([&, r] {
       try {
+        if (before_create) before_create(r);
         TcpStore::Options o;
         o.timeout = std::chrono::seconds(60);
         auto store = std::make_shared<TcpStore>("127.0.0.1", server->port(), o);

@@ -40,6 +40,20 @@ struct Striped {
   }
 };
 
+// `n` non-blocking socket pairs without a StripedStream on the writing side: the test writes
+// raw bytes into `left` and reads through a StripedStream over `right`.
+struct RawPairs {
+  std::vector<int> left, right;
+  explicit RawPairs(int n) {
+    for (int i = 0; i < n; ++i) {
+      int sv[2];
+      EXPECT_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, sv), 0);
+      left.push_back(sv[0]);
+      right.push_back(sv[1]);
+    }
+  }
+};
+
 void wait_for_events(const StripedStream& s, int ms = 10) {
   pollfd p{s.fd(), POLLIN, 0};
   poll(&p, 1, ms);
@@ -124,14 +138,9 @@ TEST(StripedStream, EndOfStreamComesAfterAllData) {
 }
 
 TEST(StripedStream, RejectsAStreamThatIsNotSegments) {
-  int sv[2][2];
-  std::vector<int> left, right;
-  for (auto& p : sv) {
-    ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, p), 0);
-    left.push_back(p[0]);
-    right.push_back(p[1]);
-  }
-  StripedStream b(right);
+  RawPairs pairs(2);
+  const auto& left = pairs.left;
+  StripedStream b(pairs.right);
   const char junk[32] = "this is not a striped segment!!";
   ASSERT_EQ(write(left[1], junk, sizeof junk), static_cast<ssize_t>(sizeof junk));
   char buffer[64];
@@ -169,14 +178,9 @@ TEST(StripedStream, APeerThatStopsMidSegmentIsAnError) {
 // bytes count as heard from the peer (wire_bytes_in): a rail recovering from a loss must not
 // make a live peer look silent.
 TEST(StripedStream, BytesHeldForOrderCountAsArrived) {
-  int sv[2][2];
-  std::vector<int> left, right;
-  for (auto& p : sv) {
-    ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, p), 0);
-    left.push_back(p[0]);
-    right.push_back(p[1]);
-  }
-  StripedStream b(right);
+  RawPairs pairs(2);
+  const auto& left = pairs.left;
+  StripedStream b(pairs.right);
   struct {
     uint32_t magic, length;
     uint64_t seq;

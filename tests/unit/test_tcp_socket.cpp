@@ -52,6 +52,13 @@ std::string congestion_control(int fd) {
   return std::string(name);
 }
 
+int int_option(int fd, int level, int name) {
+  int value = 0;
+  socklen_t len = sizeof value;
+  getsockopt(fd, level, name, &value, &len);
+  return value;
+}
+
 std::string kernel_default() {
   std::ifstream in("/proc/sys/net/ipv4/tcp_congestion_control");
   std::string name;
@@ -66,10 +73,7 @@ TEST(DataSocket, NoDelayNonBlockingAndTheKernelsCongestionControlByDefault) {
   Loopback l;
   ASSERT_GE(l.server, 0);
   shoal::transport::tcp::configure_data_socket(l.client);
-  int nodelay = 0;
-  socklen_t len = sizeof nodelay;
-  getsockopt(l.client, IPPROTO_TCP, TCP_NODELAY, &nodelay, &len);
-  EXPECT_EQ(nodelay, 1);
+  EXPECT_EQ(int_option(l.client, IPPROTO_TCP, TCP_NODELAY), 1);
   EXPECT_TRUE(fcntl(l.client, F_GETFL, 0) & O_NONBLOCK);
   EXPECT_EQ(congestion_control(l.client), kernel_default());
 }
@@ -158,10 +162,7 @@ TEST(DataSocket, AutoOnLoopbackSetsTheLanBuffer) {
     Loopback l;
     EXPECT_GE(l.server, 0);
     shoal::transport::tcp::configure_data_socket(l.client);
-    int b = 0;
-    socklen_t len = sizeof b;
-    getsockopt(l.client, SOL_SOCKET, SO_RCVBUF, &b, &len);
-    return b;
+    return int_option(l.client, SOL_SOCKET, SO_RCVBUF);
   };
   int fixed = 0, automatic = 0, untouched = 0;
   {

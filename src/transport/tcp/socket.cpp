@@ -15,6 +15,7 @@
 #include <cerrno>
 #include <cstring>
 #include <fstream>
+#include <optional>
 #include <sstream>
 #include <thread>
 
@@ -166,6 +167,13 @@ int connect_with_retry(const std::string& ip, uint16_t port, Clock::time_point d
 }
 
 namespace {
+std::optional<tcp_info> tcp_info_of(int fd) {
+  tcp_info info{};
+  socklen_t len = sizeof info;
+  if (getsockopt(fd, IPPROTO_TCP, TCP_INFO, &info, &len) != 0) return std::nullopt;
+  return info;
+}
+
 std::string available_congestion_controls() {
   std::ifstream in("/proc/sys/net/ipv4/tcp_available_congestion_control");
   std::string list;
@@ -175,10 +183,8 @@ std::string available_congestion_controls() {
 }  // namespace
 
 std::chrono::microseconds measured_rtt(int fd) {
-  tcp_info info{};
-  socklen_t len = sizeof info;
-  if (getsockopt(fd, IPPROTO_TCP, TCP_INFO, &info, &len) != 0) return {};
-  return std::chrono::microseconds(info.tcpi_rtt);
+  const auto info = tcp_info_of(fd);
+  return std::chrono::microseconds(info ? info->tcpi_rtt : 0);
 }
 
 int streams_for(std::chrono::microseconds rtt) {
@@ -288,10 +294,9 @@ void close_after_draining(int fd, std::chrono::steady_clock::time_point deadline
 }
 
 bool peer_closed(int fd) {
-  tcp_info info{};
-  socklen_t len = sizeof info;
-  if (getsockopt(fd, IPPROTO_TCP, TCP_INFO, &info, &len) != 0) return false;
-  switch (info.tcpi_state) {
+  const auto info = tcp_info_of(fd);
+  if (!info) return false;
+  switch (info->tcpi_state) {
     case TCP_CLOSE_WAIT:  // FIN received
     case TCP_LAST_ACK:
     case TCP_CLOSING:
