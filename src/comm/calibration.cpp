@@ -55,7 +55,7 @@ void CommImpl::calibrate_cost_model() {
         .wait();
   };
   std::vector<float> acc(plan.reduce_bytes / sizeof(float), 1.0f), in(acc.size(), 0.5f);
-  double times[4] = {
+  double times[5] = {
       fastest_of(plan.small_calls, [&] { all_gather(plan.small_block); }),
       fastest_of(plan.large_calls, [&] { all_gather(plan.large_block); }),
       fastest_of(plan.reduce_calls,
@@ -64,6 +64,7 @@ void CommImpl::calibrate_cost_model() {
                                         ReduceOp::sum);
                  }),
       0,
+      longest_round_trip_s / 2,
   };
   // Across hosts of several ranks: a step-synchronous call, whose memory work (for Swing's
   // all_gather, its host-local last step) the NICs do not hide: busy_gamma is what it takes
@@ -89,17 +90,18 @@ void CommImpl::calibrate_cost_model() {
                plan.swing_calls;
   }
   // The slowest rank's times, the same bits everywhere: so is the fit, and so are the picks.
-  call(comm::forced_call(Collective::all_reduce, times, times, 4, DataType::float64, ReduceOp::max,
+  call(comm::forced_call(Collective::all_reduce, times, times, 5, DataType::float64, ReduceOp::max,
                          ring_all_reduce))
       .wait();
-  calibrated_params = tune::fit_cost_params(size, plan, {times[0], times[1], times[2], times[3]},
-                                            tune::default_cost_params(context.transport),
-                                            context.ranks_per_host, context.cores_per_host);
+  calibrated_params = tune::fit_cost_params(
+      size, plan, {times[0], times[1], times[2], times[3], times[4]},
+      tune::default_cost_params(context.transport), context.ranks_per_host, context.cores_per_host);
   SHOAL_INFO("cost model calibrated at creation: alpha "
              << calibrated_params->alpha * 1e6 << " us, beta " << 1e-9 / calibrated_params->beta
              << " GB/s, gamma " << 1e-9 / calibrated_params->gamma << " GB/s, busy gamma "
              << 1e-9 / calibrated_params->busy_gamma << " GB/s (times: " << times[0] * 1e6 << ", "
-             << times[1] * 1e6 << ", " << times[2] * 1e6 << ", " << times[3] * 1e6 << " us)");
+             << times[1] * 1e6 << ", " << times[2] * 1e6 << ", " << times[3] * 1e6
+             << " us; one-way latency " << times[4] * 1e6 << " us)");
 }
 
 }  // namespace shoal::detail

@@ -68,6 +68,9 @@ class CommImpl {
   int shm_peers = 0, tcp_peers = 0;
   // Most TCP connections to one peer (SHOAL_SOCKET_STREAMS per shared NIC).
   int max_connections = 1;
+  // The longest round trip this rank's TCP connections to other hosts measured at their
+  // handshake, in seconds; 0 without any.
+  double longest_round_trip_s = 0;
   comm::Topology topology;
   std::string listen_address;
   std::chrono::milliseconds timeout{0};

@@ -2,6 +2,8 @@
 
 #include <unistd.h>
 
+#include <algorithm>
+#include <chrono>
 #include <cstring>
 #include <random>
 #include <sstream>
@@ -18,6 +20,7 @@
 #include "store/scoped_timeout.hpp"
 #include "transport/shm/shm_mesh.hpp"
 #include "transport/tcp/mesh.hpp"
+#include "transport/tcp/socket.hpp"
 #include "transport/tcp/socket_stream.hpp"
 #include "transport/tcp/striped_stream.hpp"
 
@@ -149,7 +152,13 @@ CommImpl::Transport CommImpl::set_up(const std::string& prefix, comm::Clock::tim
       for (size_t i = 1; i < fds[p].size(); ++i) close(fds[p][i]);
       streams[p] = shm->stream_to(p, fds[p].front());
       ++shm_peers;
-    } else if (fds[p].size() > 1) {
+      continue;
+    }
+    // The handshake's round trip (TCP_INFO): the latency calibration cannot time.
+    const double round_trip =
+        std::chrono::duration<double>(transport::tcp::measured_rtt(fds[p].front())).count();
+    longest_round_trip_s = std::max(longest_round_trip_s, round_trip);
+    if (fds[p].size() > 1) {
       max_connections = std::max(max_connections, static_cast<int>(fds[p].size()));
       streams[p] = std::make_unique<transport::tcp::StripedStream>(std::move(fds[p]));
       ++tcp_peers;

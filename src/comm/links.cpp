@@ -42,7 +42,8 @@ tune::Links CommImpl::measure_links() {
   const uint64_t bytes = config::get_bytes("SHOAL_LINKS_BYTES");
   SHOAL_CHECK(bytes >= 1, InvalidArgument, "SHOAL_LINKS_BYTES must be at least 1 byte");
   std::vector<uint8_t> payload(bytes, static_cast<uint8_t>(rank)), ack(1);
-  std::vector<double> mine(static_cast<size_t>(size), 0);  // bytes/s from this rank to each
+  // Bytes/s from this rank to each, then one-way seconds (half the round trip of one byte).
+  std::vector<double> mine(2 * static_cast<size_t>(size), 0);
   auto send = [&](const void* data, uint64_t n, int peer) {
     call(point_to_point(Collective::send, data, nullptr, n, peer)).wait();
   };
@@ -71,6 +72,7 @@ tune::Links CommImpl::measure_links() {
             // memory): the rate stays finite.
             mine[other] = static_cast<double>(bytes) /
                           std::max(total - round_trip, std::max(total, 1e-9) / 100);
+            mine[size + other] = round_trip / 2;
           } else {
             recv(ack.data(), 1, other);
             send(ack.data(), 1, other);
@@ -84,11 +86,18 @@ tune::Links CommImpl::measure_links() {
                              ReduceOp::sum, barrier))
           .wait();
     }
-  tune::Links measured{size, std::vector<double>(static_cast<size_t>(size) * size)};
-  call(comm::forced_call(Collective::all_gather, mine.data(), measured.bandwidth.data(),
-                         static_cast<uint64_t>(size), DataType::float64, ReduceOp::sum,
+  const auto P = static_cast<size_t>(size);
+  std::vector<double> all(2 * P * P);
+  call(comm::forced_call(Collective::all_gather, mine.data(), all.data(), 2 * P, DataType::float64,
+                         ReduceOp::sum,
                          algorithms::find_algorithm(Collective::all_gather, "bruck")))
       .wait();
+  tune::Links measured{size, std::vector<double>(P * P), std::vector<double>(P * P)};
+  for (size_t from = 0; from < P; ++from)
+    for (size_t to = 0; to < P; ++to) {
+      measured.bandwidth[from * P + to] = all[from * 2 * P + to];
+      measured.latency[from * P + to] = all[from * 2 * P + P + to];
+    }
   use_links(measured);
   return measured;
 }
@@ -105,8 +114,11 @@ void CommImpl::use_links(tune::Links measured) {
   std::string text;
   for (int r : *ring_order) (text += ' ') += std::to_string(r);
   const std::vector<int> regions = tune::regions_of(*links);
+  const double longest =
+      links->latency.empty() ? 0 : *std::max_element(links->latency.begin(), links->latency.end());
   SHOAL_INFO("links in use: " << *std::max_element(regions.begin(), regions.end()) + 1
-                              << " region(s), ring order" << text);
+                              << " region(s), ring order" << text << ", longest latency "
+                              << longest * 1e3 << " ms");
 }
 
 }  // namespace shoal::detail

@@ -58,6 +58,11 @@ CostParams fit_cost_params(int world, const CalibrationPlan& plan, const Calibra
   }
   c.alpha = usable(c.alpha) ? std::max(c.alpha, min_alpha) : floor.alpha;
   c.beta = usable(c.beta) ? std::max(c.beta, min_beta) : min_beta;
+  if (usable(times.latency_s) && c.alpha < times.latency_s) {
+    c.alpha = times.latency_s;
+    const double beta = (times.large_s - c.alpha * a_large) / b_large;
+    c.beta = usable(beta) ? std::max(beta, min_beta) : min_beta;
+  }
   const double gamma =
       times.reduce_s / static_cast<double>(std::max<uint64_t>(plan.reduce_bytes, 1));
   c.gamma = usable(gamma) ? std::max(gamma, min_gamma) : floor.gamma;

@@ -38,6 +38,9 @@ CalibrationPlan calibration_plan(int world, Transport transport);
 /// holds the same values); swing_s 0 where the Swing all_gather was not timed.
 struct CalibrationTimes {
   double small_s = 0, large_s = 0, reduce_s = 0, swing_s = 0;
+  /// The longest one-way latency between two ranks, half the largest round trip any rank's
+  /// connections measured (TCP_INFO); 0: unknown, or every peer on this rank's host.
+  double latency_s = 0;
 };
 
 /// alpha and beta from the two all_gathers through the ring's own cost model
@@ -50,7 +53,10 @@ struct CalibrationTimes {
 /// `floor.busy_gamma` / 100 (the wire hid it all), `floor.busy_gamma` where not timed. Where
 /// the hosts' `cores_per_host` are fewer than their ranks, the ring's model includes its host's
 /// work over those cores (shared_cores_cost), as the dispatcher reads it. Every constant is
-/// finite and positive.
+/// finite and positive. alpha is never below `times.latency_s`: ranks that leave a call at
+/// different times find their peers' messages already arrived and time less than a message's
+/// flight (on an 80 ms path, calls of 8 bytes timed at 0.17 ms); beta is then what the large
+/// call leaves beyond that latency.
 algorithms::CostParams fit_cost_params(int world, const CalibrationPlan& plan,
                                        const CalibrationTimes& times,
                                        const algorithms::CostParams& floor, int ranks_per_host = 1,

@@ -221,12 +221,16 @@ Dispatcher::Dispatcher(Context context, CostParams params, std::shared_ptr<const
   // Measured links: what each row's schedules (link_ring's in the measured order) load them with.
   if (links && enabled_) {
     link_cost_.assign(algorithms::registry().size(), 0);
+    if (!links.links->latency.empty()) link_latency_.assign(algorithms::registry().size(), 0);
     for (Collective c : kModelled) {
       on_links_[static_cast<int>(c)] = true;
       for (const auto& row : algorithms::registry())
-        if (row.collective == c)
-          link_cost_[&row - algorithms::registry().data()] =
-              link_seconds_per_byte(row, *links.links, *links.ring_order);
+        if (row.collective == c) {
+          const size_t i = &row - algorithms::registry().data();
+          link_cost_[i] = link_seconds_per_byte(row, *links.links, *links.ring_order);
+          if (!link_latency_.empty())
+            link_latency_[i] = link_latency_seconds(row, *links.links, *links.ring_order);
+        }
     }
   }
   // Across hosts of several ranks: the bytes each row sends through a host's NICs and its
@@ -338,8 +342,16 @@ double Dispatcher::row_cost(const AlgorithmInfo& row, uint64_t bytes) const {
   if (!link_cost_.empty() && link_cost_[i] > 0) {
     const double n = static_cast<double>(bytes), wire = link_cost_[i] * n,
                  reduce = row.cost(context_.world, bytes, {0, 0, params_.gamma, 0});
-    return row.cost(context_.world, bytes, {params_.alpha, 0, 0, 0}) +
-           (row.pipelined ? std::max(wire, reduce) : wire + reduce);
+    // Measured latencies: each message's flight on its own pair, and per step the transport's
+    // own overhead (the default alpha: a calibrated one holds the longest flight already).
+    const double latency =
+        link_latency_.empty()
+            ? row.cost(context_.world, bytes, {params_.alpha, 0, 0, 0})
+            : link_latency_[i] +
+                  row.cost(context_.world, bytes,
+                           {std::min(params_.alpha, default_cost_params(Transport::tcp).alpha), 0,
+                            0, 0});
+    return latency + (row.pipelined ? std::max(wire, reduce) : wire + reduce);
   }
   if (row.follows_links) return std::numeric_limits<double>::infinity();
   const HostTraffic* traffic =

@@ -198,6 +198,8 @@ class Dispatcher {
   /// With measured links, per registry row of all_reduce, all_gather and reduce_scatter:
   /// tune::link_seconds_per_byte. Empty otherwise.
   std::vector<double> link_cost_;
+  /// With measured latencies, likewise: tune::link_latency_seconds. Empty otherwise.
+  std::vector<double> link_latency_;
   /// The collectives link_cost_ prices (they skip the tables).
   std::array<bool, kCollectives> on_links_{};
   void choose_tables();

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <limits>
 #include <numeric>
+#include <utility>
 
 #include "core/check.hpp"
 
@@ -202,9 +203,11 @@ double busiest_link(const Links& links, const std::vector<algorithms::Schedule>&
 }
 
 // The bound the dependencies set: the longest chain of steps, a message taking its bytes over
-// its pair's rate (alone on the link) and everything else no time. Step-synchronous rows wait
-// for each step's slowest message: a tree's chain crosses the slow pipe once per phase.
-double critical_path(const Links& links, const std::vector<algorithms::Schedule>& schedules) {
+// its pair's rate (alone on the link) x `per_byte` plus its pair's latency x `per_flight`, and
+// everything else no time. Step-synchronous rows wait for each step's slowest message: a tree's
+// chain crosses the slow pipe once per phase.
+double critical_path(const Links& links, const std::vector<algorithms::Schedule>& schedules,
+                     double per_byte, double per_flight) {
   const int p = links.world;
   const auto P = static_cast<size_t>(p);
   std::vector<std::vector<double>> ready(P), done(P);  // per step: deps met; finished (-1: not yet)
@@ -248,8 +251,10 @@ double critical_path(const Links& links, const std::vector<algorithms::Schedule>
           const auto k = static_cast<size_t>(match[r][i]);
           met = k < from.size() && done[step.peer][from[k]] >= 0;
           if (met)
-            start = std::max(start, done[step.peer][from[k]] + static_cast<double>(step.dst.bytes) /
-                                                                   links.at(step.peer, r));
+            start = std::max(
+                start, done[step.peer][from[k]] +
+                           per_byte * static_cast<double>(step.dst.bytes) / links.at(step.peer, r) +
+                           per_flight * links.latency_at(step.peer, r));
         }
         if (!met) continue;
         done[r][i] = start;
@@ -274,6 +279,14 @@ void check_links(const Links& links) {
       SHOAL_CHECK(i == j || (std::isfinite(links.at(i, j)) && links.at(i, j) > 0), InvalidArgument,
                   "the link from rank " << i << " to rank " << j << " has rate " << links.at(i, j)
                                         << " bytes/s; every link needs a positive, finite rate");
+  SHOAL_CHECK(links.latency.empty() || links.latency.size() == p * p, InvalidArgument,
+              "links of " << links.world << " ranks need no latencies or " << p * p << ", got "
+                          << links.latency.size());
+  for (size_t i = 0; i < links.latency.size(); ++i)
+    SHOAL_CHECK(std::isfinite(links.latency[i]) && links.latency[i] >= 0, InvalidArgument,
+                "the link from rank " << i / p << " to rank " << i % p << " has latency "
+                                      << links.latency[i]
+                                      << " s; a latency is a finite, non-negative time");
 }
 
 std::vector<int> regions_of(const Links& links) {
@@ -318,10 +331,13 @@ std::vector<int> ring_order(const Links& links) {
   return ring_seconds(links, pipes, tour) < ring_seconds(links, pipes, identity) ? tour : identity;
 }
 
-double link_seconds_per_byte(const algorithms::AlgorithmInfo& row, const Links& links,
-                             const std::vector<int>& order) {
+namespace {
+
+// Every rank's schedule of a representative call of `row` (link_ring's in `order`), and the
+// call's model_bytes.
+std::pair<std::vector<algorithms::Schedule>, double> schedules_of(
+    const algorithms::AlgorithmInfo& row, const Links& links, const std::vector<int>& order) {
   const int p = links.world;
-  if (p < 2) return 0;
   const auto P = static_cast<size_t>(p);
   algorithms::CollectiveArgs a;
   a.collective = row.collective;
@@ -336,8 +352,22 @@ double link_seconds_per_byte(const algorithms::AlgorithmInfo& row, const Links& 
     a.rank = r;
     schedules[r] = algorithms::build_schedule(a);
   }
-  const double n = static_cast<double>(algorithms::model_bytes(a));
-  return std::max(busiest_link(links, schedules), critical_path(links, schedules)) / n;
+  return {std::move(schedules), static_cast<double>(algorithms::model_bytes(a))};
+}
+
+}  // namespace
+
+double link_seconds_per_byte(const algorithms::AlgorithmInfo& row, const Links& links,
+                             const std::vector<int>& order) {
+  if (links.world < 2) return 0;
+  const auto [schedules, n] = schedules_of(row, links, order);
+  return std::max(busiest_link(links, schedules), critical_path(links, schedules, 1, 0)) / n;
+}
+
+double link_latency_seconds(const algorithms::AlgorithmInfo& row, const Links& links,
+                            const std::vector<int>& order) {
+  if (links.world < 2 || links.latency.empty()) return 0;
+  return critical_path(links, schedules_of(row, links, order).first, 0, 1);
 }
 
 }  // namespace shoal::tune

@@ -21,14 +21,20 @@ struct Links {
   int world = 0;
   /// Bytes per second from rank `from` to rank `to` at [from * world + to]; 0 on the diagonal.
   std::vector<double> bandwidth;
-  double at(int from, int to) const {
-    return bandwidth[static_cast<size_t>(from) * static_cast<size_t>(world) +
-                     static_cast<size_t>(to)];
+  /// One-way seconds of a message from `from` to `to`, at the same index; empty: not measured
+  /// (every message's flight counted as nothing).
+  std::vector<double> latency{};
+  double at(int from, int to) const { return bandwidth[index(from, to)]; }
+  double latency_at(int from, int to) const {
+    return latency.empty() ? 0 : latency[index(from, to)];
+  }
+  size_t index(int from, int to) const {
+    return static_cast<size_t>(from) * static_cast<size_t>(world) + static_cast<size_t>(to);
   }
 };
 
-/// InvalidArgumentError unless `links` holds world x world entries, positive and finite off the
-/// diagonal.
+/// InvalidArgumentError unless `links` holds world x world rates, positive and finite off the
+/// diagonal, and no latencies or world x world of them, finite and not negative.
 void check_links(const Links& links);
 
 /// Each rank's region: ranks joined (in both directions) by links at least half as fast as the
@@ -53,5 +59,12 @@ std::vector<int> ring_order(const Links& links);
 /// dependent messages (each at its pair's rate), which a step-synchronous row pays step by step.
 double link_seconds_per_byte(const algorithms::AlgorithmInfo& row, const Links& links,
                              const std::vector<int>& order);
+
+/// Seconds a call of `row` waits for its messages' flight on these links, whatever its size:
+/// the longest chain of dependent messages, each taking its pair's measured latency (0 where
+/// none was measured). A ring pays every hop of its 2(p-1) steps, a butterfly log2 p hops, and
+/// a row whose every step crosses between regions pays the slow pipe's latency at each.
+double link_latency_seconds(const algorithms::AlgorithmInfo& row, const Links& links,
+                            const std::vector<int>& order);
 
 }  // namespace shoal::tune

@@ -320,10 +320,18 @@ TEST(MeasuredLinks, EveryRankHoldsTheSameRatesAndTheirOrder) {
           EXPECT_TRUE(i == j ? mine[i * 4 + j] == 0
                              : std::isfinite(mine[i * 4 + j]) && mine[i * 4 + j] > 0)
               << i << "->" << j << ": " << mine[i * 4 + j];
-      std::vector<double> all(16 * 4);
-      c.all_gather(mine.data(), all.data(), 16, DataType::float64);
+      // One-way latencies beside the rates: half a measured round trip, under a second here.
+      const std::vector<double>& flights = impl.links->latency;
+      ASSERT_EQ(flights.size(), 16u);
+      for (int i = 0; i < 16; ++i)
+        EXPECT_TRUE(flights[i] >= 0 && flights[i] < 1 && (i % 5 != 0 || flights[i] == 0))
+            << i / 4 << "->" << i % 4 << ": " << flights[i] << " s";
+      std::vector<double> both(mine);
+      both.insert(both.end(), flights.begin(), flights.end());
+      std::vector<double> all(32 * 4);
+      c.all_gather(both.data(), all.data(), 32, DataType::float64);
       bool same = true;
-      for (int r = 0; r < 4; ++r) same &= std::memcmp(all.data() + 16 * r, mine.data(), 128) == 0;
+      for (int r = 0; r < 4; ++r) same &= std::memcmp(all.data() + 32 * r, both.data(), 256) == 0;
       std::vector<int> order = c.ring_order();
       std::sort(order.begin(), order.end());
       agreed += same && order == std::vector<int>{0, 1, 2, 3};

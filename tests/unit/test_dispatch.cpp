@@ -189,6 +189,14 @@ TEST(Calibration, NoisyOrZeroTimesGiveFinitePositiveConstants) {
             floor.busy_gamma / 100);
   EXPECT_NEAR(noisy.alpha, 1e-3 / 3, 1e-12);  // 3 ring steps
   EXPECT_EQ(noisy.beta, floor.beta / 100);
+  // On long paths the calls time less than a flight (ranks leave at different times and find
+  // their peers' messages arrived): the round trip the handshakes measured floors alpha, and
+  // beta is what the large call leaves beyond it. 4 ranks, 40 ms one way, the large call
+  // 3 x 40 ms + 1.5 MiB at 10 MB/s.
+  const double large = 3 * 0.04 + 3 * static_cast<double>(plan.large_block) / 10e6;
+  const auto wan = tune::fit_cost_params(4, plan, {1.7e-4, large, 1e-5, 0, 0.04}, floor);
+  EXPECT_DOUBLE_EQ(wan.alpha, 0.04);
+  EXPECT_NEAR(1 / wan.beta, 10e6, 1e3);
   const auto zero = tune::fit_cost_params(4, plan, {0, 0, 0, 0}, floor);
   EXPECT_EQ(zero.alpha, floor.alpha);
   EXPECT_EQ(zero.beta, floor.beta / 100);
@@ -1072,6 +1080,33 @@ TEST(Links, LargeCallsArePricedOnTheLinks) {
   const Dispatcher off(Context{6, 1, Transport::tcp}, params, nullptr, false, {},
                        alternating_links(6));
   EXPECT_EQ(pick(off, Collective::all_reduce, 64 << 20), "ring");
+}
+
+// Four ranks on 200 Mbit/s links 40 ms apart (one way), as measure_links finds them: every call
+// pays its chain of flights (ring 6, halving and doubling 4, recursive doubling 2), so a small
+// call takes the row of fewest dependent steps and is priced at no less than its flights.
+TEST(Links, MeasuredLatencyPricesEachRowsFlights) {
+  auto links = std::make_shared<tune::Links>();
+  links->world = 4;
+  links->bandwidth.assign(16, 25e6);
+  links->latency.assign(16, 0.04);
+  for (int i = 0; i < 4; ++i) links->bandwidth[i * 5] = links->latency[i * 5] = 0;
+  const tune::MeasuredLinks measured{
+      links, std::make_shared<const std::vector<int>>(tune::ring_order(*links))};
+  const Dispatcher d(Context{4, 1, Transport::tcp}, tune::default_cost_params(Transport::tcp),
+                     nullptr, true, {}, measured);
+  const Choice small = d.choose(Collective::all_reduce, 1024);
+  EXPECT_EQ(small.source, Choice::Source::links);
+  EXPECT_EQ(std::string(small.algorithm->name), "recursive_doubling");
+  EXPECT_GE(small.predicted_s, 2 * 0.04);
+  EXPECT_LT(small.predicted_s, 2 * 0.04 + 0.01);
+  // Without latencies the same rates price a small ring call at its 6 steps of the default alpha.
+  auto flat = std::make_shared<tune::Links>(*links);
+  flat->latency.clear();
+  const Dispatcher no_latency(Context{4, 1, Transport::tcp},
+                              tune::default_cost_params(Transport::tcp), nullptr, true, {},
+                              {flat, measured.ring_order});
+  EXPECT_LT(no_latency.choose(Collective::all_reduce, 1024).predicted_s, 0.01);
 }
 
 TEST(Links, WithoutThemNoCallTakesTheRowsThatFollowThem) {

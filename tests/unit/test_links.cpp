@@ -141,6 +141,48 @@ TEST(Links, RowTimeCountsEveryPipe) {
   EXPECT_NEAR(tune::link_seconds_per_byte(*gather, l, order), 0.75 / kSlow, 1e-9 / kSlow);
 }
 
+// One rate, one latency L on every pair: the chain of dependent flights is what the rows' own
+// descriptions say, a ring's 2(p-1) steps, halving and doubling's 2 log2 p, recursive doubling's
+// log2 p.
+TEST(Links, LatencyCountsEachDependentFlight) {
+  constexpr double kL = 0.04;  // 80 ms round trips
+  Links l{4, std::vector<double>(16, kFast), std::vector<double>(16, kL)};
+  for (int i = 0; i < 4; ++i) l.bandwidth[i * 5] = l.latency[i * 5] = 0;
+  const std::vector<int> order{0, 1, 2, 3};
+  auto flights = [&](const char* name) {
+    const auto* row = algorithms::find_algorithm(Collective::all_reduce, name);
+    EXPECT_TRUE(row) << name;
+    return row ? tune::link_latency_seconds(*row, l, order) / kL : -1;
+  };
+  EXPECT_NEAR(flights("ring"), 6, 1e-9);
+  EXPECT_NEAR(flights("rabenseifner"), 4, 1e-9);
+  EXPECT_NEAR(flights("recursive_doubling"), 2, 1e-9);
+  // The bytes' bound does not move with the latencies, and without them no flight counts.
+  const auto* ring = algorithms::find_algorithm(Collective::all_reduce, "ring");
+  Links no_latency = l;
+  no_latency.latency.clear();
+  EXPECT_DOUBLE_EQ(tune::link_seconds_per_byte(*ring, l, order),
+                   tune::link_seconds_per_byte(*ring, no_latency, order));
+  EXPECT_EQ(tune::link_latency_seconds(*ring, no_latency, order), 0);
+}
+
+// Two regions, ranks alternating, 0.1 ms one way inside and 70 ms between: the ring in rank
+// order crosses at every hop (6 x 70 ms on its chain); in the measured order it crosses every
+// other hop, so any 6 consecutive hops cross 3 times.
+TEST(Links, LatencyBetweenRegionsFollowsTheRingOrder) {
+  Links l = alternating_regions(4);
+  l.latency.assign(16, 0);
+  for (int i = 0; i < 4; ++i)
+    for (int j = 0; j < 4; ++j)
+      if (i != j) l.latency[i * 4 + j] = i % 2 == j % 2 ? 1e-4 : 0.07;
+  const auto* ring = algorithms::find_algorithm(Collective::all_reduce, "ring");
+  const auto* link_ring = algorithms::find_algorithm(Collective::all_reduce, "link_ring");
+  ASSERT_TRUE(ring && link_ring);
+  const std::vector<int> order = tune::ring_order(l);
+  EXPECT_NEAR(tune::link_latency_seconds(*ring, l, order), 6 * 0.07, 1e-9);
+  EXPECT_NEAR(tune::link_latency_seconds(*link_ring, l, order), 3 * 0.07 + 3 * 1e-4, 1e-9);
+}
+
 TEST(Links, BadMatricesAreClearErrors) {
   EXPECT_THROW(tune::ring_order(Links{3, {0, 1, 1}}), InvalidArgumentError);
   Links zero = alternating_regions(4);
@@ -154,6 +196,19 @@ TEST(Links, BadMatricesAreClearErrors) {
   Links nan = alternating_regions(4);
   nan.bandwidth[6] = NAN;
   EXPECT_THROW(tune::check_links(nan), InvalidArgumentError);
+  Links short_latencies = alternating_regions(4);
+  short_latencies.latency.assign(15, 0);
+  EXPECT_THROW(tune::check_links(short_latencies), InvalidArgumentError);
+  Links negative = alternating_regions(4);
+  negative.latency.assign(16, 0);
+  negative.latency[6] = -1e-3;
+  try {
+    tune::check_links(negative);
+    FAIL() << "no error";
+  } catch (const InvalidArgumentError& e) {
+    EXPECT_NE(std::string(e.what()).find("from rank 1 to rank 2 has latency"), std::string::npos)
+        << e.what();
+  }
 }
 
 }  // namespace
