@@ -127,6 +127,8 @@ class CommImpl {
   std::vector<std::shared_ptr<const std::vector<int>>> ring_orders_;
   /// SHOAL_LINKS, checked before the creation vote: measure at creation.
   bool links_wanted() const;
+  /// Explored calls of the planner's learning not yet waited for (Planner::set_agree).
+  std::vector<Work> explored_;
 };
 
 /// The library's access to a Communicator's implementation, which the public header grants to

@@ -76,6 +76,18 @@ CommImpl::CommImpl(std::shared_ptr<Store> st, int r, int n, const Options& optio
     return tune::Dispatcher::from_environment(
         tune_context(), calibrated_params ? &*calibrated_params : nullptr, {links, ring_order});
   });
+  // Learning settles a bucket with the slowest rank's times of its explored calls: each
+  // completes after recording its time, and collectives complete in issue order.
+  planner->set_agree([this](const std::function<std::vector<double>()>& mine) {
+    for (const Work& w : explored_) w.wait();
+    explored_.clear();
+    std::vector<double> times = mine();
+    call(comm::forced_call(Collective::all_reduce, times.data(), times.data(), times.size(),
+                           DataType::float64, ReduceOp::max,
+                           algorithms::find_algorithm(Collective::all_reduce, "ring")))
+        .wait();
+    return times;
+  });
   // The settings every rank must hold equal are compared first, then the cost model is
   // calibrated: collectives after the vote, which must not change its outcome. A difference,
   // or a failure (a peer died or was cut off meanwhile), breaks this communicator, as any later
@@ -249,7 +261,9 @@ Work CommImpl::call(const comm::Request& r) {
     else if (r.collective != Collective::send && r.collective != Collective::recv)
       unchecked_ = 0;
   }
-  return executors_[static_cast<int>(plan.path)]->start(plan, r);
+  Work work = executors_[static_cast<int>(plan.path)]->start(plan, r);
+  if (plan.timed) explored_.push_back(work);
+  return work;
 }
 
 void CommImpl::apply_call_options(comm::Request& r, const CallOptions* call) const {

@@ -67,6 +67,7 @@ struct Engine::Op {
   bool finished = false;
   std::unique_ptr<FlatCollective> flat;  // a flat collective instead of a schedule
   Clock::time_point deadline;
+  Clock::time_point started;
 
   bool is_p2p() const { return kind == FrameKind::p2p; }
 };
@@ -318,7 +319,8 @@ void Engine::start_ready_ops() {
 
 void Engine::start(Op& op) {
   op.id = next_op_id_++;
-  op.deadline = Clock::now() + timeout_;
+  op.started = Clock::now();
+  op.deadline = op.started + timeout_;
   if (op.request.flat_seq != 0) {  // a flat collective: polled by the loop until it is done
     op.flat = std::make_unique<FlatCollective>(*flat_, op.request.args, op.request.flat_seq, op.seq,
                                                op.signature, op.request.input, op.request.output);
@@ -656,6 +658,8 @@ void Engine::finish_ops() {
     }
     ++progress_count_;
     if ((*it)->request.finish) (*it)->request.finish();
+    if ((*it)->request.timed)
+      (*it)->request.timed(std::chrono::duration<double>(Clock::now() - (*it)->started).count());
     (*it)->work->complete();
     it = running_.erase(it);
     outstanding_.fetch_sub(1, std::memory_order_acq_rel);

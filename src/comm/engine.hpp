@@ -42,8 +42,11 @@ struct OpRequest {
   // stay contiguous on the wire; the pieces are gathered and scattered at the ends.
   std::vector<Piece> input_pieces, output_pieces;
   std::function<void()> finish;  // run on success, before the Work completes (copy-outs)
-  uint32_t flat_seq = 0;         // non-zero: a flat collective (comm/flat.hpp), not a schedule
-  uint32_t signature = 0;        // algorithms::signature(args), computed once by the submitter
+  // Run on success, before the Work completes, with the seconds from the operation's start (a
+  // collective starts once the previous one has finished) to its end: the planner's learning.
+  std::function<void(double)> timed;
+  uint32_t flat_seq = 0;   // non-zero: a flat collective (comm/flat.hpp), not a schedule
+  uint32_t signature = 0;  // algorithms::signature(args), computed once by the submitter
 };
 
 class Engine : public transport::ConnectionListener {

@@ -18,6 +18,7 @@ OpRequest op_request(const Plan& plan, const Request& r) {
   op.input = r.input;
   op.output = r.output;
   op.signature = plan.signature;
+  op.timed = plan.timed;
   return op;
 }
 

@@ -1,5 +1,6 @@
 #include "comm/plan.hpp"
 
+#include <algorithm>
 #include <string>
 #include <string_view>
 
@@ -132,11 +133,44 @@ Plan Planner::plan(const Request& r, const algorithms::CollectiveArgs& checked) 
   if (can_flat && (r.vectored || flat_decision_bytes(a) <= layout_.flat.slot_bytes || !rule_row)) {
     return take(Path::flat);
   }
-  // A schedule: the rule's row, else the dispatcher's, fixed here so that the signature and
-  // the engine see the same.
-  a.algorithm = rule_row ? rule_row : d.choose(a.collective, algorithms::model_bytes(a)).algorithm;
+  // A schedule: the rule's row, else the dispatcher's (after learning), fixed here so that the
+  // signature and the engine see the same.
+  a.algorithm = rule_row ? rule_row
+                         : learned_row(r, a, d.choose(a.collective, algorithms::model_bytes(a)), p);
   a.forced = true;
   return take(Path::schedule);
+}
+
+const AlgorithmInfo* Planner::learned_row(const Request& r, const algorithms::CollectiveArgs& a,
+                                          const tune::Choice& choice, Plan& plan) {
+  if (!agree_ || !r.may_use_hierarchy || r.vectored ||
+      choice.source != tune::Choice::Source::cost_model || !algorithms::composable(a.collective))
+    return choice.algorithm;
+  const tune::Context& c = dispatcher().context();
+  if (c.transport != tune::Transport::tcp || c.world <= c.ranks_per_host) return choice.algorithm;
+  if (!learn_min_bytes_) {
+    const std::string mode = config::get("SHOAL_TUNE_LEARN");
+    SHOAL_CHECK(mode == "on" || mode == "off", InvalidArgument,
+                "SHOAL_TUNE_LEARN='" << mode << "' is not on or off");
+    learn_min_bytes_ =
+        mode == "on" ? std::max<uint64_t>(config::get_bytes("SHOAL_TUNE_LEARN_MIN_BYTES"), 1) : 0;
+  }
+  const uint64_t bytes = algorithms::model_bytes(a);
+  const AlgorithmInfo* ring = algorithms::find_algorithm(a.collective, "ring");
+  if (*learn_min_bytes_ == 0 || bytes < *learn_min_bytes_ || !ring || ring == choice.algorithm)
+    return choice.algorithm;
+  const auto key = tune::Learner::key_of(a.collective, bytes);
+  tune::Learner::Turn turn = learner_->next(key, choice.algorithm, ring);
+  if (turn.decide) {
+    turn.row = learner_->decide(key, agree_([&] { return learner_->samples(key); }));
+    SHOAL_INFO("learned " << algorithms::to_string(a.collective) << " from " << bytes
+                          << " bytes: " << turn.row->name);
+  }
+  if (turn.sample >= 0)
+    plan.timed = [learner = learner_, key, sample = turn.sample](double seconds) {
+      learner->record(key, sample, seconds);
+    };
+  return turn.row;
 }
 
 }  // namespace shoal::comm

@@ -17,12 +17,15 @@
 #include <array>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <optional>
+#include <vector>
 
 #include "algorithms/schedule.hpp"
 #include "comm/flat_memory.hpp"
 #include "comm/request.hpp"
 #include "tune/dispatcher.hpp"
+#include "tune/learner.hpp"
 
 namespace shoal::comm {
 
@@ -46,6 +49,8 @@ struct Plan {
   /// What the ranks compare (algorithms::signature of args); 0 on the hierarchy's path, whose
   /// groups compare their own calls.
   uint32_t signature = 0;
+  /// An explored call (tune::Learner): its seconds from start to end, on the progress thread.
+  std::function<void(double)> timed;
 };
 
 class Planner {
@@ -72,6 +77,15 @@ class Planner {
   }
   /// SHOAL_HIERARCHICAL after the layout, read at the first call that could be hierarchical.
   HierarchyMode hierarchy_mode();
+  /// Turns on learning (SHOAL_TUNE_LEARN, read at the first call that could learn): `agree`
+  /// waits for the explored calls, then reduces what `mine` reads (this rank's times of them)
+  /// across ranks with max (a collective; CommImpl runs it). Without it the planner never
+  /// learns.
+  using Agree =
+      std::function<std::vector<double>(const std::function<std::vector<double>()>& mine)>;
+  void set_agree(Agree agree) { agree_ = std::move(agree); }
+  /// What learning has seen and settled so far.
+  const tune::Learner& learner() const { return *learner_; }
   /// Calls planned onto `path` so far (tests read back the path a call took).
   uint64_t planned(Path path) const { return planned_[static_cast<int>(path)]; }
   const Layout& layout() const { return layout_; }
@@ -82,6 +96,10 @@ class Planner {
   bool hierarchy_wanted(algorithms::Collective collective, uint64_t bytes);
   /// Whether the flat path can serve the call (the layout, its size, vectored within slots).
   bool flat_fits_here(const Request& request, const algorithms::CollectiveArgs& a) const;
+  /// The row of a schedule the dispatcher picked (`choice`), after learning where it applies.
+  const algorithms::AlgorithmInfo* learned_row(const Request& request,
+                                               const algorithms::CollectiveArgs& a,
+                                               const tune::Choice& choice, Plan& plan);
 
   Layout layout_;
   std::function<tune::Dispatcher()> make_dispatcher_;
@@ -94,6 +112,11 @@ class Planner {
   };
   std::array<Verdict, 3> verdicts_;  // all_reduce, all_gather, reduce_scatter
   std::array<uint64_t, kNumPaths> planned_{};
+  Agree agree_;
+  // Shared with the explored calls' callbacks, which the engine may run after the planner
+  // is gone (it finishes pending work when it stops).
+  std::shared_ptr<tune::Learner> learner_ = std::make_shared<tune::Learner>();
+  std::optional<uint64_t> learn_min_bytes_;  // SHOAL_TUNE_LEARN_MIN_BYTES; 0 when off
 };
 
 }  // namespace shoal::comm

@@ -93,6 +93,14 @@ const std::vector<Setting>& settings() {
        "hosts of several ranks also a Swing all_gather of about 16 MiB) and the cost model uses the "
        "measured constants, the slowest rank's, instead of the defaults; off: the defaults. Ranks "
        "that differ fail the new communicator's first call (its calibration meets another call)"},
+      {"SHOAL_TUNE_LEARN", "enum", "on",
+       "on: across hosts over TCP, where the cost model picks a row other than the ring for an "
+       "all_reduce, all_gather or reduce_scatter of at least SHOAL_TUNE_LEARN_MIN_BYTES, the first "
+       "4 calls of each size bucket (a factor of 2) run the pick and the ring in turn, timed, and "
+       "the next takes the faster (the slowest rank's times); off: the cost model's pick. Equal on "
+       "all ranks", Agreement::value},
+      {"SHOAL_TUNE_LEARN_MIN_BYTES", "bytes", "256K",
+       "the smallest call SHOAL_TUNE_LEARN explores. Equal on all ranks", Agreement::value},
       {"SHOAL_TUNE_ALPHA", "string", "",
        "cost model: seconds per message (replaces the calibrated or default value: shm 5e-6, tcp 3e-5). "
        "Equal on all ranks", Agreement::value},

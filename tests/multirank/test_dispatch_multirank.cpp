@@ -14,6 +14,7 @@
 #include <cstring>
 #include <fstream>
 #include <functional>
+#include <random>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -21,6 +22,7 @@
 #include "algorithms/registry.hpp"
 #include "comm/comm_impl.hpp"
 #include "support/env.hpp"
+#include "support/hosts.hpp"
 #include "support/ranks.hpp"
 #include "support/temp_file.hpp"
 #include "support/values.hpp"
@@ -434,6 +436,134 @@ TEST(MeasuredLinks, DifferentRatesOnOneRankAreAMismatch) {
   });
   EXPECT_EQ(failed.load(), 4);
   EXPECT_GE(mismatches.load(), 1);
+}
+
+// ---- learning on the job (tune/learner.hpp) ----
+
+// One call of `collective` on `count` elements per rank (float32, sum), its result checked
+// against the reference; returns what ran (ran()).
+std::string checked_call(Communicator& c, Collective collective, uint64_t count) {
+  const int p = c.size(), r = c.rank();
+  const DataType t = DataType::float32;
+  const ReduceOp op = ReduceOp::sum;
+  const uint64_t in_count = collective == Collective::reduce_scatter ? count * p : count;
+  const uint64_t out_count = collective == Collective::all_gather ? count * p : count;
+  auto in = bytes_for(in_count, t), out = bytes_for(out_count, t);
+  for (uint64_t i = 0; i < in_count; ++i) store(in.data(), i, t, value(r, i, t, op));
+  const std::string what = ran(c, [&] {
+    if (collective == Collective::all_reduce)
+      c.all_reduce(in.data(), out.data(), count, t, op);
+    else if (collective == Collective::reduce_scatter)
+      c.reduce_scatter(in.data(), out.data(), count, t, op);
+    else
+      c.all_gather(in.data(), out.data(), count, t);
+  });
+  const uint64_t bad =
+      collective == Collective::all_reduce
+          ? wrong(out.data(), 0, count, t, [&](uint64_t i) { return expected(p, i, t, op); })
+      : collective == Collective::reduce_scatter
+          ? wrong(out.data(), 0, count, t,
+                  [&](uint64_t j) { return expected(p, r * count + j, t, op); })
+          : wrong(out.data(), 0, count * p, t,
+                  [&](uint64_t i) { return value(static_cast<int>(i / count), i % count, t, op); });
+  EXPECT_EQ(bad, 0u) << algorithms::to_string(collective) << " count=" << count << " rank=" << r
+                     << " ran " << what;
+  return what;
+}
+
+// Four ranks on four emulated hosts (TCP), a model that picks the rows of fewest steps
+// (SHOAL_TUNE_ALPHA 1 ms): the first 4 calls of a size bucket run the pick and the ring in turn,
+// the 5th settles it (with an all_reduce of the times, which runs on the ring too), and from then
+// on every call runs the one row every rank settled on.
+TEST(Learning, ExploresInTurnThenEveryRankKeepsOneRow) {
+  ScopedEnv on("SHOAL_DISPATCH", "on"), learn("SHOAL_TUNE_LEARN", "on"),
+      alpha("SHOAL_TUNE_ALPHA", "1e-3"), min("SHOAL_TUNE_LEARN_MIN_BYTES", "64K"),
+      flat_hierarchy("SHOAL_HIERARCHICAL", "off");
+  const std::string err = run_on_hosts({0, 1, 2, 3}, [&](Communicator& c) {
+    auto& impl = shoal::detail::Internals::of(c);
+    for (Collective collective :
+         {Collective::all_reduce, Collective::all_gather, Collective::reduce_scatter}) {
+      const uint64_t count = 40000;  // 160 KB a rank
+      const uint64_t bytes = collective == Collective::all_reduce ? count * 4 : count * 4 * 4;
+      const auto* pick = impl.planner->dispatcher().choose(collective, bytes).algorithm;
+      const std::string name = std::string(algorithms::to_string(collective)) + ":";
+      ASSERT_NE(std::string(pick->name), "ring") << name;
+      const std::string pick_ran = name + std::string(pick->name), ring_ran = name + "ring";
+      EXPECT_EQ(checked_call(c, collective, count), pick_ran);
+      EXPECT_EQ(checked_call(c, collective, count), ring_ran);
+      EXPECT_EQ(checked_call(c, collective, count), pick_ran);
+      EXPECT_EQ(checked_call(c, collective, count), ring_ran);
+      // The settling call: the agreement's ring all_reduce beside the winner.
+      const std::string settled = checked_call(c, collective, count);
+      EXPECT_NE(settled.find("2 rows ran"), std::string::npos) << settled;
+      std::string winner;
+      for (const auto& l : impl.planner->learner().learned())
+        if (l.key == tune::Learner::key_of(collective, bytes) && l.winner) winner = l.winner->name;
+      ASSERT_TRUE(winner == pick->name || winner == "ring") << winner;
+      for (int i = 0; i < 5; ++i) EXPECT_EQ(checked_call(c, collective, count), name + winner);
+      // The same winner on every rank.
+      const int32_t mine = winner == "ring" ? 1 : 0;
+      std::vector<int32_t> all(4);
+      c.all_gather(&mine, all.data(), 1, DataType::int32);
+      EXPECT_EQ(std::count(all.begin(), all.end(), mine), 4) << name;
+    }
+  });
+  EXPECT_EQ(err, "");
+}
+
+// A thousand calls of the three collectives at sizes drawn across five buckets (the same draw
+// on every rank): every result right, and every rank ends with the same learned table.
+TEST(Learning, AThousandCallsAgreeAndMatchReference) {
+  ScopedEnv on("SHOAL_DISPATCH", "on"), learn("SHOAL_TUNE_LEARN", "on"),
+      alpha("SHOAL_TUNE_ALPHA", "1e-3"), min("SHOAL_TUNE_LEARN_MIN_BYTES", "16K"),
+      flat_hierarchy("SHOAL_HIERARCHICAL", "off");
+  const std::string err = run_on_hosts({0, 1, 2, 3}, [&](Communicator& c) {
+    std::mt19937 draw(53);
+    constexpr Collective kCollectives[] = {Collective::all_reduce, Collective::all_gather,
+                                           Collective::reduce_scatter};
+    for (int call = 0; call < 1000; ++call) {
+      const Collective collective = kCollectives[draw() % 3];
+      const uint64_t count = (uint64_t{1024} << (draw() % 5)) + draw() % 1000;
+      checked_call(c, collective, count);
+    }
+    // Every rank's table, folded into one number per bucket, the same everywhere.
+    const auto learned = shoal::detail::Internals::of(c).planner->learner().learned();
+    EXPECT_GE(learned.size(), 10u);
+    double fold = 0;
+    for (const auto& l : learned) {
+      EXPECT_TRUE(l.winner) << "a bucket of many calls never settled";
+      fold = fold * 31 + static_cast<int>(l.key.first) * 64 + l.key.second +
+             (l.winner && std::string(l.winner->name) == "ring" ? 0.5 : 0);
+    }
+    double lowest = fold, highest = fold;
+    c.all_reduce(&fold, &lowest, 1, DataType::float64, ReduceOp::min);
+    c.all_reduce(&fold, &highest, 1, DataType::float64, ReduceOp::max);
+    EXPECT_EQ(lowest, highest);
+  });
+  EXPECT_EQ(err, "");
+}
+
+// Off: the model's pick on every call; a bad value is refused by name.
+TEST(Learning, OffRunsThePickAndBadValuesAreRefused) {
+  ScopedEnv on("SHOAL_DISPATCH", "on"), learn("SHOAL_TUNE_LEARN", "off"),
+      alpha("SHOAL_TUNE_ALPHA", "1e-3"), flat_hierarchy("SHOAL_HIERARCHICAL", "off");
+  std::string err = run_on_hosts({0, 1}, [&](Communicator& c) {
+    const uint64_t count = 1 << 18;  // 1 MiB
+    const auto* pick = shoal::detail::Internals::of(c)
+                           .planner->dispatcher()
+                           .choose(Collective::all_reduce, count * 4)
+                           .algorithm;
+    for (int i = 0; i < 6; ++i)
+      EXPECT_EQ(checked_call(c, Collective::all_reduce, count),
+                "all_reduce:" + std::string(pick->name));
+  });
+  EXPECT_EQ(err, "");
+  ScopedEnv bad("SHOAL_TUNE_LEARN", "sometimes");
+  err = run_on_hosts({0, 1}, [&](Communicator& c) {
+    std::vector<float> v(1 << 18, 1.0f);
+    c.all_reduce(v.data(), v.data(), v.size(), DataType::float32, ReduceOp::sum);
+  });
+  EXPECT_NE(err.find("SHOAL_TUNE_LEARN='sometimes'"), std::string::npos) << err;
 }
 
 }  // namespace

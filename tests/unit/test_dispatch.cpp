@@ -19,6 +19,7 @@
 #include "support/temp_file.hpp"
 #include "tune/calibration.hpp"
 #include "tune/dispatcher.hpp"
+#include "tune/learner.hpp"
 
 namespace shoal {
 namespace {
@@ -1129,6 +1130,50 @@ TEST(Links, WithoutThemNoCallTakesTheRowsThatFollowThem) {
     EXPECT_NE(std::string(e.what()).find("link_ring follows measured links"), std::string::npos)
         << e.what();
   }
+}
+
+// ---- learning on the job ----
+
+TEST(Learner, ExploresInTurnThenKeepsTheFasterByTheAgreedTimes) {
+  const auto* pick = algorithms::find_algorithm(Collective::all_reduce, "rabenseifner");
+  const auto* ring = algorithms::find_algorithm(Collective::all_reduce, "ring");
+  ASSERT_TRUE(pick && ring);
+  tune::Learner l;
+  const auto key = tune::Learner::key_of(Collective::all_reduce, 64 << 20);
+  EXPECT_EQ(key, tune::Learner::key_of(Collective::all_reduce, (64 << 20) + 12345));
+  EXPECT_NE(key, tune::Learner::key_of(Collective::all_reduce, 128 << 20));
+  EXPECT_NE(key, tune::Learner::key_of(Collective::all_gather, 64 << 20));
+  const double mine[] = {9.0, 4.5, 9.3, 4.6};  // rabenseifner and ring at 80 ms (cluster.md)
+  for (int i = 0; i < tune::Learner::kExplored; ++i) {
+    const auto turn = l.next(key, pick, ring);
+    EXPECT_EQ(turn.row, i % 2 == 0 ? pick : ring) << i;
+    EXPECT_EQ(turn.sample, i);
+    EXPECT_FALSE(turn.decide);
+    l.record(key, turn.sample, mine[i]);
+  }
+  EXPECT_EQ(l.samples(key), std::vector<double>(std::begin(mine), std::end(mine)));
+  const auto settle = l.next(key, pick, ring);
+  EXPECT_TRUE(settle.decide);
+  EXPECT_EQ(settle.sample, -1);
+  // The agreed times (each the slowest rank's) decide, not this rank's own.
+  EXPECT_EQ(l.decide(key, {9.1, 4.7, 9.4, 4.8}), ring);
+  for (int i = 0; i < 3; ++i) {
+    const auto after = l.next(key, pick, ring);
+    EXPECT_EQ(after.row, ring);
+    EXPECT_EQ(after.sample, -1);
+    EXPECT_FALSE(after.decide);
+  }
+  // The fastest call of each counts (one slow outlier does not sink a row); a tie keeps the pick.
+  const auto small = tune::Learner::key_of(Collective::all_reduce, 1 << 20);
+  for (int i = 0; i <= tune::Learner::kExplored; ++i) l.next(small, pick, ring);
+  EXPECT_EQ(l.decide(small, {5.0, 1.1, 1.0, 1.2}), pick);
+  const auto tie = tune::Learner::key_of(Collective::all_reduce, 8 << 20);
+  for (int i = 0; i <= tune::Learner::kExplored; ++i) l.next(tie, pick, ring);
+  EXPECT_EQ(l.decide(tie, {1.0, 1.0, 1.0, 1.0}), pick);
+  const auto learned = l.learned();
+  ASSERT_EQ(learned.size(), 3u);
+  for (const auto& b : learned) EXPECT_TRUE(b.winner);
+  EXPECT_THROW(l.decide(key, {1.0}), InternalError);
 }
 
 }  // namespace
