@@ -127,8 +127,9 @@ class CommImpl {
   std::vector<std::shared_ptr<const std::vector<int>>> ring_orders_;
   /// SHOAL_LINKS, checked before the creation vote: measure at creation.
   bool links_wanted() const;
-  /// Explored calls of the planner's learning not yet waited for (Planner::set_agree).
-  std::vector<Work> explored_;
+  /// The latest explored call of the planner's learning (Planner::set_agree): collectives
+  /// complete in issue order, so once it has, every earlier one has too.
+  Work last_explored_;
 };
 
 /// The library's access to a Communicator's implementation, which the public header grants to

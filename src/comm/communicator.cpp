@@ -79,8 +79,7 @@ CommImpl::CommImpl(std::shared_ptr<Store> st, int r, int n, const Options& optio
   // Learning settles a bucket with the slowest rank's times of its explored calls: each
   // completes after recording its time, and collectives complete in issue order.
   planner->set_agree([this](const std::function<std::vector<double>()>& mine) {
-    for (const Work& w : explored_) w.wait();
-    explored_.clear();
+    if (last_explored_.valid()) last_explored_.wait();
     std::vector<double> times = mine();
     call(comm::forced_call(Collective::all_reduce, times.data(), times.data(), times.size(),
                            DataType::float64, ReduceOp::max,
@@ -262,7 +261,7 @@ Work CommImpl::call(const comm::Request& r) {
       unchecked_ = 0;
   }
   Work work = executors_[static_cast<int>(plan.path)]->start(plan, r);
-  if (plan.timed) explored_.push_back(work);
+  if (plan.timed) last_explored_ = work;
   return work;
 }
 

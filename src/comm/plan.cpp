@@ -156,9 +156,9 @@ const AlgorithmInfo* Planner::learned_row(const Request& r, const algorithms::Co
         mode == "on" ? std::max<uint64_t>(config::get_bytes("SHOAL_TUNE_LEARN_MIN_BYTES"), 1) : 0;
   }
   const uint64_t bytes = algorithms::model_bytes(a);
+  if (*learn_min_bytes_ == 0 || bytes < *learn_min_bytes_) return choice.algorithm;
   const AlgorithmInfo* ring = algorithms::find_algorithm(a.collective, "ring");
-  if (*learn_min_bytes_ == 0 || bytes < *learn_min_bytes_ || !ring || ring == choice.algorithm)
-    return choice.algorithm;
+  if (!ring || ring == choice.algorithm) return choice.algorithm;
   const auto key = tune::Learner::key_of(a.collective, bytes);
   tune::Learner::Turn turn = learner_->next(key, choice.algorithm, ring);
   if (turn.decide) {

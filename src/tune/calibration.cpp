@@ -48,19 +48,21 @@ CostParams fit_cost_params(int world, const CalibrationPlan& plan, const Calibra
                min_gamma = floor.gamma / 100;
   auto usable = [](double x) { return std::isfinite(x) && x > 0; };
 
+  // beta from what the large call leaves beyond `alpha`.
+  auto beta_beyond = [&](double alpha) { return (times.large_s - alpha * a_large) / b_large; };
   CostParams c;
   const double det = a_small * b_large - a_large * b_small;
   c.alpha = (times.small_s * b_large - times.large_s * b_small) / det;
   c.beta = (a_small * times.large_s - a_large * times.small_s) / det;
   if (!usable(c.alpha) || !usable(c.beta)) {
     c.alpha = times.small_s / a_small;
-    c.beta = (times.large_s - c.alpha * a_large) / b_large;
+    c.beta = beta_beyond(c.alpha);
   }
   c.alpha = usable(c.alpha) ? std::max(c.alpha, min_alpha) : floor.alpha;
   c.beta = usable(c.beta) ? std::max(c.beta, min_beta) : min_beta;
   if (usable(times.latency_s) && c.alpha < times.latency_s) {
     c.alpha = times.latency_s;
-    const double beta = (times.large_s - c.alpha * a_large) / b_large;
+    const double beta = beta_beyond(c.alpha);
     c.beta = usable(beta) ? std::max(beta, min_beta) : min_beta;
   }
   const double gamma =

@@ -221,15 +221,20 @@ Dispatcher::Dispatcher(Context context, CostParams params, std::shared_ptr<const
   // Measured links: what each row's schedules (link_ring's in the measured order) load them with.
   if (links && enabled_) {
     link_cost_.assign(algorithms::registry().size(), 0);
-    if (!links.links->latency.empty()) link_latency_.assign(algorithms::registry().size(), 0);
+    if (!links.links->latency.empty()) {
+      link_latency_.assign(algorithms::registry().size(), 0);
+      // Per step beside the flights, the transport's own overhead: the default alpha (a
+      // calibrated one holds the longest flight already).
+      step_alpha_ = std::min(params_.alpha, default_cost_params(Transport::tcp).alpha);
+    }
     for (Collective c : kModelled) {
       on_links_[static_cast<int>(c)] = true;
       for (const auto& row : algorithms::registry())
         if (row.collective == c) {
           const size_t i = &row - algorithms::registry().data();
-          link_cost_[i] = link_seconds_per_byte(row, *links.links, *links.ring_order);
-          if (!link_latency_.empty())
-            link_latency_[i] = link_latency_seconds(row, *links.links, *links.ring_order);
+          const LinkPrice price = link_price(row, *links.links, *links.ring_order);
+          link_cost_[i] = price.seconds_per_byte;
+          if (!link_latency_.empty()) link_latency_[i] = price.latency_s;
         }
     }
   }
@@ -342,15 +347,11 @@ double Dispatcher::row_cost(const AlgorithmInfo& row, uint64_t bytes) const {
   if (!link_cost_.empty() && link_cost_[i] > 0) {
     const double n = static_cast<double>(bytes), wire = link_cost_[i] * n,
                  reduce = row.cost(context_.world, bytes, {0, 0, params_.gamma, 0});
-    // Measured latencies: each message's flight on its own pair, and per step the transport's
-    // own overhead (the default alpha: a calibrated one holds the longest flight already).
+    // Measured latencies: each message's flight on its own pair, plus step_alpha_ per step.
     const double latency =
         link_latency_.empty()
             ? row.cost(context_.world, bytes, {params_.alpha, 0, 0, 0})
-            : link_latency_[i] +
-                  row.cost(context_.world, bytes,
-                           {std::min(params_.alpha, default_cost_params(Transport::tcp).alpha), 0,
-                            0, 0});
+            : link_latency_[i] + row.cost(context_.world, bytes, {step_alpha_, 0, 0, 0});
     return latency + (row.pipelined ? std::max(wire, reduce) : wire + reduce);
   }
   if (row.follows_links) return std::numeric_limits<double>::infinity();

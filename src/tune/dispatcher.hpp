@@ -200,6 +200,8 @@ class Dispatcher {
   std::vector<double> link_cost_;
   /// With measured latencies, likewise: tune::link_latency_seconds. Empty otherwise.
   std::vector<double> link_latency_;
+  /// With measured latencies: the alpha per step beside them.
+  double step_alpha_ = 0;
   /// The collectives link_cost_ prices (they skip the tables).
   std::array<bool, kCollectives> on_links_{};
   void choose_tables();

@@ -357,17 +357,22 @@ std::pair<std::vector<algorithms::Schedule>, double> schedules_of(
 
 }  // namespace
 
+LinkPrice link_price(const algorithms::AlgorithmInfo& row, const Links& links,
+                     const std::vector<int>& order) {
+  if (links.world < 2) return {};
+  const auto [schedules, n] = schedules_of(row, links, order);
+  return {std::max(busiest_link(links, schedules), critical_path(links, schedules, 1, 0)) / n,
+          links.latency.empty() ? 0 : critical_path(links, schedules, 0, 1)};
+}
+
 double link_seconds_per_byte(const algorithms::AlgorithmInfo& row, const Links& links,
                              const std::vector<int>& order) {
-  if (links.world < 2) return 0;
-  const auto [schedules, n] = schedules_of(row, links, order);
-  return std::max(busiest_link(links, schedules), critical_path(links, schedules, 1, 0)) / n;
+  return link_price(row, links, order).seconds_per_byte;
 }
 
 double link_latency_seconds(const algorithms::AlgorithmInfo& row, const Links& links,
                             const std::vector<int>& order) {
-  if (links.world < 2 || links.latency.empty()) return 0;
-  return critical_path(links, schedules_of(row, links, order).first, 0, 1);
+  return link_price(row, links, order).latency_s;
 }
 
 }  // namespace shoal::tune

@@ -67,4 +67,12 @@ double link_seconds_per_byte(const algorithms::AlgorithmInfo& row, const Links& 
 double link_latency_seconds(const algorithms::AlgorithmInfo& row, const Links& links,
                             const std::vector<int>& order);
 
+/// Both prices of `row` from one build of its schedules (what the dispatcher holds per row).
+struct LinkPrice {
+  double seconds_per_byte = 0;  // link_seconds_per_byte
+  double latency_s = 0;         // link_latency_seconds
+};
+LinkPrice link_price(const algorithms::AlgorithmInfo& row, const Links& links,
+                     const std::vector<int>& order);
+
 }  // namespace shoal::tune
