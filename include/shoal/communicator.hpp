@@ -296,6 +296,15 @@ class Communicator {
                         DataType dtype, const CallOptions& call = {});
   Work reduce_scatter_async(std::span<const ConstSegment> send, std::span<const Segment> recv,
                             DataType dtype, ReduceOp op, const CallOptions& call = {});
+  /// Vectored gather and scatter: the root's recv (gather) or send (scatter) segments, in
+  /// order, make up the plain call's buffer of size() * count elements (torch's list of
+  /// tensors: one segment per rank), which the root receives into (sends from) in place,
+  /// without a staging buffer. As in the plain calls, only the root's segments on that side
+  /// are read; every rank's other side holds the count.
+  Work gather_async(std::span<const ConstSegment> send, std::span<const Segment> recv,
+                    DataType dtype, int root);
+  Work scatter_async(std::span<const ConstSegment> send, std::span<const Segment> recv,
+                     DataType dtype, int root);
 
   // ---- all_to_all_v: send_counts[j] elements at send_displs[j] (in elements) go to rank j,
   //      which receives them at its recv_displs[rank()] with recv_counts[rank()] elements. One

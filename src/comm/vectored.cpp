@@ -1,4 +1,5 @@
-// The vectored (Segment) forms of all_reduce, all_gather and reduce_scatter: the segments
+// The vectored (Segment) forms of all_reduce, all_gather, reduce_scatter, gather and scatter:
+// the segments
 // become the engine's pieces (comm/engine.hpp), which its sends gather from and its receives
 // scatter into.
 #include <algorithm>
@@ -47,8 +48,8 @@ bool same_pieces(const std::vector<comm::Piece>& a, const std::vector<comm::Piec
 // the call's buffers are `pieces`, which must outlive the call (not its Work: the executor
 // takes them).
 Work vectored(detail::CommImpl& impl, Collective collective, comm::Pieces& pieces, uint64_t count,
-              DataType dtype, ReduceOp op, const CallOptions& call) {
-  comm::Request r = comm::request_of(collective, nullptr, nullptr, count, dtype, op);
+              DataType dtype, ReduceOp op, const CallOptions& call, int root = -1) {
+  comm::Request r = comm::request_of(collective, nullptr, nullptr, count, dtype, op, root);
   impl.apply_call_options(r, &call);
   r.may_use_hierarchy = true;
   r.vectored = &pieces;
@@ -95,6 +96,38 @@ Work Communicator::reduce_scatter_async(std::span<const ConstSegment> send,
     return reduce_scatter_async(send[0].data, recv[0].data, out, dtype, op, call);
   comm::Pieces pieces{std::move(input), std::move(output), false};
   return vectored(*impl_, Collective::reduce_scatter, pieces, out, dtype, op, call);
+}
+
+// Only the root's gathered (scattered) side is read, as in the plain calls: elsewhere it is
+// left empty, and the linear schedules never touch it.
+Work Communicator::gather_async(std::span<const ConstSegment> send, std::span<const Segment> recv,
+                                DataType dtype, int root) {
+  uint64_t in = 0, out = 0;
+  auto input = pieces_of(send, dtype, "gather", "send", in);
+  std::vector<comm::Piece> output;
+  if (rank() == root) {
+    output = pieces_of(recv, dtype, "gather", "recv", out);
+    check_equal(in * static_cast<uint64_t>(size()), out, "gather");
+  }
+  if (send.size() == 1 && (rank() != root || recv.size() == 1))
+    return gather_async(send[0].data, rank() == root ? recv[0].data : nullptr, in, dtype, root);
+  comm::Pieces pieces{std::move(input), std::move(output), false};
+  return vectored(*impl_, Collective::gather, pieces, in, dtype, ReduceOp::sum, {}, root);
+}
+
+Work Communicator::scatter_async(std::span<const ConstSegment> send, std::span<const Segment> recv,
+                                 DataType dtype, int root) {
+  uint64_t in = 0, out = 0;
+  auto output = pieces_of(recv, dtype, "scatter", "recv", out);
+  std::vector<comm::Piece> input;
+  if (rank() == root) {
+    input = pieces_of(send, dtype, "scatter", "send", in);
+    check_equal(in, out * static_cast<uint64_t>(size()), "scatter");
+  }
+  if (recv.size() == 1 && (rank() != root || send.size() == 1))
+    return scatter_async(rank() == root ? send[0].data : nullptr, recv[0].data, out, dtype, root);
+  comm::Pieces pieces{std::move(input), std::move(output), false};
+  return vectored(*impl_, Collective::scatter, pieces, out, dtype, ReduceOp::sum, {}, root);
 }
 
 }  // namespace shoal

@@ -1,8 +1,9 @@
-// Vectored all_reduce, all_gather and reduce_scatter (Segment lists): every registry algorithm of
-// each, forced, over TCP and shared memory, with segments of uneven sizes (empty ones and ones
-// that cut the algorithms' blocks and chunks anywhere), against the values the plain call's
-// reference gives (support/values.hpp). Torch's coalesced layouts: a list of tensors in, one
-// output tensor per input tensor holding every rank's block of it.
+// Vectored all_reduce, all_gather, reduce_scatter, gather and scatter (Segment lists): every
+// registry algorithm of each (gather and scatter from every root), forced, over TCP and shared
+// memory, with segments of uneven sizes (empty ones and ones that cut the algorithms' blocks and
+// chunks anywhere), against the values the plain call's reference gives (support/values.hpp).
+// Torch's coalesced layouts: a list of tensors in, one output tensor per input tensor holding every
+// rank's block of it.
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -136,6 +137,72 @@ void check_reduce_scatter(Communicator& c, const algorithms::AlgorithmInfo& algo
         << label(algo, t, "list inputs") << " " << to_string(op) << ", tensor " << i;
 }
 
+// The root's recv is every rank's block cut into `sizes`: their concatenation is the plain
+// call's buffer, rank q's element j at q * total + j. Only the root passes it.
+void check_gather(Communicator& c, const algorithms::AlgorithmInfo& algo,
+                  const std::vector<size_t>& sizes, DataType t, int root) {
+  const int p = c.size(), r = c.rank();
+  const uint64_t es = size_of(t);
+  const uint64_t total = std::accumulate(sizes.begin(), sizes.end(), uint64_t{0});
+  std::vector<uint8_t> in = bytes_for(total, t), out = bytes_for(total * p, t);
+  for (uint64_t k = 0; k < total; ++k) store(in.data(), k, t, value(r, k, t, ReduceOp::sum));
+  std::vector<ConstSegment> send;
+  std::vector<Segment> recv;
+  uint64_t at = 0;
+  for (size_t n : sizes) {
+    send.push_back({in.data() + at * es, n});
+    at += n;
+  }
+  at = 0;
+  if (r == root)
+    for (int q = 0; q < p; ++q)
+      for (size_t n : sizes) {
+        recv.push_back({out.data() + at * es, n});
+        at += n;
+      }
+  c.gather_async(send, recv, t, root).wait();
+  if (r != root) return;
+  EXPECT_EQ(wrong(out.data(), 0, total * p, t,
+                  [&](uint64_t k) {
+                    return as_stored(
+                        value(static_cast<int>(k / total), k % total, t, ReduceOp::sum), t);
+                  }),
+            0u)
+      << label(algo, t, "list outputs") << ", root " << root;
+}
+
+// The root's send is every rank's block cut into `sizes`; rank r's recv, cut the same way,
+// receives the root's elements [r * total, (r + 1) * total).
+void check_scatter(Communicator& c, const algorithms::AlgorithmInfo& algo,
+                   const std::vector<size_t>& sizes, DataType t, int root) {
+  const int p = c.size(), r = c.rank();
+  const uint64_t es = size_of(t);
+  const uint64_t total = std::accumulate(sizes.begin(), sizes.end(), uint64_t{0});
+  std::vector<uint8_t> in = bytes_for(total * p, t), out = bytes_for(total, t);
+  std::vector<ConstSegment> send;
+  std::vector<Segment> recv;
+  if (r == root) {
+    for (uint64_t k = 0; k < total * p; ++k) store(in.data(), k, t, value(r, k, t, ReduceOp::sum));
+    uint64_t at = 0;
+    for (int q = 0; q < p; ++q)
+      for (size_t n : sizes) {
+        send.push_back({in.data() + at * es, n});
+        at += n;
+      }
+  }
+  uint64_t at = 0;
+  for (size_t n : sizes) {
+    recv.push_back({out.data() + at * es, n});
+    at += n;
+  }
+  c.scatter_async(send, recv, t, root).wait();
+  EXPECT_EQ(
+      wrong(out.data(), 0, total, t,
+            [&](uint64_t j) { return as_stored(value(root, r * total + j, t, ReduceOp::sum), t); }),
+      0u)
+      << label(algo, t, "list inputs") << ", root " << root;
+}
+
 struct VectoredCase {
   const char* transport;
   int ranks;
@@ -149,13 +216,21 @@ class Vectored : public ::testing::TestWithParam<VectoredCase> {
 TEST_P(Vectored, EveryAlgorithmMatchesThePlainCallsReference) {
   std::string err = run_ranks(GetParam().ranks, [&](Communicator& c) {
     for (const auto& algo : algorithms::registry()) {
-      if (algo.collective != Collective::all_reduce && algo.collective != Collective::all_gather &&
-          algo.collective != Collective::reduce_scatter)
+      const Collective coll = algo.collective;
+      if (coll != Collective::all_reduce && coll != Collective::all_gather &&
+          coll != Collective::reduce_scatter && coll != Collective::gather &&
+          coll != Collective::scatter)
         continue;
       algorithms::detail::set_thread_algorithm_override(std::string(to_string(algo.collective)) +
                                                         ":" + std::string(algo.name));
       for (const auto& sizes : kSizeLists)
         for (DataType t : {DataType::float32, DataType::int64, DataType::bfloat16}) {
+          if (coll == Collective::gather || coll == Collective::scatter) {
+            for (int root = 0; root < c.size(); ++root)
+              coll == Collective::gather ? check_gather(c, algo, sizes, t, root)
+                                         : check_scatter(c, algo, sizes, t, root);
+            continue;
+          }
           if (algo.collective == Collective::all_gather) {
             check_all_gather(c, algo, sizes, t);
             continue;
@@ -192,6 +267,12 @@ TEST(VectoredCalls, TotalsThatDoNotFitAreRefusedBeforeAnythingIsSent) {
     std::vector<Segment> null_segment = {{nullptr, 4}, {b.data(), 6}};
     EXPECT_THROW(c.all_reduce_async(send, null_segment, DataType::float32, ReduceOp::sum),
                  InvalidArgumentError);
+    // The root's gathered and scattered sides hold size() blocks of the other side's count.
+    std::vector<Segment> one_block = {{b.data(), 4}, {b.data() + 4, 6}};
+    if (c.rank() == 0) {
+      EXPECT_THROW(c.gather_async(send, one_block, DataType::float32, 0), InvalidArgumentError);
+      EXPECT_THROW(c.scatter_async(send, one_block, DataType::float32, 0), InvalidArgumentError);
+    }
     c.barrier();  // still usable
   });
   EXPECT_EQ(err, "");

@@ -155,16 +155,25 @@ def _gathers(rank, world):
         flat = torch.zeros(world * 6, dtype=dtype)
         dist._all_gather_base(flat, x)
         assert torch.equal(flat, torch.cat([value(r, 6, torch.int64).to(dtype) for r in range(world)]))
-        for root in range(world):
-            glist = [torch.zeros(6, dtype=dtype) for _ in range(world)] if rank == root else None
-            dist.gather(x, glist, dst=root)
-            if rank == root:
-                for r in range(world):
-                    assert torch.equal(glist[r], value(r, 6, torch.int64).to(dtype))
-            out = torch.zeros(6, dtype=dtype)
-            slist = [torch.full((6,), (r + root) % 2).to(dtype) for r in range(world)] if rank == root else None
-            dist.scatter(out, slist, src=root)
-            assert torch.equal(out, torch.full((6,), (rank + root) % 2).to(dtype))
+        # gather and scatter: the root receives into (sends from) each tensor of its list; a
+        # non-contiguous one goes through a staging copy
+        for n in LIST_SIZES:
+            x = value(rank, n, torch.int64).to(dtype)
+            for root in range(world):
+                glist = [torch.zeros(n, dtype=dtype) for _ in range(world)] if rank == root else None
+                if rank == root:
+                    glist[-1] = noncontig(glist[-1])
+                dist.gather(x, glist, dst=root)
+                if rank == root:
+                    for r in range(world):
+                        assert torch.equal(glist[r], value(r, n, torch.int64).to(dtype)), (dtype, n, root)
+                out = noncontig(torch.zeros(n, dtype=dtype)) if root == 0 else torch.zeros(n, dtype=dtype)
+                slist = None
+                if rank == root:
+                    slist = [(value(r, n, torch.int64) + root).to(dtype) for r in range(world)]
+                    slist[0] = noncontig(slist[0])
+                dist.scatter(out, slist, src=root)
+                assert torch.equal(out, (value(rank, n, torch.int64) + root).to(dtype)), (dtype, n, root)
     return True
 
 

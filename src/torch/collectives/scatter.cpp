@@ -26,12 +26,12 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupShoal::scatter(
   }
   const Spec s = move_spec(out);
   std::vector<at::Tensor> ins = is_root ? inputs[0] : std::vector<at::Tensor>{};
+  // The root sends from each input tensor (vectored): no flattened copy of them.
   return run(OpType::SCATTER, "shoal:scatter", ins, outputs, [&](Op& op) {
-    at::Tensor flat;
-    if (is_root) flat = flatten(op, ins, s.work);
-    auto dst = stage_out(op, out, s.work, false);
-    op.pending.push_back(comm_->scatter_async(is_root ? flat.data_ptr() : nullptr, dst.data_ptr(),
-                                              count_of(dst, s), s.dt, root));
+    std::vector<shoal::ConstSegment> send;
+    for (const auto& i : ins) send.push_back(segment(stage_in(op, i, s.work), s));
+    const std::vector<shoal::Segment> recv = {segment(stage_out(op, out, s.work, false), s)};
+    op.pending.push_back(comm_->scatter_async(send, recv, s.dt, root));
   });
 }
 
