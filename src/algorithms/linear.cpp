@@ -15,12 +15,14 @@ void pairwise_all_to_all(Schedule& s, const CollectiveArgs& a) {
     staged = s.copy({Buffer::scratch, 0, total}, {Buffer::input, 0, total});
   }
   auto at = [&](Buffer b, int i) { return Slice{b, static_cast<uint64_t>(i) * block, block}; };
-  if (!a.in_place) s.copy(at(Buffer::output, r), at(Buffer::input, r));
   // Step i: send to r+i, receive from r-i — every pair talks once, in both directions.
   for (int i = 1; i < p; ++i) {
     s.send(mod(r + i, p), at(src, mod(r + i, p)), {staged});
     s.recv(mod(r - i, p), at(Buffer::output, mod(r - i, p)), {staged});
   }
+  // The own block last: steps become ready in order, so the transfers are under way (a large
+  // one on shared memory pulled by its receiver) while this rank copies.
+  if (!a.in_place) s.copy(at(Buffer::output, r), at(Buffer::input, r));
 }
 
 void linear_gather(Schedule& s, const CollectiveArgs& a) {
@@ -29,13 +31,10 @@ void linear_gather(Schedule& s, const CollectiveArgs& a) {
     s.send(a.root, {Buffer::input, 0, block});
     return;
   }
-  for (int i = 0; i < a.size; ++i) {
-    Slice dst{Buffer::output, static_cast<uint64_t>(i) * block, block};
-    if (i == a.rank)
-      s.copy(dst, {Buffer::input, 0, block});
-    else
-      s.recv(i, dst);
-  }
+  auto dst = [&](int i) { return Slice{Buffer::output, static_cast<uint64_t>(i) * block, block}; };
+  for (int i = 0; i < a.size; ++i)
+    if (i != a.rank) s.recv(i, dst(i));
+  s.copy(dst(a.rank), {Buffer::input, 0, block});  // last, as all_to_all's
 }
 
 void linear_scatter(Schedule& s, const CollectiveArgs& a) {
@@ -44,13 +43,10 @@ void linear_scatter(Schedule& s, const CollectiveArgs& a) {
     s.recv(a.root, {Buffer::output, 0, block});
     return;
   }
-  for (int i = 0; i < a.size; ++i) {
-    Slice src{Buffer::input, static_cast<uint64_t>(i) * block, block};
-    if (i == a.rank)
-      s.copy({Buffer::output, 0, block}, src);
-    else
-      s.send(i, src);
-  }
+  auto src = [&](int i) { return Slice{Buffer::input, static_cast<uint64_t>(i) * block, block}; };
+  for (int i = 0; i < a.size; ++i)
+    if (i != a.rank) s.send(i, src(i));
+  s.copy({Buffer::output, 0, block}, src(a.rank));  // last, as all_to_all's
 }
 
 void point_to_point(Schedule& s, const CollectiveArgs& a) {
