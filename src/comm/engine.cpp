@@ -362,8 +362,26 @@ void Engine::start(Op& op) {
     op.finished = true;
     return;
   }
-  for (uint32_t i = 0; i < n && !failure_.engine_cause(); ++i)
-    if (op.remaining[i] == 0) make_ready(op, i);
+  // Transfers first, their frames written before any local step runs: a send (on shared memory
+  // a large one goes by reference, pulled by its receiver) is under way while this rank copies
+  // its own block (gather's, scatter's, all_to_all's). Completions wait for drain().
+  ready_local_.clear();
+  for (uint32_t i = 0; i < n && !failure_.engine_cause(); ++i) {
+    if (op.remaining[i] != 0) continue;
+    const StepKind k = sch.steps[i].kind;
+    if (k == StepKind::send || k == StepKind::recv)
+      make_ready(op, i);
+    else
+      ready_local_.push_back(i);
+  }
+  if (!ready_local_.empty() && !dirty_.empty()) {
+    posted_.clear();
+    posted_.swap(dirty_);
+    for (int p : posted_)
+      if (conns_[p]) conns_[p]->progress();
+  }
+  for (uint32_t i : ready_local_)
+    if (!failure_.engine_cause()) make_ready(op, i);
 }
 
 uint8_t* Engine::resolve(Op& op, const algorithms::Slice& s) {

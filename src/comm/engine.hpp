@@ -139,7 +139,9 @@ class Engine : public transport::ConnectionListener {
   /// The runs of memory that hold `s` into `out`: one, unless `s` lies in a vectored buffer and
   /// spans several of its pieces (none for an empty slice there).
   void runs(Op& op, const algorithms::Slice& s, std::vector<iovec>& out);
-  std::vector<iovec> local_runs_[3];  // run_local's, kept to not allocate per step
+  std::vector<iovec> local_runs_[3];   // run_local's, kept to not allocate per step
+  std::vector<uint32_t> ready_local_;  // start's, likewise
+  std::vector<int> posted_;            // likewise
 
   // ConnectionListener: record, handled by drain() on this thread
   void on_send_complete(uint64_t cookie) override;
