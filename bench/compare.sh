@@ -4,7 +4,8 @@
 # markdown table (and, on request, a CSV and plots).
 #
 #   bench/compare.sh [--collective all_reduce] [--ranks 2] [--sizes 8:64M[:2]] [--rounds 3]
-#                    [--iters 20] [--warmup 5] [--check 1] [--transport tcp] [--out FILE.md]
+#                    [--iters 20] [--warmup 5] [--warmup-each 0] [--check 1] [--transport tcp]
+#                    [--out FILE.md]
 #                    [--stat best|median] [--place out|in] [--peers mpi-tcp,mpi-vader,gloo]
 #                    [--timeout 900] [--logs DIR] [--no-build] [--netns NS0,NS1,...]
 #                    [--scenario NAME] [--csv FILE.csv] [--plot PREFIX] [--img-dir docs/img]
@@ -36,6 +37,9 @@
 # which binds nothing: what SHOAL_BIND (exported to this script) makes of unbound ranks. Not
 # with --netns. --percentiles has every harness time each iteration too (-p 1: p50 and p99 over
 # the iterations, each the slowest rank's time), kept in LOGS/rows.tsv beside the loop's mean.
+# --warmup-each N has every harness run N untimed calls at each size before timing it (-W):
+# across hosts shoal learns per size bucket (its first calls of a size try the ring beside the
+# cost model's pick, docs/algorithms.md), and a table then times what it settled on.
 # --doc FILE#ID replaces what stands between <!-- compare.sh:ID --> and <!-- /compare.sh:ID -->
 # in FILE (a page of docs/) with this run's section, so that a re-run rewrites its table there;
 # a FILE without that pair of lines is an error (nothing is written).
@@ -59,7 +63,7 @@ build="${BUILD:-build}"
 [[ "$build" = /* ]] || build="$root/$build"
 
 cmdline="bench/compare.sh$(printf ' %q' "$@")"
-coll=all_reduce ranks=2 sizes=8:64M rounds=3 iters=20 warmup=5 check=1 transport="" out=""
+coll=all_reduce ranks=2 sizes=8:64M rounds=3 iters=20 warmup=5 warmup_each=0 check=1 transport="" out=""
 stat=best place=out peers="mpi-tcp,mpi-vader,gloo" timeout_s=900 logs="" build_peers=1
 netns="" scenario="" csv="" plot="" img_dir="$root/docs/img" load=0 bind="" shoal_launcher=shoal-run
 percentiles=0
@@ -74,6 +78,7 @@ while [ $# -gt 0 ]; do
     --rounds) rounds="$2"; shift 2 ;;
     --iters) iters="$2"; shift 2 ;;
     --warmup) warmup="$2"; shift 2 ;;
+    --warmup-each) warmup_each="$2"; shift 2 ;;
     --check) check="$2"; shift 2 ;;
     --transport) transport="$2"; shift 2 ;;
     --out) out="$2"; shift 2 ;;
@@ -103,6 +108,7 @@ die() { echo "compare.sh: $*" >&2; exit 2; }
 [[ "$rounds" =~ ^[1-9][0-9]*$ ]] || die "--rounds must be a positive integer"
 [[ "$iters" =~ ^[1-9][0-9]*$ ]] || die "--iters must be a positive integer"
 [[ "$warmup" =~ ^[0-9]+$ ]] || die "--warmup must be a non-negative integer"
+[[ "$warmup_each" =~ ^[0-9]+$ ]] || die "--warmup-each must be a non-negative integer"
 case "$stat" in best|median) ;; *) die "--stat takes best or median" ;; esac
 if [ -n "$doc" ]; then  # checked before the run, which may take long
   python3 "$here/doc_block.py" check compare.sh "$doc" || exit 2
@@ -116,6 +122,9 @@ IFS=: read -r min_b max_b factor <<<"$sizes"
 if [ -z "$min_b" ] || [ -z "$max_b" ]; then die "--sizes takes MIN:MAX[:FACTOR], e.g. 8:64M"; fi
 factor="${factor:-2}"
 bench_args=("$coll" -b "$min_b" -e "$max_b" -f "$factor" -n "$iters" -w "$warmup" -c "$check")
+# Every library warms up at each size too: shoal learns per size bucket across hosts (its first
+# calls of a size try the ring beside the model's pick), the peers get the same calls untimed.
+((warmup_each)) && bench_args+=(-W "$warmup_each")
 ((percentiles)) && bench_args+=(-p 1)
 all_peers="mpi-tcp,mpi-vader,mpich,mpich-tcp,gloo,torch-gloo"
 [ "$peers" = all ] && peers="$all_peers"
@@ -499,7 +508,7 @@ rev="$(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo 'no commit')"
   echo "- command: \`$cmdline\`"
   echo "- machine: $(hostname), nproc $(nproc), ${cpu:-unknown CPU}, Linux $(uname -r), load average at end $(cut -d' ' -f1-3 /proc/loadavg)"
   echo "- software: shoal $rev; ${ompi:-no Open MPI}; ${gloo:-no libgloo}$extra_sw"
-  echo "- busbw in GB/s, $([ "$place" = out ] && echo out-of-place || echo in-place), $([ "$stat" = best ] && echo "best (fastest) of $rounds interleaved rounds" || echo "median of $rounds interleaved rounds") per size; $iters iterations after $warmup warmup, check $check${transport:+; SHOAL_TRANSPORT=$transport}"
+  echo "- busbw in GB/s, $([ "$place" = out ] && echo out-of-place || echo in-place), $([ "$stat" = best ] && echo "best (fastest) of $rounds interleaved rounds" || echo "median of $rounds interleaved rounds") per size; $iters iterations after $warmup warmup$( ((warmup_each)) && echo " (and $warmup_each at each size)"), check $check${transport:+; SHOAL_TRANSPORT=$transport}"
   [ "$load" = 0 ] || echo "- under load: $load busy process(es) (busy loops, unbound) running throughout"
   [ "$shoal_launcher" = shoal-run ] || echo "- shoal-bench launched by torchrun (binds nothing), SHOAL_BIND=${SHOAL_BIND:-auto}"
   [ -z "$bind" ] || echo "- binding (--bind $bind): shoal-run $(case $bind in launcher) echo "--bind-to auto" ;; *) echo "--bind-to $bind" ;; esac), mpirun $(case $bind in launcher) echo "its default" ;; *) echo "--bind-to $bind" ;; esac)"

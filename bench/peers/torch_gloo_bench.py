@@ -49,6 +49,8 @@ USAGE = """usage: %s COLLECTIVE [options]
   -i,--stepbytes N    add N bytes each step when -f is 1, default 1M
   -n,--iters N        timed iterations per size, default 20
   -w,--warmup_iters N warmup iterations (at max and min size), default 5
+  -W,--warmup_each N  also N warmup iterations at every size before timing it (a
+                      library that learns per size is timed once it has), default 0
   -c,--check 0/1      check results (small-integer fill, exact), default 1
   -d,--datatype float only float
   -o,--op sum         only sum
@@ -79,7 +81,7 @@ def parse_int(v):
 def parse_args(argv, rank):
     prog = "torch_gloo_bench"
     o = dict(coll="all_reduce", min_bytes=32 << 20, max_bytes=32 << 20, step_bytes=1 << 20,
-             step_factor=1, iters=20, warmup=5, check=1, root=0, average=3, percentiles=0)
+             step_factor=1, iters=20, warmup=5, warmup_each=0, check=1, root=0, average=3, percentiles=0)
 
     def err(msg):
         if rank == 0:
@@ -99,13 +101,13 @@ def parse_args(argv, rank):
         return err("%s: unknown collective '%s'\n%s" % (prog, argv[1], USAGE % prog))
     o["coll"] = c
     longs = ["minbytes=", "maxbytes=", "stepbytes=", "stepfactor=", "iters=", "warmup_iters=",
-             "check=", "op=", "datatype=", "root=", "average=", "percentiles=", "help"]
+             "warmup_each=", "check=", "op=", "datatype=", "root=", "average=", "percentiles=", "help"]
     try:
-        opts, rest = getopt.gnu_getopt(argv[2:], "b:e:i:f:n:w:c:o:d:r:a:p:h", longs)
+        opts, rest = getopt.gnu_getopt(argv[2:], "b:e:i:f:n:w:W:c:o:d:r:a:p:h", longs)
     except getopt.GetoptError as e:
         return err("%s: %s\n%s" % (prog, e, USAGE % prog))
     key = {"--minbytes": "-b", "--maxbytes": "-e", "--stepbytes": "-i", "--stepfactor": "-f",
-           "--iters": "-n", "--warmup_iters": "-w", "--check": "-c", "--op": "-o",
+           "--iters": "-n", "--warmup_iters": "-w", "--warmup_each": "-W", "--check": "-c", "--op": "-o",
            "--datatype": "-d", "--root": "-r", "--average": "-a", "--percentiles": "-p",
            "--help": "-h"}
     try:
@@ -120,6 +122,7 @@ def parse_args(argv, rank):
             elif k == "-f": o["step_factor"] = parse_int(v)
             elif k == "-n": o["iters"] = parse_int(v)
             elif k == "-w": o["warmup"] = parse_int(v)
+            elif k == "-W": o["warmup_each"] = parse_int(v)
             elif k == "-c": o["check"] = parse_int(v)
             elif k == "-r": o["root"] = parse_int(v)
             elif k == "-a": o["average"] = parse_int(v)
@@ -140,9 +143,9 @@ def parse_args(argv, rank):
         return err("unexpected argument '%s'" % rest[0])
     if o["min_bytes"] > o["max_bytes"]:
         return err("invalid sizes: minbytes %d > maxbytes %d" % (o["min_bytes"], o["max_bytes"]))
-    if (o["iters"] < 1 or o["warmup"] < 0 or not 0 <= o["average"] <= 3 or
+    if (o["iters"] < 1 or o["warmup"] < 0 or o["warmup_each"] < 0 or not 0 <= o["average"] <= 3 or
             o["percentiles"] not in (0, 1) or (o["step_factor"] <= 1 and o["step_bytes"] == 0)):
-        return err("invalid -n/-w/-a/-p/-f/-i value")
+        return err("invalid -n/-w/-W/-a/-p/-f/-i value")
     return o
 
 
@@ -429,6 +432,10 @@ class Bench:
         size = o["min_bytes"]
         while size <= o["max_bytes"]:
             self.k = counts(c, size, n)
+            if o["warmup_each"] > 0:
+                for it in range(o["warmup_each"]):
+                    self.run(False, it)
+                self.dist.barrier()
             if self.rank == 0:
                 sys.stdout.write("%12d  %12d  %8s  %6s  %6i" % (
                     max(self.k[0], self.k[1]) * ELEM, self.k[2], "float", redop, root))

@@ -72,6 +72,22 @@ else
   pass
 fi
 
+# ---- warm-up at every size (-W): results still checked, a negative count refused ----
+if ! bench 2 all_gather -b 1K -e 64K -f 8 -n 2 -w 0 -W 3 -c 1; then
+  fail "-W 3: exit status $rc"
+elif ! msg=$(check_table "$D/out" "$(expected_rows 1024 65536 8 0)"); then
+  fail "-W 3: $msg"
+else
+  pass
+fi
+if bench 2 all_gather -b 1K -e 1K -W -1; then
+  fail "-W -1 was accepted"
+elif ! grep -q "invalid -n/-w/-W/-a/-p/-f/-i value" "$D/out"; then
+  fail "-W -1: no clear error: $(tail -2 "$D/out")"
+else
+  pass
+fi
+
 # ---- data types and operators ----
 # COLLECTIVE RANKS DTYPE OP TYPE-COLUMN REDOP-COLUMN
 while read -r coll n dtype op type redop; do

@@ -73,6 +73,8 @@ static void pb_usage(const char* prog, FILE* f, const PbParseExt* ext) {
           "  -i,--stepbytes N    add N bytes each step when -f is 1, default 1M\n"
           "  -n,--iters N        timed iterations per size, default 20\n"
           "  -w,--warmup_iters N warmup iterations (at max and min size), default 5\n"
+          "  -W,--warmup_each N  also N warmup iterations at every size before timing it (a\n"
+          "                      library that learns per size is timed once it has), default 0\n"
           "  -c,--check 0/1      check results (small-integer fill, exact), default 1\n"
           "%s"
           "  -r,--root N         root of broadcast/reduce, default 0\n"
@@ -94,6 +96,7 @@ int pb_parse_args_ex(int argc, char** argv, int rank, BenchOptions* o, const PbP
                                                 {"stepfactor", required_argument, 0, 'f'},
                                                 {"iters", required_argument, 0, 'n'},
                                                 {"warmup_iters", required_argument, 0, 'w'},
+                                                {"warmup_each", required_argument, 0, 'W'},
                                                 {"check", required_argument, 0, 'c'},
                                                 {"op", required_argument, 0, 'o'},
                                                 {"datatype", required_argument, 0, 'd'},
@@ -115,6 +118,7 @@ int pb_parse_args_ex(int argc, char** argv, int rank, BenchOptions* o, const PbP
   o->step_factor = 1;
   o->iters = 20;
   o->warmup = 5;
+  o->warmup_each = 0;
   o->check = 1;
   o->root = 0;
   o->average = 3;
@@ -137,7 +141,7 @@ int pb_parse_args_ex(int argc, char** argv, int rank, BenchOptions* o, const PbP
   }
   optind = 2;
   for (;;) {
-    int c = getopt_long(argc, argv, "b:e:i:f:n:w:c:o:d:r:a:p:h", longopts, NULL);
+    int c = getopt_long(argc, argv, "b:e:i:f:n:w:W:c:o:d:r:a:p:h", longopts, NULL);
     if (c == -1) break;
     double v;
     switch (c) {
@@ -164,6 +168,9 @@ int pb_parse_args_ex(int argc, char** argv, int rank, BenchOptions* o, const PbP
         break;
       case 'w':
         o->warmup = (int)strtol(optarg, NULL, 0);
+        break;
+      case 'W':
+        o->warmup_each = (int)strtol(optarg, NULL, 0);
         break;
       case 'c':
         o->check = (int)strtol(optarg, NULL, 0);
@@ -225,9 +232,9 @@ int pb_parse_args_ex(int argc, char** argv, int rank, BenchOptions* o, const PbP
       fprintf(stderr, "invalid sizes: minbytes %zu > maxbytes %zu\n", o->min_bytes, o->max_bytes);
     return -1;
   }
-  if (o->iters < 1 || o->warmup < 0 || o->average < 0 || o->average > 3 ||
+  if (o->iters < 1 || o->warmup < 0 || o->warmup_each < 0 || o->average < 0 || o->average > 3 ||
       (o->percentiles != 0 && o->percentiles != 1) || (o->step_factor <= 1 && o->step_bytes == 0)) {
-    if (rank == 0) fprintf(stderr, "invalid -n/-w/-a/-p/-f/-i value\n");
+    if (rank == 0) fprintf(stderr, "invalid -n/-w/-W/-a/-p/-f/-i value\n");
     return -1;
   }
   return 0;

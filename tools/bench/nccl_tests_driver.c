@@ -454,6 +454,11 @@ int peer_bench_main(const BenchOptions* o, const PeerOps* ops) {
   for (size_t size = o->min_bytes; size <= o->max_bytes;
        size = o->step_factor > 1 ? size * o->step_factor : size + o->step_bytes) {
     st.k = pb_counts(o->coll, size, ops->size, st.elem);
+    if (o->warmup_each > 0) {
+      if (ops->prepare) ops->prepare(ops->ctx, o->coll, st.send, st.recv, st.k.param_count, 0);
+      for (int it = 0; it < o->warmup_each; it++) pb_start(&st, 0, it);
+      ops->barrier(ops->ctx);
+    }
     if (ops->rank == 0)
       printf("%12zu  %12zu  %8s  %6s  %6i", pb_shown_bytes(&st), st.k.param_count,
              pb_type_name(ops), pb_redop_name(ops, o->coll), pb_root_shown(o));

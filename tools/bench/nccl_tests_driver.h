@@ -38,6 +38,7 @@ typedef struct {
   Coll coll;
   size_t min_bytes, max_bytes, step_bytes, step_factor;
   int iters, warmup, check, root, average; /* average: 0=rank0 1=avg 2=min 3=max over ranks */
+  int warmup_each;      /* -W: warmup iterations at every size, before it is timed */
   int percentiles;      /* -p 1: also each iteration timed, p50 and p99 over them (see pb_laps) */
   const char* datatype; /* -d as given (default "float"); the harness interprets it */
   const char* op;       /* -o as given (default "sum") */
