@@ -1,6 +1,7 @@
 // shoal-info: what this build has (settings, algorithms) and, with --check under a launcher,
 // whether the ranks of a job can rendezvous and reduce together.
 #include <CLI/CLI.hpp>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <sstream>
@@ -13,10 +14,12 @@
 #include "comm/plan.hpp"
 #include "comm/request.hpp"
 #include "comm/topology.hpp"
+#include "core/check.hpp"
 #include "core/config.hpp"
 #include "shoal/shoal.hpp"
 #include "store/bootstrap.hpp"
 #include "tune/dispatcher.hpp"
+#include "tune/learned_file.hpp"
 
 using namespace shoal;
 
@@ -174,6 +177,26 @@ static int check() {
   return bad == 0 ? 0 : 1;
 }
 
+// What SHOAL_TUNE_SAVE's file holds: one line per settled bucket, with what exploring it cost.
+static void print_learned(const std::string& path) {
+  const auto buckets = tune::read_learned_file(path);
+  SHOAL_CHECK(!buckets.empty(), InvalidArgument,
+              "learned file '" << path << "' does not exist or holds no bucket");
+  std::printf(
+      "# learned on the job (%s): the faster of the cost model's pick and the ring, "
+      "each one's fastest explored call (the slowest rank's)\n",
+      path.c_str());
+  std::printf("%-15s %5s %4s %-4s %11s %-20s %-20s %10s %10s %12s\n", "collective", "world", "rph",
+              "tr", "bytes from", "pick", "winner", "pick ms", "ring ms", "explored ms");
+  for (const auto& b : buckets)
+    std::printf("%-15s %5d %4d %-4s %11llu %-20s %-20s %10.2f %10.2f %12.2f\n",
+                std::string(algorithms::to_string(b.collective)).c_str(), b.world, b.ranks_per_host,
+                std::string(tune::to_string(b.transport)).c_str(),
+                static_cast<unsigned long long>(uint64_t{1} << b.log2_bytes),
+                std::string(b.pick->name).c_str(), std::string(b.winner->name).c_str(),
+                b.pick_s * 1e3, b.alternative_s * 1e3, b.exploration_s * 1e3);
+}
+
 int main(int argc, char** argv) {
   CLI::App app{"shoal-info: settings, algorithms, and a rendezvous check under any launcher"};
   bool do_check = false, algos = false, settings = false;
@@ -182,6 +205,9 @@ int main(int argc, char** argv) {
                "all_reduce, print one line per rank");
   app.add_flag("--algorithms", algos, "list the algorithms");
   app.add_flag("--settings", settings, "list the SHOAL_* settings");
+  std::string learned;
+  app.add_option("--learned", learned,
+                 "print what a job learned (the file of SHOAL_TUNE_SAVE) and exit");
   std::string sizes = "8,1K,64K,1M,16M,256M", transport = "shm";
   tune::Context ctx;
   ctx.world = 8;
@@ -208,6 +234,10 @@ int main(int argc, char** argv) {
   ctx.transport = transport == "shm" ? tune::Transport::shm : tune::Transport::tcp;
   try {
     if (do_check) return check();
+    if (!learned.empty()) {
+      print_learned(learned);
+      return 0;
+    }
     std::printf("shoal %s: collectives for distributed deep learning\n", "0.1.0");
     std::printf(
         "transports: shm (rings, CMA single copy, flat collectives: shared slots, or direct by "

@@ -78,6 +78,7 @@ CommImpl::CommImpl(std::shared_ptr<Store> st, int r, int n, const Options& optio
   });
   // Learning settles a bucket with the slowest rank's times of its explored calls: each
   // completes after recording its time, and collectives complete in issue order.
+  planner->set_saves_learned(rank == 0);
   planner->set_agree([this](const std::function<std::vector<double>()>& mine) {
     if (last_explored_.valid()) last_explored_.wait();
     std::vector<double> times = mine();

@@ -30,6 +30,27 @@ const char* to_string(Path path) {
 Planner::Planner(Layout layout, std::function<tune::Dispatcher()> make_dispatcher)
     : layout_(layout), make_dispatcher_(std::move(make_dispatcher)) {}
 
+Planner::~Planner() {
+  if (!saves_learned_ || save_path_.empty() || !dispatcher_ || !learner_) return;
+  const tune::Context& c = dispatcher_->context();
+  std::vector<tune::LearnedBucket> mine;
+  for (const auto& l : learner_->learned()) {
+    if (!l.winner || l.from_file) continue;
+    tune::LearnedBucket b{l.key.first,  c.world, c.ranks_per_host, c.transport,
+                          l.key.second, l.pick,  l.alternative,    l.winner};
+    b.pick_s = std::min(l.agreed[0], l.agreed[2]);
+    b.alternative_s = std::min(l.agreed[1], l.agreed[3]);
+    b.exploration_s = l.exploration_s;
+    mine.push_back(b);
+  }
+  if (mine.empty()) return;
+  try {
+    tune::save_learned_file(save_path_, mine);
+  } catch (const std::exception& e) {
+    SHOAL_WARN("SHOAL_TUNE_SAVE: what this communicator learned is not saved: " << e.what());
+  }
+}
+
 const tune::Dispatcher& Planner::dispatcher() {
   if (!dispatcher_) dispatcher_.emplace(make_dispatcher_());
   return *dispatcher_;
@@ -154,23 +175,55 @@ const AlgorithmInfo* Planner::learned_row(const Request& r, const algorithms::Co
                 "SHOAL_TUNE_LEARN='" << mode << "' is not on or off");
     learn_min_bytes_ =
         mode == "on" ? std::max<uint64_t>(config::get_bytes("SHOAL_TUNE_LEARN_MIN_BYTES"), 1) : 0;
+    save_path_ = mode == "on" ? config::get("SHOAL_TUNE_SAVE") : "";
+    if (!save_path_.empty()) {
+      try {
+        earlier_ = tune::read_learned_file(save_path_);
+      } catch (const Error& e) {
+        // This rank explores as if the file were empty (every rank does: they agree per
+        // bucket), and the file is left as it is.
+        SHOAL_WARN("SHOAL_TUNE_SAVE: " << e.what());
+      }
+    }
   }
   const uint64_t bytes = algorithms::model_bytes(a);
   if (*learn_min_bytes_ == 0 || bytes < *learn_min_bytes_) return choice.algorithm;
   const AlgorithmInfo* ring = algorithms::find_algorithm(a.collective, "ring");
   if (!ring || ring == choice.algorithm) return choice.algorithm;
   const auto key = tune::Learner::key_of(a.collective, bytes);
+  if (!save_path_.empty() && learner_->fresh(key)) settle_from_file(key, choice.algorithm, ring);
   tune::Learner::Turn turn = learner_->next(key, choice.algorithm, ring);
   if (turn.decide) {
     turn.row = learner_->decide(key, agree_([&] { return learner_->samples(key); }));
+    double explored_s = 0;
+    for (const auto& l : learner_->learned())
+      if (l.key == key) explored_s = l.exploration_s;
     SHOAL_INFO("learned " << algorithms::to_string(a.collective) << " from " << bytes
-                          << " bytes: " << turn.row->name);
+                          << " bytes: " << turn.row->name << " (exploring cost " << explored_s * 1e3
+                          << " ms beyond it)");
   }
   if (turn.sample >= 0)
     plan.timed = [learner = learner_, key, sample = turn.sample](double seconds) {
       learner->record(key, sample, seconds);
     };
   return turn.row;
+}
+
+void Planner::settle_from_file(const tune::Learner::Key& key, const AlgorithmInfo* pick,
+                               const AlgorithmInfo* ring) {
+  const tune::Context& c = dispatcher().context();
+  const tune::LearnedBucket here{key.first, c.world, c.ranks_per_host, c.transport, key.second};
+  double mine = 0;  // 1 + the winner's registry index, 0 for none
+  for (const auto& b : earlier_)
+    if (tune::same_bucket(b, here) && b.pick == pick && b.alternative == ring)
+      mine = 1.0 + static_cast<double>(b.winner - algorithms::registry().data());
+  // max(mine) == min(mine): every rank read the same winner.
+  const std::vector<double> agreed = agree_([&] { return std::vector<double>{mine, -mine}; });
+  if (agreed[0] < 1 || agreed[0] != -agreed[1]) return;
+  const AlgorithmInfo* winner = &algorithms::registry()[static_cast<size_t>(agreed[0]) - 1];
+  learner_->settle(key, pick, ring, winner);
+  SHOAL_INFO("learned " << algorithms::to_string(key.first) << " bucket 2^" << key.second
+                        << " from SHOAL_TUNE_SAVE's file: " << winner->name);
 }
 
 }  // namespace shoal::comm

@@ -19,12 +19,14 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "algorithms/schedule.hpp"
 #include "comm/flat_memory.hpp"
 #include "comm/request.hpp"
 #include "tune/dispatcher.hpp"
+#include "tune/learned_file.hpp"
 #include "tune/learner.hpp"
 
 namespace shoal::comm {
@@ -63,6 +65,9 @@ class Planner {
   /// `make_dispatcher` builds the dispatcher at the first call that plans (after the
   /// communicator's calibration, whose constants it reads).
   Planner(Layout layout, std::function<tune::Dispatcher()> make_dispatcher);
+  /// Rank 0's planner merges what it learned into SHOAL_TUNE_SAVE's file (a failure is a
+  /// warning: nothing is lost but this job's buckets).
+  ~Planner();
 
   /// The path of `request`, whose arguments `checked` holds (with in_place set).
   Plan plan(const Request& request, const algorithms::CollectiveArgs& checked);
@@ -84,6 +89,8 @@ class Planner {
   using Agree =
       std::function<std::vector<double>(const std::function<std::vector<double>()>& mine)>;
   void set_agree(Agree agree) { agree_ = std::move(agree); }
+  /// This planner writes SHOAL_TUNE_SAVE's file when it goes (rank 0's of each communicator).
+  void set_saves_learned(bool saves) { saves_learned_ = saves; }
   /// What learning has seen and settled so far.
   const tune::Learner& learner() const { return *learner_; }
   /// Calls planned onto `path` so far (tests read back the path a call took).
@@ -117,6 +124,13 @@ class Planner {
   // is gone (it finishes pending work when it stops).
   std::shared_ptr<tune::Learner> learner_ = std::make_shared<tune::Learner>();
   std::optional<uint64_t> learn_min_bytes_;  // SHOAL_TUNE_LEARN_MIN_BYTES; 0 when off
+  /// A fresh bucket that an earlier job settled (every rank's file saying the same) starts
+  /// from its winner; every rank agrees on it with one all_reduce.
+  void settle_from_file(const tune::Learner::Key& key, const algorithms::AlgorithmInfo* pick,
+                        const algorithms::AlgorithmInfo* ring);
+  std::string save_path_;                     // SHOAL_TUNE_SAVE, read with learn_min_bytes_
+  std::vector<tune::LearnedBucket> earlier_;  // what its file held then
+  bool saves_learned_ = false;
 };
 
 }  // namespace shoal::comm

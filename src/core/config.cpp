@@ -101,6 +101,10 @@ const std::vector<Setting>& settings() {
        "all ranks", Agreement::value},
       {"SHOAL_TUNE_LEARN_MIN_BYTES", "bytes", "256K",
        "the smallest call SHOAL_TUNE_LEARN explores. Equal on all ranks", Agreement::value},
+      {"SHOAL_TUNE_SAVE", "string", "",
+       "a file of what SHOAL_TUNE_LEARN settled, kept across jobs: read when a communicator first "
+       "learns (a bucket every rank's file settles alike is not explored again) and merged into by "
+       "rank 0 of each communicator when it goes. Equal on all ranks", Agreement::value},
       {"SHOAL_TUNE_ALPHA", "string", "",
        "cost model: seconds per message (replaces the calibrated or default value: shm 5e-6, tcp 3e-5). "
        "Equal on all ranks", Agreement::value},

@@ -16,7 +16,7 @@ Learner::Turn Learner::next(const Key& key, const algorithms::AlgorithmInfo* pic
                             const algorithms::AlgorithmInfo* alternative) {
   std::lock_guard<std::mutex> lock(mutex_);
   Bucket& b = buckets_[key];
-  if (b.calls == 0) b.state = {key, pick, alternative, nullptr, {}};
+  if (b.calls == 0 && !b.state.winner) b.state = {key, pick, alternative, nullptr, {}};
   const int call = b.calls++;
   if (b.state.winner) return {b.state.winner, -1, false};
   if (call < kExplored)
@@ -52,8 +52,25 @@ const algorithms::AlgorithmInfo* Learner::decide(const Key& key,
     best[static_cast<size_t>(i % kCandidates)] =
         std::min(best[static_cast<size_t>(i % kCandidates)], agreed[static_cast<size_t>(i)]);
   }
-  s.winner = best[1] < best[0] ? s.alternative : s.pick;
+  const size_t won = best[1] < best[0] ? 1 : 0;
+  s.winner = won ? s.alternative : s.pick;
+  s.exploration_s = 0;
+  for (double t : s.agreed) s.exploration_s += t - best[won];
   return s.winner;
+}
+
+bool Learner::fresh(const Key& key) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return !buckets_.contains(key);
+}
+
+void Learner::settle(const Key& key, const algorithms::AlgorithmInfo* pick,
+                     const algorithms::AlgorithmInfo* alternative,
+                     const algorithms::AlgorithmInfo* winner) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  Bucket& b = buckets_[key];
+  b.state = {key, pick, alternative, winner, {}};
+  b.state.from_file = true;
 }
 
 std::vector<Learner::Learned> Learner::learned() const {

@@ -51,6 +51,13 @@ class Learner {
   /// Settles `key` from the explored calls' times, the same on every rank (each the slowest
   /// rank's): the candidate whose fastest call was fastest; a tie keeps the pick. Returns it.
   const algorithms::AlgorithmInfo* decide(const Key& key, const std::vector<double>& agreed);
+  /// Whether no call of `key`'s bucket was planned yet.
+  bool fresh(const Key& key) const;
+  /// Settles a fresh bucket without exploring: what an earlier job learned (SHOAL_TUNE_SAVE),
+  /// which every rank read alike.
+  void settle(const Key& key, const algorithms::AlgorithmInfo* pick,
+              const algorithms::AlgorithmInfo* alternative,
+              const algorithms::AlgorithmInfo* winner);
 
   /// What a bucket learned, for logs and shoal-info.
   struct Learned {
@@ -59,6 +66,8 @@ class Learner {
     const algorithms::AlgorithmInfo* alternative = nullptr;  // the ring
     const algorithms::AlgorithmInfo* winner = nullptr;       // null until decided
     std::array<double, kExplored> agreed{};                  // the slowest rank's times
+    double exploration_s = 0;  // the explored calls' time beyond the winner's fastest
+    bool from_file = false;    // settled from an earlier job's file, not explored here
   };
   std::vector<Learned> learned() const;
 

@@ -27,6 +27,7 @@
 #include "support/temp_file.hpp"
 #include "support/values.hpp"
 #include "tune/dispatcher.hpp"
+#include "tune/learned_file.hpp"
 
 namespace shoal::testing {
 namespace {
@@ -541,6 +542,72 @@ TEST(Learning, AThousandCallsAgreeAndMatchReference) {
     EXPECT_EQ(lowest, highest);
   });
   EXPECT_EQ(err, "");
+}
+
+// SHOAL_TUNE_SAVE: a job learns a bucket and rank 0 writes it when the communicator goes; the
+// next job, every rank reading the same file, runs the winner from its first call (after one
+// agreement); a file only some ranks read settles nothing, and that job explores again.
+TEST(Learning, WhatAJobLearnedIsSavedAndTheNextStartsFromIt) {
+  char dir[] = "/tmp/shoal-save-XXXXXX";
+  ASSERT_NE(mkdtemp(dir), nullptr);
+  const std::string path = std::string(dir) + "/learned.json";
+  ScopedEnv on("SHOAL_DISPATCH", "on"), learn("SHOAL_TUNE_LEARN", "on"),
+      alpha("SHOAL_TUNE_ALPHA", "1e-3"), min("SHOAL_TUNE_LEARN_MIN_BYTES", "64K"),
+      flat_hierarchy("SHOAL_HIERARCHICAL", "off"), save("SHOAL_TUNE_SAVE", path);
+  const uint64_t count = 40000;
+  std::string winner;
+  std::string err = run_on_hosts({0, 1, 2, 3}, [&](Communicator& c) {
+    for (int i = 0; i < 6; ++i) checked_call(c, Collective::all_reduce, count);
+    for (const auto& l : shoal::detail::Internals::of(c).planner->learner().learned())
+      if (l.winner && c.rank() == 0) winner = l.winner->name;
+  });
+  ASSERT_EQ(err, "");
+  ASSERT_FALSE(winner.empty());
+  const auto saved = tune::read_learned_file(path);
+  ASSERT_EQ(saved.size(), 1u);
+  EXPECT_EQ(saved[0].collective, Collective::all_reduce);
+  EXPECT_EQ(saved[0].world, 4);
+  EXPECT_EQ(saved[0].transport, tune::Transport::tcp);
+  EXPECT_EQ(saved[0].log2_bytes, tune::Learner::key_of(Collective::all_reduce, count * 4).second);
+  EXPECT_EQ(std::string(saved[0].winner->name), winner);
+  EXPECT_GT(saved[0].pick_s, 0);
+  EXPECT_GT(saved[0].alternative_s, 0);
+
+  // The next job: the first call runs the winner (beside the agreement's ring all_reduce).
+  err = run_on_hosts({0, 1, 2, 3}, [&](Communicator& c) {
+    const std::string first = checked_call(c, Collective::all_reduce, count);
+    EXPECT_NE(first.find("all_reduce:" + winner), std::string::npos) << first;
+    for (int i = 0; i < 4; ++i)
+      EXPECT_EQ(checked_call(c, Collective::all_reduce, count), "all_reduce:" + winner);
+    const auto learned = shoal::detail::Internals::of(c).planner->learner().learned();
+    ASSERT_EQ(learned.size(), 1u);
+    EXPECT_TRUE(learned[0].from_file);
+  });
+  EXPECT_EQ(err, "");
+
+  // A file whose entry another model pick made (the links or the calibration changed since)
+  // settles nothing: the job explores again.
+  auto stale = saved;
+  stale[0].pick = algorithms::find_algorithm(
+      Collective::all_reduce,
+      saved[0].pick->name == "recursive_doubling" ? "rabenseifner" : "recursive_doubling");
+  stale[0].winner = stale[0].pick;
+  std::ofstream(path) << tune::learned_to_json(stale);
+  err = run_on_hosts({0, 1, 2, 3}, [&](Communicator& c) {
+    const auto* pick = shoal::detail::Internals::of(c)
+                           .planner->dispatcher()
+                           .choose(Collective::all_reduce, count * 4)
+                           .algorithm;
+    ASSERT_NE(pick, stale[0].pick);
+    EXPECT_NE(checked_call(c, Collective::all_reduce, count)
+                  .find("all_reduce:" + std::string(pick->name)),
+              std::string::npos);
+    EXPECT_EQ(checked_call(c, Collective::all_reduce, count), "all_reduce:ring");
+  });
+  EXPECT_EQ(err, "");
+  std::remove(path.c_str());
+  std::remove((path + ".lock").c_str());
+  rmdir(dir);
 }
 
 // Off: the model's pick on every call; a bad value is refused by name.

@@ -2,7 +2,8 @@
 # shoal-info --algorithms: the rows and the planner's two paths (flat, hierarchical) listed
 # together, and per collective and size what a call takes — the planner itself on the layout
 # given (comm/plan.hpp) — under SHOAL_HIERARCHICAL and SHOAL_ALGO; a path named for a
-# collective it does not serve is refused with the choices.
+# collective it does not serve is refused with the choices; --learned prints SHOAL_TUNE_SAVE's
+# file, and a missing or malformed one is an error by name.
 # Usage: bash test_shoal_info.sh BIN_DIR     (ctest passes the build's bin directory)
 source "$(dirname "$0")/tool_test.sh" test_shoal_info "${1:-}" shoal-info
 INFO=$BIN/shoal-info
@@ -56,5 +57,27 @@ elif grep -q "broadcast has no 'hierarchical' path (flat: all_reduce all_gather 
   pass
 else
   fail "broadcast:hierarchical names the choices"
+fi
+# 6. --learned: one line per bucket, the winner and what exploring cost; errors by name.
+cat >"$D/learned.json" <<'EOF'
+{"format": "shoal-learned 1", "buckets": [
+ {"collective": "all_reduce", "world": 4, "ranks_per_host": 1, "transport": "tcp", "log2_bytes": 26,
+  "pick": "rabenseifner", "alternative": "ring", "winner": "ring", "pick_us": 9030000.0,
+  "alternative_us": 4490000.0, "exploration_us": 9600000.0}]}
+EOF
+if "$INFO" --learned "$D/learned.json" >"$D/out" 2>&1 &&
+  grep -qE "^all_reduce +4 +1 tcp +67108864 rabenseifner +ring +9030.00 +4490.00 +9600.00$" "$D/out"; then
+  pass
+else
+  fail "--learned prints the bucket: $(tail -1 "$D/out")"
+fi
+echo '{"format": "shoal-learned 1", "buckets": [{"collective": "all_reduce"}]}' >"$D/bad.json"
+if "$INFO" --learned "$D/bad.json" >"$D/out" 2>&1; then
+  fail "--learned accepted a malformed file"
+elif grep -qF "learned file '$D/bad.json': buckets[0]: missing field 'world'" "$D/out" &&
+  ! "$INFO" --learned "$D/none.json" >/dev/null 2>&1; then
+  pass
+else
+  fail "--learned names the problem: $(cat "$D/out")"
 fi
 summary

@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <functional>
+#include <iterator>
 #include <memory>
 #include <optional>
 #include <set>
@@ -19,6 +20,7 @@
 #include "support/temp_file.hpp"
 #include "tune/calibration.hpp"
 #include "tune/dispatcher.hpp"
+#include "tune/learned_file.hpp"
 #include "tune/learner.hpp"
 
 namespace shoal {
@@ -1174,6 +1176,86 @@ TEST(Learner, ExploresInTurnThenKeepsTheFasterByTheAgreedTimes) {
   ASSERT_EQ(learned.size(), 3u);
   for (const auto& b : learned) EXPECT_TRUE(b.winner);
   EXPECT_THROW(l.decide(key, {1.0}), InternalError);
+  // What exploring cost: each explored call's time beyond the winner's fastest.
+  for (const auto& b : learned) {
+    if (b.key != key) continue;
+    EXPECT_NEAR(b.exploration_s, (9.1 - 4.7) + 0 + (9.4 - 4.7) + (4.8 - 4.7), 1e-9);
+  }
+  // A bucket an earlier job settled starts from its winner.
+  const auto saved = tune::Learner::key_of(Collective::all_gather, 64 << 20);
+  EXPECT_TRUE(l.fresh(saved));
+  l.settle(saved, pick, ring, ring);
+  EXPECT_FALSE(l.fresh(saved));
+  const auto first = l.next(saved, pick, ring);
+  EXPECT_EQ(first.row, ring);
+  EXPECT_EQ(first.sample, -1);
+  EXPECT_FALSE(first.decide);
+}
+
+// SHOAL_TUNE_SAVE's file: a round trip, a merge that replaces a bucket's entry and keeps the
+// others, a missing file read as empty, and what is malformed named with where it is.
+TEST(LearnedFile, RoundTripMergeAndErrors) {
+  using tune::LearnedBucket;
+  const auto* ring = algorithms::find_algorithm(Collective::all_reduce, "ring");
+  const auto* raben = algorithms::find_algorithm(Collective::all_reduce, "rabenseifner");
+  const auto* ag_ring = algorithms::find_algorithm(Collective::all_gather, "ring");
+  const auto* ag_rd = algorithms::find_algorithm(Collective::all_gather, "recursive_doubling");
+  ASSERT_TRUE(ring && raben && ag_ring && ag_rd);
+  LearnedBucket a{Collective::all_reduce, 4, 1, tune::Transport::tcp, 26, raben, ring, ring};
+  a.pick_s = 9.0, a.alternative_s = 4.5, a.exploration_s = 9.3;
+  LearnedBucket b{Collective::all_gather, 4, 1, tune::Transport::tcp, 23, ag_rd, ag_ring, ag_rd};
+  b.pick_s = 0.5, b.alternative_s = 0.6, b.exploration_s = 0.1;
+  const auto back = tune::parse_learned_file(tune::learned_to_json({a, b}), "x");
+  ASSERT_EQ(back.size(), 2u);
+  EXPECT_TRUE(tune::same_bucket(back[0], a));
+  EXPECT_EQ(back[0].winner, ring);
+  EXPECT_EQ(back[1].winner, ag_rd);
+  EXPECT_NEAR(back[0].pick_s, 9.0, 1e-9);
+  EXPECT_NEAR(back[1].exploration_s, 0.1, 1e-9);
+
+  char dir[] = "/tmp/shoal-learned-XXXXXX";
+  ASSERT_NE(mkdtemp(dir), nullptr);
+  const std::string path = std::string(dir) + "/learned.json";
+  EXPECT_TRUE(tune::read_learned_file(path).empty());  // none yet
+  tune::save_learned_file(path, {a});
+  LearnedBucket a2 = a;
+  a2.winner = raben;  // the network changed: the same bucket learned again
+  tune::save_learned_file(path, {b, a2});
+  const auto merged = tune::read_learned_file(path);
+  ASSERT_EQ(merged.size(), 2u);
+  EXPECT_EQ(merged[0].winner, raben);
+  EXPECT_TRUE(tune::same_bucket(merged[1], b));
+
+  auto fails = [](const std::string& text, const std::string& part) {
+    try {
+      tune::parse_learned_file(text, "bad.json");
+      ADD_FAILURE() << "accepted: " << text;
+    } catch (const InvalidArgumentError& e) {
+      EXPECT_NE(std::string(e.what()).find(part), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("bad.json"), std::string::npos) << e.what();
+    }
+  };
+  const std::string good = tune::learned_to_json({a});
+  auto with = [&](const std::string& from, const std::string& to) {
+    std::string t = good;
+    t.replace(t.find(from), from.size(), to);
+    return t;
+  };
+  fails("{", "not JSON");
+  fails(with("shoal-learned 1", "shoal-learned 9"), "format");
+  fails(with("\"winner\": \"ring\"", "\"winner\": \"bruck\""), "buckets[0].winner");
+  fails(with("\"winner\": \"ring\"", "\"winner\": \"recursive_doubling\""), "neither");
+  fails(with("\"transport\": \"tcp\"", "\"transport\": \"udp\""), "buckets[0].transport");
+  fails(with("\"collective\": \"all_reduce\"", "\"collective\": \"gather\""), "collective");
+  fails(tune::learned_to_json({a, a}), "same bucket");
+  // A file that cannot be parsed is left as it is.
+  std::ofstream(path) << "{";
+  EXPECT_THROW(tune::save_learned_file(path, {a}), InvalidArgumentError);
+  std::ifstream kept(path);
+  EXPECT_EQ(std::string(std::istreambuf_iterator<char>(kept), {}), "{");
+  std::remove(path.c_str());
+  std::remove((path + ".lock").c_str());
+  rmdir(dir);
 }
 
 }  // namespace
