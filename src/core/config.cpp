@@ -145,8 +145,8 @@ const std::vector<Setting>& settings() {
       {"SHOAL_SOCKET_STREAMS", "int or auto", "auto",
        "TCP connections per NIC (rail) to a peer on another host, the frames striped across them; "
        "decided by the connecting rank. auto: 1 where the round trip its handshake measured is under "
-       "2 ms, else one per 25 ms of it, 2 to 8 (one window- or loss-bound stream fills little of a "
-       "long path)"},
+       "2 ms, else 2 under BBR (SHOAL_TCP_CC or the kernel's default), else one per 25 ms of it, 2 "
+       "to 8 (one window- or loss-bound stream fills little of a long path)"},
       {"SHOAL_TCP_CC", "string", "",
        "congestion control of data connections (cubic, bbr, ...: net.ipv4.tcp_available_congestion_control; "
        "empty: the kernel's default)"},

@@ -111,9 +111,18 @@ TEST(DataSocket, MeasuresTheRoundTripOfItsHandshake) {
   const auto rtt = shoal::transport::tcp::measured_rtt(l.client);
   EXPECT_GT(rtt.count(), 0);  // the kernel holds a sample from the SYN's round trip
   EXPECT_LT(rtt, shoal::transport::tcp::kLanRtt);
+  // The stream count reads the congestion control data connections will run: the socket's own
+  // (the kernel's default), or SHOAL_TCP_CC's.
+  {
+    ScopedEnv unset("SHOAL_TCP_CC", std::nullopt);
+    EXPECT_EQ(shoal::transport::tcp::data_congestion_control(l.client), congestion_control(l.client));
+  }
+  ScopedEnv set("SHOAL_TCP_CC", "cubic");
+  EXPECT_EQ(shoal::transport::tcp::data_congestion_control(l.client), "cubic");
 }
 
-// auto: one connection on a LAN, then one per 25 ms of round trip (rounded up), 2 to 8.
+// auto: one connection on a LAN, then under BBR two, else one per 25 ms of round trip (rounded
+// up), 2 to 8.
 TEST(DataSocket, StreamsFollowTheRoundTrip) {
   using shoal::transport::tcp::streams_for;
   ScopedEnv unset("SHOAL_SOCKET_STREAMS", std::nullopt);
@@ -122,8 +131,14 @@ TEST(DataSocket, StreamsFollowTheRoundTrip) {
                                                 {milliseconds(50), 2},  {milliseconds(51), 3},
                                                 {milliseconds(80), 4},  {milliseconds(140), 6},
                                                 {milliseconds(200), 8}, {milliseconds(500), 8}};
-  for (const auto& [rtt, want] : cases) EXPECT_EQ(streams_for(rtt), want) << rtt.count() << " us";
+  for (const auto& [rtt, want] : cases) {
+    EXPECT_EQ(streams_for(rtt), want) << rtt.count() << " us";
+    EXPECT_EQ(streams_for(rtt, "cubic"), want) << rtt.count() << " us, cubic";
+    // BBR: one stream is not loss- or window-bound; two on any long path.
+    EXPECT_EQ(streams_for(rtt, "bbr"), rtt < milliseconds(2) ? 1 : 2) << rtt.count() << " us, bbr";
+  }
   ScopedEnv set("SHOAL_SOCKET_STREAMS", "3");
+  EXPECT_EQ(streams_for(milliseconds(200), "bbr"), 3);
   EXPECT_EQ(streams_for(microseconds(0)), 3);
   EXPECT_EQ(streams_for(milliseconds(200)), 3);
 }

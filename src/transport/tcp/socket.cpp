@@ -187,13 +187,26 @@ std::chrono::microseconds measured_rtt(int fd) {
   return std::chrono::microseconds(info ? info->tcpi_rtt : 0);
 }
 
-int streams_for(std::chrono::microseconds rtt) {
+std::string data_congestion_control(int fd) {
+  const std::string set = config::get("SHOAL_TCP_CC");
+  if (!set.empty()) return set;
+  char name[32] = {};
+  socklen_t len = sizeof name;
+  if (getsockopt(fd, IPPROTO_TCP, TCP_CONGESTION, name, &len) != 0) return "";
+  return std::string(name, strnlen(name, std::min<size_t>(len, sizeof name)));
+}
+
+int streams_for(std::chrono::microseconds rtt, std::string_view congestion_control) {
   if (const auto set = config::get_int_or_auto("SHOAL_SOCKET_STREAMS")) {
     SHOAL_CHECK(*set >= 1 && *set <= 16, InvalidArgument,
                 "SHOAL_SOCKET_STREAMS=" << *set << ": use 1 to 16 connections per rail, or auto");
     return static_cast<int>(*set);
   }
   if (rtt < kLanRtt) return 1;
+  // BBR paces at the rate it measures: loss and the round trip do not bound one stream, while a
+  // frame striped over more waits for each one's ramp (docs/cluster.md: 2 beat 4 and 8 at 80
+  // and 200 ms). Two, so that one recovering a loss does not stall the pair.
+  if (congestion_control.starts_with("bbr")) return 2;
   // A loss- or window-bound stream's goodput falls as 1/RTT: more of them keep a long path full.
   const auto per_25ms = (rtt.count() + 24999) / 25000;
   return static_cast<int>(std::clamp<int64_t>(per_25ms, 2, 8));

@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace shoal::transport::tcp {
@@ -54,9 +55,14 @@ inline constexpr std::chrono::microseconds kLanRtt{2000};
 /// after the handshake: its SYN's round trip); zero when unknown.
 std::chrono::microseconds measured_rtt(int fd);
 
+/// The congestion control `fd`'s data connections run: SHOAL_TCP_CC, else the socket's own
+/// (the kernel's default); empty when unknown.
+std::string data_congestion_control(int fd);
+
 /// Connections per rail to a peer whose round trip is `rtt` (SHOAL_SOCKET_STREAMS): the
-/// setting, or with auto 1 under kLanRtt, else one per 25 ms, 2 to 8.
-int streams_for(std::chrono::microseconds rtt);
+/// setting, or with auto 1 under kLanRtt, else 2 under BBR (`congestion_control` bbr*), else
+/// one per 25 ms, 2 to 8.
+int streams_for(std::chrono::microseconds rtt, std::string_view congestion_control = "");
 
 /// SO_SNDBUF/SO_RCVBUF for a connection whose round trip is `rtt` (SHOAL_SOCKET_BUFFER): the
 /// setting, or with auto 4 MiB under kLanRtt, else 0: the kernel's autotuning, which a fixed
