@@ -44,8 +44,8 @@ int int_field(const json& obj, const char* name, int lowest, std::string_view so
               const std::string& where) {
   const json& v = field(obj, name, source, where);
   LEARNED_CHECK(v.is_number_integer() && v.get<int64_t>() >= lowest && v.get<int64_t>() <= 1 << 24,
-                where + "." + name, "must be an integer of at least " << lowest << ", got "
-                                                                       << v.dump());
+                where + "." + name,
+                "must be an integer of at least " << lowest << ", got " << v.dump());
   return static_cast<int>(v.get<int64_t>());
 }
 
@@ -156,16 +156,16 @@ std::vector<LearnedBucket> read_learned_file(const std::string& path) {
 void save_learned_file(const std::string& path, const std::vector<LearnedBucket>& mine) {
   const std::string lock_path = path + ".lock";
   const int lock = ::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-  SHOAL_CHECK(lock >= 0, InvalidArgument,
-              "learned file '" << path << "': cannot open " << lock_path << ": "
-                               << std::strerror(errno));
+  SHOAL_CHECK(
+      lock >= 0, InvalidArgument,
+      "learned file '" << path << "': cannot open " << lock_path << ": " << std::strerror(errno));
   struct Unlock {
     int fd;
     ~Unlock() { ::close(fd); }  // closing drops the lock
   } unlock{lock};
-  SHOAL_CHECK(::flock(lock, LOCK_EX) == 0, InvalidArgument,
-              "learned file '" << path << "': cannot lock " << lock_path << ": "
-                               << std::strerror(errno));
+  SHOAL_CHECK(
+      ::flock(lock, LOCK_EX) == 0, InvalidArgument,
+      "learned file '" << path << "': cannot lock " << lock_path << ": " << std::strerror(errno));
   std::vector<LearnedBucket> all = read_learned_file(path);
   for (const auto& b : mine) {
     bool replaced = false;
@@ -177,12 +177,11 @@ void save_learned_file(const std::string& path, const std::vector<LearnedBucket>
   {
     std::ofstream out(tmp, std::ios::trunc);
     out << learned_to_json(all);
-    SHOAL_CHECK(out.good(), InvalidArgument,
-                "learned file '" << path << "': cannot write " << tmp);
+    SHOAL_CHECK(out.good(), InvalidArgument, "learned file '" << path << "': cannot write " << tmp);
   }
   SHOAL_CHECK(std::rename(tmp.c_str(), path.c_str()) == 0, InvalidArgument,
-              "learned file '" << path << "': cannot rename " << tmp << " over it: "
-                               << std::strerror(errno));
+              "learned file '" << path << "': cannot rename " << tmp
+                               << " over it: " << std::strerror(errno));
 }
 
 }  // namespace shoal::tune

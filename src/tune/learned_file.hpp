@@ -28,8 +28,8 @@ struct LearnedBucket {
   const algorithms::AlgorithmInfo* pick = nullptr;         // the cost model's
   const algorithms::AlgorithmInfo* alternative = nullptr;  // the ring
   const algorithms::AlgorithmInfo* winner = nullptr;       // pick or alternative
-  double pick_s = 0, alternative_s = 0;  // each candidate's fastest explored call
-  double exploration_s = 0;              // the explored calls' time beyond the winner's
+  double pick_s = 0, alternative_s = 0;                    // each candidate's fastest explored call
+  double exploration_s = 0;  // the explored calls' time beyond the winner's
 };
 
 /// Whether two buckets are the same entry of a file (the shape, the collective, the bucket).

@@ -115,7 +115,8 @@ TEST(DataSocket, MeasuresTheRoundTripOfItsHandshake) {
   // (the kernel's default), or SHOAL_TCP_CC's.
   {
     ScopedEnv unset("SHOAL_TCP_CC", std::nullopt);
-    EXPECT_EQ(shoal::transport::tcp::data_congestion_control(l.client), congestion_control(l.client));
+    EXPECT_EQ(shoal::transport::tcp::data_congestion_control(l.client),
+              congestion_control(l.client));
   }
   ScopedEnv set("SHOAL_TCP_CC", "cubic");
   EXPECT_EQ(shoal::transport::tcp::data_congestion_control(l.client), "cubic");

@@ -172,8 +172,7 @@ std::vector<std::vector<int>> connect_mesh(Store& store, const std::string& key_
       const bool same_host =
           host_of[static_cast<size_t>(peer)] == host_of[static_cast<size_t>(rank)];
       const auto streams = static_cast<size_t>(
-          same_host ? 1
-                    : streams_for(measured_rtt(primary), data_congestion_control(primary)));
+          same_host ? 1 : streams_for(measured_rtt(primary), data_congestion_control(primary)));
       // Streams beyond what the handshake can announce are dropped, rails kept.
       const size_t total = std::min<size_t>(streams * (1 + extra_ips.size()), kMaxRails);
       hello.rails = static_cast<uint16_t>(total);
