@@ -374,12 +374,7 @@ void Engine::start(Op& op) {
     else
       ready_local_.push_back(i);
   }
-  if (!ready_local_.empty() && !dirty_.empty()) {
-    posted_.clear();
-    posted_.swap(dirty_);
-    for (int p : posted_)
-      if (conns_[p]) conns_[p]->progress();
-  }
+  if (!ready_local_.empty()) progress_dirty();
   for (uint32_t i : ready_local_)
     if (!failure_.engine_cause()) make_ready(op, i);
 }
@@ -638,6 +633,13 @@ void Engine::on_peer_in_collective(int peer, uint64_t seq, uint32_t signature) {
   }
 }
 
+void Engine::progress_dirty() {
+  std::vector<int> work;
+  work.swap(dirty_);
+  for (int p : work)
+    if (conns_[p]) conns_[p]->progress();
+}
+
 void Engine::drain() {
   while (!failure_.applied()) {
     if (failure_.engine_cause()) {
@@ -646,10 +648,7 @@ void Engine::drain() {
       return;
     }
     if (!dirty_.empty()) {
-      std::vector<int> work;
-      work.swap(dirty_);
-      for (int p : work)
-        if (conns_[p]) conns_[p]->progress();
+      progress_dirty();
       continue;
     }
     if (!completions_.empty()) {

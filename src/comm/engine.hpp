@@ -115,6 +115,8 @@ class Engine : public transport::ConnectionListener {
   void step_done(Op& op, uint32_t step);
   void try_post(int peer);
   void finish_ops();
+  /// Writes and reads on every connection that has work posted (the first step of drain()).
+  void progress_dirty();
   void drain();
   void check_timeouts();
   bool watch_collective_peers();
@@ -141,7 +143,6 @@ class Engine : public transport::ConnectionListener {
   void runs(Op& op, const algorithms::Slice& s, std::vector<iovec>& out);
   std::vector<iovec> local_runs_[3];   // run_local's, kept to not allocate per step
   std::vector<uint32_t> ready_local_;  // start's, likewise
-  std::vector<int> posted_;            // likewise
 
   // ConnectionListener: record, handled by drain() on this thread
   void on_send_complete(uint64_t cookie) override;

@@ -38,8 +38,8 @@ Planner::~Planner() {
     if (!l.winner || l.from_file) continue;
     tune::LearnedBucket b{l.key.first,  c.world, c.ranks_per_host, c.transport,
                           l.key.second, l.pick,  l.alternative,    l.winner};
-    b.pick_s = std::min(l.agreed[0], l.agreed[2]);
-    b.alternative_s = std::min(l.agreed[1], l.agreed[3]);
+    b.pick_s = l.best[0];
+    b.alternative_s = l.best[1];
     b.exploration_s = l.exploration_s;
     mine.push_back(b);
   }
@@ -195,12 +195,9 @@ const AlgorithmInfo* Planner::learned_row(const Request& r, const algorithms::Co
   tune::Learner::Turn turn = learner_->next(key, choice.algorithm, ring);
   if (turn.decide) {
     turn.row = learner_->decide(key, agree_([&] { return learner_->samples(key); }));
-    double explored_s = 0;
-    for (const auto& l : learner_->learned())
-      if (l.key == key) explored_s = l.exploration_s;
     SHOAL_INFO("learned " << algorithms::to_string(a.collective) << " from " << bytes
-                          << " bytes: " << turn.row->name << " (exploring cost " << explored_s * 1e3
-                          << " ms beyond it)");
+                          << " bytes: " << turn.row->name << " (exploring cost "
+                          << learner_->learned(key).exploration_s * 1e3 << " ms beyond it)");
   }
   if (turn.sample >= 0)
     plan.timed = [learner = learner_, key, sample = turn.sample](double seconds) {

@@ -45,17 +45,16 @@ const algorithms::AlgorithmInfo* Learner::decide(const Key& key,
   SHOAL_CHECK(it != buckets_.end() && agreed.size() == kExplored, Internal,
               "a decision needs the bucket's " << kExplored << " explored times");
   Learned& s = it->second.state;
-  std::array<double, kCandidates> best;
-  best.fill(std::numeric_limits<double>::infinity());
+  s.best.fill(std::numeric_limits<double>::infinity());
   for (int i = 0; i < kExplored; ++i) {
     s.agreed[static_cast<size_t>(i)] = agreed[static_cast<size_t>(i)];
-    best[static_cast<size_t>(i % kCandidates)] =
-        std::min(best[static_cast<size_t>(i % kCandidates)], agreed[static_cast<size_t>(i)]);
+    s.best[static_cast<size_t>(i % kCandidates)] =
+        std::min(s.best[static_cast<size_t>(i % kCandidates)], agreed[static_cast<size_t>(i)]);
   }
-  const size_t won = best[1] < best[0] ? 1 : 0;
+  const size_t won = s.best[1] < s.best[0] ? 1 : 0;
   s.winner = won ? s.alternative : s.pick;
   s.exploration_s = 0;
-  for (double t : s.agreed) s.exploration_s += t - best[won];
+  for (double t : s.agreed) s.exploration_s += t - s.best[won];
   return s.winner;
 }
 
@@ -71,6 +70,13 @@ void Learner::settle(const Key& key, const algorithms::AlgorithmInfo* pick,
   Bucket& b = buckets_[key];
   b.state = {key, pick, alternative, winner, {}};
   b.state.from_file = true;
+}
+
+Learner::Learned Learner::learned(const Key& key) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto it = buckets_.find(key);
+  SHOAL_CHECK(it != buckets_.end(), Internal, "no call was planned in this bucket");
+  return it->second.state;
 }
 
 std::vector<Learner::Learned> Learner::learned() const {

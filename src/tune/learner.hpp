@@ -66,10 +66,13 @@ class Learner {
     const algorithms::AlgorithmInfo* alternative = nullptr;  // the ring
     const algorithms::AlgorithmInfo* winner = nullptr;       // null until decided
     std::array<double, kExplored> agreed{};                  // the slowest rank's times
-    double exploration_s = 0;  // the explored calls' time beyond the winner's fastest
-    bool from_file = false;    // settled from an earlier job's file, not explored here
+    std::array<double, kCandidates> best{};  // each candidate's fastest of them (pick, ring)
+    double exploration_s = 0;                // the explored calls' time beyond the winner's fastest
+    bool from_file = false;  // settled from an earlier job's file, not explored here
   };
   std::vector<Learned> learned() const;
+  /// One bucket's state (`key` must have had a call).
+  Learned learned(const Key& key) const;
 
  private:
   struct Bucket {
