@@ -7,6 +7,7 @@
 // code the peer harnesses in bench/peers/ run, so their lines compare one to one. What is
 // shoal's own: every data type and operator (-d, -o), a check of every element of every timed
 // iteration's call against a reference computed on the host (-c 1), and --json.
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -14,6 +15,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <thread>
 #include <type_traits>
 #include <vector>
 
@@ -29,6 +31,14 @@ using shoal::float16_t;
 using shoal::ReduceOp;
 
 constexpr int kExitUsage = 2;
+
+// A usage error is the same on every rank and only rank 0 says what it is. The other ranks
+// leave a few seconds later, so that a launcher which stops the job at the first failed rank
+// (shoal-run, torchrun, mpirun) hears rank 0's message instead of killing it before it prints.
+int usage_exit(int env_rank) {
+  if (env_rank != 0) std::this_thread::sleep_for(std::chrono::seconds(5));
+  return kExitUsage;
+}
 constexpr int kJsonOption = 256;
 constexpr int kAlgoOption = 257;
 constexpr unsigned kResidues = 17;  // the fill takes 17 values per rank, as nccl-tests' peers
@@ -548,14 +558,14 @@ int main(int argc, char** argv) {
   ext.ctx = &b;
   BenchOptions o;
   const int parsed = pb_parse_args_ex(argc, argv, env_rank, &o, &ext);
-  if (parsed != 0) return parsed < 0 ? kExitUsage : 0;
+  if (parsed != 0) return parsed < 0 ? usage_exit(env_rank) : 0;
   b.dtype = *shoal::parse_data_type(o.datatype);
   b.op = *shoal::parse_reduce_op(o.op);
   if (!shoal::defined_for(b.op, b.dtype)) {
     if (env_rank == 0)
       std::fprintf(stderr, "shoal-bench: -o %s is defined for integer types only, not -d %s\n",
                    op_name(b.op), o.datatype);
-    return kExitUsage;
+    return usage_exit(env_rank);
   }
   if (!b.algo.empty()) {
     // Validated before any rendezvous; every rank gets the same flags, so all choose alike.
@@ -565,7 +575,7 @@ int main(int argc, char** argv) {
     } catch (const shoal::Error& e) {
       if (env_rank == 0)
         std::fprintf(stderr, "shoal-bench: --algo %s: %s\n", b.algo.c_str(), e.what());
-      return kExitUsage;
+      return usage_exit(env_rank);
     }
     setenv("SHOAL_ALGO", spec.c_str(), 1);
     // Small collectives among ranks of one host would run through shared slots, not a schedule.

@@ -87,6 +87,16 @@ elif ! grep -q "invalid -n/-w/-W/-a/-p/-f/-i value" "$D/out"; then
 else
   pass
 fi
+# rank 0 starts a second late: the launcher must still report rank 0's message, not kill it
+# before it prints because rank 1 failed first
+"${GUARD[@]}" "$RUN" -n 2 bash -c '[[ $RANK == 0 ]] && sleep 1; exec "$0" "$@"' "$BENCH" all_gather -W -1 \
+  >"$D/out" 2>&1
+rc=$?
+if [[ $rc != 2 ]] || ! grep -q "invalid -n/-w/-W/-a/-p/-f/-i value" "$D/out"; then
+  fail "-W -1 with a late rank 0: status $rc, $(tail -2 "$D/out")"
+else
+  pass
+fi
 
 # ---- data types and operators ----
 # COLLECTIVE RANKS DTYPE OP TYPE-COLUMN REDOP-COLUMN
