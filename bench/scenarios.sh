@@ -5,7 +5,7 @@
 #
 #   bench/scenarios.sh [--quick] [--only local,tcp,cluster,cluster8] [--out FILE.md]
 #                      [--img-dir DIR] [--prefix pbs] [--rounds N] [--collectives LIST]
-#                      [--no-build] [--dry-run]
+#                      [--no-build] [--dry-run] [--doc FILE#ID [--doc-style tables|summary]]
 #
 # Scenarios (--only picks some; all by default):
 #   local     one host, 2, 4 and 8 ranks: shoal (shared memory) vs Open MPI (vader), MPICH (as
@@ -26,7 +26,9 @@
 # --quick: three sizes, one round, 3 iterations (a smoke test of the whole pipeline, minutes).
 # The cluster scenarios need root; the cluster is created under --prefix (default pbs) and always
 # torn down on exit (scripts/netcluster.sh down --prefix pbs). --dry-run prints the compare.sh
-# command lines only. Environment: BUILD (as compare.sh).
+# command lines only. --doc FILE#ID writes the run's tables (bench/scenarios_report.py: one per
+# scenario and collective, or with --doc-style summary one line each against the targets) between
+# FILE's '<!-- scenarios_report.py:ID -->' lines. Environment: BUILD (as compare.sh).
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -36,8 +38,8 @@ build="${BUILD:-build}"
 export BUILD="$build"
 
 quick=0 only="local,tcp,cluster,cluster8" out="" img_dir="" prefix=pbs rounds="" build_peers=1
-collectives="all_reduce,all_gather,reduce_scatter" dry=0
-usage() { sed -n '2,29p' "$0" | sed 's/^# \{0,1\}//'; }
+collectives="all_reduce,all_gather,reduce_scatter" dry=0 doc="" doc_style=tables
+usage() { sed -n '2,31p' "$0" | sed 's/^# \{0,1\}//'; }
 while [ $# -gt 0 ]; do
   case "$1" in
     --quick) quick=1; shift ;;
@@ -49,6 +51,8 @@ while [ $# -gt 0 ]; do
     --collectives) collectives="$2"; shift 2 ;;
     --no-build) build_peers=0; shift ;;
     --dry-run) dry=1; shift ;;
+    --doc) doc="$2"; shift 2 ;;
+    --doc-style) doc_style="$2"; shift 2 ;;
     -h|--help) usage; exit 0 ;;
     *) echo "scenarios.sh: unknown argument '$1'" >&2; usage >&2; exit 2 ;;
   esac
@@ -57,6 +61,7 @@ for s in ${only//,/ }; do
   case "$s" in local|tcp|cluster|cluster8) ;; *) echo "scenarios.sh: --only: unknown scenario '$s'" >&2; exit 2 ;; esac
 done
 want() { [[ ",$only," == *",$1,"* ]]; }
+[[ -z $doc ]] || python3 "$here/doc_block.py" check scenarios_report.py "$doc" || exit 2
 
 ts="$(date +%Y%m%d-%H%M%S)"
 rundir="$build/scenarios/$ts$(if [ $quick = 1 ]; then echo -quick; fi)"
@@ -173,4 +178,7 @@ elapsed=$(( $(date +%s) - start ))
   for f in "${failed[@]}"; do echo "- failed: $f"; done
 } >>"$out"
 echo "scenarios.sh: wrote $out ($((elapsed / 60)) min $((elapsed % 60)) s)" >&2
+if [[ -n $doc ]]; then
+  python3 "$here/scenarios_report.py" "$csv" --style "$doc_style" --doc "$doc" >&2 || failed+=("scenarios_report.py")
+fi
 [ ${#failed[@]} -eq 0 ]

@@ -100,7 +100,27 @@ else
   fail "swarm_cluster_report.py writes its block"
 fi
 
-# 5. A page without the report's markers (or with another report's) is refused by name and left
+# 5. scenarios_report.py: shoal 2.0 GB/s against Gloo's 1.0 and Open MPI's 4.0 at 1 MiB (0.50x
+#    the best), 0.019 against 0.02 at 8 B (0.95x, within 10%); the geomean of the two: 0.69.
+printf '%s\n' scenario,collective,ranks,library,bytes,time_us,busbw_gbs \
+  local-2r,all_reduce,2,shoal,8,1,0.019 local-2r,all_reduce,2,gloo,8,1,0.02 \
+  local-2r,all_reduce,2,shoal,1048576,1,2.0 local-2r,all_reduce,2,gloo,1048576,1,1.0 \
+  local-2r,all_reduce,2,mpi-vader,1048576,1,4.0 local-2r,all_reduce,2,mpi-vader,8,1,0.01 >"$D/scen.csv"
+page scenarios_report.py
+if $PY "$BENCH/scenarios_report.py" "$D/scen.csv" --style summary --doc "$D/page.md#t" >"$D/out" 2>&1 &&
+  outside && grep -qF '| local-2r | all_reduce | 0/1 | 0.50 | 1/1 | 0.95 | 0.69 |' "$D/page.md" &&
+  $PY "$BENCH/scenarios_report.py" "$D/scen.csv" >"$D/out" 2>&1 &&
+  grep -qF '| size | shoal busbw | Gloo | Open MPI (vader) | shoal ÷ best peer |' "$D/out" &&
+  grep -qF '| 1 MiB | 2 | 1 | 4 | 0.50 |' "$D/out" && grep -qF '| 8 B | 0.019 | 0.02 | 0.01 | 0.95 |' "$D/out" &&
+  grep -v ',shoal,' "$D/scen.csv" >"$D/noshoal.csv" &&
+  ! $PY "$BENCH/scenarios_report.py" "$D/noshoal.csv" >"$D/out" 2>&1 && grep -q "no shoal or no peer rows for: local-2r all_reduce" "$D/out"; then
+  pass
+else
+  cat "$D/page.md" "$D/out" >>"$D/out.all" 2>/dev/null
+  fail "scenarios_report.py writes its block: $(cat "$D/out")"
+fi
+
+# 6. A page without the report's markers (or with another report's) is refused by name and left
 #    as it was; so is FILE without #ID; the cluster scripts' early check says the same.
 page fsdp_report.py
 cp "$D/page.md" "$D/before.md"
