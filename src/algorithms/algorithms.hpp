@@ -13,8 +13,6 @@ void ring_all_reduce(Schedule& s, const CollectiveArgs& a);
 void link_ring_all_gather(Schedule& s, const CollectiveArgs& a);
 void link_ring_reduce_scatter(Schedule& s, const CollectiveArgs& a);
 void link_ring_all_reduce(Schedule& s, const CollectiveArgs& a);
-// Two rings in opposite directions, each on half of the vector
-void bidir_ring_all_reduce(Schedule& s, const CollectiveArgs& a);
 
 // tree.cpp — binomial trees, pipelined by chunk
 void binomial_broadcast(Schedule& s, const CollectiveArgs& a);

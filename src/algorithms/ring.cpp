@@ -4,11 +4,6 @@
 // overlaps the transfer of the next. The rows "ring" go around in rank order; "link_ring" in
 // CollectiveArgs::ring_order (the order measured links give, tune/links.hpp): the phases
 // below work on positions around the ring, and the blocks are indexed by position.
-// "bidir_ring" runs two rings at once, on the two halves of the vector and in opposite
-// directions: each rank's uplink carries two chains of dependent steps, so the wait of one
-// (a step's one-way latency, a lost packet's retransmission on one connection) is time the
-// other uses. Only the connections differ from "ring": every rank sends and receives the same
-// bytes.
 #include <algorithm>
 #include <unordered_map>
 #include <vector>
@@ -225,55 +220,7 @@ void all_reduce_on(Schedule& s, const CollectiveArgs& a, const std::vector<int>*
   all_gather_phase(s, a, ring, blk, finals, &last_use);
 }
 
-// Appends the steps of `x` and `y` to `s` alternately, each list in its own order, with their
-// edges; `y`'s slices are moved by `y_at` (input and output) and past `x`'s scratch.
-void interleave(Schedule& s, const Schedule& x, const Schedule& y, uint64_t y_at) {
-  const uint64_t x_scratch = s.scratch_bytes;
-  const uint64_t y_scratch = x_scratch + x.scratch_bytes;
-  auto moved = [&](Slice sl, uint64_t scratch_at, uint64_t at) {
-    sl.offset += sl.buffer == Buffer::scratch ? scratch_at : at;
-    return sl;
-  };
-  std::vector<uint32_t> x_id(x.steps.size()), y_id(y.steps.size());
-  for (size_t i = 0; i < std::max(x.steps.size(), y.steps.size()); ++i) {
-    if (i < x.steps.size()) {
-      Step st = x.steps[i];
-      st.src = moved(st.src, x_scratch, 0);
-      st.src2 = moved(st.src2, x_scratch, 0);
-      st.dst = moved(st.dst, x_scratch, 0);
-      x_id[i] = static_cast<uint32_t>(s.steps.size());
-      s.steps.push_back(st);
-    }
-    if (i < y.steps.size()) {
-      Step st = y.steps[i];
-      st.src = moved(st.src, y_scratch, y_at);
-      st.src2 = moved(st.src2, y_scratch, y_at);
-      st.dst = moved(st.dst, y_scratch, y_at);
-      y_id[i] = static_cast<uint32_t>(s.steps.size());
-      s.steps.push_back(st);
-    }
-  }
-  for (auto [from, to] : x.edges) s.add_dep(x_id[to], x_id[from]);
-  for (auto [from, to] : y.edges) s.add_dep(y_id[to], y_id[from]);
-  s.scratch_bytes = y_scratch + y.scratch_bytes;
-}
-
 }  // namespace
-
-void bidir_ring_all_reduce(Schedule& s, const CollectiveArgs& a) {
-  // With two ranks both rings would join the same pair of connections: nothing to gain.
-  if (a.size <= 2 || a.count < 2) return all_reduce_on(s, a, nullptr);
-  const uint64_t front = a.count - a.count / 2;
-  CollectiveArgs fa = a, ba = a;
-  fa.count = front;
-  ba.count = a.count / 2;
-  std::vector<int> reversed(a.size);  // 0, p-1, ..., 1: each rank sends to its left
-  for (int i = 0; i < a.size; ++i) reversed[i] = mod(-i, a.size);
-  Schedule forward, backward;
-  all_reduce_on(forward, fa, nullptr);
-  all_reduce_on(backward, ba, &reversed);
-  interleave(s, forward, backward, front * size_of(a.dtype));
-}
 
 void ring_all_gather(Schedule& s, const CollectiveArgs& a) { all_gather_on(s, a, nullptr); }
 void ring_reduce_scatter(Schedule& s, const CollectiveArgs& a) { reduce_scatter_on(s, a, nullptr); }
