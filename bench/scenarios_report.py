@@ -33,7 +33,10 @@ def size_name(b):
 
 
 def fmt(x):
-    return f"{x:.3g}"
+    """Three significant digits, never in exponent form (the peers' small-message cells)."""
+    if x <= 0:
+        return "0"
+    return f"{x:.{max(0, 2 - math.floor(math.log10(x)))}f}"
 
 
 def load(path):

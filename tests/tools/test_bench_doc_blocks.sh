@@ -111,7 +111,7 @@ if $PY "$BENCH/scenarios_report.py" "$D/scen.csv" --style summary --doc "$D/page
   outside && grep -qF '| local-2r | all_reduce | 0/1 | 0.50 | 1/1 | 0.95 | 0.69 |' "$D/page.md" &&
   $PY "$BENCH/scenarios_report.py" "$D/scen.csv" >"$D/out" 2>&1 &&
   grep -qF '| size | shoal busbw | Gloo | Open MPI (vader) | shoal ÷ best peer |' "$D/out" &&
-  grep -qF '| 1 MiB | 2 | 1 | 4 | 0.50 |' "$D/out" && grep -qF '| 8 B | 0.019 | 0.02 | 0.01 | 0.95 |' "$D/out" &&
+  grep -qF '| 1 MiB | 2.00 | 1.00 | 4.00 | 0.50 |' "$D/out" && grep -qF '| 8 B | 0.0190 | 0.0200 | 0.0100 | 0.95 |' "$D/out" &&
   grep -v ',shoal,' "$D/scen.csv" >"$D/noshoal.csv" &&
   ! $PY "$BENCH/scenarios_report.py" "$D/noshoal.csv" >"$D/out" 2>&1 && grep -q "no shoal or no peer rows for: local-2r all_reduce" "$D/out"; then
   pass
