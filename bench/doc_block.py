@@ -7,6 +7,14 @@ compare.sh, torch_bench.py, swarm_report.py and the reports of the emulated-clus
 import sys
 
 
+def size_name(b):
+    """A size column's cell: bytes in the largest binary unit that divides them ("64 KiB")."""
+    for unit, div in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if b >= div and b % div == 0:
+            return f"{b // div} {unit}"
+    return f"{b} B"
+
+
 def markers(tool, name):
     return f"<!-- {tool}:{name} -->", f"<!-- /{tool}:{name} -->"
 

@@ -20,6 +20,8 @@ import os
 import statistics
 import sys
 
+from doc_block import size_name  # bench/ is the script's directory, so on sys.path
+
 ORDER = ("all_reduce", "all_gather", "reduce_scatter", "broadcast")  # of the report's sections
 TARGET_COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter")
 TWICE_FROM_1M = ("all_reduce", "reduce_scatter")
@@ -32,13 +34,6 @@ def bus_factor(coll, n):
     if coll in ("broadcast", "reduce"):
         return 1.0
     return (n - 1.0) / n
-
-
-def human(b):
-    for unit, k in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if b >= k and b % k == 0:
-            return f"{b // k} {unit}"
-    return f"{b} B"
 
 
 def load(logs):
@@ -83,7 +78,7 @@ def main():
         print(f"manycore_report: no rows.tsv under {a.logs}", file=sys.stderr)
         return 1
     out, misses = [], []
-    wrong = [f"{coll} {n} ranks {human(s)}: {h} reported a wrong result"
+    wrong = [f"{coll} {n} ranks {size_name(s)}: {h} reported a wrong result"
              for (coll, n), cells in runs.items() for (h, s), c in sorted(cells.items()) if c["wrong"]]
     curves = {}  # collective -> ranks -> [(bytes, shoal / best MPI out of place)]
     out.append(f"Command: `{a.cmdline}`; {a.cores} cores; each cell the median of the rounds; "
@@ -110,13 +105,13 @@ def main():
             if n >= 8 and coll in TARGET_COLLECTIVES and ratio is not None:
                 need = 2.0 if coll in TWICE_FROM_1M and s >= 1 << 20 else 1.0
                 if ratio < need:
-                    misses.append(f"{coll} {n} ranks {human(s)} {PLACES[place]}: {ratio:.2f}x < {need:.1f}x")
+                    misses.append(f"{coll} {n} ranks {size_name(s)} {PLACES[place]}: {ratio:.2f}x < {need:.1f}x")
         spread = ""
         if shoal["out"] and shoal["in"]:
             q = statistics.median(shoal["in"]) / statistics.median(shoal["out"])
             spread = f" ({q:.2f})"
             if n >= 8 and max(q, 1 / q) > 2.0:
-                misses.append(f"{coll} {n} ranks {human(s)}: in place {q:.2f}x out of place")
+                misses.append(f"{coll} {n} ranks {size_name(s)}: in place {q:.2f}x out of place")
         return " / ".join(text) + spread
 
     for coll in colls:
@@ -152,7 +147,7 @@ def table(lines, runs, coll, rank_counts, title, cell):
     lines.append("| size | " + " | ".join(f"{n} ranks" for n in present) + " |")
     lines.append("|---:|" + "---:|" * len(present))
     for s in sorted({s for n in present for (_, s) in runs[(coll, n)]}):
-        lines.append("| " + " | ".join([human(s)] + [cell(coll, n, s, runs[(coll, n)]) for n in present]) + " |")
+        lines.append("| " + " | ".join([size_name(s)] + [cell(coll, n, s, runs[(coll, n)]) for n in present]) + " |")
     lines.append("")
 
 

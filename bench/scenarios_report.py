@@ -25,13 +25,6 @@ NAMES = {"mpi-vader": "Open MPI (vader)", "mpi-tcp": "Open MPI (tcp)", "mpich": 
 SPLIT = 64 * 1024  # the targets change at 64 KiB
 
 
-def size_name(b):
-    for unit, div in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if b >= div and b % div == 0:
-            return f"{b // div} {unit}"
-    return f"{b} B"
-
-
 def fmt(x):
     """Three significant digits, never in exponent form (the peers' small-message cells)."""
     if x <= 0:
@@ -79,9 +72,16 @@ def tables(groups):
         out.append("|---:|---:|" + "---:|" * len(peers) + "---:|")
         for b, s, got, r in rows:
             cells = " | ".join(fmt(got[p]) if p in got else "—" for p in peers)
-            out.append(f"| {size_name(b)} | {fmt(s)} | {cells} | {r:.2f} |")
+            out.append(f"| {doc_block.size_name(b)} | {fmt(s)} | {cells} | {r:.2f} |")
         out.append("")
     return "\n".join(out)
+
+
+def counted(ratios_, ok):
+    """(how many of `ratios_` pass `ok` / how many, the worst), or dashes for none."""
+    if not ratios_:
+        return "—", "—"
+    return f"{sum(ok(r) for r in ratios_)}/{len(ratios_)}", f"{min(ratios_):.2f}"
 
 
 def summary(groups):
@@ -93,9 +93,8 @@ def summary(groups):
         big = [r for b, _, _, r in rows if b >= SPLIT]
         small = [r for b, _, _, r in rows if b < SPLIT]
         geo = math.exp(sum(math.log(r) for _, _, _, r in rows) / len(rows))
-        cell = lambda xs, ok: (f"{sum(ok(x) for x in xs)}/{len(xs)}", f"{min(xs):.2f}") if xs else ("—", "—")
-        b_ok, b_worst = cell(big, lambda x: x >= 1.0)
-        s_ok, s_worst = cell(small, lambda x: x >= 0.9)
+        b_ok, b_worst = counted(big, lambda r: r >= 1.0)
+        s_ok, s_worst = counted(small, lambda r: r >= 0.9)
         out.append(f"| {scen} | {coll} | {b_ok} | {b_worst} | {s_ok} | {s_worst} | {geo:.2f} |")
     return "\n".join(out) + "\n"
 
