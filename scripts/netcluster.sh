@@ -7,6 +7,7 @@
 #                    --between-rtt 70ms[,...] [--between-jitter J] [--between-loss L]]
 #                    [--queue 25ms] [--mtu 1500] [--wan]
 #   netcluster.sh up --layout continents|home [--hosts H] [--nics K]
+#   netcluster.sh spec [the options of a WAN-mode up]   (the WAN's spec, for shoal-sim --wan-spec)
 #   netcluster.sh down [--prefix shoal]
 #   netcluster.sh status [--prefix shoal]
 #   netcluster.sh exec HOST [--prefix shoal] -- CMD [ARGS...]
@@ -87,7 +88,7 @@ PY=/usr/bin/python3
 [[ -x $PY ]] || PY=python3
 
 die() { echo "$PROG: $*" >&2; exit 1; }
-usage() { sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
+usage() { sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
 
 ns_name() { echo "$PREFIX-h$1"; }
 br_name() { echo "$PREFIX-br$1"; }
@@ -201,7 +202,8 @@ cmd_down() {
   rm -f "$STATE_DIR/$PREFIX.conf" "$STATE_DIR/$PREFIX.wan" "$STATE_DIR/$PREFIX.wan.json"
 }
 
-cmd_up() {
+# check_settings: up's settings, a named layout's filled in, checked before anything is made.
+check_settings() {
   check_prefix
   if ((WAN)); then
     wan_layout
@@ -215,6 +217,19 @@ cmd_up() {
   [[ $REGIONS =~ ^[0-9]+$ ]] && ((REGIONS >= 1 && REGIONS <= 9 && REGIONS <= HOSTS)) ||
     die "--regions must be in 1..9 and at most --hosts"
   ((REGIONS == 1)) || [[ -n $BETWEEN ]] || die "--regions needs --between (e.g. 100mbit)"
+  if ((WAN)); then
+    [[ $MTU =~ ^[0-9]+$ ]] && ((MTU >= 576 && MTU <= 65535)) || die "--mtu must be in 576..65535"
+    local v
+    for v in "${RTT:-0}" "${JITTER:-0}" "$QUEUE" "${BETWEEN_JITTER:-0}" ${BETWEEN_RTT//,/ }; do
+      duration_ns "$v" >/dev/null
+    done
+    for v in "${LOSS:-0}" "${BETWEEN_LOSS:-0}"; do loss_prob "$v" >/dev/null; done
+    for v in "$RATE" "${UP:-$RATE}" "${DOWN:-$RATE}" ${BETWEEN//,/ }; do rate_bits "$v" >/dev/null; done
+  fi
+}
+
+cmd_up() {
+  check_settings
   ((WAN)) && { cmd_up_wan; return; }
   local bits between_bits=0
   bits=$(rate_bits "$RATE")
@@ -353,16 +368,18 @@ wan_spec() {
   echo "seed 1"
 }
 
+# cmd_spec: the spec `up` would hand shoal-wan for these settings, on stdout, with nothing
+# created (no root needed): what `shoal-sim run --wan-spec` simulates.
+cmd_spec() {
+  WAN=1
+  check_settings
+  ROOT_DEV=""
+  wan_spec
+}
+
 # cmd_up_wan: the hosts, their NICs TUN devices of one shoal-wan (see the top of this file).
 cmd_up_wan() {
   [[ -x $WAN_BIN ]] || die "WAN mode needs $WAN_BIN (make build, or SHOAL_WAN=PATH)"
-  [[ $MTU =~ ^[0-9]+$ ]] && ((MTU >= 576 && MTU <= 65535)) || die "--mtu must be in 576..65535"
-  local v  # every setting checked before anything is created
-  for v in "${RTT:-0}" "${JITTER:-0}" "$QUEUE" "${BETWEEN_JITTER:-0}" ${BETWEEN_RTT//,/ }; do
-    duration_ns "$v" >/dev/null
-  done
-  for v in "${LOSS:-0}" "${BETWEEN_LOSS:-0}"; do loss_prob "$v" >/dev/null; done
-  for v in "$RATE" "${UP:-$RATE}" "${DOWN:-$RATE}" ${BETWEEN//,/ }; do rate_bits "$v" >/dev/null; done
   need_root
   cmd_down
   trap 'echo "$PROG: up failed; removing what it created" >&2; cmd_down' ERR
@@ -626,6 +643,7 @@ done
 check_prefix
 case $CMD in
   up) ((${#POS[@]} == 0)) || die "up takes no arguments: ${POS[*]}"; cmd_up ;;
+  spec) ((${#POS[@]} == 0)) || die "spec takes no arguments: ${POS[*]}"; cmd_spec ;;
   down) cmd_down ;;
   status) cmd_status ;;
   exec)
@@ -634,5 +652,5 @@ case $CMD in
     cmd_exec "${POS[0]}" "$@" ;;
   bw) cmd_bw "${POS[@]}" ;;
   -h|--help|help) usage ;;
-  *) die "unknown command '$CMD' (up, down, status, exec, bw)" ;;
+  *) die "unknown command '$CMD' (up, spec, down, status, exec, bw)" ;;
 esac

@@ -77,7 +77,7 @@ Collective parse_collective(const std::string& name) {
 // The model options `run` and `tune` share: built-in defaults or --frontier, then --model or
 // SHOAL_SIM_MODEL, then single fields.
 struct ModelFlags {
-  std::string path;
+  std::string path, wan_spec;
   bool frontier = false;
   int rph = 0, nics = 0, hosts_per_leaf = -1, stripe = -1;
   bool alternate_leaves = false;
@@ -92,6 +92,10 @@ struct ModelFlags {
                     "model JSON (default: SHOAL_SIM_MODEL); flags below override it");
     sub->add_flag("--frontier", frontier,
                   "start from the Frontier-like model (8 ranks, 4 NICs of 25 GB/s per node)");
+    sub->add_option("--wan-spec", wan_spec,
+                    "the emulated WAN of this spec (`scripts/netcluster.sh spec --layout "
+                    "continents` prints one): its hosts' NICs and rates, regions, delays and lines "
+                    "between regions; the flags below override it");
     sub->add_option("--ranks-per-host", rph, "ranks per host");
     sub->add_option("--nics", nics,
                     "NICs per host (local rank i uses NIC i mod nics, unless --stripe 1)");
@@ -130,6 +134,7 @@ struct ModelFlags {
     std::string file = path;
     if (file.empty()) file = config::get("SHOAL_SIM_MODEL");
     if (!file.empty()) model = sim::load_model(file, model);
+    if (!wan_spec.empty()) model = sim::load_wan_model(wan_spec, model);
     if (app->count("--ranks-per-host")) model.ranks_per_host = rph;
     if (app->count("--nics")) model.nics = nics;
     if (app->count("--stripe")) model.stripe = stripe;
@@ -151,6 +156,7 @@ struct ModelFlags {
     if (alternate_leaves) model.alternate_leaves = 1;
     if (model.ranks_per_host < 1 || model.nics < 1 || model.nic_bw <= 0 || model.taper <= 0)
       throw InvalidArgumentError("ranks per host, NICs, NIC bandwidth and taper must be positive");
+    sim::check_model(model);
     return model;
   }
 };
@@ -437,8 +443,8 @@ int main(int argc, char** argv) {
     // them); rank order beyond 1,024 ranks, whose p x p rates this does not build.
     std::shared_ptr<const std::vector<int>> ring_order;
     if (world >= 2 && world <= 1024)
-      ring_order = std::make_shared<const std::vector<int>>(
-          tune::ring_order({world, sim::pair_rates(model, world)}));
+      ring_order = std::make_shared<const std::vector<int>>(tune::ring_order(
+          {world, sim::pair_rates(model, world), sim::pair_latencies(model, world)}));
     const auto candidates = candidates_of(coll, algo, world, model.ranks_per_host, ring_order);
     const auto sizes = parse_sizes(sizes_text);
     const int hosts = (world + model.ranks_per_host - 1) / model.ranks_per_host;
@@ -450,6 +456,16 @@ int main(int argc, char** argv) {
     if (model.hosts_per_leaf > 0)
       std::printf("; fat tree %d hosts/leaf%s, taper %.2f", model.hosts_per_leaf,
                   model.alternate_leaves ? " (alternating)" : "", model.taper);
+    if (!model.paths.empty()) {
+      std::printf("; %d regions, one way", model.regions);
+      for (int a = 0; a < model.regions; ++a)
+        for (int b = 0; b < model.regions; ++b) {
+          const auto& path = model.paths[static_cast<size_t>(a * model.regions + b)];
+          if (a == b && path.delay == 0) continue;
+          std::printf(" %d-%d %.1f ms", a, b, path.delay * 1e3);
+          if (path.bw > 0) std::printf(" %.0f Mbit/s", path.bw * 8e-6);
+        }
+    }
     std::printf("), dtype %s, chunk %llu B\n", dtype_name.c_str(),
                 static_cast<unsigned long long>(chunk));
     std::printf("# %-29s %12s %12s %8s %6s %12s %8s %8s %10s %8s\n", "algorithm", "size", "count",

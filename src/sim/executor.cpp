@@ -224,17 +224,19 @@ class Simulator {
     hosts_ = (p + m.ranks_per_host - 1) / m.ranks_per_host;
     leaves_ = m.hosts_per_leaf > 0 ? (hosts_ + m.hosts_per_leaf - 1) / m.hosts_per_leaf : 0;
     const int nic_slots = hosts_ * m.nics;
-    res_.resize(2 * nic_slots + hosts_ + 2 * leaves_);
+    lines_ = m.paths.empty() ? 0 : m.regions * m.regions;
+    res_.resize(2 * nic_slots + hosts_ + 2 * leaves_ + lines_);
     auto cap = [](double bw) { return bw > 0 ? bw : kInfinite; };
     const bool bucket = m.nic_burst_bytes > 0 && m.nic_burst_bw > 0;
     // Striped: a host's NIC 0 stands for all of them (nic_of() is 0), the others stay idle.
     const double rails = m.stripe ? m.nics : 1;
     for (int i = 0; i < 2 * nic_slots; ++i) {
-      res_[i].cap = cap(m.nic_bw * rails);
+      const double bw = i < nic_slots ? m.nic_bw : m.down_bw();  // out, then in
+      res_[i].cap = cap(bw * rails);
       if (bucket) {
         res_[i].burst = static_cast<double>(m.nic_burst_bytes) * rails;
         res_[i].tokens = bucket_level * res_[i].burst;
-        res_[i].sustained = m.nic_bw * rails;
+        res_[i].sustained = bw * rails;
         res_[i].peak = cap(m.nic_burst_bw * rails);
         res_[i].cap = res_[i].peak;
       }
@@ -242,6 +244,8 @@ class Simulator {
     for (int h = 0; h < hosts_; ++h) res_[2 * nic_slots + h].cap = cap(m.intra_bw);
     const double core = m.hosts_per_leaf * m.nics * m.nic_bw / m.taper;
     for (int l = 0; l < 2 * leaves_; ++l) res_[2 * nic_slots + hosts_ + l].cap = cap(core);
+    for (int l = 0; l < lines_; ++l)
+      res_[2 * nic_slots + hosts_ + 2 * leaves_ + l].cap = cap(m.paths[l].bw);
     remaining_.resize(pg.steps());
     for (size_t i = 0; i < pg.steps(); ++i) remaining_[i] = pg.rec[i].ndeps;
     arrived_.assign(pg.steps(), 0);
@@ -440,6 +444,12 @@ class Simulator {
         }
       }
       fl.latency = m_.nic_latency;
+      if (const auto* path = m_.path(hs, hd)) {
+        fl.latency += path->delay;
+        const int ra = m_.region_of(hs), rb = m_.region_of(hd);
+        if (ra != rb && path->bw > 0)
+          fl.res[fl.nres++] = 2 * nic_slots + hosts_ + 2 * leaves_ + ra * m_.regions + rb;
+      }
     }
     if (fl.remaining <= 0) {  // an empty frame: only its latency
       fl.nres = 0;
@@ -538,7 +548,7 @@ class Simulator {
 
   const Programs& pg_;
   const ClusterModel& m_;
-  int hosts_ = 0, leaves_ = 0;
+  int hosts_ = 0, leaves_ = 0, lines_ = 0;  // lines_: between regions, regions x regions
   std::vector<Resource> res_;
   std::vector<Flow> flows_;
   std::vector<uint32_t> free_flows_;
@@ -562,8 +572,7 @@ SimResult simulate(const Programs& prog, const ClusterModel& model) {
     r.error = prog.error;
     return r;
   }
-  SHOAL_CHECK(model.ranks_per_host > 0 && model.nics > 0 && model.taper > 0, InvalidArgument,
-              "simulation: ranks_per_host, nics and taper must be positive");
+  check_model(model);
   if (model.nic_burst_bytes == 0 || model.nic_burst_bw <= 0) return Simulator(prog, model).run();
   SimResult res;
   double run_seconds = 0;

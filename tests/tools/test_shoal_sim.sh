@@ -140,7 +140,37 @@ else
   fail "shoal-info shows where the tuning file's hierarchical times take the hierarchy"
 fi
 
-# 6. Bad arguments: a message and a non-zero exit, no file.
+# 6. The emulated WAN's spec (netcluster.sh spec, no root needed) as the model: on continents
+# the 1 MiB ring in rank order crosses between regions at each of its 10 steps, so it cannot beat
+# 10 x 35 ms of one-way delay, and the ring on the measured links (link_ring) crosses fewer
+# lines and is faster; a spec the model cannot hold is refused with the reason.
+NETCLUSTER=$(cd "$(dirname "$0")/../.." && pwd)/scripts/netcluster.sh
+if bash "$NETCLUSTER" spec --layout continents --hosts 6 >"$D/cont.wan" 2>"$D/out" &&
+  "${GUARD[@]}" "$SIM" run --wan-spec "$D/cont.wan" --ranks-per-host 1 -c all_reduce -a all -p 6 \
+    -s 1M --threads 1 --json "$D/cont.json" >>"$D/out" 2>&1 &&
+  grep -q "3 regions, one way .*1-2 100.0 ms 100 Mbit/s" "$D/out" &&
+  $PY - "$D/cont.json" <<'EOF'; then
+import json, sys
+rows = json.load(open(sys.argv[1]))["rows"]
+t = {r["algorithm"]: r["time_us"] for r in rows}
+assert t["ring"] >= 10 * 35e3, t
+assert t["link_ring"] < t["ring"], t
+EOF
+  pass
+else
+  fail "shoal-sim run --wan-spec simulates the continents layout netcluster.sh writes"
+  cat "$D/out"
+fi
+printf 'regions 1\nendpoint a eth0 198.18.0.1 1000 1000 0\nendpoint b eth0 198.18.0.2 1000 1000 0\nendpoint b eth1 198.18.1.2 1000 1000 0\n' >"$D/bad.wan"
+if "${GUARD[@]}" "$SIM" run --wan-spec "$D/bad.wan" -c all_reduce -p 2 -s 1M >"$D/out" 2>&1 ||
+  ! grep -q "has 2 NICs" "$D/out"; then
+  fail "a WAN spec of hosts with different NIC counts is refused, saying so"
+  cat "$D/out"
+else
+  pass
+fi
+
+# 7. Bad arguments: a message and a non-zero exit, no file.
 for args in "--worlds 1 --sizes 1K" "--worlds 8 --collectives all_smash" "--worlds 8 --sizes 1K:2K:1"; do
   # shellcheck disable=SC2086
   if "${GUARD[@]}" "$SIM" tune $args -o "$D/bad.json" >"$D/out" 2>&1 || [[ -e $D/bad.json ]] ||

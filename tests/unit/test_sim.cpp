@@ -616,6 +616,154 @@ TEST(Sim, TokenBucketLendsIdleLinksNeverMoreThanTheShapedRate) {
   EXPECT_DOUBLE_EQ(back.nic_burst_bw, 3e9);
 }
 
+// Two regions of 1 Gbit/s hosts (host h in region h mod 2), 0.5 ms one way inside each and
+// 35 ms plus a 100 Mbit/s line each way between them (netcluster.sh's continents in small).
+ClusterModel two_regions() {
+  ClusterModel m = one_rank_per_host(125e6, 5e-6);
+  m.regions = 2;
+  m.paths = {{0, 0.5e-3, 0}, {12.5e6, 35e-3, 0}, {12.5e6, 35e-3, 0}, {0, 0.5e-3, 0}};
+  return m;
+}
+
+TEST(Sim, RegionsAddTheirDelayAndShareTheLineBetweenThem) {
+  const ClusterModel m = two_regions();
+  const auto* ring = find_algorithm(Collective::all_gather, "ring");
+  // Hosts 0 and 1 lie in different regions: one 1 MiB block each way, each direction its own line.
+  auto r = sim_row(*ring, 2 << 20, 2, m, 4 << 20);
+  ASSERT_EQ(r.error, "");
+  EXPECT_NEAR(r.time, 5e-6 + 35e-3 + (1 << 20) / 12.5e6, 1e-9);
+  // Four hosts in rank order cross between the regions at every hop: 0->1 and 2->3 share the
+  // line from region 0 to 1, 1->2 and 3->0 the other one; three dependent steps of a block.
+  const double block = 1 << 20;
+  r = sim_row(*ring, 4 << 20, 4, m, 4 << 20);
+  ASSERT_EQ(r.error, "");
+  EXPECT_NEAR(r.time, 3 * (5e-6 + 35e-3 + block / (12.5e6 / 2)), 1e-6);
+  // Inside one region (hosts 0 and 2 of 4, region 0): the NIC's rate and the short delay.
+  ClusterModel one = m;
+  one.regions = 1;
+  one.paths = {{0, 0.5e-3, 0}};
+  r = sim_row(*ring, 2 << 20, 2, one, 4 << 20);
+  EXPECT_NEAR(r.time, 5e-6 + 0.5e-3 + (1 << 20) / 125e6, 1e-9);
+  // What measuring the links finds: each pair's rate alone and its one-way latency.
+  const auto rates = sim::pair_rates(m, 4), lat = sim::pair_latencies(m, 4);
+  EXPECT_DOUBLE_EQ(rates[0 * 4 + 1], 12.5e6);
+  EXPECT_DOUBLE_EQ(rates[0 * 4 + 2], 125e6);
+  EXPECT_DOUBLE_EQ(lat[0 * 4 + 1], 5e-6 + 35e-3);
+  EXPECT_DOUBLE_EQ(lat[3 * 4 + 1], 5e-6 + 0.5e-3);
+  // The ring that follows them crosses each line once (0 2 3 1 or its mirror), each crossing
+  // alone on its line: at most three steps of one block over a line to itself.
+  const auto order = tune::ring_order({4, rates, lat});
+  ASSERT_EQ(order.size(), 4u);
+  const auto* link_ring = find_algorithm(Collective::all_gather, "link_ring");
+  ASSERT_NE(link_ring, nullptr);
+  auto a = sim::args_for(Collective::all_gather, 4 << 20, 4);
+  a.chunk_bytes = 4 << 20;
+  a.ring_order = &order;
+  const auto followed = sim::simulate(sim::compile(a, link_ring, 1), m);
+  ASSERT_EQ(followed.error, "");
+  EXPECT_LE(followed.time, 3 * (5e-6 + 35e-3 + block / 12.5e6) + 1e-6);
+  EXPECT_LT(followed.time * 1.5, sim_row(*ring, 4 << 20, 4, m, 4 << 20).time);
+}
+
+TEST(Sim, AHomesDownlinkAndUplinkDifferAndTheSlowerOneBinds) {
+  ClusterModel m = one_rank_per_host(5e6, 1e-6);  // 40 Mbit/s up
+  m.nic_down_bw = 25e6;                           // 200 Mbit/s down
+  const auto* linear = find_algorithm(Collective::gather, "linear");
+  ASSERT_NE(linear, nullptr);
+  // Three senders into rank 0: their uplinks (3 x 5 MB/s) stay under its downlink (25 MB/s).
+  const double block = 1 << 20;
+  auto r = sim_row(*linear, 4 << 20, 4, m, 4 << 20);
+  ASSERT_EQ(r.error, "");
+  EXPECT_NEAR(r.time, 1e-6 + block / 5e6, 1e-6);
+  // Seven: 7 x 5 MB/s exceed it; the downlink shared by seven flows binds.
+  r = sim_row(*linear, 8 << 20, 8, m, 8 << 20);
+  EXPECT_NEAR(r.time, 1e-6 + block / (25e6 / 7), 1e-6);
+  EXPECT_DOUBLE_EQ(sim::pair_rates(m, 2)[1], 5e6);
+}
+
+TEST(SimModel, ReadsTheWanSpecNetclusterWrites) {
+  // `netcluster.sh spec --layout continents --hosts 4 --nics 2` (shortened), with the root
+  // namespace's endpoint in a region of its own.
+  const std::string spec = R"(regions 4
+endpoint shoal-h0 eth0 198.18.0.1 1000000000 1000000000 0
+endpoint shoal-h0 eth1 198.18.1.1 1000000000 1000000000 0
+endpoint shoal-h1 eth0 198.18.0.2 1000000000 1000000000 1
+endpoint shoal-h1 eth1 198.18.1.2 1000000000 1000000000 1
+endpoint shoal-h2 eth0 198.18.0.3 1000000000 1000000000 2
+endpoint shoal-h2 eth1 198.18.1.3 1000000000 1000000000 2
+endpoint shoal-h3 eth0 198.18.0.4 1000000000 1000000000 0
+endpoint shoal-h3 eth1 198.18.1.4 1000000000 1000000000 0
+endpoint - shoal-w0 198.18.0.254 0 0 3
+path 0 0 0 500000 0 0
+path 0 1 300000000 35000000 0 0
+path 0 2 200000000 70000000 0 0.001
+path 1 0 300000000 35000000 0 0
+path 1 1 0 500000 0 0
+path 1 2 100000000 100000000 0 0
+path 2 0 200000000 70000000 0 0
+path 2 1 100000000 100000000 0 0
+path 2 2 0 500000 0 0
+)";
+  ClusterModel base;
+  base.ranks_per_host = 2;
+  const ClusterModel m = sim::model_from_wan(spec, base);
+  EXPECT_EQ(m.ranks_per_host, 2);
+  EXPECT_EQ(m.nics, 2);
+  EXPECT_DOUBLE_EQ(m.nic_bw, 125e6);
+  EXPECT_EQ(m.nic_down_bw, 0);
+  ASSERT_EQ(m.regions, 3);
+  ASSERT_EQ(m.paths.size(), 9u);
+  EXPECT_DOUBLE_EQ(m.paths[0 * 3 + 2].bw, 25e6);
+  EXPECT_DOUBLE_EQ(m.paths[0 * 3 + 2].delay, 70e-3);
+  EXPECT_DOUBLE_EQ(m.paths[0 * 3 + 2].loss, 0.001);
+  EXPECT_DOUBLE_EQ(m.paths[1 * 3 + 2].bw, 12.5e6);
+  EXPECT_DOUBLE_EQ(m.paths[1 * 3 + 1].delay, 0.5e-3);
+  EXPECT_EQ(m.region_of(3), 0);
+  // Its JSON carries the paths back.
+  const ClusterModel back = sim::model_from_json(sim::to_json(m));
+  ASSERT_EQ(back.paths.size(), 9u);
+  EXPECT_EQ(back.regions, 3);
+  EXPECT_DOUBLE_EQ(back.paths[1 * 3 + 2].delay, 100e-3);
+  EXPECT_DOUBLE_EQ(back.paths[0 * 3 + 2].loss, 0.001);
+
+  // Asymmetric homes: every host its own region.
+  const ClusterModel home = sim::model_from_wan(R"(regions 2
+endpoint a eth0 198.18.0.1 40000000 200000000 0
+endpoint b eth0 198.18.0.2 40000000 200000000 1
+path 0 1 0 15000000 0 0.005
+path 1 0 0 15000000 0 0.005
+)");
+  EXPECT_DOUBLE_EQ(home.nic_bw, 5e6);
+  EXPECT_DOUBLE_EQ(home.nic_down_bw, 25e6);
+  EXPECT_EQ(home.regions, 2);
+
+  // What the model cannot hold is refused, naming it.
+  auto refused = [](const std::string& text, const std::string& what) {
+    try {
+      sim::model_from_wan(text);
+      ADD_FAILURE() << "accepted: " << text;
+    } catch (const InvalidArgumentError& e) {
+      EXPECT_NE(std::string(e.what()).find(what), std::string::npos) << e.what();
+    }
+  };
+  refused(
+      "regions 2\nendpoint a eth0 198.18.0.1 1000 1000 1\nendpoint b eth0 198.18.0.2 1000 "
+      "1000 0\n",
+      "not in region");
+  refused(
+      "regions 1\nendpoint a eth0 198.18.0.1 1000 1000 0\nendpoint b eth0 198.18.0.2 2000 "
+      "1000 0\n",
+      "differs in rate");
+  refused("regions 1\nendpoint a eth0 198.18.0.1 0 0 0\n", "must be shaped");
+  refused("regions x\n", "WAN spec");
+  ClusterModel bad = m;
+  bad.paths.pop_back();
+  EXPECT_THROW(sim::check_model(bad), InvalidArgumentError);
+  bad = m;
+  bad.hosts_per_leaf = 2;
+  EXPECT_THROW(sim::check_model(bad), InvalidArgumentError);
+}
+
 TEST(Sim, TaperNeverHelpsAndSharedNicsSlowDown) {
   ClusterModel m = sim::frontier_model();
   m.hosts_per_leaf = 4;
