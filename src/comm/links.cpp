@@ -50,34 +50,75 @@ tune::Links CommImpl::measure_links() {
   auto recv = [&](void* data, uint64_t n, int peer) {
     call(point_to_point(Collective::recv, nullptr, data, n, peer)).wait();
   };
+  using Clock = std::chrono::steady_clock;
+  auto seconds = [](Clock::time_point a, Clock::time_point b) {
+    return std::chrono::duration<double>(b - a).count();
+  };
   const auto* barrier = algorithms::find_algorithm(Collective::barrier, "dissemination");
   for (int i = 0; i < size; ++i)
     for (int j = i + 1; j < size; ++j) {
       if (rank == i || rank == j) {
         const int other = rank == i ? j : i;
         // Each way in turn: the sender times the payload out and one byte back, less a round
-        // trip of one byte each way timed just before.
+        // trip of one byte each way timed just before (the least of two: the first also waits
+        // for the peer to leave the barrier). A long link's window opens over several round
+        // trips, so one probe of SHOAL_LINKS_BYTES sees its latency more than its rate: the
+        // probe grows fourfold while the rate it finds still grows by a quarter and either the
+        // probe lasted under ten round trips or the next one is due within kRoundSeconds. The
+        // receiver learns each probe's size first (0: no more).
+        constexpr double kRoundSeconds = 2.0;
+        constexpr uint64_t kGrowth = 64;  // the largest probe: 64 x SHOAL_LINKS_BYTES
         for (int way = 0; way < 2; ++way) {
+          uint64_t n = 0;
           if ((way == 0) == (rank == i)) {
-            const auto t0 = std::chrono::steady_clock::now();
-            send(ack.data(), 1, other);
-            recv(ack.data(), 1, other);
-            const auto t1 = std::chrono::steady_clock::now();
-            send(payload.data(), bytes, other);
-            recv(ack.data(), 1, other);
-            const auto t2 = std::chrono::steady_clock::now();
-            const double round_trip = std::chrono::duration<double>(t1 - t0).count(),
-                         total = std::chrono::duration<double>(t2 - t1).count();
-            // A transfer can take no less than a hundredth of its round trip (loopback, shared
-            // memory): the rate stays finite.
-            mine[other] = static_cast<double>(bytes) /
-                          std::max(total - round_trip, std::max(total, 1e-9) / 100);
+            double round_trip = 1e30;
+            for (int k = 0; k < 2; ++k) {
+              const auto t0 = Clock::now();
+              send(ack.data(), 1, other);
+              recv(ack.data(), 1, other);
+              round_trip = std::min(round_trip, seconds(t0, Clock::now()));
+            }
+            double best = 0, last = 0;
+            for (n = bytes;;) {
+              send(&n, sizeof n, other);
+              if (payload.size() < n) payload.resize(n, static_cast<uint8_t>(rank));
+              const auto t1 = Clock::now();
+              send(payload.data(), n, other);
+              recv(ack.data(), 1, other);
+              const double total = seconds(t1, Clock::now());
+              // A transfer can take no less than a hundredth of its round trip (loopback,
+              // shared memory): the rate stays finite.
+              const double rate = static_cast<double>(n) /
+                                  std::max(total - round_trip, std::max(total, 1e-9) / 100);
+              best = std::max(best, rate);
+              const bool growing = last == 0 || rate > 1.25 * last;
+              last = rate;
+              n *= 4;
+              // A probe of a few round trips measured the window, not the rate: it gets its
+              // next one whatever that costs.
+              const bool latency_bound = total < 10 * round_trip;
+              if (!growing || n > kGrowth * bytes ||
+                  (!latency_bound && static_cast<double>(n) / rate + round_trip > kRoundSeconds))
+                break;
+            }
+            n = 0;
+            send(&n, sizeof n, other);
+            mine[other] = best;
             mine[size + other] = round_trip / 2;
           } else {
-            recv(ack.data(), 1, other);
-            send(ack.data(), 1, other);
-            recv(payload.data(), bytes, other);
-            send(ack.data(), 1, other);
+            for (int k = 0; k < 2; ++k) {
+              recv(ack.data(), 1, other);
+              send(ack.data(), 1, other);
+            }
+            for (;;) {
+              recv(&n, sizeof n, other);
+              if (n == 0) break;
+              SHOAL_CHECK(n <= kGrowth * bytes, Internal,
+                          "links: rank " << other << " announced a probe of " << n << " bytes");
+              if (payload.size() < n) payload.resize(n);
+              recv(payload.data(), n, other);
+              send(ack.data(), 1, other);
+            }
           }
         }
       }

@@ -86,7 +86,9 @@ const std::vector<Setting>& settings() {
        "(Communicator::measure_links does it on demand); off: no measurement. Equal on all ranks",
        Agreement::value},
       {"SHOAL_LINKS_BYTES", "bytes", "1M",
-       "the payload each way of a pair's timing when links are measured. Equal on all ranks",
+       "the first probe each way of a pair's timing when links are measured; grown fourfold (up "
+       "to 64 times) while the rate it finds still grows by a quarter and the next probe is due "
+       "within 2 s, so a long link's window opens. Equal on all ranks",
        Agreement::value},
       {"SHOAL_TUNE_CALIBRATE", "enum", "on",
        "on: a new communicator times a few ring all_gathers and a reduction (milliseconds; across "
