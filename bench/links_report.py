@@ -1,8 +1,10 @@
 #!/usr/bin/env python3
-"""Report of bench/links_cluster.sh: bus bandwidth per variant (median over rounds) and the
-ratio of the ring that follows measured links to the ring in rank order. Exits non-zero when a
-run is missing or failed its check, or when that ratio is below --target. --doc FILE#ID also
-writes the report into FILE's block of ID (bench/doc_block.py)."""
+"""Report of bench/links_cluster.sh: per variant and size, the all_reduce time (median over
+rounds of the out-of-place and in-place times) and bus bandwidth, what shoal-sim predicted for
+the row on the same network (OUT/predicted.json) and measured / predicted, then the ratio of
+the ring that follows measured links to the ring in rank order at the largest size. Exits
+non-zero when a run is missing or failed its check, or when that ratio is below --target.
+--doc FILE#ID also writes the report into FILE's block of ID (bench/doc_block.py)."""
 import argparse
 import json
 import os
@@ -21,9 +23,15 @@ def main():
     ap.add_argument("--layout", default="")
     doc_block.add_argument(ap, "links_report.py")
     a = ap.parse_args()
-    busbw, problems = {}, []
+    predicted = {}
+    try:
+        with open(os.path.join(a.out, "predicted.json")) as f:
+            for row in json.load(f)["rows"]:
+                predicted[(row["algorithm"], row["size"])] = row["time_us"]
+    except (OSError, ValueError, KeyError):
+        pass  # the report says "-" where there is no prediction
+    times, busbw, problems, sizes = {}, {}, [], set()
     for v in a.variants.split():
-        values = []
         for r in range(a.rounds):
             path = os.path.join(a.out, f"{v}-{r}.json")
             try:
@@ -32,20 +40,33 @@ def main():
             except (OSError, ValueError) as e:
                 problems.append(f"{v} round {r}: no result ({e})")
                 continue
-            row = run["rows"][-1]["out_of_place"]
-            if run.get("out_of_bounds", 0) or row.get("wrong", 0):
+            if run.get("out_of_bounds", 0):
                 problems.append(f"{v} round {r}: wrong results")
-            values.append(row["busbw"])
-        if values:
-            busbw[v] = statistics.median(values)
-    lines = [f"# Ring order on measured links ({a.layout})", "",
-             "| variant | all_reduce bus bandwidth (MB/s) | vs ring |", "|---|---:|---:|"]
-    for v, b in busbw.items():
-        vs = f"{b / busbw['ring']:.2f}x" if "ring" in busbw else "-"
-        lines.append(f"| {v} | {b * 1e3:.1f} | {vs} |")
-    ratio = busbw["link_ring"] / busbw["ring"] if "ring" in busbw and "link_ring" in busbw else None
-    if ratio is not None:
-        lines += ["", f"link_ring / ring: {ratio:.2f}x (target {a.target}x)"]
+            for row in run["rows"]:
+                for kind in ("out_of_place", "in_place"):
+                    if row[kind].get("wrong"):
+                        problems.append(f"{v} round {r}: wrong results at {row['size']} B")
+                    times.setdefault((v, row["size"]), []).append(row[kind]["time_us"])
+                busbw.setdefault((v, row["size"]), []).append(row["out_of_place"]["busbw"])
+                sizes.add(row["size"])
+    lines = [f"# all_reduce on {a.layout}", "",
+             "| variant | size | time (ms) | bus bandwidth (MB/s) | predicted (ms) | measured / predicted |",
+             "|---|---:|---:|---:|---:|---:|"]
+    for v in a.variants.split():
+        for size in sorted(sizes):
+            if (v, size) not in times:
+                continue
+            t = statistics.median(times[(v, size)]) / 1e3
+            b = statistics.median(busbw[(v, size)]) * 1e3
+            p = predicted.get((v, size))
+            pred = f"{p / 1e3:.0f}" if p else "-"
+            ratio = f"{t / (p / 1e3):.2f}" if p else "-"
+            lines.append(f"| {v} | {doc_block.size_name(size)} | {t:.0f} | {b:.1f} | {pred} | {ratio} |")
+    largest = max(sizes) if sizes else None
+    ring, link = busbw.get(("ring", largest)), busbw.get(("link_ring", largest))
+    if ring and link:
+        ratio = statistics.median(link) / statistics.median(ring)
+        lines += ["", f"link_ring / ring at {doc_block.size_name(largest)}: {ratio:.2f}x (target {a.target}x)"]
         if ratio < a.target:
             problems.append(f"link_ring is {ratio:.2f}x ring, below the target {a.target}x")
     text = "\n".join(lines + [""] + [f"problem: {p}" for p in problems]) + "\n"

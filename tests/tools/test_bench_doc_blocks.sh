@@ -62,16 +62,22 @@ else
   fail "fsdp_report.py writes its block"
 fi
 
-# 3. links_report.py: ring 0.1 GB/s, link_ring 0.25: 2.50x, above a target of 2; below a target
-#    of 3 the report still writes the block and exits 1.
+# 3. links_report.py: ring 0.1 GB/s (100 ms), link_ring 0.25 (40 ms) at 8 MiB: 2.50x, above a
+#    target of 2; shoal-sim predicted 32 ms for link_ring (1.25 of it measured) and nothing for
+#    ring; below a target of 3 the report still writes the block and exits 1.
 mkdir -p "$D/links"
-for run in ring:0.1 link_ring:0.25; do
-  echo "{\"rows\": [{\"out_of_place\": {\"busbw\": ${run#*:}, \"wrong\": 0}}]}" >"$D/links/${run%%:*}-0.json"
+for run in ring:0.1:100000 link_ring:0.25:40000; do
+  IFS=: read -r v bw us <<<"$run"
+  echo "{\"rows\": [{\"size\": 8388608, \"out_of_place\": {\"busbw\": $bw, \"time_us\": $us, \"wrong\": 0},
+    \"in_place\": {\"busbw\": $bw, \"time_us\": $us, \"wrong\": 0}}]}" >"$D/links/$v-0.json"
 done
+echo '{"rows": [{"algorithm": "link_ring", "size": 8388608, "time_us": 32000}]}' >"$D/links/predicted.json"
 page links_report.py
 if $PY "$BENCH/links_report.py" "$D/links" --variants "ring link_ring" --target 2 --layout "6 hosts" \
-  --doc "$D/page.md#t" >"$D/out" 2>&1 && outside && grep -qF '| link_ring | 250.0 | 2.50x |' "$D/page.md" &&
-  grep -qF 'link_ring / ring: 2.50x (target 2.0x)' "$D/page.md"; then
+  --doc "$D/page.md#t" >"$D/out" 2>&1 && outside &&
+  grep -qF '| link_ring | 8 MiB | 40 | 250.0 | 32 | 1.25 |' "$D/page.md" &&
+  grep -qF '| ring | 8 MiB | 100 | 100.0 | - | - |' "$D/page.md" &&
+  grep -qF 'link_ring / ring at 8 MiB: 2.50x (target 2.0x)' "$D/page.md"; then
   pass
 else
   cat "$D/page.md" >>"$D/out"
