@@ -179,7 +179,7 @@ struct Candidate {
   std::string name;
   sim::Builder build;
   // A row whose schedule is this earlier candidate's (link_ring where the links give rank
-  // order): its results are that one's, not simulated again.
+  // order, all_gather's compositions): its results are that one's, not simulated again.
   std::string same_as{};
 };
 
@@ -230,11 +230,17 @@ std::vector<Candidate> candidates_of(Collective coll, const std::string& algo, i
     out.push_back({std::string(row->name), builder_of(row, ring_order)});
     if (row->follows_links && rank_order && algo == "all") out.back().same_as = "ring";
   }
+  std::string first_hierarchy;
   if (algo == "all" && sim::hierarchy_fits(coll, world, ranks_per_host))
     for (const auto* row : rows_of(coll, "all")) {
       if (row->follows_links) continue;  // the inter-host groups measure no links
       const algorithms::HierarchyPlan plan{ranks_per_host, "ring", row->name};
       out.push_back({algorithms::hierarchy_name(plan), sim::hierarchical_builder(plan)});
+      // all_gather's composition exchanges directly across hosts and runs no inter-host row:
+      // every composition is the first one's schedule.
+      if (coll == Collective::all_gather && !first_hierarchy.empty())
+        out.back().same_as = first_hierarchy;
+      if (first_hierarchy.empty()) first_hierarchy = out.back().name;
     }
   return out;
 }
