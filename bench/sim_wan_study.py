@@ -20,12 +20,17 @@ import doc_block  # bench/, beside this script
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def simulate(layout, hosts, rph, collective, sizes, sim, tmp):
+def write_spec(layout, hosts, tmp):
+    """The layout's WAN spec for `hosts` hosts (netcluster.sh spec), once per world."""
     spec = os.path.join(tmp, f"{layout}-{hosts}.wan")
     with open(spec, "w") as f:
         subprocess.run(["bash", os.path.join(ROOT, "scripts/netcluster.sh"), "spec", "--layout", layout,
                         "--hosts", str(hosts)], stdout=f, check=True)
-    out = os.path.join(tmp, f"{layout}-{hosts}x{rph}-{collective}.json")
+    return spec
+
+
+def simulate(spec, hosts, rph, collective, sizes, sim, tmp):
+    out = os.path.join(tmp, f"{os.path.basename(spec)}-{rph}-{collective}.json")
     subprocess.run([sim, "run", "--wan-spec", spec, "--ranks-per-host", str(rph), "-c", collective, "-a", "all",
                     "-p", str(hosts * rph), "-s", sizes, "--threads", "1", "--json", out],
                    stdout=subprocess.DEVNULL, check=True)
@@ -52,8 +57,9 @@ def main():
     with tempfile.TemporaryDirectory() as tmp:
         for world in a.worlds.split(","):
             hosts, rph = (int(x) for x in world.split("x"))
+            spec = write_spec(a.layout, hosts, tmp)
             for c in a.collectives.split(","):
-                rows = [r for r in simulate(a.layout, hosts, rph, c, a.sizes, a.sim, tmp) if r.get("time_us")]
+                rows = [r for r in simulate(spec, hosts, rph, c, a.sizes, a.sim, tmp) if r.get("time_us")]
                 for size in sorted({r["size"] for r in rows}):
                     at = {r["algorithm"]: r["time_us"] / 1e3 for r in rows if r["size"] == size}
                     best = min(at, key=at.get)

@@ -37,6 +37,15 @@ void for_each_field(ClusterModel& m, Fn&& fn) {
   fn("regions", m.regions);
 }
 
+// A whole file's text; InvalidArgumentError "WHAT: cannot read PATH" when unreadable.
+std::string read_text(const std::string& path, const char* what) {
+  std::ifstream f(path);
+  SHOAL_CHECK(f.good(), InvalidArgument, what << ": cannot read " << path);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
 }  // namespace
 
 std::string to_json(const ClusterModel& model) {
@@ -110,11 +119,7 @@ void check_model(const ClusterModel& m) {
 }
 
 ClusterModel load_model(const std::string& path, ClusterModel base) {
-  std::ifstream f(path);
-  SHOAL_CHECK(f.good(), InvalidArgument, "model: cannot read " << path);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return model_from_json(ss.str(), base);
+  return model_from_json(read_text(path, "model"), base);
 }
 
 ClusterModel frontier_model() {
@@ -238,11 +243,7 @@ ClusterModel model_from_wan(const std::string& spec_text, ClusterModel base) {
 }
 
 ClusterModel load_wan_model(const std::string& path, ClusterModel base) {
-  std::ifstream f(path);
-  SHOAL_CHECK(f.good(), InvalidArgument, "WAN spec: cannot read " << path);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return model_from_wan(ss.str(), base);
+  return model_from_wan(read_text(path, "WAN spec"), base);
 }
 
 }  // namespace shoal::sim
