@@ -236,9 +236,7 @@ std::vector<Candidate> candidates_of(Collective coll, const std::string& algo, i
       if (row->follows_links) continue;  // the inter-host groups measure no links
       const algorithms::HierarchyPlan plan{ranks_per_host, "ring", row->name};
       out.push_back({algorithms::hierarchy_name(plan), sim::hierarchical_builder(plan)});
-      // all_gather's composition exchanges directly across hosts and runs no inter-host row:
-      // every composition is the first one's schedule.
-      if (coll == Collective::all_gather && !first_hierarchy.empty())
+      if (!algorithms::runs_inter_row(coll) && !first_hierarchy.empty())
         out.back().same_as = first_hierarchy;
       if (first_hierarchy.empty()) first_hierarchy = out.back().name;
     }

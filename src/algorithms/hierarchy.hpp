@@ -39,6 +39,10 @@ inline bool hierarchy_fits(int world, int ranks_per_host) {
   return ranks_per_host > 1 && world > ranks_per_host && world % ranks_per_host == 0;
 }
 
+/// Whether the composition of `c` runs HierarchyPlan::inter across hosts: all_gather's sends
+/// every block straight to its aligned peers instead, so all its plans are one schedule.
+inline bool runs_inter_row(Collective c) { return c != Collective::all_gather; }
+
 struct HierarchyPlan {
   int ranks_per_host = 1;           // L; must divide the world size
   std::string_view local = "ring";  // the row of all_reduce's intra-host phases
