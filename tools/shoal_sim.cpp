@@ -163,11 +163,12 @@ struct ModelFlags {
   }
 };
 
-// Every row of `coll` (or the one named `algo`).
+// Every row of `coll` ("all" or "flat") or the one named `algo`.
 std::vector<const algorithms::AlgorithmInfo*> rows_of(Collective coll, const std::string& algo) {
   std::vector<const algorithms::AlgorithmInfo*> rows;
+  const bool every = algo == "all" || algo == "flat";
   for (const auto& row : algorithms::registry())
-    if (row.collective == coll && (algo == "all" || row.name == algo)) rows.push_back(&row);
+    if (row.collective == coll && (every || row.name == algo)) rows.push_back(&row);
   if (rows.empty())
     throw InvalidArgumentError("--algo: " + std::string(algorithms::to_string(coll)) +
                                " has no algorithm '" + algo + "'");
@@ -194,9 +195,9 @@ sim::Builder builder_of(const algorithms::AlgorithmInfo* row,
   };
 }
 
-// `algo`: a row, "hier(LOCAL+INTER)", or "all" — every row and, when the world spans several
-// hosts of ranks_per_host ranks, hier(ring+X) for every row X of the collective. Rows that
-// follow links go around `ring_order`.
+// `algo`: a row, "hier(LOCAL+INTER)", "flat" — every row — or "all" — every row and, when the
+// world spans several hosts of ranks_per_host ranks, hier(ring+X) for every row X of the
+// collective. Rows that follow links go around `ring_order`.
 std::vector<Candidate> candidates_of(Collective coll, const std::string& algo, int world,
                                      int ranks_per_host,
                                      std::shared_ptr<const std::vector<int>> ring_order) {
@@ -228,7 +229,7 @@ std::vector<Candidate> candidates_of(Collective coll, const std::string& algo, i
   }
   for (const auto* row : rows_of(coll, algo)) {
     out.push_back({std::string(row->name), builder_of(row, ring_order)});
-    if (row->follows_links && rank_order && algo == "all") out.back().same_as = "ring";
+    if (row->follows_links && rank_order && algo != row->name) out.back().same_as = "ring";
   }
   std::string first_hierarchy;
   if (algo == "all" && sim::hierarchy_fits(coll, world, ranks_per_host))
@@ -264,7 +265,9 @@ int main(int argc, char** argv) {
   ModelFlags run_model;
   run->add_option("--collective,-c", coll_name,
                   "all_reduce, all_gather, reduce_scatter, broadcast, reduce, ...");
-  run->add_option("--algo,-a", algo, "a registry row, or 'all' (every row of the collective)");
+  run->add_option("--algo,-a", algo,
+                  "a registry row, 'hier(LOCAL+INTER)', 'flat' (every row of the collective) or "
+                  "'all' (every row and, across hosts, every hier(ring+X))");
   run->add_option("--world,-p", world, "number of ranks")->check(CLI::Range(1, 1 << 20));
   run->add_option("--sizes,-s", sizes_text,
                   "MIN:MAX:FACTOR or a list (nccl-tests sizes: bytes of the vector, "

@@ -3,10 +3,11 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <functional>
 #include <mutex>
-#include <queue>
 #include <thread>
 #include <unordered_map>
+#include <vector>
 
 #include "core/check.hpp"
 
@@ -261,13 +262,12 @@ class Simulator {
       if (remaining_[i] == 0) ready_.push_back(i);
     drain_ready();
     while (!q_.empty()) {
-      const Event e = q_.top();
-      q_.pop();
+      std::pop_heap(q_.begin(), q_.end(), std::greater<>{});
+      const Event e = q_.back();
+      q_.pop_back();
       // Superseded events (a flow's completion before its rate changed, a bucket's last
       // token before its usage did) do not move the clock: the call ends at its last real event.
-      if ((e.kind == Ev::flow_done && flows_[e.id].ver != e.ver) ||
-          (e.kind == Ev::bucket_empty && res_[e.id].ver != e.ver))
-        continue;
+      if (superseded(e)) continue;
       now_ = e.t;
       ++res.events;
       switch (e.kind) {
@@ -335,8 +335,24 @@ class Simulator {
  private:
   static constexpr uint32_t kDone = UINT32_MAX;
 
+  bool superseded(const Event& e) const {
+    return (e.kind == Ev::flow_done && flows_[e.id].ver != e.ver) ||
+           (e.kind == Ev::bucket_empty && res_[e.id].ver != e.ver);
+  }
+
   void push(double t, Ev kind, uint32_t id, uint32_t ver = 0) {
-    q_.push({t, seq_++, kind, id, ver});
+    // Every rate change supersedes a flow's pending completion, and n flows sharing a link all
+    // change at once: with thousands of flows per NIC (a hierarchical all_gather's H-1 direct
+    // messages per rank) the stale events outnumber the live ones by orders of magnitude. The
+    // queue is purged of them whenever it doubles, so it holds O(live events). (t, seq) is a
+    // total order: the order of pops does not depend on the heap's layout.
+    if (q_.size() >= 2 * compacted_size_ && q_.size() >= (1u << 16)) {
+      std::erase_if(q_, [&](const Event& e) { return superseded(e); });
+      std::make_heap(q_.begin(), q_.end(), std::greater<>{});
+      compacted_size_ = q_.size();
+    }
+    q_.push_back({t, seq_++, kind, id, ver});
+    std::push_heap(q_.begin(), q_.end(), std::greater<>{});
   }
 
   // Reserves `cost` seconds of rank r's core from now (or when it is free); returns the end.
@@ -558,7 +574,8 @@ class Simulator {
   std::vector<size_t> head_;
   std::vector<uint8_t> busy_;
   std::vector<uint32_t> ready_;
-  std::priority_queue<Event, std::vector<Event>, std::greater<>> q_;
+  std::vector<Event> q_;       // a min-heap on (t, seq)
+  size_t compacted_size_ = 0;  // the queue's size after its last purge
   double now_ = 0;
   uint64_t seq_ = 0, done_ = 0, messages_ = 0, bytes_sent_ = 0, bytes_received_ = 0,
            reduce_bytes_ = 0, copy_bytes_ = 0;

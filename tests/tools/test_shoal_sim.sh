@@ -170,7 +170,30 @@ else
   pass
 fi
 
-# 7. Bad arguments: a message and a non-zero exit, no file.
+# 7. run -a flat: every registry row of the collective and no composition; -a all: the same
+# rows with the same times, plus hier(ring+X) for each row X once the world spans hosts.
+if "${GUARD[@]}" "$SIM" run "${MODEL[@]}" -c reduce_scatter -a flat -p 16 -s 1M --threads 1 \
+  --json "$D/flat.json" >"$D/out" 2>&1 &&
+  "${GUARD[@]}" "$SIM" run "${MODEL[@]}" -c reduce_scatter -a all -p 16 -s 1M --threads 1 \
+    --json "$D/all.json" >>"$D/out" 2>&1 &&
+  "${GUARD[@]}" "$INFO" --algorithms >"$D/rows" 2>>"$D/out" &&
+  $PY - "$D/flat.json" "$D/all.json" "$D/rows" <<'EOF'; then
+import json, re, sys
+flat = {r["algorithm"]: r["time_us"] for r in json.load(open(sys.argv[1]))["rows"]}
+every = {r["algorithm"]: r["time_us"] for r in json.load(open(sys.argv[2]))["rows"]}
+rows = set(re.findall(r"^reduce_scatter +([a-z_]+) ", open(sys.argv[3]).read(), re.M))
+assert set(flat) == rows, (sorted(flat), sorted(rows))
+hier = {k for k in every if k.startswith("hier(")}
+assert hier == {f"hier(ring+{x})" for x in rows if x != "link_ring"}, sorted(hier)
+assert {k: v for k, v in every.items() if k not in hier} == flat, (every, flat)
+EOF
+  pass
+else
+  fail "shoal-sim run -a flat simulates every row and no composition"
+  cat "$D/out"
+fi
+
+# 8. Bad arguments: a message and a non-zero exit, no file.
 for args in "--worlds 1 --sizes 1K" "--worlds 8 --collectives all_smash" "--worlds 8 --sizes 1K:2K:1"; do
   # shellcheck disable=SC2086
   if "${GUARD[@]}" "$SIM" tune $args -o "$D/bad.json" >"$D/out" 2>&1 || [[ -e $D/bad.json ]] ||
