@@ -5,6 +5,7 @@
 #
 #   bench/diloco_cluster.sh [--hosts 4] [--rate 100mbit] [--steps 160] [--diloco-steps 800]
 #                           [--inner-steps 40] [--regions 2 --between 100mbit]
+#                           [--wan "--layout continents" | --wan "--rtt 80ms --loss 0.1%"]
 #                           [--rounds 1] [--variants "ddp-gloo ddp-shoal diloco ..."]
 #                           [--out diloco-cluster] [--doc FILE#ID [--img PNG]]
 #                           [-- TRAIN_ARGS...]   (TRAIN_ARGS after the model's)
@@ -20,7 +21,9 @@
 # shrink and go on, and a newcomer started in the dead worker's namespace joins at 60%: it
 # receives the shared state and trains to the end). --regions R --between RATE puts the hosts in
 # R regions (scripts/netcluster.sh: --rate inside a region, RATE between, hosts alternating), and
-# the shoal variants measure their links (SHOAL_LINKS=measure). Each run's JSON line goes to
+# the shoal variants measure their links (SHOAL_LINKS=measure); --wan ARGS passes ARGS to
+# netcluster.sh up (its user-space WAN: a named layout, or delay, jitter and loss on --rate's
+# links), and the shoal variants measure their links there too. Each run's JSON line goes to
 # OUT/runs.jsonl; bench/diloco_report.py writes
 # OUT/report.md and OUT/loss.png and exits non-zero when a run failed or DiLoCo never reaches
 # the loss DDP over gloo ends with; --doc FILE#ID also writes the report between FILE's
@@ -45,6 +48,7 @@ OUT=diloco-cluster
 PREFIX=dl
 REGIONS=1
 BETWEEN=""
+WAN=""
 EXTRA=()
 DOC=""
 IMG=""
@@ -59,13 +63,14 @@ while [[ $# -gt 0 ]]; do
     --inner-steps) INNER=$2; shift 2 ;;
     --regions) REGIONS=$2; shift 2 ;;
     --between) BETWEEN=$2; shift 2 ;;
+    --wan) WAN=$2; shift 2 ;;
     --rounds) ROUNDS=$2; shift 2 ;;
     --variants) VARIANTS=$2; shift 2 ;;
     --out) OUT=$2; shift 2 ;;
     --doc) DOC=$2; shift 2 ;;
     --img) IMG=$2; shift 2 ;;
     --) shift; EXTRA=("$@"); break ;;
-    -h|--help) sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) die "unknown argument '$1' (--help)" ;;
   esac
 done
@@ -104,7 +109,7 @@ args_of() {
 # (and, on regions, every shoal variant measures its links)
 env_of() {
   [[ $1 == ddp-shoal-ring ]] && echo "SHOAL_ALGO=all_reduce:ring" || echo "SHOAL_ALGO="
-  ((REGIONS > 1)) && echo "SHOAL_LINKS=measure"
+  ((REGIONS > 1)) || [[ -n $WAN ]] && echo "SHOAL_LINKS=measure"
   return 0
 }
 
@@ -170,16 +175,18 @@ run() {  # VARIANT ROUND
     echo "{\"variant\": \"$variant\", \"round\": $round, \"failed\": true}" >>"$RUNS"
     return
   fi
-  echo "$line" | "$PY" -c 'import json, sys; d = json.loads(sys.stdin.read()); d.update(variant=sys.argv[1], round=int(sys.argv[2]), hosts=int(sys.argv[3]), rate=sys.argv[4], regions=int(sys.argv[5]), between=sys.argv[6]); print(json.dumps(d))' \
-    "$variant" "$round" "$HOSTS" "$RATE" "$REGIONS" "$BETWEEN" >>"$RUNS"
+  echo "$line" | "$PY" -c 'import json, sys; d = json.loads(sys.stdin.read()); d.update(variant=sys.argv[1], round=int(sys.argv[2]), hosts=int(sys.argv[3]), rate=sys.argv[4], regions=int(sys.argv[5]), between=sys.argv[6], wan=sys.argv[7]); print(json.dumps(d))' \
+    "$variant" "$round" "$HOSTS" "$RATE" "$REGIONS" "$BETWEEN" "$WAN" >>"$RUNS"
   echo "  $tag done"
 }
 
 "$NC" down --prefix "$PREFIX" >/dev/null 2>&1 || true
 REGION_ARGS=()
 ((REGIONS > 1)) && REGION_ARGS=(--regions "$REGIONS" --between "$BETWEEN")
+# shellcheck disable=SC2206  # netcluster.sh's words
+[[ -n $WAN ]] && REGION_ARGS+=($WAN)
 "$NC" up --prefix "$PREFIX" --hosts "$HOSTS" --nics 1 --rate "$RATE" "${REGION_ARGS[@]}" >/dev/null
-echo "$HOSTS hosts, a worker each, 1 NIC of $RATE$( ((REGIONS > 1)) && echo ", $REGIONS regions, $BETWEEN between"); DDP $STEPS steps, DiLoCo $DILOCO_STEPS, H = $INNER"
+echo "$HOSTS hosts, a worker each, 1 NIC of $RATE$( ((REGIONS > 1)) && echo ", $REGIONS regions, $BETWEEN between")${WAN:+, WAN $WAN}; DDP $STEPS steps, DiLoCo $DILOCO_STEPS, H = $INNER"
 for ((round = 1; round <= ROUNDS; round++)); do
   for variant in $VARIANTS; do run "$variant" "$round"; done
 done

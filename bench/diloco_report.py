@@ -61,6 +61,8 @@ def main():
     t_base = first_time_at_or_below(base, target, args.window)
     r0 = base
     layout = (f", {r0.get('regions')} regions, {r0.get('between')} between" if (r0.get("regions") or 1) > 1 else "")
+    if r0.get("wan"):
+        layout += f", WAN `{r0['wan']}` (scripts/netcluster.sh)"
     lines = [f"# DiLoCo against DDP: {r0.get('hosts')} hosts, a worker each, links of {r0.get('rate')}{layout}",
              "",
              f"Target: the loss {args.baseline} ends with, {target:.4f} (mean of its last {args.window} steps), "

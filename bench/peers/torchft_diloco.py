@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """The peer of examples/diloco_train.py: torchft's DiLoCo (torchft.local_sgd.DiLoCo, PyPI
-torchft) on the same model, data, inner optimizer and H, over gloo. Every worker is a replica
-group of one process with its own store; a torchft lighthouse (torchft_lighthouse.py, or
-bench/diloco_cluster.sh) forms the quorum of every outer step.
+torchft) on the same model, data, inner optimizer and H, over gloo, its pseudo-gradients
+averaged in buckets (--bucket-mb). Every worker is a replica group of one process with its own
+store; a torchft lighthouse (torchft_lighthouse.py, or bench/diloco_cluster.sh) forms the
+quorum of every outer step.
 
     .venv/bin/python bench/peers/torchft_diloco.py --replica 0 --replicas 4 \\
         --lighthouse http://198.18.0.1:29510 --host 198.18.0.1 --inner-steps 40 --steps 800 --json
@@ -37,6 +38,9 @@ def main():
     p.add_argument("--inner-steps", type=int, default=40)
     p.add_argument("--outer-lr", type=float, default=0.7)
     p.add_argument("--outer-momentum", type=float, default=0.9)
+    p.add_argument("--bucket-mb", type=int, default=32,
+                   help="torchft's bucketized all_reduce of the pseudo-gradients, buckets of this many MiB "
+                        "(0: its default, one all_reduce per parameter tensor, each paying the round trips)")
     args = parse_args(p)
     from torchft.local_sgd import DiLoCo
     from torchft.manager import Manager
@@ -64,7 +68,8 @@ def main():
                       timeout=timeout, quorum_timeout=timeout, connect_timeout=timeout)
     losses, times, compute, step_times = [], [], 0.0, []
     try:
-        with DiLoCo(manager, [model], inner, outer, sync_every=args.inner_steps):
+        bucketing = {"use_bucketization": True, "bucket_cap_mb": args.bucket_mb} if args.bucket_mb else {}
+        with DiLoCo(manager, [model], inner, outer, sync_every=args.inner_steps, **bucketing):
             tx0, start = host_tx_bytes(), time.perf_counter()
             for step in range(args.steps):
                 x, y = batch(args, args.replica, step)

@@ -126,7 +126,36 @@ else
   fail "scenarios_report.py writes its block: $(cat "$D/out")"
 fi
 
-# 6. A page without the report's markers (or with another report's) is refused by name and left
+# 6. diloco_rtt_report.py: DiLoCo's inner step 0.4 s of compute (8 s over 20 steps); DDP's 10
+#    steps in 8 s at 0 ms (50%) and 20 s at 80 ms (20%); DiLoCo's own 90% and 80%. A failed run
+#    is named and the report exits non-zero.
+for rtt in 0 80; do
+  mkdir -p "$D/rtt/rtt-${rtt}ms"
+  $PY - "$D/rtt/rtt-${rtt}ms/runs.jsonl" "$rtt" <<'PYEOF'
+import json, sys
+rtt = int(sys.argv[2])
+runs = [
+    {"variant": "ddp-gloo", "hosts": 4, "rate": "100mbit", "losses": [3.0] * 10,
+     "wall_s": 8.0 if rtt == 0 else 20.0},
+    {"variant": "diloco", "losses": [3.0] * 20, "wall_s": 9.0, "compute_s": 8.0,
+     "compute_utilisation": 0.9 if rtt == 0 else 0.8},
+]
+open(sys.argv[1], "w").write("".join(json.dumps(r) + "\n" for r in runs))
+PYEOF
+done
+page diloco_rtt_report.py
+if $PY "$BENCH/diloco_rtt_report.py" "$D/rtt" --doc "$D/page.md#t" >"$D/out" 2>&1 && outside &&
+  grep -qF '| 0 ms | 50% | 90% | 400 ms |' "$D/page.md" &&
+  grep -qF '| 80 ms | 20% | 80% | 400 ms |' "$D/page.md" &&
+  echo '{"variant": "ddp-shoal", "round": 1, "failed": true}' >>"$D/rtt/rtt-80ms/runs.jsonl" &&
+  ! $PY "$BENCH/diloco_rtt_report.py" "$D/rtt" >"$D/out" 2>&1 && grep -q "ddp-shoal at 80 ms FAILED" "$D/out"; then
+  pass
+else
+  cat "$D/page.md" >>"$D/out"
+  fail "diloco_rtt_report.py writes its block and fails on a failed run: $(cat "$D/out")"
+fi
+
+# 7. A page without the report's markers (or with another report's) is refused by name and left
 #    as it was; so is FILE without #ID; the cluster scripts' early check says the same.
 page fsdp_report.py
 cp "$D/page.md" "$D/before.md"
