@@ -175,8 +175,8 @@ run() {  # VARIANT ROUND
     echo "{\"variant\": \"$variant\", \"round\": $round, \"failed\": true}" >>"$RUNS"
     return
   fi
-  echo "$line" | "$PY" -c 'import json, sys; d = json.loads(sys.stdin.read()); d.update(variant=sys.argv[1], round=int(sys.argv[2]), hosts=int(sys.argv[3]), rate=sys.argv[4], regions=int(sys.argv[5]), between=sys.argv[6], wan=sys.argv[7]); print(json.dumps(d))' \
-    "$variant" "$round" "$HOSTS" "$RATE" "$REGIONS" "$BETWEEN" "$WAN" >>"$RUNS"
+  echo "$line" | "$PY" -c 'import json, sys; d = json.loads(sys.stdin.read()); d.update(variant=sys.argv[1], round=int(sys.argv[2]), hosts=int(sys.argv[3]), rate=sys.argv[4], regions=int(sys.argv[5]), between=sys.argv[6], wan=sys.argv[7], links=sys.argv[8]); print(json.dumps(d))' \
+    "$variant" "$round" "$HOSTS" "$RATE" "$REGIONS" "$BETWEEN" "$WAN" "$LINKS" >>"$RUNS"
   echo "  $tag done"
 }
 
@@ -185,7 +185,9 @@ REGION_ARGS=()
 ((REGIONS > 1)) && REGION_ARGS=(--regions "$REGIONS" --between "$BETWEEN")
 # shellcheck disable=SC2206  # netcluster.sh's words
 [[ -n $WAN ]] && REGION_ARGS+=($WAN)
-"$NC" up --prefix "$PREFIX" --hosts "$HOSTS" --nics 1 --rate "$RATE" "${REGION_ARGS[@]}" >/dev/null
+UP_LINE=$("$NC" up --prefix "$PREFIX" --hosts "$HOSTS" --nics 1 --rate "$RATE" "${REGION_ARGS[@]}")
+# The WAN's links as netcluster.sh states them ("40mbit up, 200mbit down, loss 0.5%; ...")
+LINKS=$(sed -n 's/.* NICs, \(.*\); root namespace address.*/\1/p' <<<"$UP_LINE")
 echo "$HOSTS hosts, a worker each, 1 NIC of $RATE$( ((REGIONS > 1)) && echo ", $REGIONS regions, $BETWEEN between")${WAN:+, WAN $WAN}; DDP $STEPS steps, DiLoCo $DILOCO_STEPS, H = $INNER"
 for ((round = 1; round <= ROUNDS; round++)); do
   for variant in $VARIANTS; do run "$variant" "$round"; done

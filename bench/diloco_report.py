@@ -61,9 +61,10 @@ def main():
     t_base = first_time_at_or_below(base, target, args.window)
     r0 = base
     layout = (f", {r0.get('regions')} regions, {r0.get('between')} between" if (r0.get("regions") or 1) > 1 else "")
-    if r0.get("wan"):
-        layout += f", WAN `{r0['wan']}` (scripts/netcluster.sh)"
-    lines = [f"# DiLoCo against DDP: {r0.get('hosts')} hosts, a worker each, links of {r0.get('rate')}{layout}",
+    links = f"links of {r0.get('rate')}{layout}"
+    if r0.get("wan"):  # netcluster.sh's own account of its WAN's links
+        links = f"WAN `{r0['wan']}`: {r0.get('links') or 'links of ' + str(r0.get('rate'))}"
+    lines = [f"# DiLoCo against DDP: {r0.get('hosts')} hosts, a worker each, {links}",
              "",
              f"Target: the loss {args.baseline} ends with, {target:.4f} (mean of its last {args.window} steps), "
              f"reached at {t_base:.1f} s.",
