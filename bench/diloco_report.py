@@ -105,11 +105,7 @@ def main():
         lines.append(f"\n{r['variant']} round {r['round']} FAILED (logs in {args.out}/logs)")
         status = 1
     text = "\n".join(lines) + "\n"
-    with open(os.path.join(args.out, "report.md"), "w") as f:
-        f.write(text)
-    print(text)
-    if args.doc:
-        doc_block.write(args.doc, "diloco_report.py", text)
+    doc_block.publish(args.out, text, args.doc, "diloco_report.py")
     try:
         import matplotlib
         matplotlib.use("Agg")

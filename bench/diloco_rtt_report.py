@@ -89,11 +89,7 @@ def main():
         lines.append(f"\n{v} at {rtt:g} ms FAILED (logs in {args.out}/rtt-{rtt:g}ms/logs)")
         status = 1
     text = "\n".join(lines) + "\n"
-    with open(os.path.join(args.out, "report.md"), "w") as f:
-        f.write(text)
-    print(text)
-    if args.doc:
-        doc_block.write(args.doc, "diloco_rtt_report.py", text)
+    doc_block.publish(args.out, text, args.doc, "diloco_rtt_report.py")
     try:
         import matplotlib
         matplotlib.use("Agg")

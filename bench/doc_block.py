@@ -64,6 +64,16 @@ def write(spec, tool, report):
     print(f"{tool}: rewrote {name} in {path}", file=sys.stderr)
 
 
+def publish(out, report, spec, tool):
+    """A report's usual ends: OUT/report.md, standard output, and the block of --doc FILE#ID when
+    `spec` is given."""
+    with open(f"{out}/report.md", "w") as f:
+        f.write(report)
+    print(report, end="")
+    if spec:
+        write(spec, tool, report)
+
+
 if __name__ == "__main__":
     if len(sys.argv) != 4 or sys.argv[1] != "check":
         sys.exit(__doc__)

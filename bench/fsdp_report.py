@@ -92,10 +92,7 @@ def main():
     report = "\n".join([header, ""] + lines) + "\n"
     if problems:
         report += "\nPROBLEMS:\n" + "\n".join(f"- {x}" for x in problems) + "\n"
-    (a.out / "report.md").write_text(report)
-    print(report)
-    if a.doc:
-        doc_block.write(a.doc, "fsdp_report.py", report)
+    doc_block.publish(a.out, report, a.doc, "fsdp_report.py")
     plot(a.out, groups)
     return 1 if problems else 0
 

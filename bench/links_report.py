@@ -70,11 +70,7 @@ def main():
         if ratio < a.target:
             problems.append(f"link_ring is {ratio:.2f}x ring, below the target {a.target}x")
     text = "\n".join(lines + [""] + [f"problem: {p}" for p in problems]) + "\n"
-    with open(os.path.join(a.out, "report.md"), "w") as f:
-        f.write(text)
-    print(text, end="")
-    if a.doc:
-        doc_block.write(a.doc, "links_report.py", text)
+    doc_block.publish(a.out, text, a.doc, "links_report.py")
     return 1 if problems else 0
 
 

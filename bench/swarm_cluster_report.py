@@ -43,11 +43,7 @@ def main():
         if not s.get("completed"):
             status = 1
     text = "\n".join(lines) + "\n"
-    with open(os.path.join(a.out, "report.md"), "w") as f:
-        f.write(text)
-    print(text, end="")
-    if a.doc:
-        doc_block.write(a.doc, "swarm_cluster_report.py", text)
+    doc_block.publish(a.out, text, a.doc, "swarm_cluster_report.py")
     return status
 
 
