@@ -9,7 +9,7 @@
 # long 4,096 ranks take") at 1 MiB-1 GiB, the Frontier-like model's 2,048 also at 64 KiB (study
 # (c)); SWARM's at most 512 peers.
 # JOBS simulations at once (default: the number of cores; a 4,096-rank ring or Swing holds
-# 2.5-3.6 GB). All of it: about 2 hours on 2 cores; up to 1,024 ranks, ~40 minutes.
+# 2.5-3.6 GB). All of it: about 2.5 hours on 2 cores, 40% of it the Frontier-like 4,096 ranks.
 set -eu
 OUT=${1:?usage: sim_studies.sh OUT_DIR [MODEL...]}
 shift
