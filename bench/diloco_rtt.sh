@@ -41,6 +41,6 @@ for rtt in $RTTS; do
   # a failed run is recorded in its runs.jsonl; the report says so and exits non-zero
   bash "$ROOT/bench/diloco_cluster.sh" --rate "$RATE" --steps "$STEPS" --variants "$VARIANTS" \
     --wan "--rtt $rtt${LOSS:+ --loss $LOSS}" --out "$OUT/rtt-$rtt" >"$OUT/rtt-$rtt.log" 2>&1 || true
-  echo "RTT $rtt: $(grep -c '"failed"' "$OUT/rtt-$rtt/runs.jsonl" 2>/dev/null || echo '?') failed"
+  echo "RTT $rtt: $(grep -c '"failed"' "$OUT/rtt-$rtt/runs.jsonl" 2>/dev/null || true) run(s) failed"
 done
 /usr/bin/python3 "$ROOT/bench/diloco_rtt_report.py" "$OUT" ${DOC:+--doc "$DOC"} ${IMG:+--img "$IMG"}

@@ -164,8 +164,12 @@ Plan Planner::plan(const Request& r, const algorithms::CollectiveArgs& checked) 
 
 const AlgorithmInfo* Planner::learned_row(const Request& r, const algorithms::CollectiveArgs& a,
                                           const tune::Choice& choice, Plan& plan) {
+  // The model's pick, priced on the constants or on measured links: both price each link alone
+  // and neither sees flows overrun a queue. (A tuning file's pick was timed on these links.)
+  const bool on_links = choice.source == tune::Choice::Source::links;
   if (!agree_ || !r.may_use_hierarchy || r.vectored ||
-      choice.source != tune::Choice::Source::cost_model || !algorithms::composable(a.collective))
+      (choice.source != tune::Choice::Source::cost_model && !on_links) ||
+      !algorithms::composable(a.collective))
     return choice.algorithm;
   const tune::Context& c = dispatcher().context();
   if (c.transport != tune::Transport::tcp || c.world <= c.ranks_per_host) return choice.algorithm;
@@ -188,7 +192,10 @@ const AlgorithmInfo* Planner::learned_row(const Request& r, const algorithms::Co
   }
   const uint64_t bytes = algorithms::model_bytes(a);
   if (*learn_min_bytes_ == 0 || bytes < *learn_min_bytes_) return choice.algorithm;
-  const AlgorithmInfo* ring = algorithms::find_algorithm(a.collective, "ring");
+  // The alternative streams to one neighbour: the ring, in the measured links' order where
+  // they were measured.
+  const AlgorithmInfo* ring =
+      algorithms::find_algorithm(a.collective, on_links ? "link_ring" : "ring");
   if (!ring || ring == choice.algorithm) return choice.algorithm;
   const auto key = tune::Learner::key_of(a.collective, bytes);
   if (!save_path_.empty() && learner_->fresh(key)) settle_from_file(key, choice.algorithm, ring);

@@ -96,9 +96,10 @@ const std::vector<Setting>& settings() {
        "measured constants, the slowest rank's, instead of the defaults; off: the defaults. Ranks "
        "that differ fail the new communicator's first call (its calibration meets another call)"},
       {"SHOAL_TUNE_LEARN", "enum", "on",
-       "on: across hosts over TCP, where the cost model picks a row other than the ring for an "
-       "all_reduce, all_gather or reduce_scatter of at least SHOAL_TUNE_LEARN_MIN_BYTES, the first "
-       "4 calls of each size bucket (a factor of 2) run the pick and the ring in turn, timed, and "
+       "on: across hosts over TCP, where the cost model (on measured links too) picks a row other "
+       "than the ring for an all_reduce, all_gather or reduce_scatter of at least "
+       "SHOAL_TUNE_LEARN_MIN_BYTES, the first 4 calls of each size bucket (a factor of 2) run the "
+       "pick and the ring (link_ring on measured links) in turn, timed, and "
        "the next takes the faster (the slowest rank's times); off: the cost model's pick. Equal on "
        "all ranks", Agreement::value},
       {"SHOAL_TUNE_LEARN_MIN_BYTES", "bytes", "256K",

@@ -512,6 +512,45 @@ TEST(Learning, ExploresInTurnThenEveryRankKeepsOneRow) {
   EXPECT_EQ(err, "");
 }
 
+// On measured links the pick is priced on them, and it overruns queues the same way: learning
+// explores it against the ring in the links' order (link_ring), settles at the 5th call, and
+// every rank then runs the one row; every result right.
+TEST(Learning, OnMeasuredLinksThePickMeetsTheRingInTheirOrder) {
+  ScopedEnv on("SHOAL_DISPATCH", "on"), learn("SHOAL_TUNE_LEARN", "on"),
+      alpha("SHOAL_TUNE_ALPHA", "1e-3"), min("SHOAL_TUNE_LEARN_MIN_BYTES", "64K"),
+      flat_hierarchy("SHOAL_HIERARCHICAL", "off");
+  const std::string err = run_on_hosts({0, 1, 2, 3}, [&](Communicator& c) {
+    c.use_links(std::vector<double>(16, 12.5e6));  // uniform 100 Mbit/s
+    auto& impl = shoal::detail::Internals::of(c);
+    for (Collective collective :
+         {Collective::all_reduce, Collective::all_gather, Collective::reduce_scatter}) {
+      const uint64_t count = 40000;
+      const uint64_t bytes = collective == Collective::all_reduce ? count * 4 : count * 4 * 4;
+      const tune::Choice choice = impl.planner->dispatcher().choose(collective, bytes);
+      const std::string name = std::string(algorithms::to_string(collective)) + ":";
+      ASSERT_EQ(choice.source, tune::Choice::Source::links) << name;
+      ASSERT_NE(std::string(choice.algorithm->name), "link_ring") << name;
+      const std::string pick_ran = name + std::string(choice.algorithm->name);
+      const std::string ring_ran = name + "link_ring";
+      EXPECT_EQ(checked_call(c, collective, count), pick_ran);
+      EXPECT_EQ(checked_call(c, collective, count), ring_ran);
+      EXPECT_EQ(checked_call(c, collective, count), pick_ran);
+      EXPECT_EQ(checked_call(c, collective, count), ring_ran);
+      checked_call(c, collective, count);  // settles
+      std::string winner;
+      for (const auto& l : impl.planner->learner().learned())
+        if (l.key == tune::Learner::key_of(collective, bytes) && l.winner) winner = l.winner->name;
+      ASSERT_TRUE(winner == choice.algorithm->name || winner == "link_ring") << winner;
+      for (int i = 0; i < 3; ++i) EXPECT_EQ(checked_call(c, collective, count), name + winner);
+      const int32_t mine = winner == "link_ring" ? 1 : 0;
+      std::vector<int32_t> all(4);
+      c.all_gather(&mine, all.data(), 1, DataType::int32);
+      EXPECT_EQ(std::count(all.begin(), all.end(), mine), 4) << name;
+    }
+  });
+  EXPECT_EQ(err, "");
+}
+
 // A thousand calls of the three collectives at sizes drawn across five buckets (the same draw
 // on every rank): every result right, and every rank ends with the same learned table.
 TEST(Learning, AThousandCallsAgreeAndMatchReference) {
