@@ -106,10 +106,8 @@ def main():
         status = 1
     text = "\n".join(lines) + "\n"
     doc_block.publish(args.out, text, args.doc, "diloco_report.py")
-    try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
+    plt = doc_block.pyplot()
+    if plt:
         fig, ax = plt.subplots(figsize=(7, 4))
         for name, r in by_variant.items():
             ax.plot(r["times_s"], smoothed(r["losses"], args.window), label=name)
@@ -118,12 +116,7 @@ def main():
         ax.set_ylabel(f"training loss (mean of {args.window} steps)")
         ax.set_xscale("log")
         ax.legend()
-        fig.tight_layout()
-        fig.savefig(os.path.join(args.out, "loss.png"), dpi=110)
-        if args.doc and args.img:
-            fig.savefig(args.img, dpi=110)
-    except ImportError:
-        pass
+        doc_block.save_figure(fig, os.path.join(args.out, "loss.png"), args.doc and args.img)
     return status
 
 

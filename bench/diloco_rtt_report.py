@@ -90,10 +90,8 @@ def main():
         status = 1
     text = "\n".join(lines) + "\n"
     doc_block.publish(args.out, text, args.doc, "diloco_rtt_report.py")
-    try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
+    plt = doc_block.pyplot()
+    if plt:
         fig, ax = plt.subplots(figsize=(6, 3.6))
         for v, pts in series.items():
             pts = [(r, u) for r, u in pts if u is not None]
@@ -102,12 +100,7 @@ def main():
         ax.set_ylabel("compute utilisation, %")
         ax.set_ylim(0, 100)
         ax.legend()
-        fig.tight_layout()
-        fig.savefig(os.path.join(args.out, "utilisation.png"), dpi=110)
-        if args.doc and args.img:
-            fig.savefig(args.img, dpi=110)
-    except ImportError:
-        pass
+        doc_block.save_figure(fig, os.path.join(args.out, "utilisation.png"), args.doc and args.img)
     return status
 
 

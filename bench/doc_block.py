@@ -74,6 +74,26 @@ def publish(out, report, spec, tool):
         write(spec, tool, report)
 
 
+def pyplot():
+    """matplotlib's pyplot without a display, or None where matplotlib is missing (the reports
+    then write their tables only)."""
+    try:
+        import matplotlib
+    except ImportError:
+        return None
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    return plt
+
+
+def save_figure(fig, path, img=None):
+    """A report's plot: laid out, written to `path` and, for --doc's --img, beside the page."""
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    if img:
+        fig.savefig(img, dpi=110)
+
+
 if __name__ == "__main__":
     if len(sys.argv) != 4 or sys.argv[1] != "check":
         sys.exit(__doc__)
