@@ -40,13 +40,14 @@ def load(out):
 
 
 def step_compute_s(runs):
-    """Seconds of compute per step: the mean inner step of the DiLoCo runs at this RTT."""
-    per_step = [r["compute_s"] / len(r["losses"]) for v, r in sorted(runs.items())
+    """Seconds of compute per step: the median, over the DiLoCo runs at this RTT, of each run's
+    mean inner step."""
+    per_step = [r["compute_s"] / len(r["losses"]) for v, r in runs.items()
                 if v.startswith("diloco") and r.get("compute_s")]
     return statistics.median(per_step) if per_step else None
 
 
-def utilisation(variant, run, compute):
+def utilisation(run, compute):
     if run.get("compute_utilisation") is not None:
         return run["compute_utilisation"]
     return len(run["losses"]) * compute / run["wall_s"] if compute else None
@@ -80,7 +81,7 @@ def main():
             status = 1
         cells = []
         for v in variants:
-            u = utilisation(v, runs[v], compute) if v in runs else None
+            u = utilisation(runs[v], compute) if v in runs else None
             series[v].append((rtt, u))
             cells.append("-" if u is None else f"{u:.0%}")
         lines.append(f"| {rtt:g} ms | " + " | ".join(cells) +
