@@ -37,4 +37,20 @@ bool PrefixStore::check(const std::vector<std::string>& keys) {
 
 bool PrefixStore::remove(const std::string& k) { return base_->remove(key(k)); }
 
+std::vector<int64_t> PrefixStore::add_all(
+    const std::vector<std::pair<std::string, int64_t>>& adds) {
+  std::vector<std::pair<std::string, int64_t>> full;
+  full.reserve(adds.size());
+  for (const auto& [k, delta] : adds) full.emplace_back(key(k), delta);
+  return base_->add_all(full);
+}
+
+std::vector<Bytes> PrefixStore::multi_get(const std::vector<std::string>& keys) {
+  std::vector<std::string> full;
+  full.reserve(keys.size());
+  for (const auto& k : keys) full.push_back(key(k));
+  if (timeout_ != base_->timeout()) base_->wait(full, timeout_);
+  return base_->multi_get(full);
+}
+
 }  // namespace shoal

@@ -1395,6 +1395,50 @@ bool TcpStore::check(const std::vector<std::string>& keys) {
   return r == kCheckReady;
 }
 
+std::vector<Bytes> TcpStore::multi_get(const std::vector<std::string>& keys) {
+  if (keys.empty()) return {};
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  const auto deadline = deadline_after(timeout_);
+  std::vector<std::string> wire;
+  wire.reserve(keys.size());
+  for (const auto& k : keys) wire.push_back(kKeyPrefix + k);
+  impl_->ensure_connected(deadline, "multi_get", keys);
+  impl_->do_wait(wire, keys, deadline, timeout_,
+                 "multi_get");  // MULTI_GET of a missing key hangs up
+  Writer w;
+  w.u8(static_cast<uint8_t>(Query::MultiGet));
+  w.u64(wire.size());
+  for (const auto& k : wire) w.str(k);
+  impl_->send_all(w.buffer(), deadline, "multi_get", keys, timeout_);
+  std::vector<Bytes> values;
+  values.reserve(keys.size());
+  for (size_t i = 0; i < keys.size(); ++i)
+    values.push_back(impl_->recv_bytes(deadline, "multi_get", keys, timeout_));
+  return values;
+}
+
+std::vector<int64_t> TcpStore::add_all(const std::vector<std::pair<std::string, int64_t>>& adds) {
+  if (adds.empty()) return {};
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  const auto deadline = deadline_after(timeout_);
+  std::vector<std::string> keys;
+  keys.reserve(adds.size());
+  for (const auto& add : adds) keys.push_back(add.first);
+  impl_->ensure_connected(deadline, "add", keys);
+  Writer w;  // the server answers requests in order: all of them, then every reply
+  for (const auto& [key, delta] : adds) {
+    w.u8(static_cast<uint8_t>(Query::Add));
+    w.str(kKeyPrefix + key);
+    w.i64(delta);
+  }
+  impl_->send_all(w.buffer(), deadline, "add", keys, timeout_);
+  std::vector<int64_t> values;
+  values.reserve(adds.size());
+  for (size_t i = 0; i < adds.size(); ++i)
+    values.push_back(impl_->recv_value<int64_t>(deadline, "add", keys, timeout_));
+  return values;
+}
+
 bool TcpStore::remove(const std::string& key) {
   std::lock_guard<std::mutex> lock(impl_->mu);
   const auto deadline = deadline_after(timeout_);

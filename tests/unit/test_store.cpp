@@ -298,6 +298,64 @@ TEST(TcpStore, CheckAndRemove) {
   EXPECT_EQ(c.get_string("y"), "2");
 }
 
+TEST(TcpStore, MultiGetReturnsEveryValueInOrderAndWaitsLikeGet) {
+  TcpStore server("127.0.0.1", 0, server_options());
+  TcpStore c("127.0.0.1", server.port(), client_options(400ms));
+  const Bytes binary{0, 1, 255, 0};
+  c.set("a", std::string("first"));
+  c.set("b", binary);
+  c.set("empty", Bytes{});
+  EXPECT_TRUE(c.multi_get({}).empty());
+  auto values = c.multi_get({"b", "empty", "a", "b"});
+  ASSERT_EQ(values.size(), 4u);
+  EXPECT_EQ(values[0], binary);
+  EXPECT_TRUE(values[1].empty());
+  EXPECT_EQ(std::string(values[2].begin(), values[2].end()), "first");
+  EXPECT_EQ(values[3], binary);
+  // A key set while the call waits is returned, as get() would.
+  std::thread late([&] {
+    std::this_thread::sleep_for(100ms);
+    server.set("late", std::string("here"));
+  });
+  values = c.multi_get({"a", "late"});
+  late.join();
+  ASSERT_EQ(values.size(), 2u);
+  EXPECT_EQ(std::string(values[1].begin(), values[1].end()), "here");
+  // A key never set: a timeout naming it, and the connection stays usable.
+  try {
+    c.multi_get({"a", "never_set"});
+    FAIL() << "multi_get returned";
+  } catch (const TimeoutError& e) {
+    EXPECT_NE(std::string(e.what()).find("never_set"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(c.add("n", 3), 3);
+  EXPECT_EQ(c.multi_get({"a"}).at(0), server.get("a"));
+}
+
+TEST(TcpStore, AddAllReturnsEachNewValueInOrderAndIsAtomicPerAdd) {
+  TcpStore server("127.0.0.1", 0, server_options());
+  TcpStore c("127.0.0.1", server.port(), client_options());
+  EXPECT_TRUE(c.add_all({}).empty());
+  EXPECT_EQ(c.add("x", 5), 5);
+  EXPECT_EQ(c.add_all({{"x", 1}, {"y", -2}, {"x", 10}}), (std::vector<int64_t>{6, -2, 16}));
+  EXPECT_EQ(c.add("x", 0), 16);
+  EXPECT_EQ(server.add("y", 0), -2);
+  // Clients pipelining at once: every add counted once.
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t)
+    threads.emplace_back([&] {
+      TcpStore mine("127.0.0.1", server.port(), client_options());
+      for (int i = 0; i < 50; ++i) mine.add_all({{"n", 1}, {"m", 2}, {"n", 1}});
+    });
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(c.add("n", 0), 400);
+  EXPECT_EQ(c.add("m", 0), 400);
+  // A PrefixStore passes them on under its prefix.
+  PrefixStore p("job", std::make_shared<TcpStore>("127.0.0.1", server.port(), client_options()));
+  EXPECT_EQ(p.add_all({{"k", 3}, {"k", 4}}), (std::vector<int64_t>{3, 7}));
+  EXPECT_EQ(c.add("job/k", 0), 7);
+}
+
 TEST(TcpStore, ClientStartedBeforeTheServerConnectsWhenItComesUp) {
   const uint16_t port = free_port();
   std::atomic<bool> ok{false};
@@ -933,6 +991,10 @@ TEST(PrefixStore, IsolatesNamespaces) {
   } catch (const TimeoutError& e) {
     EXPECT_NE(std::string(e.what()).find("job_b/only_a"), std::string::npos) << e.what();
   }
+  auto values = a.multi_get({"only_a", "n"});
+  ASSERT_EQ(values.size(), 2u);
+  EXPECT_EQ(std::string(values[0].begin(), values[0].end()), "1");
+  EXPECT_EQ(values[1], base->get("job_a/n"));
   // Its own timeout applies to get().
   a.set_timeout(150ms);
   const auto t0 = Clock::now();

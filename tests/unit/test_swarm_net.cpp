@@ -11,11 +11,14 @@
 
 #include <atomic>
 #include <cmath>
+#include <condition_variable>
 #include <cstring>
 #include <limits>
+#include <mutex>
 #include <random>
 #include <thread>
 
+#include "shoal/error.hpp"
 #include "swarm/net/codec.hpp"
 #include "swarm/net/rpc.hpp"
 #include "swarm/net/wire.hpp"
@@ -561,6 +564,49 @@ TEST(SwarmRpc, ConcurrentClients) {
   for (auto& th : threads) th.join();
   EXPECT_EQ(ok.load(), kThreads * kCalls);
   EXPECT_EQ(handled.load(), kThreads * kCalls);
+}
+
+TEST(SwarmRpc, WorkAfterAReplyRunsOnceTheReplyIsOutAndBeforeTheNextRequest) {
+  // The first request's handler leaves work that blocks until the test releases it: its reply
+  // must arrive meanwhile; the connection's second request waits for the work, and a failing
+  // piece of work is logged, not fatal.
+  std::mutex mu;
+  std::condition_variable cv;
+  bool released = false;
+  std::atomic<int> after_done{0};
+  RpcServer server("127.0.0.1", 0, [&](Message&& m) {
+    if (m.request_id == 1) {
+      after_reply([&] {
+        std::unique_lock<std::mutex> lock(mu);
+        cv.wait(lock, [&] { return released; });
+        ++after_done;
+      });
+      after_reply([] { throw InternalError("bookkeeping failed"); });
+    } else {
+      EXPECT_EQ(after_done.load(), 1) << "request " << m.request_id << " read before the work ran";
+    }
+    return echo(std::move(m));
+  });
+  RpcClient client("127.0.0.1", server.port(), 5s);
+  auto values = random_floats(100, 3);
+  const Message first = client.call(request_with(1, values), 5s);  // the work is still blocked
+  EXPECT_EQ(first.request_id, 1u);
+  EXPECT_EQ(after_done.load(), 0);
+  std::thread release([&] {
+    std::this_thread::sleep_for(100ms);
+    std::lock_guard<std::mutex> lock(mu);
+    released = true;
+    cv.notify_all();
+  });
+  const Message second = client.call(request_with(2, values), 5s);
+  release.join();
+  EXPECT_EQ(second.request_id, 2u);
+  EXPECT_EQ(after_done.load(), 1);
+  EXPECT_TRUE(client.usable());
+  // Outside a handler the work runs at once.
+  int ran = 0;
+  after_reply([&] { ++ran; });
+  EXPECT_EQ(ran, 1);
 }
 
 TEST(SwarmRpc, HandlerExceptionsReachTheClient) {

@@ -207,6 +207,37 @@ TEST(Registry, LeasesExpireAndRecordsRoundTrip) {
   EXPECT_EQ(b.peers(1).size(), 0u);
 }
 
+TEST(Registry, ListingSkipsASlotCountedButNotYetWrittenAndStrangersBytes) {
+  TcpStore::Options o;
+  o.is_server = true;
+  auto store = std::make_shared<TcpStore>("127.0.0.1", 0, o);
+  StoreRegistry a(store), b(store);
+  a.announce(peer("server-a", 0, 1.0));
+  store->add("swarm/peer_slots", 1);  // a peer between counting its slot and writing it
+  b.announce(peer("server-b", 2, 2.0));
+  store->set("swarm/peer/1", std::string("not a record"));  // then someone else's bytes there
+  store->add("swarm/peer_slots", 1);                        // and one more slot never written
+  auto all = a.peers();
+  ASSERT_EQ(all.size(), 2u);
+  EXPECT_EQ(all[0].id, "server-a");
+  EXPECT_EQ(all[1].id, "server-b");
+  EXPECT_EQ(a.peers(2).size(), 1u);
+  // A connection of its own to the same store sees the same keys.
+  auto own = a.connect_rendezvous();
+  EXPECT_NE(own.get(), store.get());
+  EXPECT_EQ(own->add("swarm/peer_slots", 0), 4);
+  RendezvousPool pool(std::make_shared<StoreRegistry>(store));
+  {
+    auto first = pool.borrow();
+    auto second = pool.borrow();  // none idle: a second connection
+    EXPECT_NE(first.operator->(), second.operator->());
+    first->set("x", std::string("1"));
+    EXPECT_EQ(second->get_string("x"), "1");
+  }
+  auto again = pool.borrow();  // back from the pool
+  EXPECT_EQ(again->add("swarm/peer_slots", 0), 4);
+}
+
 TEST(Registry, MalformedRecordsAreRejectedClearly) {
   EXPECT_THROW(StoreRegistry::decode("v1\tx"), InvalidArgumentError);
   // A record of an older peer (v1: no speed) still reads, with speed 0.

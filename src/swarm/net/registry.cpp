@@ -78,15 +78,24 @@ void StoreRegistry::withdraw(const std::string& id) {
 }
 
 std::vector<PeerRecord> StoreRegistry::peers(int stage) {
+  // Four round trips whatever the number of peers (ADD, CHECK, WAIT, MULTI_GET): trainers read
+  // this several times a second, across links of up to hundreds of milliseconds.
+  std::vector<std::string> keys;
+  for (int64_t slot = 0, slots = store_->add(kSlotCounter, 0); slot < slots; ++slot)
+    keys.push_back(slot_key(slot));
+  // A slot is counted before its record is written: skip one that is not there yet.
+  if (!store_->check(keys)) {
+    std::vector<std::string> written;
+    for (auto& key : keys)
+      if (store_->check({key})) written.push_back(key);
+    keys = std::move(written);
+  }
   std::vector<PeerRecord> out;
-  int64_t slots = store_->add(kSlotCounter, 0);
   int64_t now = wall_ms();
-  for (int64_t slot = 0; slot < slots; ++slot) {
-    // A slot is counted before its record is written: skip one that is not there yet.
-    if (!store_->check({slot_key(slot)})) continue;
+  for (const Bytes& value : store_->multi_get(keys)) {
     PeerRecord r;
     try {
-      r = decode(store_->get_string(slot_key(slot)));
+      r = decode(std::string(value.begin(), value.end()));
     } catch (const InvalidArgumentError&) {
       continue;  // a stranger's bytes in our key space: ignore rather than stop the swarm
     }
@@ -95,6 +104,16 @@ std::vector<PeerRecord> StoreRegistry::peers(int stage) {
     out.push_back(std::move(r));
   }
   return out;
+}
+
+std::shared_ptr<Store> StoreRegistry::connect_rendezvous() {
+  auto* tcp = dynamic_cast<TcpStore*>(store_.get());
+  if (tcp == nullptr || tcp->host().empty() || tcp->host() == "0.0.0.0" || tcp->host() == "::")
+    return store_;
+  TcpStore::Options client;
+  client.timeout = store_->timeout();
+  client.connect_timeout = store_->timeout();
+  return std::make_shared<TcpStore>(tcp->host(), tcp->port(), client);
 }
 
 std::shared_ptr<Store> connect_registry_store(const std::string& host, uint16_t port, bool may_host,

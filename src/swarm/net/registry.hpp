@@ -9,6 +9,7 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -46,11 +47,59 @@ class Registry {
   virtual std::vector<PeerRecord> peers(int stage = -1) = 0;
   /// The store where averaging groups, round counters and moves meet.
   virtual std::shared_ptr<Store> rendezvous() = 0;
+  /// A connection of its own to rendezvous()'s store, for a thread whose round trips must not
+  /// queue behind other threads' (a TcpStore serialises its calls on one connection, and over
+  /// a WAN each call is a round trip). Here: rendezvous() itself.
+  virtual std::shared_ptr<Store> connect_rendezvous() { return rendezvous(); }
   std::chrono::milliseconds lease() const { return lease_; }
   void set_lease(std::chrono::milliseconds lease) { lease_ = lease; }
 
  protected:
   std::chrono::milliseconds lease_{3000};
+};
+
+/// Connections of their own to a registry's rendezvous store (Registry::connect_rendezvous),
+/// each lent to one thread at a time and made when none is free: request threads that each make
+/// round trips to the store then make them side by side instead of in one queue.
+class RendezvousPool {
+ public:
+  explicit RendezvousPool(std::shared_ptr<Registry> registry) : registry_(std::move(registry)) {}
+
+  /// A connection, back in the pool when the lease ends.
+  class Lease {
+   public:
+    Lease(RendezvousPool& pool, std::shared_ptr<Store> store)
+        : pool_(&pool), store_(std::move(store)) {}
+    Lease(const Lease&) = delete;
+    Lease& operator=(const Lease&) = delete;
+    ~Lease() { pool_->give_back(std::move(store_)); }
+    Store* operator->() const { return store_.get(); }
+
+   private:
+    RendezvousPool* pool_;
+    std::shared_ptr<Store> store_;
+  };
+
+  Lease borrow() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (!idle_.empty()) {
+        auto store = std::move(idle_.back());
+        idle_.pop_back();
+        return Lease(*this, std::move(store));
+      }
+    }
+    return Lease(*this, registry_->connect_rendezvous());
+  }
+
+ private:
+  void give_back(std::shared_ptr<Store> store) {
+    std::lock_guard<std::mutex> lock(mu_);
+    idle_.push_back(std::move(store));
+  }
+  std::shared_ptr<Registry> registry_;
+  std::mutex mu_;
+  std::vector<std::shared_ptr<Store>> idle_;
 };
 
 /// Records live at "swarm/peer/<slot>", slots handed out by a counter the first time an id
@@ -62,6 +111,8 @@ class StoreRegistry : public Registry {
   void withdraw(const std::string& id) override;
   std::vector<PeerRecord> peers(int stage = -1) override;
   std::shared_ptr<Store> rendezvous() override { return store_; }
+  /// A new client of the store when it is a TcpStore with an address to dial.
+  std::shared_ptr<Store> connect_rendezvous() override;
 
   static std::string encode(const PeerRecord& record);
   static PeerRecord decode(const std::string& text);  // InvalidArgumentError when malformed

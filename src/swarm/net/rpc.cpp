@@ -15,10 +15,12 @@
 #include <cerrno>
 #include <climits>
 #include <cstring>
+#include <functional>
 #include <list>
 #include <mutex>
 #include <optional>
 #include <thread>
+#include <vector>
 
 #include "core/check.hpp"
 #include "core/config.hpp"
@@ -135,12 +137,32 @@ Message error_reply(uint64_t request_id, ErrorCode code, const std::string& text
   return m;
 }
 
+// The after_reply() work of the request this thread is handling (null outside a handler).
+thread_local std::vector<std::function<void()>>* t_after_reply = nullptr;
+
+void run_after_reply(std::vector<std::function<void()>>& work) {
+  for (auto& w : work) try {
+      w();
+    } catch (const std::exception& e) {
+      SHOAL_WARN("swarm rpc server: work after a reply failed: " << e.what());
+    }
+  work.clear();
+}
+
 void set_nodelay(int fd) {
   int one = 1;
   setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
 }
 
 }  // namespace
+
+void after_reply(std::function<void()> work) {
+  if (t_after_reply != nullptr) {
+    t_after_reply->push_back(std::move(work));
+  } else {
+    work();
+  }
+}
 
 std::pair<std::string, uint16_t> split_address(const std::string& address) {
   const auto colon = address.rfind(':');
@@ -257,6 +279,8 @@ struct RpcServer::Impl {
       }
       const uint64_t id = request.request_id;
       Message reply;
+      std::vector<std::function<void()>> after;
+      t_after_reply = &after;
       try {
         reply = handler(std::move(request));
         if (reply.type != MsgType::Error) reply.type = MsgType::Reply;
@@ -267,6 +291,7 @@ struct RpcServer::Impl {
       } catch (...) {
         reply = error_reply(id, ErrorCode::Internal, "the handler threw a non-standard exception");
       }
+      t_after_reply = nullptr;
       reply.request_id = id;
       EncodedFrame frame;
       try {
@@ -276,7 +301,9 @@ struct RpcServer::Impl {
                             std::string("the server built a bad reply: ") + e.what());
         frame = encode(reply);
       }
-      if (write_frame(fd, frame, std::nullopt) != Io::ok) return;
+      const bool written = write_frame(fd, frame, std::nullopt) == Io::ok;
+      run_after_reply(after);
+      if (!written) return;
     }
   }
 

@@ -6,6 +6,7 @@
 #include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
+#include <exception>
 #include <mutex>
 #include <random>
 #include <thread>
@@ -40,7 +41,13 @@ void log(const std::string& id, const std::string& text) {
 struct StageServer::Impl {
   ServerOptions opt;
   std::shared_ptr<Registry> registry;
-  std::shared_ptr<Store> store;
+  std::shared_ptr<Store> store;  // the run loop's: leases, rounds, averaging, moves
+  // The request threads' own connections: each backward's claim and count are round trips,
+  // made after its reply and side by side with the other requests'.
+  std::unique_ptr<RendezvousPool> pool;
+  // Backwards between claiming a micro-batch and adding its gradient: the claims alone must
+  // not call the round full before the gradients are in (round_full).
+  std::atomic<int> claims_in_flight{0};
   std::string address;
 
   // The stage: module, optimizer, gradient accumulators. model_mu serialises compute (one
@@ -103,6 +110,7 @@ struct StageServer::Impl {
   Impl(ServerOptions o, std::shared_ptr<Registry> r) : opt(std::move(o)), registry(std::move(r)) {
     if (opt.id.empty()) opt.id = default_id();
     store = registry->rendezvous();
+    pool = std::make_unique<RendezvousPool>(registry);
     registry->set_lease(opt.lease);
   }
 
@@ -141,7 +149,9 @@ struct StageServer::Impl {
     r.round = round;
     return r;
   }
+  std::mutex announce_mu;  // one announcement at a time, each of the state as it is made
   void announce() {
+    std::lock_guard<std::mutex> serial(announce_mu);
     // Fold the window into the throughput first, so the record carries the newest figure.
     {
       std::lock_guard<std::mutex> lock(rate_mu);
@@ -330,29 +340,50 @@ struct StageServer::Impl {
     // The emulated device finishes before the gradient exists: a slow replica must not report
     // the round full and then keep the stage busy while its peers wait to average.
     emulate_device(seconds_since(start), 2);
-    // Only the first replica to finish a micro-batch counts it: a retry after a lost reply must
-    // not add its gradient twice. A round that already stepped counts nothing.
-    bool first = accumulates(request.round) &&
-                 store->add(keys::claim(stage, request.round, request.microbatch), 1) == 1;
-    if (first && opt.exit_after_claim >= 0 &&
-        request.microbatch >= static_cast<uint64_t>(opt.exit_after_claim)) {
-      log(opt.id, "fault injection: dying between claiming micro-batch " +
-                      std::to_string(request.microbatch) + " and counting it");
-      std::_Exit(3);
-    }
-    if (first) {
-      auto& a = accum_of(request.round);
-      for (size_t i = 0; i < n_params; ++i) a.sums[i].add_(grads[i]);
-      ++a.count;
-      if (store->add(keys::done_count(stage, request.round), 1) == opt.round_microbatches)
-        store->set(keys::full(stage, request.round), "1");
-    } else {
-      ++counters.duplicates;
-    }
     add_busy(seconds_since(start), static_cast<double>(x.size(0)));
     ++counters.backwards;
     if (x.requires_grad()) reply.tensors.push_back(to_wire(grads.back(), opt.codec));
+    grads.resize(n_params);
+    if (!accumulates(request.round)) {
+      ++counters.duplicates;  // a round that already stepped counts nothing
+      return reply;
+    }
+    ++claims_in_flight;
+    after_reply([this, grads = std::move(grads), k = stage.load(), r = request.round,
+                 mb = request.microbatch] {
+      struct Done {
+        std::atomic<int>& n;
+        ~Done() { --n; }
+      } done{claims_in_flight};
+      count_gradient(grads, k, r, mb);
+    });
     return reply;
+  }
+
+  /// A backward's gradient into round r's sum, if this replica is the first to finish micro-batch
+  /// mb of stage k: a retry after a lost reply must not add its gradient twice. A round that
+  /// stepped meanwhile counts nothing.
+  void count_gradient(const std::vector<torch::Tensor>& grads, int k, uint32_t r, uint64_t mb) {
+    auto store = pool->borrow();
+    if (store->add(keys::claim(k, r, mb), 1) != 1) {
+      std::lock_guard<std::mutex> lock(model_mu);
+      ++counters.duplicates;
+      return;
+    }
+    if (opt.exit_after_claim >= 0 && mb >= static_cast<uint64_t>(opt.exit_after_claim)) {
+      log(opt.id, "fault injection: dying between claiming micro-batch " + std::to_string(mb) +
+                      " and counting it");
+      std::_Exit(3);
+    }
+    {
+      std::lock_guard<std::mutex> lock(model_mu);
+      if (stage != k || !accumulates(r)) return;
+      auto& a = accum_of(r);
+      for (size_t i = 0; i < grads.size(); ++i) a.sums[i].add_(grads[i]);
+      ++a.count;
+    }
+    if (store->add(keys::done_count(k, r), 1) == opt.round_microbatches)
+      store->set(keys::full(k, r), "1");
   }
 
   Message get_state(const Message& request) {
@@ -622,7 +653,7 @@ struct StageServer::Impl {
   void finish_move() {
     int to = pending_move;
     pending_move = -1;
-    registry->announce(record());  // stage -1 while moving: trainers stop routing here
+    announce();  // stage -1 while moving: trainers stop routing here
     adopt_stage(to);
     moving = false;
     ++counters.moves;
@@ -636,7 +667,7 @@ struct StageServer::Impl {
   Clock::time_point next_claims_check{};
   bool round_full(int k, uint32_t r) {
     if (store->check({keys::full(k, r)})) return true;
-    if (Clock::now() < next_claims_check) return false;
+    if (Clock::now() < next_claims_check || claims_in_flight > 0) return false;
     next_claims_check = Clock::now() + Milliseconds(100);
     std::vector<std::string> claims;
     uint64_t first = static_cast<uint64_t>(r) * opt.round_microbatches;
@@ -647,18 +678,40 @@ struct StageServer::Impl {
   }
 
   void run(const std::atomic<bool>& stop) {
-    auto next_announce = Clock::now();
-    schedule_rebalance();
-    while (!stop && !stopping) {
-      if (Clock::now() >= next_announce) {
-        announce();
-        next_announce = Clock::now() + opt.announce_every;
+    // The lease is renewed on a thread of its own: averaging across a WAN can outlast a lease,
+    // and a replica that stopped announcing while it averaged would drop out of every view.
+    std::atomic<bool> done{false};
+    std::exception_ptr lease_error;
+    std::thread keeper([&] {
+      try {
+        while (!done) {
+          announce();
+          for (auto next = Clock::now() + opt.announce_every; !done && Clock::now() < next;)
+            std::this_thread::sleep_for(Milliseconds(10));
+        }
+      } catch (...) {
+        lease_error = std::current_exception();
+        done = true;
       }
+    });
+    struct Join {
+      std::atomic<bool>& done;
+      std::thread& keeper;
+      ~Join() {  // also when the loop throws
+        done = true;
+        if (keeper.joinable()) keeper.join();
+      }
+    } join{done, keeper};
+    schedule_rebalance();
+    while (!stop && !stopping && !done) {
       if (!moving && round_full(stage, round)) average();
       if (opt.rebalance && !moving && Clock::now() >= next_rebalance) plan_rebalance();
       if (pending_move >= 0) finish_move();
       std::this_thread::sleep_for(Milliseconds(2));
     }
+    done = true;
+    keeper.join();
+    if (lease_error) std::rethrow_exception(lease_error);
   }
 };
 

@@ -7,7 +7,11 @@
 #include <cstdio>
 #include <map>
 #include <mutex>
+#include <optional>
+#include <string>
 #include <thread>
+#include <utility>
+#include <vector>
 
 #include "shoal/error.hpp"
 #include "swarm/net/router.hpp"
@@ -31,7 +35,8 @@ struct Trainer::Impl {
   ByteCorpus corpus;
   int stages;
 
-  std::mutex route_mu;  // routers, pipelines, refresh time
+  std::mutex route_mu;    // routers, pipelines, refresh time
+  std::mutex refresh_mu;  // one registry read at a time, outside route_mu
   std::vector<Router> forward_routers, backward_routers;
   Router& router(int k, bool backward) {
     return (backward ? backward_routers : forward_routers)[k];
@@ -64,10 +69,20 @@ struct Trainer::Impl {
     return out;
   }
 
+  /// Re-reads the registry every 300 ms, or now when `force`d (after a failure). The read is a
+  /// few round trips to the registry: the other workers keep routing on the replicas they have
+  /// meanwhile, and only one reads at a time (a forced read waits for it).
   void refresh(bool force) {
-    std::lock_guard<std::mutex> lock(route_mu);
-    if (!force && Clock::now() - refreshed < std::chrono::milliseconds(300)) return;
+    std::unique_lock<std::mutex> reading(refresh_mu, std::defer_lock);
+    if (force) {
+      reading.lock();
+    } else {
+      if (!reading.try_lock()) return;
+      std::lock_guard<std::mutex> lock(route_mu);
+      if (Clock::now() - refreshed < std::chrono::milliseconds(300)) return;
+    }
     auto peers = registry->peers();
+    std::lock_guard<std::mutex> lock(route_mu);
     for (int k = 0; k < stages; ++k) {
       auto replicas = replicas_of(peers, k);
       forward_routers[k].set_replicas(replicas);
@@ -101,6 +116,9 @@ struct Trainer::Impl {
   }
 
   struct Worker {
+    // Its own connection to the rendezvous store: claims and completions are round trips that
+    // would otherwise queue behind every other worker's.
+    std::shared_ptr<Store> store;
     std::map<std::string, std::unique_ptr<RpcClient>> clients;
   };
 
@@ -188,7 +206,8 @@ struct Trainer::Impl {
     return m;
   }
 
-  void process(Worker& w, uint64_t mb, uint32_t round) {
+  /// Drives micro-batch mb through every stage, forward then backward; returns its loss.
+  double process(Worker& w, uint64_t mb, uint32_t round) {
     auto batch = corpus.micro_batch(mb, opt.micro_batch, opt.model.seq_len, opt.data_seed);
     std::vector<torch::Tensor> inputs(stages);
     inputs[0] = batch.tokens;
@@ -213,14 +232,30 @@ struct Trainer::Impl {
         grad = from_wire(reply.tensors[0]);
       }
     }
-    // Posted once per micro-batch, also when a stalled one was driven twice (recover_round).
-    if (store->add(keys::finished(round, mb), 1) == 1) {
-      store->add(keys::loss_sum(round), std::llround(loss * 1e6));
-      store->add(keys::loss_count(round), 1);
-      store->add(keys::kSamplesDone, opt.micro_batch);
-    }
     std::lock_guard<std::mutex> lock(stats_mu);
     ++counters.microbatches;
+    return loss;
+  }
+
+  /// Posts micro-batch mb of round r as finished (its loss, its samples) and, given a round,
+  /// claims the next index of that round: one round trip to the store for all of it, as every
+  /// micro-batch pays it. A micro-batch is counted once however often it was driven
+  /// (recover_round): the second posting takes its figures back. Returns the claimed index.
+  std::optional<int64_t> finish(Worker& w, uint32_t r, uint64_t mb, double loss,
+                                std::optional<uint32_t> claim_round) {
+    const int64_t loss_micro = std::llround(loss * 1e6);
+    std::vector<std::pair<std::string, int64_t>> adds{{keys::finished(r, mb), 1},
+                                                      {keys::loss_sum(r), loss_micro},
+                                                      {keys::loss_count(r), 1},
+                                                      {keys::kSamplesDone, opt.micro_batch}};
+    if (claim_round) adds.emplace_back(keys::claimed(*claim_round), 1);
+    const auto values = w.store->add_all(adds);
+    if (values[0] != 1)
+      w.store->add_all({{keys::loss_sum(r), -loss_micro},
+                        {keys::loss_count(r), -1},
+                        {keys::kSamplesDone, -opt.micro_batch}});
+    if (!claim_round) return std::nullopt;
+    return values.back() - 1;
   }
 
   /// Blocks until every stage has stepped round r (its first replica to step says so). A round
@@ -232,14 +267,14 @@ struct Trainer::Impl {
     for (int k = 0; k < stages; ++k) stepped.push_back(keys::stepped(k, r));
     auto deadline = Clock::now() + opt.give_up;
     auto stall_check = Clock::now() + opt.stall_timeout;
-    int64_t progress = store->add(keys::loss_count(r), 0);
+    int64_t progress = w.store->add(keys::loss_count(r), 0);
     int epoch = 0;
-    while (!stop && !failed && !store->check(stepped)) {
+    while (!stop && !failed && !w.store->check(stepped)) {
       if (Clock::now() > deadline)
         throw TimeoutError("swarm trainer: round " + std::to_string(r) +
                            " was not stepped by every stage within " + "the give-up time");
       if (Clock::now() > stall_check) {
-        int64_t now = store->add(keys::loss_count(r), 0);
+        int64_t now = w.store->add(keys::loss_count(r), 0);
         if (now == progress) recover_round(w, r, ++epoch);
         progress = now;
         stall_check = Clock::now() + opt.stall_timeout;
@@ -251,16 +286,16 @@ struct Trainer::Impl {
   void recover_round(Worker& w, uint32_t r, int epoch) {
     for (int j = 0; j < opt.round_microbatches; ++j) {
       uint64_t mb = static_cast<uint64_t>(r) * opt.round_microbatches + j;
-      if (store->check({keys::finished(r, mb)})) continue;
+      if (w.store->check({keys::finished(r, mb)})) continue;
       // One trainer per stalled micro-batch and stall epoch.
-      if (store->add(keys::reclaim(r, mb, epoch), 1) != 1) continue;
+      if (w.store->add(keys::reclaim(r, mb, epoch), 1) != 1) continue;
       std::fprintf(stderr, "[%s] round %u stalled: driving micro-batch %lu again\n", opt.id.c_str(),
                    r, static_cast<unsigned long>(mb));
       {
         std::lock_guard<std::mutex> lock(stats_mu);
         ++counters.recovered;
       }
-      process(w, mb, r);
+      finish(w, r, mb, process(w, mb, r), std::nullopt);
     }
   }
 
@@ -270,9 +305,12 @@ struct Trainer::Impl {
   void work(const std::atomic<bool>& stop) {
     Worker w;
     try {
+      w.store = registry->connect_rendezvous();
       uint32_t round = 0;
+      std::optional<int64_t> claimed;  // an index of `round` the last posting claimed
       while (!stop && !failed && round < static_cast<uint32_t>(opt.rounds)) {
-        int64_t j = store->add(keys::claimed(round), 1) - 1;
+        int64_t j = claimed ? *claimed : w.store->add(keys::claimed(round), 1) - 1;
+        claimed.reset();
         if (j >= opt.round_microbatches) {
           ++round;
           continue;
@@ -280,7 +318,8 @@ struct Trainer::Impl {
         uint32_t staleness = opt.delayed_updates ? 1 : 0;
         if (round > staleness) wait_for_step(round - 1 - staleness, stop, w);
         if (stop || failed) break;
-        process(w, static_cast<uint64_t>(round) * opt.round_microbatches + j, round);
+        const uint64_t mb = static_cast<uint64_t>(round) * opt.round_microbatches + j;
+        claimed = finish(w, round, mb, process(w, mb, round), round);
       }
     } catch (const Error& e) {
       std::lock_guard<std::mutex> lock(stats_mu);
@@ -311,6 +350,7 @@ void Trainer::run(const std::atomic<bool>& stop) {
   // round before it may still be unstepped: waiting on it first lets a stall there be redone.
   if (!stop && !im.failed) {
     Impl::Worker w;
+    w.store = im.store;
     int last = im.opt.rounds - 1;
     for (int r = std::max(0, last - (im.opt.delayed_updates ? 1 : 0)); r <= last; ++r)
       im.wait_for_step(static_cast<uint32_t>(r), stop, w);
