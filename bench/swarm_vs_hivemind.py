@@ -7,7 +7,7 @@ and the kills at the same times taking the same peers as shoal's launcher picked
 goes, the CPU seconds of its whole process tree are sampled every second beside its progress.
 
     bench/swarm_vs_hivemind.py [--configs het,het-async,kills] [--out swarm-vs-hivemind]
-                               [--report-only] [--img docs/img]
+                               [--report-only] [--img docs/img] [--doc FILE#ID]
 
 Configurations (the peers of docs/swarm.md's evidence 2: 9 peers on 3 stages, one of each speed
 1x, 2x, 4x per stage, 20 ms emulated device time per forward):
@@ -16,12 +16,22 @@ Configurations (the peers of docs/swarm.md's evidence 2: 9 peers on 3 stages, on
                delay_grad_averaging)
     kills      rounds of 96 micro-batches, a peer killed at 20 s and another at 40 s (SIGKILL of
                the peer's whole process group); shoal rebalances every 8 s, hivemind cannot move peers
+    home       across homes: scripts/netcluster.sh's `home` layout (6 hosts, each its own region
+               on a 40 Mbit/s uplink and 200 Mbit/s downlink, 30-120 ms between hosts, 0.5 %
+               loss a path), the 9 peers of two speeds (1x, 2x; two fast and one slow a stage)
+               spread over the hosts as shoal-swarm local --netns places them, delayed updates,
+               24 micro-batches in flight a trainer (a second of round trips to cover), 16
+               rounds of 96 micro-batches, one peer killed at 25 s; both launchers and the
+               bootstrap (shoal's registry, hivemind's first DHT node) run on host 0. Needs root.
+               hivemind's averaging finds no group there: libp2p counts 198.18.0.0/15 as
+               unroutable (docs/swarm.md, "Against hivemind").
 
 Runs on Debian's python (matplotlib); the hivemind peer runs on the project's .venv (hivemind
 1.1.12 beside torch, python/requirements.txt). Needs build/bin/shoal-swarm (a build with torch).
 Writes OUT/<config>/{shoal,hivemind}/ (each launcher's files and cpu.csv), OUT/report.md and
 IMG/swarm-vs-hivemind.png; exits non-zero when a run did not complete or shoal misses a target
-(a higher fraction of ideal, at most half the CPU seconds per sample, recovery at least as fast).
+(a higher fraction of ideal, at most half the CPU seconds per sample, recovery at least as fast;
+on home also at least 0.8 of the ideal for shoal).
 """
 import argparse
 import csv
@@ -30,6 +40,8 @@ import os
 import subprocess
 import sys
 import time
+
+import doc_block  # bench/, beside this script
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -44,7 +56,36 @@ CONFIGS = {
                   "hivemind": ["--delayed-updates"]},
     "kills": {"args": ["--global-batch", "96", "--rounds", "20", "--kill-at", "20,40"],
               "shoal": ["--rebalance-period", "8"], "hivemind": []},
+    "home": {"args": ["--global-batch", "96", "--rounds", "16", "--kill-at", "25", "--delayed-updates"],
+             "shoal": ["--rebalance-period", "8"], "hivemind": [],
+             "swarm": ["--peers", "9", "--trainers", "2", "--inflight", "24", "--device-ms", "20",
+                       "--slowdown", "1,1,1,2,2,2,1,1,1"],
+             "wan": ["--layout", "home", "--hosts", "6"], "min_fraction": 0.8},
 }
+NETCLUSTER = os.path.join(ROOT, "scripts", "netcluster.sh")
+PREFIX = "svh"  # the emulated hosts of the WAN configurations: svh-h0, svh-h1, ...
+
+
+class Hosts:
+    """scripts/netcluster.sh's hosts for a WAN configuration, up for the `with` block: where the
+    launchers run (host 0, whose address is the bootstrap) and the --netns list."""
+
+    def __init__(self, wan):
+        self.wan = wan
+        self.hosts = int(wan[wan.index("--hosts") + 1])
+
+    def __enter__(self):
+        subprocess.run([NETCLUSTER, "down", "--prefix", PREFIX], capture_output=True)
+        subprocess.run([NETCLUSTER, "up", "--prefix", PREFIX] + self.wan, check=True, stdout=subprocess.DEVNULL)
+        self.netns = ",".join(f"{PREFIX}-h{h}" for h in range(self.hosts))
+        self.first = "198.18.0.1"  # host 0, rail 0 (netcluster.sh's addressing)
+        return self
+
+    def __exit__(self, *_):
+        subprocess.run([NETCLUSTER, "down", "--prefix", PREFIX], capture_output=True)
+
+    def launch(self, cmd):
+        return ["ip", "netns", "exec", f"{PREFIX}-h0"] + cmd
 
 
 def cpu_seconds(root_pids):
@@ -140,8 +181,11 @@ def recoveries(run, stages):
     return out
 
 
-def report(base, configs, img):
+def report(base, configs, img, doc=None):
     lines, ok = [], True
+    wan = [CONFIGS[c]["wan"] for c in configs if "wan" in CONFIGS[c]]
+    lines.append("# SWARM on shoal against SWARM on hivemind" +
+                 (f" (netcluster.sh up {' '.join(wan[0])})" if wan else " (one host)") + "\n")
     lines.append("| configuration | system | steady samples/s | bottleneck ideal | fraction of ideal | "
                  "CPU s / sample | bytes between stages / sample | loss per round |")
     lines.append("|---|---|---|---|---|---|---|---|")
@@ -171,6 +215,9 @@ def report(base, configs, img):
         if not fs > fh:
             print(f"{name}: fraction of ideal shoal {fs:.2f} not above hivemind {fh:.2f}", file=sys.stderr)
             ok = False
+        if fs < CONFIGS[name].get("min_fraction", 0.0):
+            print(f"{name}: shoal's fraction of ideal {fs:.2f} below {CONFIGS[name]['min_fraction']}", file=sys.stderr)
+            ok = False
         if not cs <= 0.5 * ch:
             print(f"{name}: CPU s/sample shoal {cs:.3f} more than half of hivemind's {ch:.3f}", file=sys.stderr)
             ok = False
@@ -195,11 +242,10 @@ def report(base, configs, img):
                 if bs is None or (bh is not None and bs > bh):
                     print(f"{name}: kill {i}: shoal back after {bs} s, hivemind after {bh} s", file=sys.stderr)
                     ok = False
-    text = "\n".join(lines) + "\n"
-    open(os.path.join(base, "report.md"), "w").write(text)
-    print(text)
+    doc_block.publish(base, "\n".join(lines) + "\n", doc, "swarm_vs_hivemind.py")
     if img and figures:
-        plot(figures, os.path.join(img, "swarm-vs-hivemind.png"))
+        wan = "".join(f"-{n}" for n, _ in figures if "wan" in CONFIGS[n])
+        plot(figures, os.path.join(img, f"swarm-vs-hivemind{wan}.png"))
     return ok
 
 
@@ -230,6 +276,26 @@ def plot(figures, path):
     fig.savefig(path, dpi=90)
 
 
+def run_pair(c, cfg, a, hosts):
+    """One configuration: shoal-swarm local, then hivemind_swarm.py local killing the same peers."""
+    d = os.path.abspath(os.path.join(a.out, c))
+    swarm = cfg.get("swarm", SWARM9)
+    shoal_cmd = [os.path.join(a.bin, "shoal-swarm"), "local"] + MODEL + swarm + cfg["args"] + cfg["shoal"] + \
+        ["--out", os.path.join(d, "shoal")]
+    hm = [VENV_PY, os.path.join(HERE, "peers", "hivemind_swarm.py"), "local"] + MODEL + swarm + \
+        cfg["args"] + cfg["hivemind"] + ["--out", os.path.join(d, "hivemind")]
+    if hosts:
+        shoal_cmd = hosts.launch(shoal_cmd + ["--netns", hosts.netns, "--registry", hosts.first + ":0"])
+        hm += ["--netns", hosts.netns, "--host", hosts.first]
+    print(f"== {c}: shoal-swarm local", flush=True)
+    run(shoal_cmd, os.path.join(d, "shoal"), os.path.join(d, "shoal.log"))
+    shoal_summary = load(os.path.join(d, "shoal"))
+    if shoal_summary and shoal_summary["summary"]["kills"]:
+        hm += ["--kill-peers", ",".join(k["peer"] for k in shoal_summary["summary"]["kills"])]
+    print(f"== {c}: hivemind_swarm.py local", flush=True)
+    run(hosts.launch(hm) if hosts else hm, os.path.join(d, "hivemind"), os.path.join(d, "hivemind.log"))
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--configs", default="het,het-async,kills")
@@ -237,28 +303,26 @@ def main():
     p.add_argument("--bin", default=os.path.join(ROOT, "build", "bin"))
     p.add_argument("--img", default="", help="write swarm-vs-hivemind.png there (docs/img)")
     p.add_argument("--report-only", action="store_true")
+    doc_block.add_argument(p, "swarm_vs_hivemind.py")
     a = p.parse_args()
     configs = [c for c in a.configs.split(",") if c]
     for c in configs:
         if c not in CONFIGS:
             sys.exit(f"swarm_vs_hivemind: unknown configuration {c} (known: {', '.join(CONFIGS)})")
+    if a.doc:  # before a long run, not after it
+        path, name = doc_block.split("swarm_vs_hivemind.py", a.doc)
+        doc_block.check(path, "swarm_vs_hivemind.py", name)
+    if any("wan" in CONFIGS[c] for c in configs) and not a.report_only and os.geteuid() != 0:
+        sys.exit("swarm_vs_hivemind: the WAN configurations need root (the hosts are network namespaces)")
     if not a.report_only:
         for c in configs:
             cfg = CONFIGS[c]
-            d = os.path.join(a.out, c)
-            shoal_cmd = [os.path.join(a.bin, "shoal-swarm"), "local"] + MODEL + SWARM9 + cfg["args"] + cfg["shoal"] + \
-                ["--out", os.path.join(d, "shoal")]
-            print(f"== {c}: shoal-swarm local", flush=True)
-            run(shoal_cmd, os.path.join(d, "shoal"), os.path.join(d, "shoal.log"))
-            hm = [VENV_PY, os.path.join(HERE, "peers", "hivemind_swarm.py"), "local"] + MODEL + SWARM9 + \
-                cfg["args"] + cfg["hivemind"] + ["--out", os.path.join(d, "hivemind")]
-            shoal_summary = load(os.path.join(d, "shoal"))
-            if shoal_summary and shoal_summary["summary"]["kills"]:
-                hm += ["--kill-peers", ",".join(k["peer"] for k in shoal_summary["summary"]["kills"])]
-            print(f"== {c}: hivemind_swarm.py local", flush=True)
-            run(hm, os.path.join(d, "hivemind"), os.path.join(d, "hivemind.log"))
-    return 0 if report(a.out, configs, a.img) else 1
-
+            if "wan" in cfg:
+                with Hosts(cfg["wan"]) as hosts:
+                    run_pair(c, cfg, a, hosts)
+            else:
+                run_pair(c, cfg, a, None)
+    return 0 if report(a.out, configs, a.img, a.doc) else 1
 
 if __name__ == "__main__":
     sys.exit(main())

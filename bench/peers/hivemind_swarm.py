@@ -199,8 +199,18 @@ def serve(a):
                 stats["samples"] += n
             return out
 
-    dht = hivemind.DHT(initial_peers=a.initial_peers.split(","), start=True,
-                       host_maddrs=[f"/ip4/{a.host}/tcp/0"])
+    initial_peers = a.initial_peers.split(",")
+    if a.dial_servers:
+        # Across emulated hosts libp2p's routing cannot look a peer up (see local()): this server
+        # dials every server started before it, and the later ones dial it, so that each pair of
+        # replicas that may average has a connection whose addresses both daemons know.
+        here = os.path.dirname(a.stats)
+        for i in range(a.index):
+            path = os.path.join(here, f"server{i}.stats.maddrs")
+            while not os.path.exists(path):
+                time.sleep(0.2)
+            initial_peers += open(path).read().strip().split(",")
+    dht = hivemind.DHT(initial_peers=initial_peers, start=True, host_maddrs=[f"/ip4/{a.host}/tcp/0"])
     opt = hivemind.Optimizer(
         dht=dht, run_id=f"{a.run_id}-stage{stage}", params=module.parameters(),
         optimizer=lambda params: torch.optim.Adam(params, lr=a.lr, betas=(0.9, 0.95)),
@@ -218,6 +228,8 @@ def serve(a):
         max_batch_size=a.micro_batch * 8)
     server = Server(dht, {backend.name: backend}, num_connection_handlers=a.handlers,
                     update_period=a.announce_period, expiration=3 * a.announce_period, start=True)
+    with open(a.stats + ".maddrs", "w") as f:  # where trainers dial it (local, --netns)
+        f.write(",".join(str(m) for m in dht.get_visible_maddrs()))
     print(f"server {backend.name} up (slowdown {a.slowdown})", flush=True)
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
@@ -332,7 +344,7 @@ def train(a):
                 result = [deserialize_torch_tensor(t) for t in reply.tensors]
             except Exception as e:
                 balancers[k].failed(uid, charge)
-                print(f"trainer {a.trainer}: {method} on {uid} failed ({type(e).__name__}), retrying",
+                print(f"trainer {a.trainer}: {method} on {uid} failed ({type(e).__name__}: {str(e)[:300]}), retrying",
                       file=sys.stderr, flush=True)
                 continue
             balancers[k].done(uid, a.micro_batch, time.monotonic() - start)
@@ -391,6 +403,16 @@ def new_lines(path, offsets):
     return keep.splitlines()
 
 
+def address_of_netns(ns):
+    """The first global IPv4 address of network namespace `ns` (scripts/netcluster.sh's hosts)."""
+    out = subprocess.run(["ip", "-n", ns, "-4", "-o", "addr", "show", "scope", "global"],
+                         capture_output=True, text=True).stdout
+    words = out.split()
+    if "inet" not in words:
+        sys.exit(f"hivemind_swarm: no address in network namespace {ns!r} (scripts/netcluster.sh up makes them)")
+    return words[words.index("inet") + 1].split("/")[0]
+
+
 def local(a):
     import hivemind
 
@@ -407,17 +429,25 @@ def local(a):
     common += ["--delayed-updates"] if a.delayed_updates else []
     me = [sys.executable, os.path.abspath(__file__)]
     procs = {}  # name -> Popen (own session: a kill takes the whole peer)
+    netns = [n for n in a.netns.split(",") if n]
 
-    def spawn(name, args):
+    def spawn(name, args, ns=""):
+        # `ip netns exec` execs the peer in place, so the Popen's pid is the peer's.
+        where = ["ip", "netns", "exec", ns] if ns else []
         log = open(os.path.join(out, "logs", name + ".log"), "w")
-        procs[name] = subprocess.Popen(me + [str(x) for x in args], stdout=log, stderr=subprocess.STDOUT,
+        procs[name] = subprocess.Popen(where + me + [str(x) for x in args], stdout=log, stderr=subprocess.STDOUT,
                                        start_new_session=True)
 
     for i in range(a.peers):
-        spawn(f"server{i}", ["serve"] + common + ["--stage", i % a.stages, "--index", i,
-                                                  "--slowdown", slowdown[i % len(slowdown)],
-                                                  "--device-ms", a.device_ms, "--handlers", a.handlers,
-                                                  "--stats", os.path.join(out, "logs", f"server{i}.stats")])
+        # shoal-swarm local's placement: consecutive stages on consecutive hosts, a stage's
+        # replicas on different ones; trainers from the last host down.
+        ns = netns[(i + i // a.stages) % len(netns)] if netns else ""
+        host = ["--host", address_of_netns(ns), "--dial-servers"] if ns else []
+        spawn(f"server{i}", ["serve"] + common + host + ["--stage", i % a.stages, "--index", i,
+                                                         "--slowdown", slowdown[i % len(slowdown)],
+                                                         "--device-ms", a.device_ms, "--handlers", a.handlers,
+                                                         "--stats", os.path.join(out, "logs", f"server{i}.stats")],
+              ns)
     from hivemind.moe.server.dht_handler import get_experts
 
     uids = [f"stage{i % a.stages}.{i}" for i in range(a.peers)]
@@ -429,12 +459,24 @@ def local(a):
             sys.exit(f"hivemind_swarm: the servers did not all come up; see {out}/logs")
         time.sleep(1)
     print(f"{a.peers} servers up in {time.time() - t_up:.1f} s", flush=True)
+    if netns:
+        # libp2p's routing drops the emulated hosts' addresses (198.18.0.0/15 is no public
+        # range), so a trainer's daemon could never look a server up: it dials every server at
+        # start instead, as hivemind users list their peers in initial_peers.
+        maddrs = []
+        for i in range(a.peers):
+            path = os.path.join(out, "logs", f"server{i}.stats.maddrs")
+            while not os.path.exists(path) and time.time() - t_up < 180:
+                time.sleep(0.5)
+            maddrs.append(open(path).read().strip())
+        common[common.index("--initial-peers") + 1] = ",".join([peers_addr] + maddrs)
     start = time.time()
     for t in range(a.trainers):
         spawn(f"trainer{t}", ["train"] + common + ["--trainer", t, "--trainers", a.trainers, "--peers", a.peers,
                                                    "--inflight", a.inflight, "--rounds", a.rounds,
                                                    "--corpus", a.corpus, "--data-seed", a.data_seed,
-                                                   "--done", os.path.join(out, "logs", f"trainer{t}.done")])
+                                                   "--done", os.path.join(out, "logs", f"trainer{t}.done")],
+              netns[(len(netns) - 1 - t % len(netns)) % len(netns)] if netns else "")
     kill_at = [float(x) for x in a.kill_at.split(",")] if a.kill_at else []
     kill_peers = a.kill_peers.split(",") if a.kill_peers else []
     rng = random.Random(12345)
@@ -603,11 +645,17 @@ def main():
     p.add_argument("--request-timeout", type=float, default=20.0)
     p.add_argument("--give-up", type=float, default=180.0)
     p.add_argument("--time-limit", type=float, default=900.0)
-    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--host", default="127.0.0.1",
+                   help="this process's address (local: the bootstrap DHT's; run it inside a host's namespace)")
+    p.add_argument("--netns", default="",
+                   help="local: comma list of network namespaces (emulated hosts) the peers are spread over, "
+                        "as shoal-swarm local --netns places them")
     p.add_argument("--run-id", default="hm")
     p.add_argument("--out", default="hivemind-swarm")
     # internal: what the launcher hands its children
     p.add_argument("--initial-peers", default="")
+    p.add_argument("--dial-servers", action="store_true",
+                   help="serve: also dial the servers of lower index (their .maddrs files beside --stats)")
     p.add_argument("--stage", type=int, default=0)
     p.add_argument("--index", type=int, default=0)
     p.add_argument("--trainer", type=int, default=0)
