@@ -41,10 +41,17 @@ bool CommImpl::calibration_wanted() const {
 }
 
 void CommImpl::calibrate_cost_model() {
-  const tune::CalibrationPlan plan = tune::calibration_plan(size, tune_context().transport);
   const auto* ring_all_gather = algorithms::find_algorithm(Collective::all_gather, "ring");
   const auto* ring_all_reduce = algorithms::find_algorithm(Collective::all_reduce, "ring");
   SHOAL_CHECK(ring_all_gather && ring_all_reduce, Internal, "the registry has no ring");
+  // The job's longest round trip, agreed first: it sets how many calls are timed, which must be
+  // the same on every rank.
+  double round_trip_s = longest_round_trip_s;
+  call(comm::forced_call(Collective::all_reduce, &round_trip_s, &round_trip_s, 1, DataType::float64,
+                         ReduceOp::max, ring_all_reduce))
+      .wait();
+  const tune::CalibrationPlan plan =
+      tune::calibration_plan(size, tune_context().transport, round_trip_s);
 
   // Forced rows: no dispatcher (which this calibrates), no flat path, no hierarchy.
   std::vector<uint8_t> block(plan.large_block, static_cast<uint8_t>(rank));

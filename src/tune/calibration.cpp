@@ -11,7 +11,7 @@ namespace shoal::tune {
 using algorithms::Collective;
 using algorithms::CostParams;
 
-CalibrationPlan calibration_plan(int world, Transport transport) {
+CalibrationPlan calibration_plan(int world, Transport transport, double round_trip_s) {
   CalibrationPlan plan;
   const uint64_t p = static_cast<uint64_t>(std::max(world, 1));
   plan.small_block = 8;
@@ -24,6 +24,11 @@ CalibrationPlan calibration_plan(int world, Transport transport) {
   plan.reduce_calls = 3;
   plan.swing_block = std::clamp<uint64_t>((16u << 20) / p, 256u << 10, 2u << 20);
   plan.swing_calls = 3;
+  if (round_trip_s >= kLongRoundTripS) {
+    plan.small_calls = 2;
+    plan.large_calls = 1;
+    plan.swing_calls = 1;
+  }
   return plan;
 }
 

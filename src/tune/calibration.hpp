@@ -32,7 +32,13 @@ struct CalibrationPlan {
 /// gathers about 16 MiB (256 KiB to 2 MiB per rank), three calls after an untimed one: its
 /// host-local last step, half of that, is far beyond a core's cache, as in the large calls its
 /// constant decides (smaller calls, whose memory work stays in cache, would measure less).
-CalibrationPlan calibration_plan(int world, Transport transport);
+///
+/// Where the longest path's round trip is `round_trip_s` >= kLongRoundTripS (a WAN), each call
+/// is one or more round trips of tens of milliseconds: fastest-of repetitions, there to filter
+/// scheduling noise that is small against them, would cost seconds at every creation. Each
+/// call is then timed once, the small one twice.
+CalibrationPlan calibration_plan(int world, Transport transport, double round_trip_s = 0);
+inline constexpr double kLongRoundTripS = 0.01;
 
 /// Seconds per call, the slowest rank's fastest call, and for swing_s its mean call (every rank
 /// holds the same values); swing_s 0 where the Swing all_gather was not timed.

@@ -116,6 +116,24 @@ TEST(CostModel, SettingsOverrideTheConstants) {
 
 // Calibration at creation: times that the ring's own model produces from known constants give
 // those constants back, at every world (the fit inverts the model, it does not assume one).
+// Across a WAN each timed call is round trips of tens of milliseconds: fewer repetitions, the
+// same calls otherwise.
+TEST(Calibration, LongRoundTripsTimeEachCallFewerTimes) {
+  for (Transport t : {Transport::shm, Transport::tcp}) {
+    const tune::CalibrationPlan lan = tune::calibration_plan(8, t, 0.0002);
+    const tune::CalibrationPlan wan = tune::calibration_plan(8, t, 0.08);
+    EXPECT_EQ(lan.small_calls, tune::calibration_plan(8, t).small_calls);
+    EXPECT_GE(lan.small_calls, 3);
+    EXPECT_EQ(wan.small_calls, 2);
+    EXPECT_EQ(wan.large_calls, 1);
+    EXPECT_EQ(wan.swing_calls, 1);
+    EXPECT_EQ(wan.reduce_calls, lan.reduce_calls);  // local work: no round trip in it
+    EXPECT_EQ(wan.large_block, lan.large_block);
+    EXPECT_EQ(wan.swing_block, lan.swing_block);
+    EXPECT_EQ(tune::calibration_plan(8, t, tune::kLongRoundTripS).large_calls, 1);
+  }
+}
+
 TEST(Calibration, FitRecoversTheConstantsThatProducedTheTimes) {
   const auto* ring = algorithms::find_algorithm(Collective::all_gather, "ring");
   ASSERT_NE(ring, nullptr);
