@@ -103,6 +103,9 @@ class TcpStore : public Store {
   using Store::wait;
   /// The port the server listens on (useful with port 0).
   uint16_t port() const;
+  /// A client of the same server on a connection of its own (the same key and timeout), for a
+  /// thread whose calls must not queue behind this object's: its calls share one connection.
+  std::shared_ptr<TcpStore> another_client() const;
   std::string host() const override;
 
  private:
@@ -190,6 +193,7 @@ class PrefixStore : public Store {
 
  private:
   std::string key(const std::string& k) const { return prefix_ + "/" + k; }
+  std::vector<std::string> keys(const std::vector<std::string>& ks) const;
   std::string prefix_;
   std::shared_ptr<Store> base_;
 };

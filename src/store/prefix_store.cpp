@@ -21,19 +21,18 @@ Bytes PrefixStore::get(const std::string& k) {
 
 int64_t PrefixStore::add(const std::string& k, int64_t delta) { return base_->add(key(k), delta); }
 
-void PrefixStore::wait(const std::vector<std::string>& keys, Milliseconds timeout) {
+std::vector<std::string> PrefixStore::keys(const std::vector<std::string>& ks) const {
   std::vector<std::string> full;
-  full.reserve(keys.size());
-  for (const auto& k : keys) full.push_back(key(k));
-  base_->wait(full, timeout);
+  full.reserve(ks.size());
+  for (const auto& k : ks) full.push_back(key(k));
+  return full;
 }
 
-bool PrefixStore::check(const std::vector<std::string>& keys) {
-  std::vector<std::string> full;
-  full.reserve(keys.size());
-  for (const auto& k : keys) full.push_back(key(k));
-  return base_->check(full);
+void PrefixStore::wait(const std::vector<std::string>& ks, Milliseconds timeout) {
+  base_->wait(keys(ks), timeout);
 }
+
+bool PrefixStore::check(const std::vector<std::string>& ks) { return base_->check(keys(ks)); }
 
 bool PrefixStore::remove(const std::string& k) { return base_->remove(key(k)); }
 
@@ -45,10 +44,8 @@ std::vector<int64_t> PrefixStore::add_all(
   return base_->add_all(full);
 }
 
-std::vector<Bytes> PrefixStore::multi_get(const std::vector<std::string>& keys) {
-  std::vector<std::string> full;
-  full.reserve(keys.size());
-  for (const auto& k : keys) full.push_back(key(k));
+std::vector<Bytes> PrefixStore::multi_get(const std::vector<std::string>& ks) {
+  const std::vector<std::string> full = keys(ks);
   if (timeout_ != base_->timeout()) base_->wait(full, timeout_);
   return base_->multi_get(full);
 }

@@ -1329,6 +1329,25 @@ TcpStore::~TcpStore() {
 }
 
 uint16_t TcpStore::port() const { return impl_->port; }
+
+std::shared_ptr<TcpStore> TcpStore::another_client() const {
+  Options client = impl_->options;
+  client.is_server = false;
+  client.auth_key = impl_->key;
+  client.timeout = timeout_;
+  client.connect_timeout = timeout_;
+  return std::make_shared<TcpStore>(impl_->connect_host, impl_->port, client);
+}
+
+namespace {
+/// The keys as the wire carries them (torch's client prefix on each).
+std::vector<std::string> wire_keys(const std::vector<std::string>& keys) {
+  std::vector<std::string> wire;
+  wire.reserve(keys.size());
+  for (const auto& k : keys) wire.push_back(kKeyPrefix + k);
+  return wire;
+}
+}  // namespace
 std::string TcpStore::host() const { return impl_->host; }
 
 void TcpStore::set(const std::string& key, const Bytes& value) {
@@ -1373,9 +1392,7 @@ int64_t TcpStore::add(const std::string& key, int64_t delta) {
 void TcpStore::wait(const std::vector<std::string>& keys, Milliseconds timeout) {
   std::lock_guard<std::mutex> lock(impl_->mu);
   const auto deadline = deadline_after(timeout);
-  std::vector<std::string> wire;
-  wire.reserve(keys.size());
-  for (const auto& k : keys) wire.push_back(kKeyPrefix + k);
+  const std::vector<std::string> wire = wire_keys(keys);
   impl_->ensure_connected(deadline, "wait", keys);
   impl_->do_wait(wire, keys, deadline, timeout, "wait");
 }
@@ -1399,9 +1416,7 @@ std::vector<Bytes> TcpStore::multi_get(const std::vector<std::string>& keys) {
   if (keys.empty()) return {};
   std::lock_guard<std::mutex> lock(impl_->mu);
   const auto deadline = deadline_after(timeout_);
-  std::vector<std::string> wire;
-  wire.reserve(keys.size());
-  for (const auto& k : keys) wire.push_back(kKeyPrefix + k);
+  const std::vector<std::string> wire = wire_keys(keys);
   impl_->ensure_connected(deadline, "multi_get", keys);
   impl_->do_wait(wire, keys, deadline, timeout_,
                  "multi_get");  // MULTI_GET of a missing key hangs up

@@ -108,12 +108,7 @@ std::vector<PeerRecord> StoreRegistry::peers(int stage) {
 
 std::shared_ptr<Store> StoreRegistry::connect_rendezvous() {
   auto* tcp = dynamic_cast<TcpStore*>(store_.get());
-  if (tcp == nullptr || tcp->host().empty() || tcp->host() == "0.0.0.0" || tcp->host() == "::")
-    return store_;
-  TcpStore::Options client;
-  client.timeout = store_->timeout();
-  client.connect_timeout = store_->timeout();
-  return std::make_shared<TcpStore>(tcp->host(), tcp->port(), client);
+  return tcp ? tcp->another_client() : store_;
 }
 
 std::shared_ptr<Store> connect_registry_store(const std::string& host, uint16_t port, bool may_host,

@@ -111,7 +111,7 @@ class StoreRegistry : public Registry {
   void withdraw(const std::string& id) override;
   std::vector<PeerRecord> peers(int stage = -1) override;
   std::shared_ptr<Store> rendezvous() override { return store_; }
-  /// A new client of the store when it is a TcpStore with an address to dial.
+  /// A new client of the store when it is a TcpStore (TcpStore::another_client).
   std::shared_ptr<Store> connect_rendezvous() override;
 
   static std::string encode(const PeerRecord& record);

@@ -694,23 +694,23 @@ struct StageServer::Impl {
         done = true;
       }
     });
-    struct Join {
-      std::atomic<bool>& done;
-      std::thread& keeper;
-      ~Join() {  // also when the loop throws
-        done = true;
-        if (keeper.joinable()) keeper.join();
+    {
+      struct Join {
+        std::atomic<bool>& done;
+        std::thread& keeper;
+        ~Join() {  // at the end of the loop, also when it throws
+          done = true;
+          keeper.join();
+        }
+      } join{done, keeper};
+      schedule_rebalance();
+      while (!stop && !stopping && !done) {
+        if (!moving && round_full(stage, round)) average();
+        if (opt.rebalance && !moving && Clock::now() >= next_rebalance) plan_rebalance();
+        if (pending_move >= 0) finish_move();
+        std::this_thread::sleep_for(Milliseconds(2));
       }
-    } join{done, keeper};
-    schedule_rebalance();
-    while (!stop && !stopping && !done) {
-      if (!moving && round_full(stage, round)) average();
-      if (opt.rebalance && !moving && Clock::now() >= next_rebalance) plan_rebalance();
-      if (pending_move >= 0) finish_move();
-      std::this_thread::sleep_for(Milliseconds(2));
     }
-    done = true;
-    keeper.join();
     if (lease_error) std::rethrow_exception(lease_error);
   }
 };
