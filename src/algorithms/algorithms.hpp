@@ -33,6 +33,11 @@ void swing_all_gather(Schedule& s, const CollectiveArgs& a);
 // bruck.cpp — Bruck all_gather, ceil(log2 p) steps for any p
 void bruck_all_gather(Schedule& s, const CollectiveArgs& a);
 
+// direct.cpp — every rank exchanges with every other at once: one step a phase
+void direct_reduce_scatter(Schedule& s, const CollectiveArgs& a);
+void direct_all_gather(Schedule& s, const CollectiveArgs& a);
+void two_shot_all_reduce(Schedule& s, const CollectiveArgs& a);  // both, reduced chunks forwarded
+
 // linear.cpp — direct exchanges
 void pairwise_all_to_all(Schedule& s, const CollectiveArgs& a);
 void linear_gather(Schedule& s, const CollectiveArgs& a);

@@ -70,6 +70,23 @@ double binomial_reduce_cost(int p, uint64_t n, const CostParams& c) {
 double linear_cost(int p, uint64_t n, const CostParams& c) {
   return (p - 1) * c.alpha + frac(p) * n * c.beta;
 }
+// One phase of p-1 messages sent at once: their flights overlap, their overheads (alpha beyond
+// the flight) do not. Without a known flight it is linear_cost's (p-1) alpha, and the direct
+// rows tie with the ring, which comes first.
+double direct_phase(int p, const CostParams& c) {
+  if (p <= 1) return 0;
+  const double flight = std::clamp(c.flight, 0.0, c.alpha);
+  return flight + (p - 1) * (c.alpha - flight);
+}
+double direct_all_gather_cost(int p, uint64_t n, const CostParams& c) {
+  return direct_phase(p, c) + frac(p) * n * c.beta;
+}
+double direct_reduce_scatter_cost(int p, uint64_t n, const CostParams& c) {
+  return direct_phase(p, c) + frac(p) * n * (c.beta + c.gamma);
+}
+double two_shot_all_reduce_cost(int p, uint64_t n, const CostParams& c) {
+  return 2 * direct_phase(p, c) + frac(p) * n * (2 * c.beta + c.gamma);
+}
 double barrier_cost(int p, uint64_t, const CostParams& c) { return lg(p) * c.alpha; }
 double direct_cost(int, uint64_t n, const CostParams& c) { return c.alpha + n * c.beta; }
 
@@ -87,6 +104,11 @@ const std::vector<AlgorithmInfo>& registry() {
        ring_all_reduce, ring_all_reduce_cost, /*pipelined=*/true},
       {"link_ring", Collective::all_reduce, kLinkRing, kLinksMeasured, link_ring_all_reduce,
        ring_all_reduce_cost, /*pipelined=*/true, /*follows_links=*/true},
+      {"two_shot", Collective::all_reduce,
+       "direct reduce-scatter then direct all-gather: 2 steps of p-1 messages at once, "
+       "chunk-pipelined",
+       "any world size", two_shot_all_reduce, two_shot_all_reduce_cost, /*pipelined=*/true,
+       /*follows_links=*/false, /*overlaps_flights=*/true},
       {"rabenseifner", Collective::all_reduce,
        "reduce-scatter by recursive halving, then all-gather by recursive doubling", kAnyFolded,
        rabenseifner_all_reduce, butterfly_all_reduce_cost},
@@ -103,6 +125,9 @@ const std::vector<AlgorithmInfo>& registry() {
        ring_all_gather, ring_all_gather_cost, /*pipelined=*/true},
       {"link_ring", Collective::all_gather, kLinkRing, kLinksMeasured, link_ring_all_gather,
        ring_all_gather_cost, /*pipelined=*/true, /*follows_links=*/true},
+      {"direct", Collective::all_gather, "one step: the block to every other rank at once",
+       "any world size", direct_all_gather, direct_all_gather_cost, /*pipelined=*/true,
+       /*follows_links=*/false, /*overlaps_flights=*/true},
       {"recursive_doubling", Collective::all_gather,
        "log2 p exchanges of doubling block ranges with ranks 2^k apart", kAnyFolded,
        recursive_doubling_all_gather, butterfly_all_gather_cost},
@@ -117,6 +142,10 @@ const std::vector<AlgorithmInfo>& registry() {
       {"link_ring", Collective::reduce_scatter, kLinkRing, kLinksMeasured, link_ring_reduce_scatter,
        ring_reduce_scatter_cost, /*pipelined=*/true,
        /*follows_links=*/true},
+      {"direct", Collective::reduce_scatter,
+       "one step: block q to rank q at once, reduced as the pieces arrive", "any world size",
+       direct_reduce_scatter, direct_reduce_scatter_cost, /*pipelined=*/true,
+       /*follows_links=*/false, /*overlaps_flights=*/true},
       {"recursive_halving", Collective::reduce_scatter,
        "log2 p steps, each halving the range a rank reduces, partners 2^k apart", kAnyFolded,
        recursive_halving_reduce_scatter, butterfly_reduce_scatter_cost},

@@ -24,6 +24,10 @@ struct CostParams {
   /// the network at work at once (the dispatcher's across-hosts model; calibrated from a Swing
   /// all_gather). gamma is one rank's reduction alone.
   double busy_gamma = 2e-10;
+  /// The part of alpha that is a message's time of flight (half the round trip; 0: unknown).
+  /// Messages sent at once to several peers overlap their flights but not the rest of alpha,
+  /// the per-message overhead: what prices the direct rows against the ring on long paths.
+  double flight = 0;
 };
 
 struct AlgorithmInfo {
@@ -44,6 +48,10 @@ struct AlgorithmInfo {
   /// only on a communicator that has measured them, and tuning sweeps and the simulator's
   /// tables, which time rows without links, leave it out.
   bool follows_links = false;
+  /// Sends to every other rank at once (the direct rows): what it gains is the flights it
+  /// overlaps, and the model does not see its p-1 flows meet in each receiver's queue, so the
+  /// dispatcher offers it only on long paths (tune::kLongFlightS).
+  bool overlaps_flights = false;
 };
 
 /// Every algorithm, in order of preference per collective.

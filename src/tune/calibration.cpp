@@ -70,6 +70,8 @@ CostParams fit_cost_params(int world, const CalibrationPlan& plan, const Calibra
     const double beta = beta_beyond(c.alpha);
     c.beta = usable(beta) ? std::max(beta, min_beta) : min_beta;
   }
+  // Flights overlap where a row sends to several peers at once (the direct rows).
+  c.flight = usable(times.latency_s) ? std::min(times.latency_s, c.alpha) : 0;
   const double gamma =
       times.reduce_s / static_cast<double>(std::max<uint64_t>(plan.reduce_bytes, 1));
   c.gamma = usable(gamma) ? std::max(gamma, min_gamma) : floor.gamma;

@@ -39,6 +39,10 @@ struct CalibrationPlan {
 /// call is then timed once, the small one twice.
 CalibrationPlan calibration_plan(int world, Transport transport, double round_trip_s = 0);
 inline constexpr double kLongRoundTripS = 0.01;
+/// A flight (half a round trip) of a long path: from here the dispatcher offers the rows that
+/// overlap flights (AlgorithmInfo::overlaps_flights). On a LAN alpha is mostly per-message
+/// overhead, which they do not save.
+inline constexpr double kLongFlightS = kLongRoundTripS / 2;
 
 /// Seconds per call, the slowest rank's fastest call, and for swing_s its mean call (every rank
 /// holds the same values); swing_s 0 where the Swing all_gather was not timed.

@@ -8,6 +8,7 @@
 
 #include "core/check.hpp"
 #include "core/config.hpp"
+#include "tune/calibration.hpp"
 
 namespace shoal::tune {
 
@@ -42,7 +43,7 @@ double modelled_cost(const AlgorithmInfo& row, int world, uint64_t bytes, const 
   const double n = static_cast<double>(bytes);
   const double wire = c.beta * nic_factor * traffic->nic * n,
                memory = c.busy_gamma * traffic->memory * n;
-  const double latency = row.cost(world, bytes, {c.alpha, 0, 0, 0});
+  const double latency = row.cost(world, bytes, {c.alpha, 0, 0, 0, c.flight});
   return latency + (row.pipelined ? std::max(wire, memory) : wire + memory);
 }
 
@@ -206,6 +207,9 @@ Dispatcher::Dispatcher(Context context, CostParams params, std::shared_ptr<const
       reading_(reading) {
   for (const auto& row : algorithms::registry()) ++rows_[static_cast<int>(row.collective)];
   if (file_) choose_tables();
+  long_paths_ = params_.flight >= kLongFlightS;
+  if (links)
+    for (double flight : links.links->latency) long_paths_ |= flight >= kLongFlightS;
   constexpr Collective kModelled[] = {Collective::all_reduce, Collective::all_gather,
                                       Collective::reduce_scatter};
   // Ranks that share cores: what each row makes a host's ranks do in all (its schedules, built
@@ -343,6 +347,7 @@ Choice Dispatcher::choose(Collective collective, uint64_t bytes) const {
 }
 
 double Dispatcher::row_cost(const AlgorithmInfo& row, uint64_t bytes) const {
+  if (row.overlaps_flights && !long_paths_) return std::numeric_limits<double>::infinity();
   const size_t i = &row - algorithms::registry().data();
   if (!link_cost_.empty() && link_cost_[i] > 0) {
     const double n = static_cast<double>(bytes), wire = link_cost_[i] * n,
@@ -350,7 +355,7 @@ double Dispatcher::row_cost(const AlgorithmInfo& row, uint64_t bytes) const {
     // Measured latencies: each message's flight on its own pair, plus step_alpha_ per step.
     const double latency =
         link_latency_.empty()
-            ? row.cost(context_.world, bytes, {params_.alpha, 0, 0, 0})
+            ? row.cost(context_.world, bytes, {params_.alpha, 0, 0, 0, params_.flight})
             : link_latency_[i] + row.cost(context_.world, bytes, {step_alpha_, 0, 0, 0});
     return latency + (row.pipelined ? std::max(wire, reduce) : wire + reduce);
   }
@@ -397,7 +402,7 @@ std::optional<double> Dispatcher::hierarchy_cost(Collective collective, uint64_t
   auto inter = [&](Collective c, uint64_t b) {
     double best = std::numeric_limits<double>::infinity();
     for (const auto& row : algorithms::registry())
-      if (row.collective == c)
+      if (row.collective == c && (long_paths_ || !row.overlaps_flights))
         best = std::min(
             best, modelled_cost(row, hosts, b, params_,
                                 &inter_traffic_[&row - algorithms::registry().data()], local));

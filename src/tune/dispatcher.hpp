@@ -200,6 +200,9 @@ class Dispatcher {
   std::vector<double> link_cost_;
   /// With measured latencies, likewise: tune::link_latency_seconds. Empty otherwise.
   std::vector<double> link_latency_;
+  /// The longest flight (calibrated, or on measured links) is kLongFlightS or more: the rows
+  /// that overlap flights are offered.
+  bool long_paths_ = false;
   /// With measured latencies: the alpha per step beside them.
   double step_alpha_ = 0;
   /// The collectives link_cost_ prices (they skip the tables).

@@ -997,7 +997,7 @@ TEST(TuningFile, MalformedFilesAreRejectedWithTheProblem) {
   expect_rejected(
       table(R"({"collective": "all_reduce", "world": 4, "ranks_per_host": 4, "transport": "shm",
                             "sizes": [8], "times_us": {"ringg": [1]}})"),
-      "unknown algorithm 'ringg' for all_reduce (it has: ring, rabenseifner");
+      "unknown algorithm 'ringg' for all_reduce (it has: ring, two_shot, rabenseifner");
   expect_rejected(
       table(R"({"collective": "all_gather", "world": 4, "ranks_per_host": 4, "transport": "shm",
                             "sizes": [8], "times_us": {"rabenseifner": [1]}})"),
@@ -1128,6 +1128,77 @@ TEST(Links, MeasuredLatencyPricesEachRowsFlights) {
                               tune::default_cost_params(Transport::tcp), nullptr, true, {},
                               {flat, measured.ring_order});
   EXPECT_LT(no_latency.choose(Collective::all_reduce, 1024).predicted_s, 0.01);
+}
+
+// The direct rows (two_shot, direct) overlap the flights of the p-1 messages of a phase: where
+// a flight is what a step costs they win, since the ring pays it 2(p-1) times; without a known
+// flight they tie with the ring, which comes first, so no pick on a LAN changes.
+TEST(DirectRows, LongFlightsTakeThemAndWithoutAFlightTheRingKeepsItsPlace) {
+  auto is_direct = [](const Choice& c) {
+    const std::string_view name = c.algorithm->name;
+    return name == "two_shot" || name == "direct";
+  };
+  for (int world : {2, 3, 4, 8, 16, 64})
+    for (Transport t : {Transport::shm, Transport::tcp}) {
+      const Dispatcher d = model_only(world, t);
+      for (Collective c :
+           {Collective::all_reduce, Collective::all_gather, Collective::reduce_scatter})
+        for (uint64_t bytes = 1; bytes <= (uint64_t{1} << 32); bytes *= 4)
+          EXPECT_FALSE(is_direct(d.choose(c, bytes)))
+              << algorithms::to_string(c) << " world " << world << " bytes " << bytes;
+    }
+  // 4 hosts 80 ms apart: alpha is the flight and 0.2 ms of overhead.
+  algorithms::CostParams wan = tune::default_cost_params(Transport::tcp);
+  wan.alpha = 0.0402;
+  wan.beta = 1 / 25e6;
+  wan.flight = 0.04;
+  const Dispatcher d(Context{4, 1, Transport::tcp}, wan, nullptr);
+  const uint64_t mib8 = 8 << 20;
+  EXPECT_EQ(std::string(d.choose(Collective::all_reduce, mib8).algorithm->name), "two_shot");
+  EXPECT_EQ(std::string(d.choose(Collective::all_gather, mib8).algorithm->name), "direct");
+  EXPECT_EQ(std::string(d.choose(Collective::reduce_scatter, mib8).algorithm->name), "direct");
+  // Two flights and 6 overheads beside the ring's bytes.
+  const auto* ring = algorithms::find_algorithm(Collective::all_reduce, "ring");
+  EXPECT_NEAR(ring->cost(4, mib8, wan) - d.choose(Collective::all_reduce, mib8).predicted_s,
+              6 * 0.0402 - (2 * 0.04 + 6 * 0.0002), 1e-9);
+  // A LAN's flight, however much of alpha it is: alpha there is mostly per-message overhead,
+  // and the p-1 flows of a direct phase meet in each receiver's queue.
+  algorithms::CostParams lan = wan;
+  lan.alpha = 1.2e-3;
+  lan.flight = 1e-3;
+  for (Collective c : {Collective::all_reduce, Collective::all_gather, Collective::reduce_scatter})
+    EXPECT_FALSE(is_direct(Dispatcher(Context{4, 1, Transport::tcp}, lan, nullptr).choose(c, mib8)))
+        << algorithms::to_string(c);
+  // The fit keeps the flight it was given, never above alpha.
+  const tune::CalibrationPlan plan = tune::calibration_plan(4, Transport::tcp, 0.08);
+  const auto* ag_ring = algorithms::find_algorithm(Collective::all_gather, "ring");
+  const algorithms::CostParams truth{0.0402, 1 / 25e6, 4e-11, 2e-10};
+  tune::CalibrationTimes times{ag_ring->cost(4, plan.small_block * 4, truth),
+                               ag_ring->cost(4, plan.large_block * 4, truth),
+                               truth.gamma * static_cast<double>(plan.reduce_bytes), 0, 0.04};
+  const auto floor = tune::default_cost_params(Transport::tcp);
+  EXPECT_DOUBLE_EQ(tune::fit_cost_params(4, plan, times, floor).flight, 0.04);
+  times.latency_s = 0.05;  // a flight longer than the calls: alpha rises to it
+  const auto raised = tune::fit_cost_params(4, plan, times, floor);
+  EXPECT_DOUBLE_EQ(raised.flight, raised.alpha);
+  times.latency_s = 0;
+  EXPECT_EQ(tune::fit_cost_params(4, plan, times, floor).flight, 0);
+  // On measured links of 40 ms each way the flights come from the links.
+  auto links = std::make_shared<tune::Links>();
+  links->world = 4;
+  links->bandwidth.assign(16, 25e6);
+  links->latency.assign(16, 0.04);
+  for (int i = 0; i < 4; ++i) links->bandwidth[i * 5] = links->latency[i * 5] = 0;
+  const Dispatcher on_links(
+      Context{4, 1, Transport::tcp}, tune::default_cost_params(Transport::tcp), nullptr, true, {},
+      {links, std::make_shared<const std::vector<int>>(tune::ring_order(*links))});
+  EXPECT_EQ(std::string(on_links.choose(Collective::all_reduce, mib8).algorithm->name), "two_shot");
+  links->latency.assign(16, 1e-4);
+  for (int i = 0; i < 4; ++i) links->latency[i * 5] = 0;
+  const Dispatcher on_a_lan(
+      Context{4, 1, Transport::tcp}, tune::default_cost_params(Transport::tcp), nullptr, true, {},
+      {links, std::make_shared<const std::vector<int>>(tune::ring_order(*links))});
+  EXPECT_FALSE(is_direct(on_a_lan.choose(Collective::all_reduce, mib8)));
 }
 
 TEST(Links, WithoutThemNoCallTakesTheRowsThatFollowThem) {
