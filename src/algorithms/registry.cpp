@@ -94,6 +94,8 @@ constexpr std::string_view kAnyFolded = "any world size (non-powers of two fold:
 constexpr std::string_view kLinkRing =
     "the ring in the order of measured links: widest bottleneck, then fewest slow hops (TSP)";
 constexpr std::string_view kLinksMeasured = "links measured (SHOAL_LINKS, measure_links)";
+constexpr std::string_view kLongPaths =
+    "any world size; picked only on long paths (flights >= 5 ms)";
 
 }  // namespace
 
@@ -107,7 +109,7 @@ const std::vector<AlgorithmInfo>& registry() {
       {"two_shot", Collective::all_reduce,
        "direct reduce-scatter then direct all-gather: 2 steps of p-1 messages at once, "
        "chunk-pipelined",
-       "any world size", two_shot_all_reduce, two_shot_all_reduce_cost, /*pipelined=*/true,
+       kLongPaths, two_shot_all_reduce, two_shot_all_reduce_cost, /*pipelined=*/true,
        /*follows_links=*/false, /*overlaps_flights=*/true},
       {"rabenseifner", Collective::all_reduce,
        "reduce-scatter by recursive halving, then all-gather by recursive doubling", kAnyFolded,
@@ -126,7 +128,7 @@ const std::vector<AlgorithmInfo>& registry() {
       {"link_ring", Collective::all_gather, kLinkRing, kLinksMeasured, link_ring_all_gather,
        ring_all_gather_cost, /*pipelined=*/true, /*follows_links=*/true},
       {"direct", Collective::all_gather, "one step: the block to every other rank at once",
-       "any world size", direct_all_gather, direct_all_gather_cost, /*pipelined=*/true,
+       kLongPaths, direct_all_gather, direct_all_gather_cost, /*pipelined=*/true,
        /*follows_links=*/false, /*overlaps_flights=*/true},
       {"recursive_doubling", Collective::all_gather,
        "log2 p exchanges of doubling block ranges with ranks 2^k apart", kAnyFolded,
@@ -143,7 +145,7 @@ const std::vector<AlgorithmInfo>& registry() {
        ring_reduce_scatter_cost, /*pipelined=*/true,
        /*follows_links=*/true},
       {"direct", Collective::reduce_scatter,
-       "one step: block q to rank q at once, reduced as the pieces arrive", "any world size",
+       "one step: block q to rank q at once, reduced as the pieces arrive", kLongPaths,
        direct_reduce_scatter, direct_reduce_scatter_cost, /*pipelined=*/true,
        /*follows_links=*/false, /*overlaps_flights=*/true},
       {"recursive_halving", Collective::reduce_scatter,
