@@ -84,7 +84,9 @@ void predict_tuning_tables(const ClusterModel& model, const TableOptions& o,
         continue;
       }
       for (const auto& row : algorithms::registry()) {
-        if (row.collective != c || row.follows_links) continue;  // tables know no links
+        // Tables know no links, and serve worlds where the direct rows' p^2 messages are not
+        // worth simulating: those are offered by the cost model on long paths only.
+        if (row.collective != c || row.follows_links || row.overlaps_flights) continue;
         std::vector<double> times;
         for (uint64_t bytes : o.sizes)
           times.push_back(predicted(model, o, c, bytes, w, row.build, std::string(row.name)));
@@ -94,7 +96,7 @@ void predict_tuning_tables(const ClusterModel& model, const TableOptions& o,
         for (uint64_t bytes : o.sizes) {
           double best = 0;
           for (const auto& row : algorithms::registry()) {
-            if (row.collective != c || row.follows_links) continue;
+            if (row.collective != c || row.follows_links || row.overlaps_flights) continue;
             // all_gather's composition runs no row: its first stands for all.
             if (c == Collective::all_gather && &row != &algorithms::first_row(c)) continue;
             const algorithms::HierarchyPlan plan{model.ranks_per_host, "ring", row.name};

@@ -34,10 +34,10 @@ elif ! tables "$F" >"$D/tables" 2>&1; then
   cp "$D/tables" "$D/out"
   fail "--worlds 2,3,4: a time list is wrong"
 else
-  # all_reduce has 5 algorithms, all_gather 4, reduce_scatter 3; 2 sizes each
-  expect=$(printf '%s\n' "all_gather 2 2 2 4" "all_gather 3 3 2 4" "all_gather 4 4 2 4" \
-    "all_reduce 2 2 2 5" "all_reduce 3 3 2 5" "all_reduce 4 4 2 5" \
-    "reduce_scatter 2 2 2 3" "reduce_scatter 3 3 2 3" "reduce_scatter 4 4 2 3")
+  # all_reduce has 6 algorithms, all_gather 5, reduce_scatter 4 (link_ring is not swept); 2 sizes
+  expect=$(printf '%s\n' "all_gather 2 2 2 5" "all_gather 3 3 2 5" "all_gather 4 4 2 5" \
+    "all_reduce 2 2 2 6" "all_reduce 3 3 2 6" "all_reduce 4 4 2 6" \
+    "reduce_scatter 2 2 2 4" "reduce_scatter 3 3 2 4" "reduce_scatter 4 4 2 4")
   if [[ $(cat "$D/tables") == "$expect" ]]; then pass; else
     cp "$D/tables" "$D/out"
     fail "--worlds 2,3,4: one table per collective and world, every algorithm"
@@ -47,8 +47,8 @@ fi
 # ---- --append: a run at 2 ranks replaces the 2-rank tables and keeps the others ----
 before=$(grep -c . <(tables "$F"))
 if "${GUARD[@]}" "$RUN" -n 2 "$TUNE" -o "$F" --append --sizes 1K,4K,64K -n 2 -w 1 --rounds 1 >"$D/out" 2>&1 &&
-  [[ $(grep -c . <(tables "$F")) == "$before" ]] && tables "$F" | grep -q "^all_reduce 2 2 3 5$" &&
-  tables "$F" | grep -q "^all_reduce 4 4 2 5$"; then
+  [[ $(grep -c . <(tables "$F")) == "$before" ]] && tables "$F" | grep -q "^all_reduce 2 2 3 6$" &&
+  tables "$F" | grep -q "^all_reduce 4 4 2 6$"; then
   pass
 else
   fail "--append keeps the other worlds' tables and replaces this world's"
