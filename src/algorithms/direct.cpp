@@ -21,9 +21,9 @@ namespace {
 
 constexpr uint64_t kSlotsPerPeer = 4;  // chunk-sized receive buffers in flight per peer
 
-// Byte ranges of every rank's block, in the input and in the output.
+// Byte ranges of every rank's block in the input (all_reduce: in the output too).
 struct Blocks {
-  std::vector<uint64_t> in, out, bytes;
+  std::vector<uint64_t> in, bytes;
 };
 
 // Sends block q of the input to rank q for every q != r, chunk by chunk, the peers' chunks
@@ -70,7 +70,6 @@ void direct_reduce_scatter(Schedule& s, const CollectiveArgs& a) {
   Blocks b;
   for (int q = 0; q < a.size; ++q) {
     b.in.push_back(static_cast<uint64_t>(q) * bytes);
-    b.out.push_back(0);
     b.bytes.push_back(bytes);
   }
   reduce_scatter_direct(t, a, b, t.out(0, bytes));
@@ -104,22 +103,21 @@ void two_shot_all_reduce(Schedule& s, const CollectiveArgs& a) {
   Blocks b;
   for (int q = 0; q < p; ++q) {
     b.in.push_back(block_begin(a.count, p, q) * es);
-    b.out.push_back(b.in.back());
     b.bytes.push_back(block_count(a.count, p, q) * es);
   }
-  reduce_scatter_direct(t, a, b, t.out(b.out[r], b.bytes[r]));
+  reduce_scatter_direct(t, a, b, t.out(b.in[r], b.bytes[r]));
   // Every reduced chunk to every peer at once (each send waits for its chunk's sum).
   const Chunking own{b.bytes[r], chunk, es};
   for (uint64_t c = 0; c < own.pieces(); ++c)
     for (int i = 1; i < p; ++i)
-      t.send(mod(r + i, p), t.out(b.out[r] + own.offset(c), own.length(c)));
+      t.send(mod(r + i, p), t.out(b.in[r] + own.offset(c), own.length(c)));
   uint64_t most = 1;
   for (int q = 0; q < p; ++q) most = std::max(most, Chunking{b.bytes[q], chunk, es}.pieces());
   for (uint64_t c = 0; c < most; ++c)
     for (int i = 1; i < p; ++i) {
       const int q = mod(r - i, p);
       const Chunking ch{b.bytes[q], chunk, es};
-      if (c < ch.pieces()) t.recv(q, t.out(b.out[q] + ch.offset(c), ch.length(c)));
+      if (c < ch.pieces()) t.recv(q, t.out(b.in[q] + ch.offset(c), ch.length(c)));
     }
 }
 
