@@ -26,6 +26,23 @@ struct Blocks {
   std::vector<uint64_t> in, bytes;
 };
 
+// Calls f(q, offset, length) for chunk c of block q of every peer q, chunk-major (every peer's
+// first chunk, then every peer's second, ...) so that every connection starts at once; peers in
+// the order r+1, r+2, ... (`step` 1) or r-1, r-2, ... (`step` -1). Blocks may differ in length.
+template <class F>
+void each_peer_chunk(const CollectiveArgs& a, const Blocks& b, int step, F&& f) {
+  const int p = a.size;
+  const uint64_t es = size_of(a.dtype), chunk = chunk_of(a);
+  uint64_t most = 1;
+  for (int q = 0; q < p; ++q) most = std::max(most, Chunking{b.bytes[q], chunk, es}.pieces());
+  for (uint64_t c = 0; c < most; ++c)
+    for (int i = 1; i < p; ++i) {
+      const int q = mod(a.rank + step * i, p);
+      const Chunking ch{b.bytes[q], chunk, es};
+      if (c < ch.pieces()) f(q, ch.offset(c), ch.length(c));
+    }
+}
+
 // Sends block q of the input to rank q for every q != r, chunk by chunk, the peers' chunks
 // interleaved so that every connection starts at once; then receives every peer's piece of
 // block r and reduces them into `dst` (this rank's own piece first, then r-1, r-2, ...).
@@ -33,14 +50,8 @@ struct Blocks {
 void reduce_scatter_direct(Tracked& t, const CollectiveArgs& a, const Blocks& b, const Slice& dst) {
   const int p = a.size, r = a.rank;
   const uint64_t es = size_of(a.dtype), chunk = chunk_of(a);
-  uint64_t most = 1;
-  for (int q = 0; q < p; ++q) most = std::max(most, Chunking{b.bytes[q], chunk, es}.pieces());
-  for (uint64_t c = 0; c < most; ++c)
-    for (int i = 1; i < p; ++i) {
-      const int q = mod(r + i, p);
-      const Chunking ch{b.bytes[q], chunk, es};
-      if (c < ch.pieces()) t.send(q, t.in(b.in[q] + ch.offset(c), ch.length(c)));
-    }
+  each_peer_chunk(a, b, 1,
+                  [&](int q, uint64_t off, uint64_t len) { t.send(q, t.in(b.in[q] + off, len)); });
   const Chunking own{b.bytes[r], chunk, es};
   const uint64_t slot_bytes = std::min(chunk, b.bytes[r]);
   const uint64_t slots = t.alloc(static_cast<uint64_t>(p - 1) * kSlotsPerPeer * slot_bytes);
@@ -58,37 +69,39 @@ void reduce_scatter_direct(Tracked& t, const CollectiveArgs& a, const Blocks& b,
   }
 }
 
-}  // namespace
-
-void direct_reduce_scatter(Schedule& s, const CollectiveArgs& a) {
-  Tracked t(s, a);
-  const uint64_t es = size_of(a.dtype), bytes = a.count * es;
-  if (a.size == 1) {
-    t.copy(t.out(0, bytes), t.in(0, bytes));
-    return;  // avg over one rank is the identity
-  }
+// Rank q's block of count elements at q x count (all_gather's output, reduce_scatter's input).
+Blocks equal_blocks(const CollectiveArgs& a) {
+  const uint64_t bytes = a.count * size_of(a.dtype);
   Blocks b;
   for (int q = 0; q < a.size; ++q) {
     b.in.push_back(static_cast<uint64_t>(q) * bytes);
     b.bytes.push_back(bytes);
   }
-  reduce_scatter_direct(t, a, b, t.out(0, bytes));
+  return b;
+}
+
+}  // namespace
+
+void direct_reduce_scatter(Schedule& s, const CollectiveArgs& a) {
+  Tracked t(s, a);
+  const uint64_t bytes = a.count * size_of(a.dtype);
+  if (a.size == 1) {
+    t.copy(t.out(0, bytes), t.in(0, bytes));
+    return;  // avg over one rank is the identity
+  }
+  reduce_scatter_direct(t, a, equal_blocks(a), t.out(0, bytes));
 }
 
 void direct_all_gather(Schedule& s, const CollectiveArgs& a) {
   Tracked t(s, a);
-  const int p = a.size, r = a.rank;
-  const uint64_t es = size_of(a.dtype), bytes = a.count * es;
-  const Chunking ch{bytes, chunk_of(a), es};
-  for (uint64_t c = 0; c < ch.pieces() && p > 1; ++c)
-    for (int i = 1; i < p; ++i) t.send(mod(r + i, p), t.in(ch.offset(c), ch.length(c)));
-  for (uint64_t c = 0; c < ch.pieces() && p > 1; ++c)
-    for (int i = 1; i < p; ++i) {
-      const int q = mod(r - i, p);
-      t.recv(q, t.out(static_cast<uint64_t>(q) * bytes + ch.offset(c), ch.length(c)));
-    }
+  const Blocks b = equal_blocks(a);
+  // Every peer gets the same chunks of the input; block q of the output arrives from q.
+  each_peer_chunk(a, b, 1, [&](int q, uint64_t off, uint64_t len) { t.send(q, t.in(off, len)); });
+  each_peer_chunk(a, b, -1,
+                  [&](int q, uint64_t off, uint64_t len) { t.recv(q, t.out(b.in[q] + off, len)); });
   // The own block last, as pairwise all_to_all's: the transfers are under way meanwhile.
-  t.copy(t.out(static_cast<uint64_t>(r) * bytes, bytes), t.in(0, bytes));
+  const int r = a.rank;
+  t.copy(t.out(b.in[r], b.bytes[r]), t.in(0, b.bytes[r]));
 }
 
 void two_shot_all_reduce(Schedule& s, const CollectiveArgs& a) {
@@ -111,14 +124,8 @@ void two_shot_all_reduce(Schedule& s, const CollectiveArgs& a) {
   for (uint64_t c = 0; c < own.pieces(); ++c)
     for (int i = 1; i < p; ++i)
       t.send(mod(r + i, p), t.out(b.in[r] + own.offset(c), own.length(c)));
-  uint64_t most = 1;
-  for (int q = 0; q < p; ++q) most = std::max(most, Chunking{b.bytes[q], chunk, es}.pieces());
-  for (uint64_t c = 0; c < most; ++c)
-    for (int i = 1; i < p; ++i) {
-      const int q = mod(r - i, p);
-      const Chunking ch{b.bytes[q], chunk, es};
-      if (c < ch.pieces()) t.recv(q, t.out(b.in[q] + ch.offset(c), ch.length(c)));
-    }
+  each_peer_chunk(a, b, -1,
+                  [&](int q, uint64_t off, uint64_t len) { t.recv(q, t.out(b.in[q] + off, len)); });
 }
 
 }  // namespace shoal::algorithms

@@ -71,7 +71,7 @@ CostParams fit_cost_params(int world, const CalibrationPlan& plan, const Calibra
     c.beta = usable(beta) ? std::max(beta, min_beta) : min_beta;
   }
   // Flights overlap where a row sends to several peers at once (the direct rows).
-  c.flight = usable(times.latency_s) ? std::min(times.latency_s, c.alpha) : 0;
+  c.flight = usable(times.latency_s) ? times.latency_s : 0;  // alpha was raised to it above
   const double gamma =
       times.reduce_s / static_cast<double>(std::max<uint64_t>(plan.reduce_bytes, 1));
   c.gamma = usable(gamma) ? std::max(gamma, min_gamma) : floor.gamma;

@@ -347,7 +347,7 @@ Choice Dispatcher::choose(Collective collective, uint64_t bytes) const {
 }
 
 double Dispatcher::row_cost(const AlgorithmInfo& row, uint64_t bytes) const {
-  if (row.overlaps_flights && !long_paths_) return std::numeric_limits<double>::infinity();
+  if (!offered(row)) return std::numeric_limits<double>::infinity();
   const size_t i = &row - algorithms::registry().data();
   if (!link_cost_.empty() && link_cost_[i] > 0) {
     const double n = static_cast<double>(bytes), wire = link_cost_[i] * n,
@@ -402,7 +402,7 @@ std::optional<double> Dispatcher::hierarchy_cost(Collective collective, uint64_t
   auto inter = [&](Collective c, uint64_t b) {
     double best = std::numeric_limits<double>::infinity();
     for (const auto& row : algorithms::registry())
-      if (row.collective == c && (long_paths_ || !row.overlaps_flights))
+      if (row.collective == c && offered(row))
         best = std::min(
             best, modelled_cost(row, hosts, b, params_,
                                 &inter_traffic_[&row - algorithms::registry().data()], local));

@@ -203,6 +203,10 @@ class Dispatcher {
   /// The longest flight (calibrated, or on measured links) is kLongFlightS or more: the rows
   /// that overlap flights are offered.
   bool long_paths_ = false;
+  /// Whether the cost model may pick `row` here (the rows that overlap flights: long paths).
+  bool offered(const algorithms::AlgorithmInfo& row) const {
+    return long_paths_ || !row.overlaps_flights;
+  }
   /// With measured latencies: the alpha per step beside them.
   double step_alpha_ = 0;
   /// The collectives link_cost_ prices (they skip the tables).
