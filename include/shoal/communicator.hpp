@@ -35,6 +35,11 @@ struct HostSplit;
 struct Options {
   /// Bound on every wait (SHOAL_TIMEOUT); zero means the environment's value.
   std::chrono::milliseconds timeout{0};
+  /// How the cost model learns this communicator's links at creation (SHOAL_TUNE_CALIBRATE):
+  /// `on` times a few calls, `latency` takes only the connections' round trips (no calls: for
+  /// short-lived groups on long paths, whose creation timed calls would dominate), `off` keeps
+  /// the defaults. Empty means the environment's value. Every rank passes the same.
+  std::string calibrate;
 };
 
 /// Per-call settings of all_reduce, all_gather and reduce_scatter; every rank must pass the
@@ -93,7 +98,8 @@ class Communicator {
   /// Collective over this communicator, like MPI_Comm_split: the ranks passing the same color
   /// form a new communicator, ranked by (key, rank here); a negative color (kNoColor) gives an
   /// empty one. Every rank calls it at the same position among its collectives (a rank calling
-  /// something else there raises MismatchError). Children inherit the timeout and are
+  /// something else there raises MismatchError). Children inherit the timeout and the calibration
+  /// (Options) and are
   /// independent of the parent (their own connections and progress thread).
   Communicator split(int color, int key);
   /// Two splits at once: the ranks of this host, and the ranks with this local rank on every
@@ -377,9 +383,9 @@ class Communicator {
   void abort();
   /// After a failure: the ranks still alive agree, through the store, on who they are and
   /// form a new communicator of them, ranked in their old order (like MPI_Comm_shrink,
-  /// ncclCommShrink). Every survivor calls it; the first to arrive waits until every rank it
-  /// does not know to be dead has joined, or `wait` (0: SHOAL_SHRINK_WAIT) has passed, and
-  /// publishes the members. A survivor that joins after that gets PeerFailureError.
+  /// ncclCommShrink), with this one's Options. Every survivor calls it; the first to arrive waits
+  /// until every rank it does not know to be dead has joined, or `wait` (0: SHOAL_SHRINK_WAIT) has
+  /// passed, and publishes the members. A survivor that joins after that gets PeerFailureError.
   Communicator shrink(std::chrono::milliseconds wait = std::chrono::milliseconds{0});
   /// shrink() leaving out `exclude` (ranks of this communicator, alive or not; like
   /// ncclCommShrink's exclusion list): only the others call it, and the first to arrive waits

@@ -33,25 +33,30 @@ double fastest_of(int calls, F&& run) {
 
 }  // namespace
 
-bool CommImpl::calibration_wanted() const {
-  const std::string mode = config::get("SHOAL_TUNE_CALIBRATE");
-  SHOAL_CHECK(mode == "on" || mode == "off", InvalidArgument,
-              "SHOAL_TUNE_CALIBRATE='" << mode << "' is not on or off");
-  return mode == "on" && size >= 2 && config::get("SHOAL_DISPATCH") != "off";
+CommImpl::Calibration CommImpl::calibration_mode(const Options& options) const {
+  const std::string mode =
+      options.calibrate.empty() ? config::get("SHOAL_TUNE_CALIBRATE") : options.calibrate;
+  SHOAL_CHECK(mode == "on" || mode == "latency" || mode == "off", InvalidArgument,
+              (options.calibrate.empty() ? "SHOAL_TUNE_CALIBRATE='" : "Options::calibrate '")
+                  << mode << "' is not on, latency or off");
+  if (mode == "off" || size < 2 || config::get("SHOAL_DISPATCH") == "off") return Calibration::off;
+  return mode == "on" ? Calibration::on : Calibration::latency;
 }
 
-void CommImpl::calibrate_cost_model() {
+void CommImpl::calibrate_cost_model(Calibration mode) {
+  // longest_round_trip_s is the job's, agreed with the settings (compare_agreed_settings).
+  if (mode == Calibration::latency) {
+    calibrated_params =
+        tune::latency_cost_params(tune_context().transport, longest_round_trip_s / 2);
+    SHOAL_INFO("cost model at creation: the defaults with the connections' longest flight, "
+               << longest_round_trip_s / 2 * 1e6 << " us");
+    return;
+  }
   const auto* ring_all_gather = algorithms::find_algorithm(Collective::all_gather, "ring");
   const auto* ring_all_reduce = algorithms::find_algorithm(Collective::all_reduce, "ring");
   SHOAL_CHECK(ring_all_gather && ring_all_reduce, Internal, "the registry has no ring");
-  // The job's longest round trip, agreed first: it sets how many calls are timed, which must be
-  // the same on every rank.
-  double round_trip_s = longest_round_trip_s;
-  call(comm::forced_call(Collective::all_reduce, &round_trip_s, &round_trip_s, 1, DataType::float64,
-                         ReduceOp::max, ring_all_reduce))
-      .wait();
   const tune::CalibrationPlan plan =
-      tune::calibration_plan(size, tune_context().transport, round_trip_s);
+      tune::calibration_plan(size, tune_context().transport, longest_round_trip_s);
 
   // Forced rows: no dispatcher (which this calibrates), no flat path, no hierarchy.
   std::vector<uint8_t> block(plan.large_block, static_cast<uint8_t>(rank));

@@ -69,11 +69,13 @@ class CommImpl {
   // Most TCP connections to one peer (SHOAL_SOCKET_STREAMS per shared NIC).
   int max_connections = 1;
   // The longest round trip this rank's TCP connections to other hosts measured at their
-  // handshake, in seconds; 0 without any.
+  // handshake, in seconds; 0 without any. Once the communicator is made, the job's (every
+  // rank's longest, agreed at creation).
   double longest_round_trip_s = 0;
   comm::Topology topology;
   std::string listen_address;
   std::chrono::milliseconds timeout{0};
+  std::string calibrate_option;  // Options::calibrate as given: shrink() and split() pass it on
   uint64_t chunk_bytes = 0;
   uint64_t comm_id = 0;
   uint64_t shrinks = 0;  // Communicator::shrink calls so far (each gets its own key scope)
@@ -97,7 +99,7 @@ class CommImpl {
   std::unique_ptr<comm::Hierarchy> hierarchy;  // after engine: stopped before the engine is
 
   /// The cost model's constants measured when this communicator was made (comm/calibration.cpp;
-  /// none with SHOAL_TUNE_CALIBRATE=off, SHOAL_DISPATCH=off or one rank). Equal on all ranks.
+  /// none with calibration off, SHOAL_DISPATCH=off or one rank). Equal on all ranks.
   std::optional<algorithms::CostParams> calibrated_params;
 
  private:
@@ -110,13 +112,17 @@ class CommImpl {
   /// Rendezvous, topology, connections and shared memory of a new communicator, before the
   /// ranks vote on it (comm/agreement.hpp).
   Transport set_up(const std::string& prefix, comm::Clock::time_point deadline);
-  /// Compares the settings every rank must hold equal (config::Agreement) with one forced Bruck
-  /// all_gather (collective); the first difference, or nullopt.
-  std::optional<comm::Disagreement> compare_agreed_settings();
-  /// Whether to calibrate (SHOAL_TUNE_CALIBRATE, checked before the creation vote).
-  bool calibration_wanted() const;
-  /// Sets calibrated_params: a few forced ring calls timed on every rank (collective).
-  void calibrate_cost_model();
+  /// How the cost model learns the links at creation (Options::calibrate, else
+  /// SHOAL_TUNE_CALIBRATE; off with SHOAL_DISPATCH=off or one rank), checked before the vote.
+  enum class Calibration : uint64_t { off = 1, latency = 2, on = 3 };
+  Calibration calibration_mode(const Options& options) const;
+  /// Compares the settings every rank must hold equal (config::Agreement) and the calibration
+  /// mode with one forced Bruck all_gather (collective), which also carries each rank's longest
+  /// round trip: longest_round_trip_s becomes the job's. The first difference, or nullopt.
+  std::optional<comm::Disagreement> compare_agreed_settings(Calibration mode);
+  /// Sets calibrated_params: with `on`, a few forced ring calls timed on every rank
+  /// (collective); with `latency`, the defaults with the agreed round trip's flight.
+  void calibrate_cost_model(Calibration mode);
 
   /// The arguments of a call, checked (InvalidArgumentError); buffers and in_place not set.
   algorithms::CollectiveArgs checked_args(const comm::Request& r) const;

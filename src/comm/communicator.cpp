@@ -42,15 +42,17 @@ CommImpl::CommImpl(std::shared_ptr<Store> st, int r, int n, const Options& optio
   SHOAL_CHECK(r >= 0 && r < n, InvalidArgument, "rank " << r << " is outside [0, " << n << ")");
   log::set_rank(r);
   timeout = options.timeout.count() > 0 ? options.timeout : config::get_duration("SHOAL_TIMEOUT");
+  calibrate_option = options.calibrate;
   chunk_bytes = config::get_bytes("SHOAL_CHUNK_BYTES");
   SHOAL_CHECK(chunk_bytes > 0, InvalidArgument, "SHOAL_CHUNK_BYTES must be positive");
   const auto deadline = comm::Clock::now() + timeout;
   shoal::store::ScopedTimeout store_timeout(*store, timeout);
   const std::string prefix = "shoal/comm" + std::to_string(store->next_communicator_index());
   Transport transport;
-  bool calibrate = false, measure = false;
+  Calibration calibration = Calibration::off;
+  bool measure = false;
   try {
-    calibrate = calibration_wanted();
+    calibration = calibration_mode(options);
     measure = links_wanted();
     transport = set_up(prefix, deadline);
   } catch (const std::exception& e) {
@@ -96,10 +98,10 @@ CommImpl::CommImpl(std::shared_ptr<Store> st, int r, int n, const Options& optio
   // from different communicators, they would split the job.
   if (n > 1) {
     try {
-      if (const auto differ = compare_agreed_settings()) {
+      if (const auto differ = compare_agreed_settings(calibration)) {
         engine->break_from_caller(ErrorCode::Mismatch, differ->message, differ->rank);
       } else {
-        if (calibrate) calibrate_cost_model();
+        if (calibration != Calibration::off) calibrate_cost_model(calibration);
         if (measure) measure_links();
       }
     } catch (const Error& e) {
@@ -115,16 +117,37 @@ CommImpl::CommImpl(std::shared_ptr<Store> st, int r, int n, const Options& optio
                                          << " host(s), listening on " << listen_address);
 }
 
-std::optional<comm::Disagreement> CommImpl::compare_agreed_settings() {
-  const std::vector<uint64_t> mine = config::agreed_fingerprints();
-  std::vector<uint64_t> all(mine.size() * static_cast<size_t>(size));
+std::optional<comm::Disagreement> CommImpl::compare_agreed_settings(Calibration mode) {
+  std::vector<uint64_t> mine = config::agreed_fingerprints();
+  const size_t settings = mine.size();
+  // Beside the settings, the calibration mode (compared) and the round trip in nanoseconds
+  // (the longest is taken): the calibration's latency without another collective.
+  mine.push_back(static_cast<uint64_t>(mode));
+  mine.push_back(static_cast<uint64_t>(longest_round_trip_s * 1e9));
+  const size_t per_rank = mine.size();
+  std::vector<uint64_t> all(per_rank * static_cast<size_t>(size));
   // Forced: no dispatcher (whose settings these are), no flat path, no hierarchy; Bruck, so
   // that creation pays ceil(log2 p) latencies for it, not the ring's p - 1.
-  call(comm::forced_call(Collective::all_gather, mine.data(), all.data(), mine.size(),
-                         DataType::int64, ReduceOp::sum,
+  call(comm::forced_call(Collective::all_gather, mine.data(), all.data(), per_rank, DataType::int64,
+                         ReduceOp::sum,
                          algorithms::find_algorithm(Collective::all_gather, "bruck")))
       .wait();
-  return comm::first_disagreement(all, mine.size());
+  std::vector<uint64_t> fingerprints;
+  uint64_t round_trip_ns = 0;
+  for (int q = 0; q < size; ++q) {
+    const uint64_t* of_q = all.data() + static_cast<size_t>(q) * per_rank;
+    fingerprints.insert(fingerprints.end(), of_q, of_q + settings);
+    round_trip_ns = std::max(round_trip_ns, of_q[settings + 1]);
+  }
+  longest_round_trip_s = static_cast<double>(round_trip_ns) * 1e-9;
+  if (auto differ = comm::first_disagreement(fingerprints, settings)) return differ;
+  for (int q = 1; q < size; ++q)
+    if (all[static_cast<size_t>(q) * per_rank + settings] != all[settings])
+      return comm::Disagreement{
+          q, "rank " + std::to_string(q) +
+                 "'s calibration at creation (Options::calibrate, else SHOAL_TUNE_CALIBRATE) "
+                 "differs from rank 0's: it is collective and must be the same on every rank"};
+  return std::nullopt;
 }
 
 CommImpl::Transport CommImpl::set_up(const std::string& prefix, comm::Clock::time_point deadline) {

@@ -83,6 +83,7 @@ Communicator Communicator::shrink(const std::vector<int>& exclude, std::chrono::
                 c.rank);
   Options options;
   options.timeout = c.timeout;
+  options.calibrate = c.calibrate_option;
   Communicator survivors =
       create(std::make_shared<PrefixStore>(base + "/comm/", c.store),
              static_cast<int>(me - members.begin()), static_cast<int>(members.size()), options);

@@ -46,6 +46,7 @@ Communicator CommImpl::split(int color, int key) {
                 static_cast<unsigned long long>(comm_id), index, color);
   Options options;
   options.timeout = timeout;
+  options.calibrate = calibrate_option;
   Communicator child = Communicator::create(std::make_shared<PrefixStore>(scope, store), child_rank,
                                             static_cast<int>(members.size()), options);
   log::set_rank(rank);  // creation labelled the log with the child's rank

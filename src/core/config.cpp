@@ -93,8 +93,10 @@ const std::vector<Setting>& settings() {
       {"SHOAL_TUNE_CALIBRATE", "enum", "on",
        "on: a new communicator times a few ring all_gathers and a reduction (milliseconds; across "
        "hosts of several ranks also a Swing all_gather of about 16 MiB) and the cost model uses the "
-       "measured constants, the slowest rank's, instead of the defaults; off: the defaults. Ranks "
-       "that differ fail the new communicator's first call (its calibration meets another call)"},
+       "measured constants, the slowest rank's, instead of the defaults; latency: no timed calls, "
+       "the defaults with alpha raised to the connections' longest flight (half the longest "
+       "handshake round trip); off: the defaults. Options::calibrate wins over it. Ranks that "
+       "differ fail the new communicator's first call with a MismatchError"},
       {"SHOAL_TUNE_LEARN", "enum", "on",
        "on: across hosts over TCP, where the cost model (on measured links too) picks a row other "
        "than the ring for an all_reduce, all_gather or reduce_scatter of at least "

@@ -32,6 +32,15 @@ CalibrationPlan calibration_plan(int world, Transport transport, double round_tr
   return plan;
 }
 
+CostParams latency_cost_params(Transport transport, double flight_s) {
+  CostParams c = default_cost_params(transport);
+  if (std::isfinite(flight_s) && flight_s > 0) {
+    c.alpha = std::max(c.alpha, flight_s);
+    c.flight = flight_s;
+  }
+  return c;
+}
+
 CostParams fit_cost_params(int world, const CalibrationPlan& plan, const CalibrationTimes& times,
                            const CostParams& floor, int ranks_per_host, int cores_per_host) {
   const auto* ring = algorithms::find_algorithm(Collective::all_gather, "ring");

@@ -14,9 +14,11 @@
 #include <cstring>
 #include <fstream>
 #include <functional>
+#include <mutex>
 #include <random>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "algorithms/registry.hpp"
@@ -26,6 +28,7 @@
 #include "support/ranks.hpp"
 #include "support/temp_file.hpp"
 #include "support/values.hpp"
+#include "tune/calibration.hpp"
 #include "tune/dispatcher.hpp"
 #include "tune/learned_file.hpp"
 
@@ -275,6 +278,105 @@ TEST(CalibrationAtCreation, OffSwitchesMeasureNothingAndBadValuesFailCreation) {
   const std::string err = run_ranks(2, [&](Communicator&) { ++called; });
   EXPECT_NE(err.find("SHOAL_TUNE_CALIBRATE='sometimes'"), std::string::npos) << err;
   EXPECT_EQ(called.load(), 0);
+}
+
+// Ranks as threads on hosts of their own (TCP over loopback), rank r created with options_of(r).
+std::string run_on_own_hosts(int n, const std::function<Options(int)>& options_of,
+                             const std::function<void(Communicator&)>& fn) {
+  auto server = make_server_store();
+  std::mutex mu;
+  std::string first_error;
+  std::vector<std::thread> threads;
+  for (int r = 0; r < n; ++r)
+    threads.emplace_back([&, r] {
+      try {
+        comm::set_thread_host_id_for_testing("emulated-host-" + std::to_string(r));
+        TcpStore::Options o;
+        o.timeout = std::chrono::seconds(60);
+        auto store = std::make_shared<TcpStore>("127.0.0.1", server->port(), o);
+        Communicator comm = Communicator::create(store, r, n, options_of(r));
+        fn(comm);
+      } catch (const std::exception& e) {
+        std::lock_guard<std::mutex> lock(mu);
+        if (first_error.empty()) first_error = "rank " + std::to_string(r) + ": " + e.what();
+      }
+    });
+  for (auto& t : threads) t.join();
+  return first_error;
+}
+
+// Options::calibrate=latency (over SHOAL_TUNE_CALIBRATE=on): no timed call at creation, and every
+// rank holds the defaults with the job's longest handshake flight, the same bits everywhere, as
+// tune::latency_cost_params gives them; `on` times ring calls. Ranks whose modes differ fail
+// their first call with MismatchError naming the calibration, and a bad value fails creation.
+TEST(CalibrationAtCreation, LatencyTakesTheAgreedRoundTripWithoutTimedCalls) {
+  ScopedEnv on("SHOAL_TUNE_CALIBRATE", "on"), dispatch("SHOAL_DISPATCH", "on");
+  const auto* ring_all_gather = algorithms::find_algorithm(Collective::all_gather, "ring");
+  ASSERT_NE(ring_all_gather, nullptr);
+  for (const char* mode : {"latency", "on"}) {
+    const int world = 3;
+    std::atomic<int> good{0};
+    const std::string err = run_on_own_hosts(
+        world,
+        [&](int) {
+          Options o;
+          o.calibrate = mode;
+          return o;
+        },
+        [&](Communicator& c) {
+          auto& impl = shoal::detail::Internals::of(c);
+          const bool timed = impl.runs_of(*ring_all_gather) > 0;
+          const auto& params = impl.calibrated_params;
+          ASSERT_TRUE(params.has_value());
+          ASSERT_GT(impl.tcp_peers, 0);
+          double mine[4] = {params->alpha, params->beta, params->flight, impl.longest_round_trip_s};
+          std::vector<double> all(4 * world);
+          c.all_gather(mine, all.data(), 4, DataType::float64);
+          bool same = true;
+          for (int r = 0; r < world; ++r)
+            same &= std::memcmp(all.data() + 4 * r, mine, sizeof mine) == 0;
+          bool expected = timed == (std::string(mode) == "on");
+          if (std::string(mode) == "latency") {
+            const algorithms::CostParams want = tune::latency_cost_params(
+                impl.tune_context().transport, impl.longest_round_trip_s / 2);
+            expected &= impl.longest_round_trip_s > 0 && params->alpha == want.alpha &&
+                        params->beta == want.beta && params->gamma == want.gamma &&
+                        params->flight == impl.longest_round_trip_s / 2;
+          }
+          good += same && expected;
+        });
+    EXPECT_EQ(err, "") << mode;
+    EXPECT_EQ(good.load(), world) << mode;
+  }
+
+  std::atomic<int> mismatched{0};
+  run_on_own_hosts(
+      2,
+      [](int r) {
+        Options o;
+        o.timeout = std::chrono::seconds(20);
+        o.calibrate = r == 0 ? "on" : "latency";
+        return o;
+      },
+      [&](Communicator& c) {
+        int x = 1;
+        try {
+          c.all_reduce(&x, &x, 1, DataType::int32, ReduceOp::sum);
+        } catch (const MismatchError& e) {
+          mismatched += std::string(e.what()).find("calibration at creation") != std::string::npos;
+        }
+      });
+  EXPECT_EQ(mismatched.load(), 2);
+
+  const std::string err = run_on_own_hosts(
+      2,
+      [](int) {
+        Options o;
+        o.calibrate = "sometimes";
+        return o;
+      },
+      [](Communicator&) {});
+  EXPECT_NE(err.find("Options::calibrate 'sometimes'"), std::string::npos) << err;
 }
 
 // A malformed tuning file fails the first collective with InvalidArgumentError naming it.

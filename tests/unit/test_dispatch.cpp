@@ -1201,6 +1201,30 @@ TEST(DirectRows, LongFlightsTakeThemAndWithoutAFlightTheRingKeepsItsPlace) {
   EXPECT_FALSE(is_direct(on_a_lan.choose(Collective::all_reduce, mib8)));
 }
 
+// Calibration without timed calls (SHOAL_TUNE_CALIBRATE=latency): the defaults, alpha raised to
+// the handshakes' flight, which the dispatcher then prices as it does a calibrated one.
+TEST(Calibration, LatencyOnlyKeepsTheDefaultsWithTheFlight) {
+  const algorithms::CostParams defaults = tune::default_cost_params(Transport::tcp);
+  for (double none : {0.0, -1.0, std::nan("")}) {
+    const algorithms::CostParams c = tune::latency_cost_params(Transport::tcp, none);
+    EXPECT_EQ(c.alpha, defaults.alpha) << none;
+    EXPECT_EQ(c.beta, defaults.beta) << none;
+    EXPECT_EQ(c.flight, 0) << none;
+  }
+  const algorithms::CostParams wan = tune::latency_cost_params(Transport::tcp, 0.04);
+  EXPECT_EQ(wan.alpha, 0.04);
+  EXPECT_EQ(wan.flight, 0.04);
+  EXPECT_EQ(wan.beta, defaults.beta);
+  EXPECT_EQ(wan.gamma, defaults.gamma);
+  EXPECT_EQ(wan.busy_gamma, defaults.busy_gamma);
+  const Dispatcher d(Context{4, 1, Transport::tcp}, wan, nullptr);
+  EXPECT_EQ(std::string(d.choose(Collective::all_reduce, 1 << 20).algorithm->name), "two_shot");
+  // A flight below alpha leaves alpha alone.
+  const double small = defaults.alpha / 2;
+  EXPECT_EQ(tune::latency_cost_params(Transport::tcp, small).alpha, defaults.alpha);
+  EXPECT_EQ(tune::latency_cost_params(Transport::tcp, small).flight, small);
+}
+
 TEST(Links, WithoutThemNoCallTakesTheRowsThatFollowThem) {
   for (int world : {2, 3, 4, 6, 8, 16, 64})
     for (Transport t : {Transport::shm, Transport::tcp}) {

@@ -526,6 +526,9 @@ struct StageServer::Impl {
           group.reset();
           Options copts;
           copts.timeout = opt.averaging_timeout;
+          // A group lives a few rounds and averages one vector a round: calls timed at its
+          // creation would cost more across a WAN than they save; the round trips are free.
+          if (!config::is_set("SHOAL_TUNE_CALIBRATE")) copts.calibrate = "latency";
           int my_rank =
               static_cast<int>(std::find(members.begin(), members.end(), opt.id) - members.begin());
           auto group_store = std::make_shared<PrefixStore>(keys::averaging(k, r) + "/comm", store);
