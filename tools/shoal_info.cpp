@@ -183,18 +183,25 @@ static void print_learned(const std::string& path) {
   SHOAL_CHECK(!buckets.empty(), InvalidArgument,
               "learned file '" << path << "' does not exist or holds no bucket");
   std::printf(
-      "# learned on the job (%s): the faster of the cost model's pick and the ring, "
-      "each one's fastest explored call (the slowest rank's)\n",
+      "# learned on the job (%s): the fastest of the cost model's pick, the ring and a row it "
+      "priced close to its pick (runner-up, or -), each one's fastest explored call (the slowest "
+      "rank's)\n",
       path.c_str());
-  std::printf("%-15s %5s %4s %-4s %11s %-20s %-20s %10s %10s %12s\n", "collective", "world", "rph",
-              "tr", "bytes from", "pick", "winner", "pick ms", "ring ms", "explored ms");
-  for (const auto& b : buckets)
-    std::printf("%-15s %5d %4d %-4s %11llu %-20s %-20s %10.2f %10.2f %12.2f\n",
+  std::printf("%-15s %5s %4s %-4s %11s %-16s %-16s %-16s %9s %9s %11s %12s\n", "collective",
+              "world", "rph", "tr", "bytes from", "pick", "runner-up", "winner", "pick ms",
+              "ring ms", "runner-up ms", "explored ms");
+  for (const auto& b : buckets) {
+    char runner_up_ms[32] = "-";
+    if (b.runner_up) std::snprintf(runner_up_ms, sizeof runner_up_ms, "%.2f", b.runner_up_s * 1e3);
+    std::printf("%-15s %5d %4d %-4s %11llu %-16s %-16s %-16s %9.2f %9.2f %11s %12.2f\n",
                 std::string(algorithms::to_string(b.collective)).c_str(), b.world, b.ranks_per_host,
                 std::string(tune::to_string(b.transport)).c_str(),
                 static_cast<unsigned long long>(uint64_t{1} << b.log2_bytes),
-                std::string(b.pick->name).c_str(), std::string(b.winner->name).c_str(),
-                b.pick_s * 1e3, b.alternative_s * 1e3, b.exploration_s * 1e3);
+                std::string(b.pick->name).c_str(),
+                b.runner_up ? std::string(b.runner_up->name).c_str() : "-",
+                std::string(b.winner->name).c_str(), b.pick_s * 1e3, b.alternative_s * 1e3,
+                runner_up_ms, b.exploration_s * 1e3);
+  }
 }
 
 int main(int argc, char** argv) {

@@ -36,10 +36,11 @@ Planner::~Planner() {
   std::vector<tune::LearnedBucket> mine;
   for (const auto& l : learner_->learned()) {
     if (!l.winner || l.from_file) continue;
-    tune::LearnedBucket b{l.key.first,  c.world, c.ranks_per_host, c.transport,
-                          l.key.second, l.pick,  l.alternative,    l.winner};
+    tune::LearnedBucket b{l.key.first, c.world,       c.ranks_per_host, c.transport, l.key.second,
+                          l.pick,      l.alternative, l.runner_up,      l.winner};
     b.pick_s = l.best[0];
     b.alternative_s = l.best[1];
+    if (l.runner_up) b.runner_up_s = l.best[2];
     b.exploration_s = l.exploration_s;
     mine.push_back(b);
   }
@@ -198,13 +199,20 @@ const AlgorithmInfo* Planner::learned_row(const Request& r, const algorithms::Co
       algorithms::find_algorithm(a.collective, on_links ? "link_ring" : "ring");
   if (!ring || ring == choice.algorithm) return choice.algorithm;
   const auto key = tune::Learner::key_of(a.collective, bytes);
-  if (!save_path_.empty() && learner_->fresh(key)) settle_from_file(key, choice.algorithm, ring);
-  tune::Learner::Turn turn = learner_->next(key, choice.algorithm, ring);
+  // Where the model prices a third row close to its pick, that one is explored too.
+  const AlgorithmInfo* runner_up =
+      learner_->fresh(key) ? dispatcher().runner_up(a.collective, bytes, choice.algorithm, ring)
+                           : nullptr;
+  if (!save_path_.empty() && learner_->fresh(key))
+    settle_from_file(key, choice.algorithm, ring, runner_up);
+  tune::Learner::Turn turn = learner_->next(key, choice.algorithm, ring, runner_up);
   if (turn.decide) {
     turn.row = learner_->decide(key, agree_([&] { return learner_->samples(key); }));
-    SHOAL_INFO("learned " << algorithms::to_string(a.collective) << " from " << bytes
-                          << " bytes: " << turn.row->name << " (exploring cost "
-                          << learner_->learned(key).exploration_s * 1e3 << " ms beyond it)");
+    const tune::Learner::Learned& l = learner_->learned(key);
+    SHOAL_INFO("learned " << algorithms::to_string(a.collective) << " from " << bytes << " bytes: "
+                          << turn.row->name << " of " << l.pick->name << ", " << l.alternative->name
+                          << (l.runner_up ? ", " : "") << (l.runner_up ? l.runner_up->name : "")
+                          << " (exploring cost " << l.exploration_s * 1e3 << " ms beyond it)");
   }
   if (turn.sample >= 0)
     plan.timed = [learner = learner_, key, sample = turn.sample](double seconds) {
@@ -214,18 +222,19 @@ const AlgorithmInfo* Planner::learned_row(const Request& r, const algorithms::Co
 }
 
 void Planner::settle_from_file(const tune::Learner::Key& key, const AlgorithmInfo* pick,
-                               const AlgorithmInfo* ring) {
+                               const AlgorithmInfo* ring, const AlgorithmInfo* runner_up) {
   const tune::Context& c = dispatcher().context();
   const tune::LearnedBucket here{key.first, c.world, c.ranks_per_host, c.transport, key.second};
   double mine = 0;  // 1 + the winner's registry index, 0 for none
   for (const auto& b : earlier_)
-    if (tune::same_bucket(b, here) && b.pick == pick && b.alternative == ring)
+    if (tune::same_bucket(b, here) && b.pick == pick && b.alternative == ring &&
+        b.runner_up == runner_up)
       mine = 1.0 + static_cast<double>(b.winner - algorithms::registry().data());
   // max(mine) == min(mine): every rank read the same winner.
   const std::vector<double> agreed = agree_([&] { return std::vector<double>{mine, -mine}; });
   if (agreed[0] < 1 || agreed[0] != -agreed[1]) return;
   const AlgorithmInfo* winner = &algorithms::registry()[static_cast<size_t>(agreed[0]) - 1];
-  learner_->settle(key, pick, ring, winner);
+  learner_->settle(key, pick, ring, runner_up, winner);
   SHOAL_INFO("learned " << algorithms::to_string(key.first) << " bucket 2^" << key.second
                         << " from SHOAL_TUNE_SAVE's file: " << winner->name);
 }

@@ -127,7 +127,8 @@ class Planner {
   /// A fresh bucket that an earlier job settled (every rank's file saying the same) starts
   /// from its winner; every rank agrees on it with one all_reduce.
   void settle_from_file(const tune::Learner::Key& key, const algorithms::AlgorithmInfo* pick,
-                        const algorithms::AlgorithmInfo* ring);
+                        const algorithms::AlgorithmInfo* ring,
+                        const algorithms::AlgorithmInfo* runner_up);
   std::string save_path_;                     // SHOAL_TUNE_SAVE, read with learn_min_bytes_
   std::vector<tune::LearnedBucket> earlier_;  // what its file held then
   bool saves_learned_ = false;

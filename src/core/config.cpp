@@ -100,10 +100,10 @@ const std::vector<Setting>& settings() {
       {"SHOAL_TUNE_LEARN", "enum", "on",
        "on: across hosts over TCP, where the cost model (on measured links too) picks a row other "
        "than the ring for an all_reduce, all_gather or reduce_scatter of at least "
-       "SHOAL_TUNE_LEARN_MIN_BYTES, the first 4 calls of each size bucket (a factor of 2) run the "
-       "pick and the ring (link_ring on measured links) in turn, timed, and "
-       "the next takes the faster (the slowest rank's times); off: the cost model's pick. Equal on "
-       "all ranks", Agreement::value},
+       "SHOAL_TUNE_LEARN_MIN_BYTES, the first calls of each size bucket (a factor of 2) run the "
+       "pick, the ring (link_ring on measured links) and the row the model prices cheapest after "
+       "them if within 1.5x of its pick, in turn, twice each, timed, and the next takes the fastest "
+       "(the slowest rank's times); off: the cost model's pick. Equal on all ranks", Agreement::value},
       {"SHOAL_TUNE_LEARN_MIN_BYTES", "bytes", "256K",
        "the smallest call SHOAL_TUNE_LEARN explores. Equal on all ranks", Agreement::value},
       {"SHOAL_TUNE_SAVE", "string", "",

@@ -346,6 +346,25 @@ Choice Dispatcher::choose(Collective collective, uint64_t bytes) const {
   return choice;
 }
 
+const AlgorithmInfo* Dispatcher::runner_up(Collective collective, uint64_t bytes,
+                                           const AlgorithmInfo* pick,
+                                           const AlgorithmInfo* alternative) const {
+  if (!enabled_ || rows_[static_cast<int>(collective)] <= 2) return nullptr;
+  double best = std::numeric_limits<double>::infinity(), second = best;
+  const AlgorithmInfo* found = nullptr;
+  for (const auto& row : algorithms::registry()) {
+    if (row.collective != collective) continue;
+    const double t = row_cost(row, bytes);
+    best = std::min(best, t);
+    // Strictly less: ties go to the earlier row, on every rank alike.
+    if (&row != pick && &row != alternative && t < second) {
+      found = &row;
+      second = t;
+    }
+  }
+  return found && std::isfinite(second) && second <= kCloseCost * best ? found : nullptr;
+}
+
 double Dispatcher::row_cost(const AlgorithmInfo& row, uint64_t bytes) const {
   if (!offered(row)) return std::numeric_limits<double>::infinity();
   const size_t i = &row - algorithms::registry().data();

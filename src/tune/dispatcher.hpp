@@ -129,6 +129,15 @@ class Dispatcher {
   /// all_gather and reduce_scatter are priced on them (they know the links, which the tables
   /// and the constants do not); elsewhere the rows that follow links are never picked.
   Choice choose(algorithms::Collective collective, uint64_t bytes) const;
+  /// The third candidate learning explores beside `pick` and `alternative`: the row of
+  /// `collective` the cost model (or measured links) prices cheapest after them, where that
+  /// price is within kCloseCost of the model's own best: the model is not sure there. Null
+  /// where no row is that close, and without the cost model (disabled, one row).
+  const algorithms::AlgorithmInfo* runner_up(algorithms::Collective collective, uint64_t bytes,
+                                             const algorithms::AlgorithmInfo* pick,
+                                             const algorithms::AlgorithmInfo* alternative) const;
+  /// How close (a factor of the model's best price) a row must be priced to be explored.
+  static constexpr double kCloseCost = 1.5;
 
   /// Whether the hierarchical composition (comm/hierarchical.hpp) is faster than every row for
   /// a call of `bytes`, by the table's "hierarchical" times (outside its sizes: at the nearest

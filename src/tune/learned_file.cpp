@@ -85,11 +85,16 @@ LearnedBucket parse_bucket(const json& b, std::string_view source, const std::st
   LEARNED_CHECK(out.log2_bytes < 64, where + ".log2_bytes", "must be below 64");
   out.pick = row_field(b, "pick", out.collective, source, where);
   out.alternative = row_field(b, "alternative", out.collective, source, where);
+  // A runner-up is there where the model priced a third row close to its pick.
+  const bool runner_up = b.contains("runner_up");
+  if (runner_up) out.runner_up = row_field(b, "runner_up", out.collective, source, where);
   out.winner = row_field(b, "winner", out.collective, source, where);
-  LEARNED_CHECK(out.winner == out.pick || out.winner == out.alternative, where + ".winner",
-                "'" << out.winner->name << "' is neither the pick nor the alternative");
+  LEARNED_CHECK(
+      out.winner == out.pick || out.winner == out.alternative || out.winner == out.runner_up,
+      where + ".winner", "'" << out.winner->name << "' is none of the candidates");
   out.pick_s = seconds_field(b, "pick_us", source, where);
   out.alternative_s = seconds_field(b, "alternative_us", source, where);
+  if (runner_up) out.runner_up_s = seconds_field(b, "runner_up_us", source, where);
   out.exploration_s = seconds_field(b, "exploration_us", source, where);
   return out;
 }
@@ -127,18 +132,24 @@ std::vector<LearnedBucket> parse_learned_file(std::string_view text, std::string
 
 std::string learned_to_json(const std::vector<LearnedBucket>& buckets) {
   json list = json::array();
-  for (const auto& b : buckets)
-    list.push_back({{"collective", std::string(algorithms::to_string(b.collective))},
-                    {"world", b.world},
-                    {"ranks_per_host", b.ranks_per_host},
-                    {"transport", std::string(to_string(b.transport))},
-                    {"log2_bytes", b.log2_bytes},
-                    {"pick", std::string(b.pick->name)},
-                    {"alternative", std::string(b.alternative->name)},
-                    {"winner", std::string(b.winner->name)},
-                    {"pick_us", b.pick_s * 1e6},
-                    {"alternative_us", b.alternative_s * 1e6},
-                    {"exploration_us", b.exploration_s * 1e6}});
+  for (const auto& b : buckets) {
+    json entry = {{"collective", std::string(algorithms::to_string(b.collective))},
+                  {"world", b.world},
+                  {"ranks_per_host", b.ranks_per_host},
+                  {"transport", std::string(to_string(b.transport))},
+                  {"log2_bytes", b.log2_bytes},
+                  {"pick", std::string(b.pick->name)},
+                  {"alternative", std::string(b.alternative->name)},
+                  {"winner", std::string(b.winner->name)},
+                  {"pick_us", b.pick_s * 1e6},
+                  {"alternative_us", b.alternative_s * 1e6},
+                  {"exploration_us", b.exploration_s * 1e6}};
+    if (b.runner_up) {
+      entry["runner_up"] = std::string(b.runner_up->name);
+      entry["runner_up_us"] = b.runner_up_s * 1e6;
+    }
+    list.push_back(std::move(entry));
+  }
   return json{{"format", std::string(kFormat)}, {"buckets", list}}.dump(1) + "\n";
 }
 

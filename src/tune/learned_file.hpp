@@ -1,6 +1,6 @@
 // What learning on the job settled, kept across jobs (SHOAL_TUNE_SAVE): per communicator shape
-// and size bucket, the row that won, the two candidates' best times (each the slowest rank's)
-// and what exploring cost. A job whose every rank reads the same bucket starts from its winner
+// and size bucket, the row that won, the candidates' best times (each the slowest rank's) and
+// what exploring cost. A job whose every rank reads the same bucket starts from its winner
 // instead of exploring; at its end rank 0 of each communicator merges what it learned in.
 //
 //   {"format": "shoal-learned 1",
@@ -8,6 +8,9 @@
 //                 "transport": "tcp", "log2_bytes": 26, "pick": "rabenseifner",
 //                 "alternative": "ring", "winner": "ring", "pick_us": 9030000.0,
 //                 "alternative_us": 4490000.0, "exploration_us": 9600000.0}]}
+//
+// A bucket with a third candidate (a row the model priced close to its pick) also has
+// "runner_up" and "runner_up_us".
 #pragma once
 
 #include <string>
@@ -27,8 +30,10 @@ struct LearnedBucket {
   int log2_bytes = 0;  // the bucket: calls of [2^k, 2^(k+1)) bytes (algorithms::model_bytes)
   const algorithms::AlgorithmInfo* pick = nullptr;         // the cost model's
   const algorithms::AlgorithmInfo* alternative = nullptr;  // the ring
-  const algorithms::AlgorithmInfo* winner = nullptr;       // pick or alternative
-  double pick_s = 0, alternative_s = 0;                    // each candidate's fastest explored call
+  const algorithms::AlgorithmInfo* runner_up = nullptr;    // priced close to the pick; or none
+  const algorithms::AlgorithmInfo* winner = nullptr;       // one of them
+  // Each candidate's fastest explored call.
+  double pick_s = 0, alternative_s = 0, runner_up_s = 0;
   double exploration_s = 0;  // the explored calls' time beyond the winner's
 };
 
@@ -37,7 +42,7 @@ bool same_bucket(const LearnedBucket& a, const LearnedBucket& b);
 
 /// Parses the file's JSON text; `source` names it in errors. InvalidArgumentError naming the
 /// source and the problem: not JSON, another format, a missing or mistyped field, an unknown
-/// collective, transport or row, a winner that is neither candidate, a time that is negative.
+/// collective, transport or row, a winner that is none of the candidates, a time that is negative.
 std::vector<LearnedBucket> parse_learned_file(std::string_view text, std::string_view source);
 std::string learned_to_json(const std::vector<LearnedBucket>& buckets);
 

@@ -13,21 +13,22 @@ Learner::Key Learner::key_of(algorithms::Collective collective, uint64_t bytes) 
 }
 
 Learner::Turn Learner::next(const Key& key, const algorithms::AlgorithmInfo* pick,
-                            const algorithms::AlgorithmInfo* alternative) {
+                            const algorithms::AlgorithmInfo* alternative,
+                            const algorithms::AlgorithmInfo* runner_up) {
   std::lock_guard<std::mutex> lock(mutex_);
   Bucket& b = buckets_[key];
-  if (b.calls == 0 && !b.state.winner) b.state = {key, pick, alternative, nullptr, {}};
+  if (b.calls == 0 && !b.state.winner) b.state = {key, pick, alternative, runner_up};
   const int call = b.calls++;
   if (b.state.winner) return {b.state.winner, -1, false};
-  if (call < kExplored)
-    return {call % kCandidates == 0 ? b.state.pick : b.state.alternative, call, false};
+  if (call < b.state.explored())
+    return {b.state.candidate(call % b.state.candidates()), call, false};
   return {nullptr, -1, true};
 }
 
 void Learner::record(const Key& key, int sample, double seconds) {
   std::lock_guard<std::mutex> lock(mutex_);
   auto it = buckets_.find(key);
-  if (it == buckets_.end() || sample < 0 || sample >= kExplored) return;
+  if (it == buckets_.end() || sample < 0 || sample >= it->second.state.explored()) return;
   it->second.mine[static_cast<size_t>(sample)] = seconds;
 }
 
@@ -35,26 +36,33 @@ std::vector<double> Learner::samples(const Key& key) const {
   std::lock_guard<std::mutex> lock(mutex_);
   auto it = buckets_.find(key);
   SHOAL_CHECK(it != buckets_.end(), Internal, "no calls were explored in this bucket");
-  return {it->second.mine.begin(), it->second.mine.end()};
+  const auto& mine = it->second.mine;
+  return {mine.begin(), mine.begin() + it->second.state.explored()};
 }
 
 const algorithms::AlgorithmInfo* Learner::decide(const Key& key,
                                                  const std::vector<double>& agreed) {
   std::lock_guard<std::mutex> lock(mutex_);
   auto it = buckets_.find(key);
-  SHOAL_CHECK(it != buckets_.end() && agreed.size() == kExplored, Internal,
-              "a decision needs the bucket's " << kExplored << " explored times");
+  SHOAL_CHECK(it != buckets_.end(), Internal, "no calls were explored in this bucket");
   Learned& s = it->second.state;
+  const int explored = s.explored(), n = s.candidates();
+  SHOAL_CHECK(agreed.size() == static_cast<size_t>(explored), Internal,
+              "a decision needs the bucket's " << explored << " explored times");
   s.best.fill(std::numeric_limits<double>::infinity());
-  for (int i = 0; i < kExplored; ++i) {
+  for (int i = 0; i < explored; ++i) {
+    double& best = s.best[static_cast<size_t>(i % n)];
     s.agreed[static_cast<size_t>(i)] = agreed[static_cast<size_t>(i)];
-    s.best[static_cast<size_t>(i % kCandidates)] =
-        std::min(s.best[static_cast<size_t>(i % kCandidates)], agreed[static_cast<size_t>(i)]);
+    best = std::min(best, agreed[static_cast<size_t>(i)]);
   }
-  const size_t won = s.best[1] < s.best[0] ? 1 : 0;
-  s.winner = won ? s.alternative : s.pick;
+  // Strictly faster: a tie keeps the earlier candidate (the pick first).
+  int won = 0;
+  for (int c = 1; c < n; ++c)
+    if (s.best[static_cast<size_t>(c)] < s.best[static_cast<size_t>(won)]) won = c;
+  s.winner = s.candidate(won);
   s.exploration_s = 0;
-  for (double t : s.agreed) s.exploration_s += t - s.best[won];
+  for (int i = 0; i < explored; ++i)
+    s.exploration_s += s.agreed[static_cast<size_t>(i)] - s.best[static_cast<size_t>(won)];
   return s.winner;
 }
 
@@ -65,10 +73,11 @@ bool Learner::fresh(const Key& key) const {
 
 void Learner::settle(const Key& key, const algorithms::AlgorithmInfo* pick,
                      const algorithms::AlgorithmInfo* alternative,
+                     const algorithms::AlgorithmInfo* runner_up,
                      const algorithms::AlgorithmInfo* winner) {
   std::lock_guard<std::mutex> lock(mutex_);
   Bucket& b = buckets_[key];
-  b.state = {key, pick, alternative, winner, {}};
+  b.state = {key, pick, alternative, runner_up, winner};
   b.state.from_file = true;
 }
 

@@ -574,9 +574,42 @@ std::string checked_call(Communicator& c, Collective collective, uint64_t count)
   return what;
 }
 
+// The rows the first calls of a bucket run, in turn: the pick, `ring`, and the runner-up the
+// dispatcher names (where it names one), twice each.
+std::vector<std::string> explored_rows(Communicator& c, Collective collective, uint64_t bytes,
+                                       const algorithms::AlgorithmInfo* pick, const char* ring) {
+  const tune::Dispatcher& d = shoal::detail::Internals::of(c).planner->dispatcher();
+  const auto* ring_row = algorithms::find_algorithm(collective, ring);
+  const auto* runner_up = d.runner_up(collective, bytes, pick, ring_row);
+  std::vector<std::string> names = {std::string(pick->name), ring};
+  if (runner_up) names.push_back(std::string(runner_up->name));
+  const std::string prefix = std::string(algorithms::to_string(collective)) + ":";
+  std::vector<std::string> rows;
+  for (int i = 0; i < tune::Learner::kSamples * static_cast<int>(names.size()); ++i)
+    rows.push_back(prefix + names[static_cast<size_t>(i) % names.size()]);
+  return rows;
+}
+
+// The bucket's winner, checked to be one of the explored rows and the same on every rank.
+std::string agreed_winner(Communicator& c, Collective collective, uint64_t bytes,
+                          const std::vector<std::string>& explored) {
+  std::string winner;
+  for (const auto& l : shoal::detail::Internals::of(c).planner->learner().learned())
+    if (l.key == tune::Learner::key_of(collective, bytes) && l.winner) winner = l.winner->name;
+  const std::string ran = std::string(algorithms::to_string(collective)) + ":" + winner;
+  const auto at = std::find(explored.begin(), explored.end(), ran);
+  EXPECT_NE(at, explored.end()) << winner;
+  const int32_t mine = static_cast<int32_t>(at - explored.begin());
+  std::vector<int32_t> all(static_cast<size_t>(c.size()));
+  c.all_gather(&mine, all.data(), 1, DataType::int32);
+  EXPECT_EQ(std::count(all.begin(), all.end(), mine), c.size()) << winner;
+  return winner;
+}
+
 // Four ranks on four emulated hosts (TCP), a model that picks the rows of fewest steps
-// (SHOAL_TUNE_ALPHA 1 ms): the first 4 calls of a size bucket run the pick and the ring in turn,
-// the 5th settles it (with an all_reduce of the times, which runs on the ring too), and from then
+// (SHOAL_TUNE_ALPHA 1 ms): the first calls of a size bucket run the pick, the ring and the
+// runner-up the model prices close to its pick (where there is one) in turn, twice each, the
+// next settles it (with an all_reduce of the times, which runs on the ring too), and from then
 // on every call runs the one row every rank settled on.
 TEST(Learning, ExploresInTurnThenEveryRankKeepsOneRow) {
   ScopedEnv on("SHOAL_DISPATCH", "on"), learn("SHOAL_TUNE_LEARN", "on"),
@@ -591,24 +624,13 @@ TEST(Learning, ExploresInTurnThenEveryRankKeepsOneRow) {
       const auto* pick = impl.planner->dispatcher().choose(collective, bytes).algorithm;
       const std::string name = std::string(algorithms::to_string(collective)) + ":";
       ASSERT_NE(std::string(pick->name), "ring") << name;
-      const std::string pick_ran = name + std::string(pick->name), ring_ran = name + "ring";
-      EXPECT_EQ(checked_call(c, collective, count), pick_ran);
-      EXPECT_EQ(checked_call(c, collective, count), ring_ran);
-      EXPECT_EQ(checked_call(c, collective, count), pick_ran);
-      EXPECT_EQ(checked_call(c, collective, count), ring_ran);
+      const auto explored = explored_rows(c, collective, bytes, pick, "ring");
+      for (const auto& row : explored) EXPECT_EQ(checked_call(c, collective, count), row);
       // The settling call: the agreement's ring all_reduce beside the winner.
       const std::string settled = checked_call(c, collective, count);
       EXPECT_NE(settled.find("2 rows ran"), std::string::npos) << settled;
-      std::string winner;
-      for (const auto& l : impl.planner->learner().learned())
-        if (l.key == tune::Learner::key_of(collective, bytes) && l.winner) winner = l.winner->name;
-      ASSERT_TRUE(winner == pick->name || winner == "ring") << winner;
+      const std::string winner = agreed_winner(c, collective, bytes, explored);
       for (int i = 0; i < 5; ++i) EXPECT_EQ(checked_call(c, collective, count), name + winner);
-      // The same winner on every rank.
-      const int32_t mine = winner == "ring" ? 1 : 0;
-      std::vector<int32_t> all(4);
-      c.all_gather(&mine, all.data(), 1, DataType::int32);
-      EXPECT_EQ(std::count(all.begin(), all.end(), mine), 4) << name;
     }
   });
   EXPECT_EQ(err, "");
@@ -632,22 +654,11 @@ TEST(Learning, OnMeasuredLinksThePickMeetsTheRingInTheirOrder) {
       const std::string name = std::string(algorithms::to_string(collective)) + ":";
       ASSERT_EQ(choice.source, tune::Choice::Source::links) << name;
       ASSERT_NE(std::string(choice.algorithm->name), "link_ring") << name;
-      const std::string pick_ran = name + std::string(choice.algorithm->name);
-      const std::string ring_ran = name + "link_ring";
-      EXPECT_EQ(checked_call(c, collective, count), pick_ran);
-      EXPECT_EQ(checked_call(c, collective, count), ring_ran);
-      EXPECT_EQ(checked_call(c, collective, count), pick_ran);
-      EXPECT_EQ(checked_call(c, collective, count), ring_ran);
+      const auto explored = explored_rows(c, collective, bytes, choice.algorithm, "link_ring");
+      for (const auto& row : explored) EXPECT_EQ(checked_call(c, collective, count), row);
       checked_call(c, collective, count);  // settles
-      std::string winner;
-      for (const auto& l : impl.planner->learner().learned())
-        if (l.key == tune::Learner::key_of(collective, bytes) && l.winner) winner = l.winner->name;
-      ASSERT_TRUE(winner == choice.algorithm->name || winner == "link_ring") << winner;
+      const std::string winner = agreed_winner(c, collective, bytes, explored);
       for (int i = 0; i < 3; ++i) EXPECT_EQ(checked_call(c, collective, count), name + winner);
-      const int32_t mine = winner == "link_ring" ? 1 : 0;
-      std::vector<int32_t> all(4);
-      c.all_gather(&mine, all.data(), 1, DataType::int32);
-      EXPECT_EQ(std::count(all.begin(), all.end(), mine), 4) << name;
     }
   });
   EXPECT_EQ(err, "");
@@ -671,15 +682,17 @@ TEST(Learning, AThousandCallsAgreeAndMatchReference) {
     // Every rank's table, folded into one number per bucket, the same everywhere.
     const auto learned = shoal::detail::Internals::of(c).planner->learner().learned();
     EXPECT_GE(learned.size(), 10u);
-    double fold = 0;
+    int64_t fold = 0;  // wraps alike on every rank
     for (const auto& l : learned) {
       EXPECT_TRUE(l.winner) << "a bucket of many calls never settled";
-      fold = fold * 31 + static_cast<int>(l.key.first) * 64 + l.key.second +
-             (l.winner && std::string(l.winner->name) == "ring" ? 0.5 : 0);
+      const int64_t winner = l.winner ? l.winner - algorithms::registry().data() : -1;
+      fold = static_cast<int64_t>(
+          static_cast<uint64_t>(fold) * 1000003u +
+          static_cast<uint64_t>(static_cast<int>(l.key.first) * 4096 + l.key.second * 64 + winner));
     }
-    double lowest = fold, highest = fold;
-    c.all_reduce(&fold, &lowest, 1, DataType::float64, ReduceOp::min);
-    c.all_reduce(&fold, &highest, 1, DataType::float64, ReduceOp::max);
+    int64_t lowest = fold, highest = fold;
+    c.all_reduce(&fold, &lowest, 1, DataType::int64, ReduceOp::min);
+    c.all_reduce(&fold, &highest, 1, DataType::int64, ReduceOp::max);
     EXPECT_EQ(lowest, highest);
   });
   EXPECT_EQ(err, "");
@@ -698,7 +711,9 @@ TEST(Learning, WhatAJobLearnedIsSavedAndTheNextStartsFromIt) {
   const uint64_t count = 40000;
   std::string winner;
   std::string err = run_on_hosts({0, 1, 2, 3}, [&](Communicator& c) {
-    for (int i = 0; i < 6; ++i) checked_call(c, Collective::all_reduce, count);
+    // Explored (2 or 3 candidates, twice each), settled, run.
+    for (int i = 0; i < tune::Learner::kMaxExplored + 2; ++i)
+      checked_call(c, Collective::all_reduce, count);
     for (const auto& l : shoal::detail::Internals::of(c).planner->learner().learned())
       if (l.winner && c.rank() == 0) winner = l.winner->name;
   });
@@ -713,6 +728,9 @@ TEST(Learning, WhatAJobLearnedIsSavedAndTheNextStartsFromIt) {
   EXPECT_EQ(std::string(saved[0].winner->name), winner);
   EXPECT_GT(saved[0].pick_s, 0);
   EXPECT_GT(saved[0].alternative_s, 0);
+  if (saved[0].runner_up) {
+    EXPECT_GT(saved[0].runner_up_s, 0);
+  }
 
   // The next job: the first call runs the winner (beside the agreement's ring all_reduce).
   err = run_on_hosts({0, 1, 2, 3}, [&](Communicator& c) {

@@ -63,10 +63,15 @@ cat >"$D/learned.json" <<'EOF'
 {"format": "shoal-learned 1", "buckets": [
  {"collective": "all_reduce", "world": 4, "ranks_per_host": 1, "transport": "tcp", "log2_bytes": 26,
   "pick": "rabenseifner", "alternative": "ring", "winner": "ring", "pick_us": 9030000.0,
-  "alternative_us": 4490000.0, "exploration_us": 9600000.0}]}
+  "alternative_us": 4490000.0, "exploration_us": 9600000.0},
+ {"collective": "all_reduce", "world": 4, "ranks_per_host": 1, "transport": "tcp", "log2_bytes": 20,
+  "pick": "rabenseifner", "alternative": "ring", "runner_up": "recursive_doubling",
+  "winner": "recursive_doubling", "pick_us": 3000.0, "alternative_us": 4000.0,
+  "runner_up_us": 2000.0, "exploration_us": 3000.0}]}
 EOF
 if "$INFO" --learned "$D/learned.json" >"$D/out" 2>&1 &&
-  grep -qE "^all_reduce +4 +1 tcp +67108864 rabenseifner +ring +9030.00 +4490.00 +9600.00$" "$D/out"; then
+  grep -qE "^all_reduce +4 +1 tcp +67108864 rabenseifner +- +ring +9030.00 +4490.00 +- +9600.00$" "$D/out" &&
+  grep -qE "^all_reduce +4 +1 tcp +1048576 rabenseifner +recursive_doubling +recursive_doubling +3.00 +4.00 +2.00 +3.00$" "$D/out"; then
   pass
 else
   fail "--learned prints the bucket: $(tail -1 "$D/out")"

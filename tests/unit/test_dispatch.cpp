@@ -1258,8 +1258,9 @@ TEST(Learner, ExploresInTurnThenKeepsTheFasterByTheAgreedTimes) {
   EXPECT_EQ(key, tune::Learner::key_of(Collective::all_reduce, (64 << 20) + 12345));
   EXPECT_NE(key, tune::Learner::key_of(Collective::all_reduce, 128 << 20));
   EXPECT_NE(key, tune::Learner::key_of(Collective::all_gather, 64 << 20));
-  const double mine[] = {9.0, 4.5, 9.3, 4.6};  // rabenseifner and ring at 80 ms (cluster.md)
-  for (int i = 0; i < tune::Learner::kExplored; ++i) {
+  const double mine[] = {9.0, 4.5, 9.3, 4.6};        // rabenseifner and ring at 80 ms (cluster.md)
+  constexpr int kTwo = 2 * tune::Learner::kSamples;  // two candidates, each kSamples times
+  for (int i = 0; i < kTwo; ++i) {
     const auto turn = l.next(key, pick, ring);
     EXPECT_EQ(turn.row, i % 2 == 0 ? pick : ring) << i;
     EXPECT_EQ(turn.sample, i);
@@ -1280,10 +1281,10 @@ TEST(Learner, ExploresInTurnThenKeepsTheFasterByTheAgreedTimes) {
   }
   // The fastest call of each counts (one slow outlier does not sink a row); a tie keeps the pick.
   const auto small = tune::Learner::key_of(Collective::all_reduce, 1 << 20);
-  for (int i = 0; i <= tune::Learner::kExplored; ++i) l.next(small, pick, ring);
+  for (int i = 0; i <= kTwo; ++i) l.next(small, pick, ring);
   EXPECT_EQ(l.decide(small, {5.0, 1.1, 1.0, 1.2}), pick);
   const auto tie = tune::Learner::key_of(Collective::all_reduce, 8 << 20);
-  for (int i = 0; i <= tune::Learner::kExplored; ++i) l.next(tie, pick, ring);
+  for (int i = 0; i <= kTwo; ++i) l.next(tie, pick, ring);
   EXPECT_EQ(l.decide(tie, {1.0, 1.0, 1.0, 1.0}), pick);
   const auto learned = l.learned();
   ASSERT_EQ(learned.size(), 3u);
@@ -1297,12 +1298,85 @@ TEST(Learner, ExploresInTurnThenKeepsTheFasterByTheAgreedTimes) {
   // A bucket an earlier job settled starts from its winner.
   const auto saved = tune::Learner::key_of(Collective::all_gather, 64 << 20);
   EXPECT_TRUE(l.fresh(saved));
-  l.settle(saved, pick, ring, ring);
+  l.settle(saved, pick, ring, nullptr, ring);
   EXPECT_FALSE(l.fresh(saved));
   const auto first = l.next(saved, pick, ring);
   EXPECT_EQ(first.row, ring);
   EXPECT_EQ(first.sample, -1);
   EXPECT_FALSE(first.decide);
+}
+
+// A runner-up makes three candidates: explored in turn, twice each; the fastest wins, a tie
+// keeps the earlier; the candidates are the bucket's first call's.
+TEST(Learner, ARunnerUpIsExploredInTurnAndCanWin) {
+  const auto* pick = algorithms::find_algorithm(Collective::all_reduce, "rabenseifner");
+  const auto* ring = algorithms::find_algorithm(Collective::all_reduce, "ring");
+  const auto* third = algorithms::find_algorithm(Collective::all_reduce, "recursive_doubling");
+  ASSERT_TRUE(pick && ring && third);
+  tune::Learner l;
+  const auto key = tune::Learner::key_of(Collective::all_reduce, 1 << 20);
+  const double mine[] = {3.0, 2.0, 1.0, 3.1, 2.1, 1.1};
+  for (int i = 0; i < tune::Learner::kMaxExplored; ++i) {
+    // Later calls name no runner-up: the first call's candidates stay.
+    const auto turn = l.next(key, pick, ring, i == 0 ? third : nullptr);
+    EXPECT_EQ(turn.row, i % 3 == 0 ? pick : i % 3 == 1 ? ring : third) << i;
+    EXPECT_EQ(turn.sample, i);
+    l.record(key, turn.sample, mine[i]);
+  }
+  EXPECT_EQ(l.samples(key), std::vector<double>(std::begin(mine), std::end(mine)));
+  EXPECT_TRUE(l.next(key, pick, ring).decide);
+  EXPECT_THROW(l.decide(key, {1.0, 2.0, 3.0, 4.0}), InternalError);  // two candidates' worth
+  EXPECT_EQ(l.decide(key, {3.0, 2.0, 1.2, 3.1, 2.1, 1.0}), third);
+  const auto b = l.learned(key);
+  EXPECT_EQ(b.runner_up, third);
+  EXPECT_EQ(b.best[0], 3.0);
+  EXPECT_EQ(b.best[1], 2.0);
+  EXPECT_EQ(b.best[2], 1.0);
+  EXPECT_NEAR(b.exploration_s, 2.0 + 1.0 + 0.2 + 2.1 + 1.1 + 0, 1e-9);
+  EXPECT_EQ(l.next(key, pick, ring).row, third);
+  const auto tie = tune::Learner::key_of(Collective::all_reduce, 4 << 20);
+  for (int i = 0; i <= tune::Learner::kMaxExplored; ++i) l.next(tie, pick, ring, third);
+  EXPECT_EQ(l.decide(tie, {2.0, 1.0, 1.0, 2.0, 1.0, 1.0}), ring);
+}
+
+// The runner-up is the row priced cheapest after the pick and the alternative, offered only
+// within kCloseCost of the model's best; never the pick or the alternative. The prices here
+// are the rows' own cost formulas (4 hosts of one rank: no host traffic, no shared cores),
+// the direct rows left out as the dispatcher leaves them out on short paths.
+TEST(Dispatcher, TheRunnerUpIsTheNextCheapestRowWithinTheCloseFactor) {
+  int named = 0, none = 0;
+  for (double alpha : {3e-5, 1e-3})
+    for (Collective c :
+         {Collective::all_reduce, Collective::all_gather, Collective::reduce_scatter})
+      for (uint64_t bytes = 1024; bytes <= (uint64_t{1} << 30); bytes *= 8) {
+        algorithms::CostParams params = tune::default_cost_params(Transport::tcp);
+        params.alpha = alpha;
+        const Dispatcher d(Context{4, 1, Transport::tcp}, params, nullptr);
+        const auto* pick = d.choose(c, bytes).algorithm;
+        const auto* ring = algorithms::find_algorithm(c, "ring");
+        double best = std::numeric_limits<double>::infinity(), second = best;
+        const algorithms::AlgorithmInfo* want = nullptr;
+        for (const auto& row : algorithms::registry()) {
+          if (row.collective != c || row.overlaps_flights || row.follows_links) continue;
+          const double t = row.cost(4, bytes, params);
+          best = std::min(best, t);
+          if (&row != pick && &row != ring && t < second) second = t, want = &row;
+        }
+        if (second > tune::Dispatcher::kCloseCost * best) want = nullptr;
+        const auto* got = d.runner_up(c, bytes, pick, ring);
+        EXPECT_EQ(got, want) << algorithms::to_string(c) << " " << bytes << " alpha " << alpha;
+        (got ? named : none) += 1;
+      }
+  // Both outcomes occur over these sizes.
+  EXPECT_GT(named, 0);
+  EXPECT_GT(none, 0);
+  // Disabled: none.
+  const Dispatcher off(Context{4, 1, Transport::tcp}, tune::default_cost_params(Transport::tcp),
+                       nullptr, false);
+  EXPECT_EQ(off.runner_up(Collective::all_reduce, 1 << 20,
+                          algorithms::find_algorithm(Collective::all_reduce, "rabenseifner"),
+                          algorithms::find_algorithm(Collective::all_reduce, "ring")),
+            nullptr);
 }
 
 // SHOAL_TUNE_SAVE's file: a round trip, a merge that replaces a bucket's entry and keeps the
@@ -1314,12 +1388,22 @@ TEST(LearnedFile, RoundTripMergeAndErrors) {
   const auto* ag_ring = algorithms::find_algorithm(Collective::all_gather, "ring");
   const auto* ag_rd = algorithms::find_algorithm(Collective::all_gather, "recursive_doubling");
   ASSERT_TRUE(ring && raben && ag_ring && ag_rd);
-  LearnedBucket a{Collective::all_reduce, 4, 1, tune::Transport::tcp, 26, raben, ring, ring};
+  LearnedBucket a{
+      Collective::all_reduce, 4, 1, tune::Transport::tcp, 26, raben, ring, nullptr, ring};
   a.pick_s = 9.0, a.alternative_s = 4.5, a.exploration_s = 9.3;
-  LearnedBucket b{Collective::all_gather, 4, 1, tune::Transport::tcp, 23, ag_rd, ag_ring, ag_rd};
+  LearnedBucket b{
+      Collective::all_gather, 4, 1, tune::Transport::tcp, 23, ag_rd, ag_ring, nullptr, ag_rd};
   b.pick_s = 0.5, b.alternative_s = 0.6, b.exploration_s = 0.1;
-  const auto back = tune::parse_learned_file(tune::learned_to_json({a, b}), "x");
-  ASSERT_EQ(back.size(), 2u);
+  // A third candidate (the model's runner-up) that won.
+  const auto* rd = algorithms::find_algorithm(Collective::all_reduce, "recursive_doubling");
+  LearnedBucket c3{Collective::all_reduce, 4, 1, tune::Transport::tcp, 20, raben, ring, rd, rd};
+  c3.pick_s = 0.3, c3.alternative_s = 0.4, c3.runner_up_s = 0.2, c3.exploration_s = 0.3;
+  const auto back = tune::parse_learned_file(tune::learned_to_json({a, b, c3}), "x");
+  ASSERT_EQ(back.size(), 3u);
+  EXPECT_EQ(back[0].runner_up, nullptr);
+  EXPECT_EQ(back[2].runner_up, rd);
+  EXPECT_EQ(back[2].winner, rd);
+  EXPECT_NEAR(back[2].runner_up_s, 0.2, 1e-9);
   EXPECT_TRUE(tune::same_bucket(back[0], a));
   EXPECT_EQ(back[0].winner, ring);
   EXPECT_EQ(back[1].winner, ag_rd);
@@ -1357,7 +1441,8 @@ TEST(LearnedFile, RoundTripMergeAndErrors) {
   fails("{", "not JSON");
   fails(with("shoal-learned 1", "shoal-learned 9"), "format");
   fails(with("\"winner\": \"ring\"", "\"winner\": \"bruck\""), "buckets[0].winner");
-  fails(with("\"winner\": \"ring\"", "\"winner\": \"recursive_doubling\""), "neither");
+  fails(with("\"winner\": \"ring\"", "\"winner\": \"recursive_doubling\""),
+        "none of the candidates");
   fails(with("\"transport\": \"tcp\"", "\"transport\": \"udp\""), "buckets[0].transport");
   fails(with("\"collective\": \"all_reduce\"", "\"collective\": \"gather\""), "collective");
   fails(tune::learned_to_json({a, a}), "same bucket");
