@@ -14,11 +14,9 @@
 #include <cstring>
 #include <fstream>
 #include <functional>
-#include <mutex>
 #include <random>
 #include <sstream>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "algorithms/registry.hpp"
@@ -283,26 +281,9 @@ TEST(CalibrationAtCreation, OffSwitchesMeasureNothingAndBadValuesFailCreation) {
 // Ranks as threads on hosts of their own (TCP over loopback), rank r created with options_of(r).
 std::string run_on_own_hosts(int n, const std::function<Options(int)>& options_of,
                              const std::function<void(Communicator&)>& fn) {
-  auto server = make_server_store();
-  std::mutex mu;
-  std::string first_error;
-  std::vector<std::thread> threads;
-  for (int r = 0; r < n; ++r)
-    threads.emplace_back([&, r] {
-      try {
-        comm::set_thread_host_id_for_testing("emulated-host-" + std::to_string(r));
-        TcpStore::Options o;
-        o.timeout = std::chrono::seconds(60);
-        auto store = std::make_shared<TcpStore>("127.0.0.1", server->port(), o);
-        Communicator comm = Communicator::create(store, r, n, options_of(r));
-        fn(comm);
-      } catch (const std::exception& e) {
-        std::lock_guard<std::mutex> lock(mu);
-        if (first_error.empty()) first_error = "rank " + std::to_string(r) + ": " + e.what();
-      }
-    });
-  for (auto& t : threads) t.join();
-  return first_error;
+  return run_ranks(n, fn, options_of, [](int r) {
+    comm::set_thread_host_id_for_testing("emulated-host-" + std::to_string(r));
+  });
 }
 
 // Options::calibrate=latency (over SHOAL_TUNE_CALIBRATE=on): no timed call at creation, and every

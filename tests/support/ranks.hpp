@@ -23,10 +23,11 @@ inline std::shared_ptr<TcpStore> make_server_store() {
   return std::make_shared<TcpStore>("127.0.0.1", 0, o);
 }
 
-/// Calls fn(comm) on `n` ranks concurrently; returns the first error text ("" if none).
-/// `before_create(rank)` runs on each rank's thread before its communicator is made.
+/// Calls fn(comm) on `n` ranks concurrently, rank r's communicator made with options_of(r);
+/// returns the first error text ("" if none). `before_create(rank)` runs on each rank's thread
+/// before its communicator is made.
 inline std::string run_ranks(int n, const std::function<void(Communicator&)>& fn,
-                             Options options = {},
+                             const std::function<Options(int)>& options_of,
                              const std::function<void(int)>& before_create = {}) {
   auto server = make_server_store();
   std::mutex mu;
@@ -39,7 +40,7 @@ inline std::string run_ranks(int n, const std::function<void(Communicator&)>& fn
         TcpStore::Options o;
         o.timeout = std::chrono::seconds(60);
         auto store = std::make_shared<TcpStore>("127.0.0.1", server->port(), o);
-        Communicator comm = Communicator::create(store, r, n, options);
+        Communicator comm = Communicator::create(store, r, n, options_of(r));
         fn(comm);
       } catch (const std::exception& e) {
         std::lock_guard<std::mutex> lock(mu);
@@ -49,6 +50,14 @@ inline std::string run_ranks(int n, const std::function<void(Communicator&)>& fn
   }
   for (auto& t : threads) t.join();
   return first_error;
+}
+
+/// run_ranks with the same `options` on every rank.
+inline std::string run_ranks(int n, const std::function<void(Communicator&)>& fn,
+                             Options options = {},
+                             const std::function<void(int)>& before_create = {}) {
+  return run_ranks(
+      n, fn, [&options](int) { return options; }, before_create);
 }
 
 }  // namespace shoal::testing
