@@ -199,12 +199,12 @@ const AlgorithmInfo* Planner::learned_row(const Request& r, const algorithms::Co
       algorithms::find_algorithm(a.collective, on_links ? "link_ring" : "ring");
   if (!ring || ring == choice.algorithm) return choice.algorithm;
   const auto key = tune::Learner::key_of(a.collective, bytes);
-  // Where the model prices a third row close to its pick, that one is explored too.
+  // A bucket's candidates are fixed at its first call. Where the model prices a third row
+  // close to its pick, that one is explored too.
+  const bool fresh = learner_->fresh(key);
   const AlgorithmInfo* runner_up =
-      learner_->fresh(key) ? dispatcher().runner_up(a.collective, bytes, choice.algorithm, ring)
-                           : nullptr;
-  if (!save_path_.empty() && learner_->fresh(key))
-    settle_from_file(key, choice.algorithm, ring, runner_up);
+      fresh ? dispatcher().runner_up(a.collective, bytes, choice.algorithm, ring) : nullptr;
+  if (fresh && !save_path_.empty()) settle_from_file(key, choice.algorithm, ring, runner_up);
   tune::Learner::Turn turn = learner_->next(key, choice.algorithm, ring, runner_up);
   if (turn.decide) {
     turn.row = learner_->decide(key, agree_([&] { return learner_->samples(key); }));

@@ -53,6 +53,11 @@ struct CalibrationTimes {
   double latency_s = 0;
 };
 
+/// Calibration without timed calls (SHOAL_TUNE_CALIBRATE=latency): the transport's defaults,
+/// alpha raised to `flight_s` (half the longest round trip the connections measured) and the
+/// flight kept, so that latency still decides the picks on long paths.
+algorithms::CostParams latency_cost_params(Transport transport, double flight_s);
+
 /// alpha and beta from the two all_gathers through the ring's own cost model
 /// (t = (p-1) alpha + (p-1)/p n beta, solved for the pair), gamma from the reduction. A
 /// solution that is not positive (noise: the large call no slower per byte than the small)
@@ -67,11 +72,6 @@ struct CalibrationTimes {
 /// different times find their peers' messages already arrived and time less than a message's
 /// flight (on an 80 ms path, calls of 8 bytes timed at 0.17 ms); beta is then what the large
 /// call leaves beyond that latency.
-/// Calibration without timed calls (SHOAL_TUNE_CALIBRATE=latency): the transport's defaults,
-/// alpha raised to `flight_s` (half the longest round trip the connections measured) and the
-/// flight kept, so that latency still decides the picks on long paths.
-algorithms::CostParams latency_cost_params(Transport transport, double flight_s);
-
 algorithms::CostParams fit_cost_params(int world, const CalibrationPlan& plan,
                                        const CalibrationTimes& times,
                                        const algorithms::CostParams& floor, int ranks_per_host = 1,
